@@ -1,0 +1,208 @@
+//! The `dpbandits` command line: a thin layer over the library.
+//!
+//! * `dpbandits run <file.toml> [--out DIR] [--threads N] [--runs N] [--quiet]`
+//! * `dpbandits run --default` runs the embedded default experiment (the paper's Figure 4(a)).
+//! * `dpbandits list` shows every algorithm with its paper reference and privacy claim.
+//!
+//! Errors are printed with their whole chain and exit code 2.
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+use dpbandits::experiment::{self, Plan};
+use dpbandits::registry;
+use indicatif::{ProgressBar, ProgressStyle};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+/// The experiment run by `dpbandits run --default`: the paper's finite-armed Figure 4(a).
+const DEFAULT_EXPERIMENT: &str = include_str!("../../../experiments/fig4a.toml");
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "dpbandits",
+    version,
+    about = "Differentially private bandit algorithms: run experiments, list algorithms"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run an experiment file and write manifest.json, summary.csv and plots.
+    Run {
+        /// The experiment file (TOML). Omit with --default.
+        file: Option<PathBuf>,
+        /// Run the embedded default experiment (experiments/fig4a.toml).
+        #[arg(long, conflicts_with = "file")]
+        default: bool,
+        /// Output folder (default: results/<name>).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Worker threads (default: all cores). Results do not depend on it.
+        #[arg(long)]
+        threads: Option<usize>,
+        /// Override the number of runs of the file (e.g. for a quick look).
+        #[arg(long)]
+        runs: Option<u64>,
+        /// Override the horizon of the file.
+        #[arg(long)]
+        horizon: Option<u64>,
+        /// No progress bar.
+        #[arg(long)]
+        quiet: bool,
+    },
+    /// List algorithms and environments with their references and privacy claims.
+    List,
+}
+
+fn main() -> ExitCode {
+    match real_main() {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn real_main() -> Result<ExitCode> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::List => {
+            list();
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Run {
+            file,
+            default,
+            out,
+            threads,
+            runs,
+            horizon,
+            quiet,
+        } => {
+            let (text, source) = match (&file, default) {
+                (Some(f), false) => (
+                    std::fs::read_to_string(f)
+                        .with_context(|| format!("reading {}", f.display()))?,
+                    f.display().to_string(),
+                ),
+                (None, true) => (
+                    DEFAULT_EXPERIMENT.to_string(),
+                    "embedded default (experiments/fig4a.toml)".into(),
+                ),
+                _ => bail!(
+                    "give an experiment file (e.g. `dpbandits run experiments/fig4a.toml`) or --default"
+                ),
+            };
+            let mut spec =
+                experiment::ExperimentSpec::from_toml(&text).with_context(|| source.clone())?;
+            if let Some(r) = runs {
+                if r == 0 {
+                    bail!("--runs 0: expected an integer >= 1");
+                }
+                spec.runs = r;
+            }
+            if let Some(h) = horizon {
+                if h == 0 {
+                    bail!("--horizon 0: expected an integer >= 1");
+                }
+                spec.horizon = h;
+                for f in &mut spec.figure {
+                    if let experiment::FigureSpec::GapVsParam { horizons, .. } = f {
+                        horizons.retain(|&x| x <= h);
+                        if horizons.is_empty() {
+                            horizons.push(h);
+                        }
+                    }
+                }
+                spec.checkpoints.extra.retain(|&x| x <= h);
+            }
+            let plan = Plan::new(spec).with_context(|| source.clone())?;
+            let out = out.unwrap_or_else(|| PathBuf::from("results").join(&plan.spec.name));
+            if threads == Some(0) {
+                bail!("--threads 0: expected an integer >= 1");
+            }
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads.unwrap_or(0))
+                .build()
+                .context("starting worker threads")?;
+            run_plan(&plan, &out, &pool, quiet)
+        }
+    }
+}
+
+fn run_plan(
+    plan: &Plan,
+    out: &std::path::Path,
+    pool: &rayon::ThreadPool,
+    quiet: bool,
+) -> Result<ExitCode> {
+    let jobs = plan.cells.len() as u64 * plan.spec.runs;
+    eprintln!(
+        "{}: {} configurations x {} runs, horizon {}, {} threads",
+        plan.spec.name,
+        plan.cells.len(),
+        plan.spec.runs,
+        plan.spec.horizon,
+        pool.current_num_threads()
+    );
+    let bar = if quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(jobs)
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} runs ({eta} left)")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    let start = Instant::now();
+    let outcome = pool.install(|| experiment::run(plan, &|| bar.inc(1)));
+    bar.finish_and_clear();
+    let elapsed = start.elapsed();
+    let files = experiment::write_outputs(plan, &outcome, out).context("writing results")?;
+    eprintln!("simulated in {:.2} s; wrote:", elapsed.as_secs_f64());
+    for f in &files {
+        println!("{}", f.display());
+    }
+    let errors = outcome.errors(plan);
+    if errors.is_empty() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        for (label, e) in &errors {
+            eprintln!("error: {label}: {e}");
+        }
+        eprintln!(
+            "{} of {} configurations failed; the others were written",
+            errors.len(),
+            plan.cells.len()
+        );
+        Ok(ExitCode::from(1))
+    }
+}
+
+fn list() {
+    let mut settings: Vec<registry::Setting> = vec![];
+    for e in registry::POLICIES {
+        if !settings.contains(&e.setting) {
+            settings.push(e.setting);
+        }
+    }
+    for s in settings {
+        println!("{s} algorithms:");
+        for e in registry::POLICIES.iter().filter(|e| e.setting == s) {
+            println!("  {:<16} {}", e.kind, e.name);
+            println!("  {:<16}   reference: {}", "", e.reference);
+            println!("  {:<16}   privacy:   {}", "", e.privacy);
+        }
+        println!();
+    }
+    println!("environments:");
+    for e in registry::ENVIRONMENTS {
+        println!("  {:<16} [{}] {}", e.kind, e.setting, e.description);
+    }
+}

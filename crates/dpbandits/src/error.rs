@@ -1,0 +1,193 @@
+//! One error type for the library.
+//!
+//! Every constructor validates its input and returns [`Result`]; hot-path calls (`choose`,
+//! `observe`) never fail. Messages always name the field, the offending value and what is
+//! allowed, so a user can fix a config file without reading the source
+//! (e.g. `rho = -1: expected a number > 0 (use inf for the non-private limit)`).
+
+use std::fmt::Display;
+
+/// The library's error type.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A parameter is outside its allowed range.
+    #[error("{field} = {value}: expected {expected}")]
+    Param {
+        /// Name of the parameter (config key or argument name).
+        field: String,
+        /// The value that was given, as written.
+        value: String,
+        /// What would have been accepted.
+        expected: String,
+    },
+    /// An error located inside an experiment file; `path` says where (e.g. `policy[2] (adac_ucb)`).
+    #[error("{path}: {source}")]
+    At {
+        /// Location of the offending entry.
+        path: String,
+        /// What is wrong there.
+        #[source]
+        source: Box<Error>,
+    },
+    /// A malformed experiment file (syntax, unknown key, wrong type).
+    #[error("{0}")]
+    Config(String),
+    /// A privacy accountant refused a charge; its state is unchanged.
+    #[error(
+        "privacy budget exceeded: charging {requested} on top of {spent} would exceed the cap {cap}"
+    )]
+    BudgetExceeded {
+        /// The loss that was asked for.
+        requested: f64,
+        /// The loss already spent.
+        spent: f64,
+        /// The cap of the accountant.
+        cap: f64,
+    },
+    /// A reward arrived outside the privacy boundary while the boundary is set to reject.
+    #[error(
+        "reward {value} is outside the privacy boundary [{lo}, {hi}] (boundary = \"reject\"; use \"clip\" to clip instead)"
+    )]
+    Boundary {
+        /// The reward that was refused.
+        value: f64,
+        /// Lower end of the boundary.
+        lo: f64,
+        /// Upper end of the boundary.
+        hi: f64,
+    },
+    /// Reading or writing a file failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file or folder involved.
+        path: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Drawing a plot failed.
+    #[error("plot {path}: {message}")]
+    Plot {
+        /// The file being drawn.
+        path: String,
+        /// What went wrong.
+        message: String,
+    },
+}
+
+/// Shorthand for `std::result::Result<T, Error>`.
+pub type Result<T> = std::result::Result<T, Error>;
+
+impl Error {
+    /// A parameter error.
+    pub fn param(
+        field: impl Into<String>,
+        value: impl Display,
+        expected: impl Into<String>,
+    ) -> Self {
+        Error::Param {
+            field: field.into(),
+            value: value.to_string(),
+            expected: expected.into(),
+        }
+    }
+
+    /// Wrap this error with the location where it happened.
+    pub fn at(self, path: impl Into<String>) -> Self {
+        Error::At {
+            path: path.into(),
+            source: Box::new(self),
+        }
+    }
+}
+
+/// Extension to attach a location to any fallible result.
+pub trait ResultExt<T> {
+    /// Attach `path` (e.g. `policy[1] (adac_ucb)`) to the error, if any.
+    fn at(self, path: impl FnOnce() -> String) -> Result<T>;
+}
+
+impl<T> ResultExt<T> for Result<T> {
+    fn at(self, path: impl FnOnce() -> String) -> Result<T> {
+        self.map_err(|e| e.at(path()))
+    }
+}
+
+/// Parameter checks shared by all constructors. Each returns the value on success so they chain.
+pub mod check {
+    use super::{Error, Result};
+
+    /// A finite number.
+    pub fn finite(field: &str, v: f64) -> Result<f64> {
+        if v.is_finite() {
+            Ok(v)
+        } else {
+            Err(Error::param(field, v, "a finite number"))
+        }
+    }
+
+    /// A finite number > 0.
+    pub fn positive(field: &str, v: f64) -> Result<f64> {
+        if v.is_finite() && v > 0.0 {
+            Ok(v)
+        } else {
+            Err(Error::param(field, v, "a finite number > 0"))
+        }
+    }
+
+    /// A privacy parameter: > 0, not NaN; `inf` is allowed and means "no privacy" (the non-private limit).
+    pub fn budget(field: &str, v: f64) -> Result<f64> {
+        if v > 0.0 {
+            Ok(v)
+        } else {
+            Err(Error::param(
+                field,
+                v,
+                "a number > 0 (inf gives the non-private limit)",
+            ))
+        }
+    }
+
+    /// A probability strictly inside (0, 1).
+    pub fn open_unit(field: &str, v: f64) -> Result<f64> {
+        if v > 0.0 && v < 1.0 {
+            Ok(v)
+        } else {
+            Err(Error::param(
+                field,
+                v,
+                "a number in the open interval (0, 1)",
+            ))
+        }
+    }
+
+    /// A number in the closed interval [0, 1].
+    pub fn unit(field: &str, v: f64) -> Result<f64> {
+        if (0.0..=1.0).contains(&v) {
+            Ok(v)
+        } else {
+            Err(Error::param(field, v, "a number in [0, 1]"))
+        }
+    }
+
+    /// A list of means in [0, 1] with at least one entry; names the offending index.
+    pub fn unit_means(field: &str, means: &[f64]) -> Result<()> {
+        if means.is_empty() {
+            return Err(Error::param(field, "[]", "at least one arm (K >= 1)"));
+        }
+        for (i, &m) in means.iter().enumerate() {
+            unit(&format!("{field}[{i}]"), m)?;
+        }
+        Ok(())
+    }
+
+    /// An integer >= `min`.
+    pub fn at_least(field: &str, v: u64, min: u64) -> Result<u64> {
+        if v >= min {
+            Ok(v)
+        } else {
+            Err(Error::param(field, v, format!("an integer >= {min}")))
+        }
+    }
+}

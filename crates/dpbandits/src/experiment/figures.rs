@@ -1,0 +1,291 @@
+//! Paper figures computed from the runs: privacy gap against a parameter, and price of privacy.
+//!
+//! Both compare a private algorithm with its non-private baseline run on the same environment
+//! streams. Gaps are averaged over *paired* runs (run r of the private cell against run r of the
+//! baseline), and their standard error comes from the paired differences.
+
+use super::Plan;
+use super::plot::{PlotSpec, Series};
+use crate::error::{Error, Result};
+use crate::math::stats::Summary;
+use crate::sim::CellRuns;
+use serde::{Deserialize, Serialize};
+
+/// A `[[figure]]` table.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum FigureSpec {
+    /// `Reg_priv(T) - Reg_base(T)` against a parameter of the private policy (log axis), one curve
+    /// per horizon T (Figure 4, left panels).
+    GapVsParam {
+        /// Kind of the private policy.
+        private: String,
+        /// Kind of the non-private baseline (exactly one configuration).
+        baseline: String,
+        /// Swept parameter of the private policy (default `rho`).
+        #[serde(default = "rho")]
+        param: String,
+        /// Horizons, each one curve (added to the checkpoints).
+        horizons: Vec<u64>,
+        /// Output file stem (default `gap_vs_<param>`).
+        #[serde(default)]
+        name: Option<String>,
+    },
+    /// `PoP(t) = (Reg_priv(t) - Reg_base(t)) / Reg_base(t)` against t, one curve per parameter value
+    /// (Figure 4, right panels).
+    PriceOfPrivacy {
+        /// Kind of the private policy.
+        private: String,
+        /// Kind of the non-private baseline.
+        baseline: String,
+        /// Parameter of the private policy (default `rho`).
+        #[serde(default = "rho")]
+        param: String,
+        /// Parameter values, each one curve.
+        values: Vec<f64>,
+        /// Output file stem (default `price_of_privacy`).
+        #[serde(default)]
+        name: Option<String>,
+    },
+}
+
+fn rho() -> String {
+    "rho".into()
+}
+
+impl FigureSpec {
+    /// Horizons that must be checkpoints.
+    pub fn horizons(&self) -> Vec<u64> {
+        match self {
+            FigureSpec::GapVsParam { horizons, .. } => horizons.clone(),
+            FigureSpec::PriceOfPrivacy { .. } => vec![],
+        }
+    }
+
+    /// File stem.
+    pub fn stem(&self) -> String {
+        match self {
+            FigureSpec::GapVsParam { name, param, .. } => {
+                name.clone().unwrap_or(format!("gap_vs_{param}"))
+            }
+            FigureSpec::PriceOfPrivacy { name, .. } => {
+                name.clone().unwrap_or("price_of_privacy".into())
+            }
+        }
+    }
+
+    fn parts(&self) -> (&str, &str, &str) {
+        match self {
+            FigureSpec::GapVsParam {
+                private,
+                baseline,
+                param,
+                ..
+            }
+            | FigureSpec::PriceOfPrivacy {
+                private,
+                baseline,
+                param,
+                ..
+            } => (private, baseline, param),
+        }
+    }
+
+    /// Check that the policies and values it names exist in the plan.
+    pub fn validate(&self, plan: &Plan) -> Result<()> {
+        let (private, baseline, param) = self.parts();
+        baseline_cell(plan, baseline)?;
+        let privs = private_cells(plan, private, param);
+        if privs.is_empty() {
+            return Err(Error::param(
+                "private",
+                format!("\"{private}\""),
+                format!("the kind of a listed policy with parameter '{param}'"),
+            ));
+        }
+        match self {
+            FigureSpec::GapVsParam { horizons, .. } => {
+                if horizons.is_empty() {
+                    return Err(Error::param("horizons", "[]", "at least one horizon"));
+                }
+            }
+            FigureSpec::PriceOfPrivacy { values, .. } => {
+                if values.is_empty() {
+                    return Err(Error::param("values", "[]", "at least one parameter value"));
+                }
+                for v in values {
+                    if !privs.iter().any(|&(_, p)| same(p, *v)) {
+                        return Err(Error::param(
+                            "values",
+                            v,
+                            format!(
+                                "a value of '{param}' that some '{private}' policy in the file uses"
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Compute the figure's table, write `<stem>.csv`, `<stem>.svg`, `<stem>.png`.
+    pub(super) fn render(
+        &self,
+        plan: &Plan,
+        results: &[CellRuns],
+        dir: &std::path::Path,
+    ) -> Result<Vec<std::path::PathBuf>> {
+        let (private, baseline, param) = self.parts();
+        let b = baseline_cell(plan, baseline)?;
+        let Ok(base_runs) = &results[b] else {
+            return Ok(vec![]);
+        };
+        let grid = plan.grid.points();
+        let stem = dir.join(self.stem());
+        let mut csv = String::new();
+        let spec = match self {
+            FigureSpec::GapVsParam { horizons, .. } => {
+                csv.push_str(&format!(
+                    "T,{param},reg_private,reg_baseline,gap,gap_sem,runs\n"
+                ));
+                let mut series = vec![];
+                for &h in horizons {
+                    let i = plan
+                        .grid
+                        .position(h)
+                        .expect("figure horizons are checkpoints");
+                    let mut pts = vec![];
+                    let mut band = vec![];
+                    for (c, v) in private_cells(plan, private, param) {
+                        let Ok(runs) = &results[c] else { continue };
+                        let (mp, mb, gap) = paired(runs, base_runs, i);
+                        csv.push_str(&format!(
+                            "{h},{v},{mp},{mb},{},{},{}\n",
+                            gap.mean, gap.sem, gap.runs
+                        ));
+                        pts.push((v, gap.mean));
+                        band.push((v, gap.mean - 2.0 * gap.sem, gap.mean + 2.0 * gap.sem));
+                    }
+                    series.push(Series {
+                        name: format!("T = {h}"),
+                        points: pts,
+                        band: Some(band),
+                    });
+                }
+                PlotSpec {
+                    title: format!(
+                        "Reg({private}) - Reg({baseline}) at horizon T (band: +-2 s.e.)"
+                    ),
+                    x_label: param.to_string(),
+                    y_label: "regret difference".into(),
+                    log_x: true,
+                    log_y: false,
+                    series,
+                    hline: Some(0.0),
+                }
+            }
+            FigureSpec::PriceOfPrivacy { values, .. } => {
+                csv.push_str(&format!("t,{param},reg_private,reg_baseline,pop\n"));
+                let mut series = vec![];
+                for &v in values {
+                    let Some(&(c, _)) = private_cells(plan, private, param)
+                        .iter()
+                        .find(|&&(_, p)| same(p, v))
+                    else {
+                        continue;
+                    };
+                    let Ok(runs) = &results[c] else { continue };
+                    let mut pts = vec![];
+                    for (i, &t) in grid.iter().enumerate() {
+                        let (mp, mb, _) = paired(runs, base_runs, i);
+                        if mb > 0.0 {
+                            let pop = (mp - mb) / mb;
+                            csv.push_str(&format!("{t},{v},{mp},{mb},{pop}\n"));
+                            pts.push((t as f64, pop));
+                        }
+                    }
+                    series.push(Series {
+                        name: format!("{param} = {v}"),
+                        points: pts,
+                        band: None,
+                    });
+                }
+                PlotSpec {
+                    title: format!(
+                        "Price of privacy: (Reg({private}) - Reg({baseline})) / Reg({baseline})"
+                    ),
+                    x_label: "t".into(),
+                    y_label: "PoP(t)".into(),
+                    log_x: true,
+                    log_y: false,
+                    series,
+                    hline: Some(0.0),
+                }
+            }
+        };
+        let csv_path = stem.with_extension("csv");
+        std::fs::write(&csv_path, csv).map_err(|e| Error::Io {
+            path: csv_path.display().to_string(),
+            source: e,
+        })?;
+        let mut files = vec![csv_path];
+        files.extend(super::plot::draw(&stem, &spec)?);
+        Ok(files)
+    }
+}
+
+fn same(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * a.abs().max(b.abs())
+}
+
+/// Index of the single cell of kind `baseline`.
+fn baseline_cell(plan: &Plan, baseline: &str) -> Result<usize> {
+    let idx: Vec<usize> = plan
+        .cells
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.kind() == baseline)
+        .map(|(i, _)| i)
+        .collect();
+    match idx.as_slice() {
+        [i] => Ok(*i),
+        [] => Err(Error::param(
+            "baseline",
+            format!("\"{baseline}\""),
+            "the kind of a listed policy",
+        )),
+        _ => Err(Error::param(
+            "baseline",
+            format!("\"{baseline}\""),
+            "a policy kind listed with exactly one configuration (no sweep)",
+        )),
+    }
+}
+
+/// Cells of kind `private` with their value of `param`, sorted by that value.
+fn private_cells(plan: &Plan, private: &str, param: &str) -> Vec<(usize, f64)> {
+    let mut v: Vec<(usize, f64)> = plan
+        .cells
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.kind() == private)
+        .filter_map(|(i, c)| {
+            c.params()
+                .iter()
+                .find(|(k, _)| *k == param)
+                .map(|&(_, v)| (i, v))
+        })
+        .collect();
+    v.sort_by(|a, b| a.1.total_cmp(&b.1));
+    v
+}
+
+/// Means of both cells at checkpoint `i`, and the summary of paired differences.
+fn paired(private: &[Vec<f64>], base: &[Vec<f64>], i: usize) -> (f64, f64, Summary) {
+    let n = private.len().min(base.len());
+    let mp = private[..n].iter().map(|r| r[i]).sum::<f64>() / n as f64;
+    let mb = base[..n].iter().map(|r| r[i]).sum::<f64>() / n as f64;
+    let mut d: Vec<f64> = (0..n).map(|r| private[r][i] - base[r][i]).collect();
+    (mp, mb, Summary::of(&mut d))
+}

@@ -1,0 +1,101 @@
+//! The experiment file as written.
+
+use super::FigureSpec;
+use crate::error::{Error, Result};
+use crate::sim::SimMode;
+use serde::{Deserialize, Serialize};
+
+/// `[checkpoints]`: where regret is recorded.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointSpec {
+    /// Number of log-spaced points from 1 to the horizon (default 200).
+    #[serde(default = "default_points")]
+    pub points: usize,
+    /// Extra rounds to include exactly.
+    #[serde(default)]
+    pub extra: Vec<u64>,
+}
+
+fn default_points() -> usize {
+    200
+}
+
+impl Default for CheckpointSpec {
+    fn default() -> Self {
+        CheckpointSpec {
+            points: default_points(),
+            extra: vec![],
+        }
+    }
+}
+
+/// A whole experiment file.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExperimentSpec {
+    /// Name (letters, digits, `-`, `_`, `.`); the default output folder is `results/<name>`.
+    pub name: String,
+    /// Free text.
+    #[serde(default)]
+    pub description: String,
+    /// The one master seed every random stream derives from.
+    pub master_seed: u64,
+    /// Horizon T (>= 1).
+    pub horizon: u64,
+    /// Independent runs per policy (>= 1).
+    pub runs: u64,
+    /// `episodes` (default, exact episode sums) or `steps`.
+    #[serde(default)]
+    pub simulation: SimMode,
+    /// Checkpoint grid.
+    #[serde(default)]
+    pub checkpoints: CheckpointSpec,
+    /// The environment: `kind` plus its parameters.
+    pub env: toml::Table,
+    /// The policies: each a `kind` plus parameters; lists of numbers are sweep axes.
+    pub policy: Vec<toml::Table>,
+    /// Figures beyond the default regret plot.
+    #[serde(default)]
+    pub figure: Vec<FigureSpec>,
+}
+
+impl ExperimentSpec {
+    /// Parse TOML text.
+    pub fn from_toml(text: &str) -> Result<Self> {
+        let spec: ExperimentSpec = toml::from_str(text)
+            .map_err(|e| Error::Config(e.to_string().trim_end().to_string()))?;
+        spec.check_scalars()?;
+        Ok(spec)
+    }
+
+    fn check_scalars(&self) -> Result<()> {
+        if self.name.is_empty()
+            || !self
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+            || self.name.starts_with('.')
+        {
+            return Err(Error::param(
+                "name",
+                format!("\"{}\"", self.name),
+                "a non-empty name of letters, digits, '-', '_' or '.' (it names the output folder)",
+            ));
+        }
+        if self.horizon == 0 {
+            return Err(Error::param("horizon", 0, "an integer >= 1 (T)"));
+        }
+        if self.runs == 0 {
+            return Err(Error::param("runs", 0, "an integer >= 1"));
+        }
+        if self.policy.is_empty() {
+            return Err(Error::param(
+                "policy",
+                "(none)",
+                "at least one [[policy]] table",
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,4 @@
+//! Numerical helpers shared by several algorithms.
+
+pub mod kl;
+pub mod stats;

@@ -1,0 +1,96 @@
+//! kl-UCB for Bernoulli (and [0, 1]-bounded) rewards.
+//!
+//! # Algorithm
+//! Garivier & Cappe (2011), "The KL-UCB algorithm for bounded stochastic bandits and beyond",
+//! Eq. (2): pull each arm once, then
+//! `argmax_a max{q : N_a kl(mu_hat_a, q) <= ln t + c ln ln t}` (c = 0 by default, as in their
+//! experiments; c = 3 in the theorem). The index is solved by [`crate::math::kl::kl_upper`].
+//!
+//! # Privacy
+//! None: a non-private baseline.
+
+use super::{Policy, PolicyConfig, Pull, argmax};
+use crate::error::{Error, Result, check};
+use crate::math::kl::kl_upper;
+use crate::privacy::PrivacyGuarantee;
+use serde::Deserialize;
+
+/// `kind = "kl_ucb"`; `c` (default 0, >= 0) weights the `ln ln t` term.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KlUcbConfig {
+    /// Weight of `ln ln t` in the exploration level.
+    #[serde(default)]
+    pub c: f64,
+}
+
+impl PolicyConfig for KlUcbConfig {
+    fn kind(&self) -> &'static str {
+        "kl_ucb"
+    }
+    fn params(&self) -> Vec<(&'static str, f64)> {
+        if self.c == 0.0 {
+            vec![]
+        } else {
+            vec![("c", self.c)]
+        }
+    }
+    fn guarantee(&self) -> PrivacyGuarantee {
+        PrivacyGuarantee::non_private()
+    }
+    fn build(&self, k: usize, _seed: u64) -> Result<Box<dyn Policy>> {
+        Ok(Box::new(KlUcb::new(k, self.c)?))
+    }
+}
+
+/// kl-UCB state.
+#[derive(Debug, Clone)]
+pub struct KlUcb {
+    c: f64,
+    pulls: Vec<u64>,
+    sums: Vec<f64>,
+}
+
+impl KlUcb {
+    /// kl-UCB on `k >= 1` arms.
+    pub fn new(k: usize, c: f64) -> Result<Self> {
+        check::at_least("K", k as u64, 1)?;
+        if !(c.is_finite() && c >= 0.0) {
+            return Err(Error::param("c", c, "a finite number >= 0"));
+        }
+        Ok(KlUcb {
+            c,
+            pulls: vec![0; k],
+            sums: vec![0.0; k],
+        })
+    }
+}
+
+impl Policy for KlUcb {
+    fn num_arms(&self) -> usize {
+        self.pulls.len()
+    }
+    fn guarantee(&self) -> PrivacyGuarantee {
+        PrivacyGuarantee::non_private()
+    }
+    fn choose(&mut self, t: u64) -> Pull {
+        if let Some(a) = self.pulls.iter().position(|&n| n == 0) {
+            return Pull { arm: a, steps: 1 };
+        }
+        let lt = (t.max(1) as f64).ln();
+        let level = if self.c > 0.0 && lt > 1.0 {
+            lt + self.c * lt.ln()
+        } else {
+            lt
+        };
+        let arm = argmax(self.pulls.iter().zip(&self.sums).map(|(&n, &s)| {
+            let n = n as f64;
+            kl_upper(s / n, level / n)
+        }));
+        Pull { arm, steps: 1 }
+    }
+    fn observe(&mut self, arm: usize, reward: f64) {
+        self.pulls[arm] += 1;
+        self.sums[arm] += reward.clamp(0.0, 1.0);
+    }
+}

@@ -1,0 +1,129 @@
+//! Finite-armed policies.
+//!
+//! # The `Policy` contract
+//! * [`Policy::choose`] returns a [`Pull`]: an arm and the number of consecutive rounds the policy
+//!   *commits* to it. Per-step policies commit to 1 round. Episodic policies (AdaC-UCB and its
+//!   non-private counterpart) commit to a whole episode, whose length depends only on public data
+//!   (spec zcdp §1.8 condition (i), §8 T5). Calling `choose` again in the middle of an episode
+//!   returns the same arm with the remaining length, so a plain step-by-step loop works for every
+//!   policy.
+//! * [`Policy::observe`] feeds one reward of the arm actually played (it may differ from the one
+//!   recommended under the interactive protocol of spec zcdp §1.7).
+//! * [`Policy::observe_batch`] feeds the *sum* of `n` rewards of one committed arm at once: the
+//!   episode fast path of the simulator (O(episodes) per run).
+//! * Policies own their generators (policy stream and noise stream, see [`crate::rng`]); hot-path
+//!   calls never allocate and never fail. Validation happens in the constructors.
+//! * Ties in an argmax go to the **lowest arm index**. That rule is part of the reproducibility
+//!   contract.
+//!
+//! # Adding a policy
+//! One file in this folder with a `...Config` struct (serde, `deny_unknown_fields`) implementing
+//! [`PolicyConfig`], and the policy implementing [`Policy`]; then one line in
+//! [`crate::registry`]. The conformance tests in `tests/conformance.rs` pick it up from the registry.
+
+pub mod adac_ucb;
+pub mod kl_ucb;
+pub mod thompson;
+pub mod ucb1;
+
+pub use adac_ucb::{AdaCUcb, AdaCUcbConfig, InitCount};
+pub use kl_ucb::{KlUcb, KlUcbConfig};
+pub use thompson::{ThompsonConfig, ThompsonSampling};
+pub use ucb1::{Ucb1, Ucb1Config};
+
+use crate::error::Result;
+use crate::privacy::{PrivacyGuarantee, RewardBoundary};
+use std::fmt::Debug;
+
+/// An arm and how many consecutive rounds the policy commits to it (>= 1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pull {
+    /// The arm.
+    pub arm: usize,
+    /// Committed rounds (>= 1).
+    pub steps: u64,
+}
+
+/// A finite-armed bandit policy for one run.
+pub trait Policy: Send + Debug {
+    /// Number of arms.
+    fn num_arms(&self) -> usize;
+
+    /// The privacy claim of this policy.
+    fn guarantee(&self) -> PrivacyGuarantee;
+
+    /// Choose the next arm; `t` is the number of rounds already played (0-based round index).
+    fn choose(&mut self, t: u64) -> Pull;
+
+    /// Observe the reward of one round of `arm`.
+    fn observe(&mut self, arm: usize, reward: f64);
+
+    /// Observe the sum of `n` consecutive rewards of `arm`, all inside a commitment returned by
+    /// `choose`.
+    ///
+    /// # Panics
+    /// The default implementation accepts only `n == 1`; a policy that commits to more than one
+    /// round must override it.
+    fn observe_batch(&mut self, arm: usize, n: u64, sum: f64) {
+        assert_eq!(
+            n, 1,
+            "this policy does not commit to episodes; observe rewards one at a time"
+        );
+        self.observe(arm, sum);
+    }
+
+    /// The reward boundary the privacy argument assumes (`None` for non-private policies).
+    fn boundary(&self) -> Option<RewardBoundary> {
+        self.guarantee().boundary
+    }
+}
+
+/// A validated policy configuration (one cell of a sweep) that builds a fresh policy per run.
+pub trait PolicyConfig: Send + Sync + Debug {
+    /// Registry id, equal to the config `kind` (e.g. `adac_ucb`).
+    fn kind(&self) -> &'static str;
+    /// Numeric parameters that identify this cell (e.g. `[("rho", 0.1)]`), used in labels and
+    /// figure axes.
+    fn params(&self) -> Vec<(&'static str, f64)>;
+    /// The privacy claim of the policies this config builds.
+    fn guarantee(&self) -> PrivacyGuarantee;
+    /// Build the policy for `k` arms; `seed` is the run's policy seed (policies derive their
+    /// policy and noise streams from it).
+    fn build(&self, k: usize, seed: u64) -> Result<Box<dyn Policy>>;
+    /// Label `kind(p1=v1,p2=v2)`; used in outputs and to key random streams.
+    fn label(&self) -> String {
+        let p = self.params();
+        if p.is_empty() {
+            self.kind().to_string()
+        } else {
+            let inner: Vec<String> = p.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            format!("{}({})", self.kind(), inner.join(","))
+        }
+    }
+}
+
+/// Index of the maximum of `values`; ties go to the lowest index. NaN is never chosen over a number.
+#[inline]
+pub fn argmax(values: impl IntoIterator<Item = f64>) -> usize {
+    let mut best = 0;
+    let mut best_v = f64::NEG_INFINITY;
+    for (i, v) in values.into_iter().enumerate() {
+        if v > best_v {
+            best = i;
+            best_v = v;
+        }
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::argmax;
+
+    #[test]
+    fn argmax_lowest_index_on_ties() {
+        assert_eq!(argmax([1.0, 3.0, 3.0]), 1);
+        assert_eq!(argmax([f64::NAN, 0.0]), 1);
+        assert_eq!(argmax([f64::INFINITY, f64::INFINITY]), 0);
+    }
+}

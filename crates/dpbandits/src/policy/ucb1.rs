@@ -1,0 +1,97 @@
+//! UCB1: upper confidence bounds for bounded rewards.
+//!
+//! # Algorithm
+//! Auer, Cesa-Bianchi & Fischer (2002), "Finite-time analysis of the multiarmed bandit problem",
+//! Fig. 1 (UCB1). Pull each arm once, then `argmax_a mu_hat_a + sqrt(alpha ln t / N_a)` where `t` is
+//! the number of rounds played; `alpha = 2` is UCB1 as published.
+//!
+//! # Privacy
+//! None: a non-private baseline.
+
+use super::{Policy, PolicyConfig, Pull, argmax};
+use crate::error::{Result, check};
+use crate::privacy::PrivacyGuarantee;
+use serde::Deserialize;
+
+/// `kind = "ucb1"`; `alpha` (default 2, > 0) scales the exploration bonus.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Ucb1Config {
+    /// Exploration constant (bonus `sqrt(alpha ln t / N)`).
+    #[serde(default = "two")]
+    pub alpha: f64,
+}
+
+fn two() -> f64 {
+    2.0
+}
+
+impl Default for Ucb1Config {
+    fn default() -> Self {
+        Ucb1Config { alpha: 2.0 }
+    }
+}
+
+impl PolicyConfig for Ucb1Config {
+    fn kind(&self) -> &'static str {
+        "ucb1"
+    }
+    fn params(&self) -> Vec<(&'static str, f64)> {
+        if self.alpha == 2.0 {
+            vec![]
+        } else {
+            vec![("alpha", self.alpha)]
+        }
+    }
+    fn guarantee(&self) -> PrivacyGuarantee {
+        PrivacyGuarantee::non_private()
+    }
+    fn build(&self, k: usize, _seed: u64) -> Result<Box<dyn Policy>> {
+        Ok(Box::new(Ucb1::new(k, self.alpha)?))
+    }
+}
+
+/// UCB1 state.
+#[derive(Debug, Clone)]
+pub struct Ucb1 {
+    alpha: f64,
+    pulls: Vec<u64>,
+    sums: Vec<f64>,
+}
+
+impl Ucb1 {
+    /// UCB1 on `k >= 1` arms.
+    pub fn new(k: usize, alpha: f64) -> Result<Self> {
+        check::at_least("K", k as u64, 1)?;
+        check::positive("alpha", alpha)?;
+        Ok(Ucb1 {
+            alpha,
+            pulls: vec![0; k],
+            sums: vec![0.0; k],
+        })
+    }
+}
+
+impl Policy for Ucb1 {
+    fn num_arms(&self) -> usize {
+        self.pulls.len()
+    }
+    fn guarantee(&self) -> PrivacyGuarantee {
+        PrivacyGuarantee::non_private()
+    }
+    fn choose(&mut self, t: u64) -> Pull {
+        if let Some(a) = self.pulls.iter().position(|&n| n == 0) {
+            return Pull { arm: a, steps: 1 };
+        }
+        let c = self.alpha * (t.max(1) as f64).ln();
+        let arm = argmax(self.pulls.iter().zip(&self.sums).map(|(&n, &s)| {
+            let n = n as f64;
+            s / n + (c / n).sqrt()
+        }));
+        Pull { arm, steps: 1 }
+    }
+    fn observe(&mut self, arm: usize, reward: f64) {
+        self.pulls[arm] += 1;
+        self.sums[arm] += reward;
+    }
+}

@@ -1,0 +1,235 @@
+//! The simulator: checkpoint grids, the finite-armed run loop, and deterministic parallel jobs.
+//!
+//! # Memory
+//! Regret is recorded only on a [`CheckpointGrid`] (log-spaced by default, plus any horizons a
+//! figure needs), so a run's memory does not depend on the horizon `T`.
+//!
+//! # Episode fast path
+//! With [`SimMode::Episodes`] (the default) a policy that commits to an arm for `L` rounds is
+//! advanced by one [`Environment::pull_sum`] (an exact draw of the sum of `L` rewards) and one
+//! [`Policy::observe_batch`]. Pseudo-regret inside the episode is deterministic given the arm, so
+//! checkpoints that fall inside an episode are still exact. [`SimMode::Steps`] is the plain
+//! step-by-step loop, kept for testing the fast path against (see `tests/fast_path.rs`).
+//!
+//! # Parallelism and reproducibility
+//! [`run_jobs`] enumerates jobs `(cell, run)`, runs them with rayon and collects results in job
+//! order (the `rand` crate's `rayon-monte-carlo` pattern). Each job seeds its own generators from
+//! its coordinates, so results are byte-identical for any thread count.
+
+use crate::env::Environment;
+use crate::error::{Error, Result};
+use crate::policy::Policy;
+use crate::privacy::{PrivacyGuarantee, RewardBoundary};
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+use std::fmt::Debug;
+
+/// How to advance a policy that commits to episodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SimMode {
+    /// Draw each committed episode's reward sum exactly: O(episodes) per run.
+    #[default]
+    Episodes,
+    /// One reward at a time: O(T) per run.
+    Steps,
+}
+
+/// Sorted, distinct rounds `1 <= t <= T` at which regret is recorded; the last one is `T`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CheckpointGrid {
+    points: Vec<u64>,
+}
+
+impl CheckpointGrid {
+    /// About `points` log-spaced rounds from 1 to `horizon`, plus the `extra` rounds.
+    ///
+    /// # Errors
+    /// `horizon` must be >= 1, `points` >= 2, every extra round in `1..=horizon`.
+    pub fn log(horizon: u64, points: usize, extra: &[u64]) -> Result<Self> {
+        if horizon == 0 {
+            return Err(Error::param("horizon", 0, "an integer >= 1"));
+        }
+        if points < 2 {
+            return Err(Error::param(
+                "checkpoints.points",
+                points,
+                "an integer >= 2",
+            ));
+        }
+        let mut v: Vec<u64> = (0..points)
+            .map(|i| {
+                let x = (horizon as f64).ln() * i as f64 / (points - 1) as f64;
+                (x.exp().round() as u64).clamp(1, horizon)
+            })
+            .collect();
+        for &e in extra {
+            if e == 0 || e > horizon {
+                return Err(Error::param(
+                    "checkpoint",
+                    e,
+                    format!("a round in 1..={horizon} (the horizon)"),
+                ));
+            }
+            v.push(e);
+        }
+        v.push(horizon);
+        v.sort_unstable();
+        v.dedup();
+        Ok(CheckpointGrid { points: v })
+    }
+
+    /// Explicit checkpoints (sorted and deduplicated); must be non-empty and >= 1.
+    pub fn explicit(mut points: Vec<u64>) -> Result<Self> {
+        points.sort_unstable();
+        points.dedup();
+        if points.first().is_none_or(|&p| p == 0) {
+            return Err(Error::param(
+                "checkpoints",
+                format!("{points:?}"),
+                "non-empty rounds >= 1",
+            ));
+        }
+        Ok(CheckpointGrid { points })
+    }
+
+    /// The rounds.
+    pub fn points(&self) -> &[u64] {
+        &self.points
+    }
+
+    /// The horizon (last checkpoint).
+    pub fn horizon(&self) -> u64 {
+        *self.points.last().expect("non-empty")
+    }
+
+    /// Position of round `t` in the grid, if it is a checkpoint.
+    pub fn position(&self, t: u64) -> Option<usize> {
+        self.points.binary_search(&t).ok()
+    }
+}
+
+/// Play `policy` against `env` up to the grid's horizon and write the cumulative pseudo-regret
+/// at each checkpoint into `out` (length = number of checkpoints).
+///
+/// `clip_each`: in episode mode, when the environment can emit rewards outside the policy's
+/// privacy boundary, the episode sum is built from individually clipped rewards (O(L)) instead of
+/// one exact draw, so the sensitivity argument holds for the fast path too.
+pub fn simulate_finite(
+    env: &mut dyn Environment,
+    policy: &mut dyn Policy,
+    grid: &CheckpointGrid,
+    mode: SimMode,
+    clip_each: Option<RewardBoundary>,
+    out: &mut [f64],
+) {
+    let cps = grid.points();
+    assert_eq!(out.len(), cps.len());
+    let horizon = grid.horizon();
+    let (mut t, mut regret, mut ci) = (0u64, 0.0f64, 0usize);
+    while t < horizon {
+        let pull = policy.choose(t);
+        let steps = match mode {
+            SimMode::Episodes => pull.steps.clamp(1, horizon - t),
+            SimMode::Steps => 1,
+        };
+        let arm = pull.arm;
+        while ci < cps.len() && cps[ci] <= t + steps {
+            out[ci] = regret + env.regret(arm, t, cps[ci] - t);
+            ci += 1;
+        }
+        regret += env.regret(arm, t, steps);
+        if steps == 1 {
+            let r = env.pull(arm, t);
+            policy.observe(arm, r);
+        } else {
+            let sum = match clip_each {
+                Some(b) => (0..steps).map(|i| b.clip(env.pull(arm, t + i))).sum(),
+                None => env.pull_sum(arm, t, steps),
+            };
+            policy.observe_batch(arm, steps, sum);
+        }
+        t += steps;
+    }
+}
+
+/// One configuration of an experiment (an environment and a policy with fixed parameters) that
+/// can produce independent runs.
+pub trait Cell: Send + Sync + Debug {
+    /// Label, e.g. `adac_ucb(rho=0.1)`.
+    fn label(&self) -> String;
+    /// Registry id of the algorithm.
+    fn kind(&self) -> &'static str;
+    /// Numeric parameters identifying this cell.
+    fn params(&self) -> Vec<(&'static str, f64)>;
+    /// The privacy claim of the algorithm.
+    fn guarantee(&self) -> PrivacyGuarantee;
+    /// Free-form facts for the manifest (e.g. which simulation path is used and why).
+    fn describe(&self) -> serde_json::Value {
+        serde_json::Value::Null
+    }
+    /// Run number `run`; write the metric at each checkpoint into `out`.
+    fn run(&self, run: u64, grid: &CheckpointGrid, out: &mut [f64]) -> Result<()>;
+}
+
+/// Results of all runs of one cell: `values[run][checkpoint]`, or the error that stopped it.
+pub type CellRuns = Result<Vec<Vec<f64>>>;
+
+/// Run every `(cell, run)` job in parallel on the current rayon pool. `progress` is called once
+/// per finished job. Results are in cell order, runs in run order, independent of thread count.
+/// A failing job makes only its own cell fail; the other cells are kept.
+pub fn run_jobs(
+    cells: &[Box<dyn Cell>],
+    runs: u64,
+    grid: &CheckpointGrid,
+    progress: &(dyn Fn() + Sync),
+) -> Vec<CellRuns> {
+    let n_cp = grid.points().len();
+    let jobs = cells.len() as u64 * runs;
+    let results: Vec<Result<Vec<f64>>> = (0..jobs)
+        .into_par_iter()
+        .map(|j| {
+            let (c, r) = ((j / runs) as usize, j % runs);
+            let mut out = vec![0.0; n_cp];
+            let res = cells[c].run(r, grid, &mut out).map(|()| out);
+            progress();
+            res
+        })
+        .collect();
+    let mut it = results.into_iter();
+    cells
+        .iter()
+        .map(|_| {
+            let mut runs_of_cell = Vec::with_capacity(runs as usize);
+            let mut err = None;
+            for res in it.by_ref().take(runs as usize) {
+                match res {
+                    Ok(v) => runs_of_cell.push(v),
+                    Err(e) if err.is_none() => err = Some(e),
+                    Err(_) => {}
+                }
+            }
+            match err {
+                Some(e) => Err(e),
+                None => Ok(runs_of_cell),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_grid() {
+        let g = CheckpointGrid::log(10_000_000, 50, &[100_000, 1_000_000]).unwrap();
+        assert_eq!(g.points()[0], 1);
+        assert_eq!(g.horizon(), 10_000_000);
+        assert!(g.position(100_000).is_some() && g.position(1_000_000).is_some());
+        assert!(g.points().windows(2).all(|w| w[0] < w[1]));
+        assert!(CheckpointGrid::log(0, 10, &[]).is_err());
+        assert!(CheckpointGrid::log(100, 10, &[101]).is_err());
+        assert_eq!(CheckpointGrid::log(1, 10, &[]).unwrap().points(), &[1]);
+    }
+}
