@@ -198,6 +198,13 @@ fn list() {
             println!("  {:<16} {}", e.kind, e.name);
             println!("  {:<16}   reference: {}", "", e.reference);
             println!("  {:<16}   privacy:   {}", "", e.privacy);
+            if !e.example.is_empty() {
+                println!(
+                    "  {:<16}   example:   {}",
+                    "",
+                    e.example.replace('\n', ", ")
+                );
+            }
         }
         println!();
     }

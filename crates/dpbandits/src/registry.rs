@@ -53,6 +53,9 @@ pub struct PolicyEntry {
     pub reference: &'static str,
     /// Privacy claim in one line.
     pub privacy: &'static str,
+    /// Typical parameters as TOML (e.g. `rho = 1.0`), used by `dpbandits list`, the docs and the
+    /// conformance tests (which run every algorithm with them).
+    pub example: &'static str,
     /// Parser.
     pub parse: PolicyParser,
 }
@@ -104,6 +107,7 @@ fn finite_policy<T: DeserializeOwned + PolicyConfig + 'static>(
 pub static POLICIES: &[PolicyEntry] = &[
     PolicyEntry {
         kind: "ucb1",
+        example: "",
         name: "UCB1",
         setting: Setting::FiniteArmed,
         reference: "Auer, Cesa-Bianchi & Fischer 2002, Fig. 1",
@@ -116,6 +120,7 @@ pub static POLICIES: &[PolicyEntry] = &[
     },
     PolicyEntry {
         kind: "kl_ucb",
+        example: "",
         name: "kl-UCB",
         setting: Setting::FiniteArmed,
         reference: "Garivier & Cappe 2011, Eq. (2)",
@@ -126,6 +131,7 @@ pub static POLICIES: &[PolicyEntry] = &[
     },
     PolicyEntry {
         kind: "thompson",
+        example: "",
         name: "Thompson sampling (Beta-Bernoulli)",
         setting: Setting::FiniteArmed,
         reference: "Agrawal & Goyal 2012, Alg. 1-2 (Bernoulli trick for [0,1] rewards)",
@@ -134,6 +140,7 @@ pub static POLICIES: &[PolicyEntry] = &[
     },
     PolicyEntry {
         kind: "adaptive_ucb",
+        example: "beta = 1.0",
         name: "UCB with adaptive episodes and forgetting",
         setting: Setting::FiniteArmed,
         reference: "Azize & Basu 2024, Sec. VII-A baseline (AdaC-UCB with rho = inf; spec zcdp §2.7)",
@@ -148,6 +155,7 @@ pub static POLICIES: &[PolicyEntry] = &[
     },
     PolicyEntry {
         kind: "adac_ucb",
+        example: "rho = 1.0",
         name: "AdaC-UCB",
         setting: Setting::FiniteArmed,
         reference: "Azize & Basu 2024, Algorithm 4, Eq. (14)",
@@ -220,4 +228,19 @@ pub fn environment(kind: &str) -> Result<&'static EnvEntry> {
             format!("one of: {}", known.join(", ")),
         )
     })
+}
+
+impl PolicyEntry {
+    /// The entry's example configuration, parsed (`None` if the algorithm is not finite-armed).
+    pub fn example_finite(&self) -> Option<Result<Box<dyn PolicyConfig>>> {
+        match self.parse {
+            PolicyParser::Finite(parse) => Some(
+                toml::from_str::<toml::Table>(self.example)
+                    .map_err(|e| Error::Config(e.to_string()))
+                    .and_then(parse),
+            ),
+            #[allow(unreachable_patterns)]
+            _ => None,
+        }
+    }
 }
