@@ -22,13 +22,14 @@ pub enum Error {
         expected: String,
     },
     /// An error located inside an experiment file; `path` says where (e.g. `policy[2] (adac_ucb)`).
-    #[error("{path}: {source}")]
+    /// The inner error is part of the message (not a separate `source`), so printing the chain
+    /// does not repeat it.
+    #[error("{path}: {inner}")]
     At {
         /// Location of the offending entry.
         path: String,
         /// What is wrong there.
-        #[source]
-        source: Box<Error>,
+        inner: Box<Error>,
     },
     /// A malformed experiment file (syntax, unknown key, wrong type).
     #[error("{0}")]
@@ -58,13 +59,12 @@ pub enum Error {
         hi: f64,
     },
     /// Reading or writing a file failed.
-    #[error("{path}: {source}")]
+    #[error("{path}: {error}")]
     Io {
         /// The file or folder involved.
         path: String,
         /// The underlying error.
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// Drawing a plot failed.
     #[error("plot {path}: {message}")]
@@ -97,7 +97,7 @@ impl Error {
     pub fn at(self, path: impl Into<String>) -> Self {
         Error::At {
             path: path.into(),
-            source: Box::new(self),
+            inner: Box::new(self),
         }
     }
 }

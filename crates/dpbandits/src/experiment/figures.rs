@@ -227,7 +227,7 @@ impl FigureSpec {
         let csv_path = stem.with_extension("csv");
         std::fs::write(&csv_path, csv).map_err(|e| Error::Io {
             path: csv_path.display().to_string(),
-            source: e,
+            error: e,
         })?;
         let mut files = vec![csv_path];
         files.extend(super::plot::draw(&stem, &spec)?);

@@ -52,7 +52,7 @@ pub fn run(plan: &Plan, progress: &(dyn Fn() + Sync)) -> Outcome {
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
     move |e| Error::Io {
         path: path.display().to_string(),
-        source: e,
+        error: e,
     }
 }
 

@@ -26,7 +26,7 @@ impl Plan {
     pub fn from_file(path: &Path) -> Result<Plan> {
         let text = std::fs::read_to_string(path).map_err(|e| Error::Io {
             path: path.display().to_string(),
-            source: e,
+            error: e,
         })?;
         Plan::from_toml(&text).map_err(|e| e.at(path.display().to_string()))
     }

@@ -43,7 +43,8 @@ pub fn kl_upper(p: f64, d: f64) -> f64 {
     }
     for _ in 0..50 {
         let f = kl_bernoulli(p, q) - d;
-        if f <= 1e-12 {
+        // Relative tolerance: the index is compared with other indices, not reported.
+        if f <= 1e-12f64.max(1e-10 * d) {
             break;
         }
         let df = (q - p) / (q * (1.0 - q));

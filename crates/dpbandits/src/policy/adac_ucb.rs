@@ -238,10 +238,15 @@ impl AdaCUcb {
         let a = ep.arm;
         self.pulls[a] += ep.len;
         let n = self.index_count(ep.len, self.pulls[a]);
-        // Calibrate for sensitivity 1/n with n <= L: at least the noise the true sensitivity 1/L needs.
-        let mech = GaussianMechanism::for_zcdp(self.boundary.width() / n, self.cfg.rho)
-            .expect("rho validated, n > 0");
-        self.released[a] = Some(mech.release_mean(ep.sum, ep.len, &self.boundary, &mut self.noise));
+        self.released[a] = Some(if self.is_private() {
+            // Calibrate for sensitivity 1/n with n <= L: at least the noise the true sensitivity
+            // 1/L needs.
+            let mech = GaussianMechanism::for_zcdp(self.boundary.width() / n, self.cfg.rho)
+                .expect("rho validated, n > 0");
+            mech.release_mean(ep.sum, ep.len, &self.boundary, &mut self.noise)
+        } else {
+            NoisyMean::non_private(ep.sum, ep.len)
+        });
         let rho_term = if self.cfg.rho.is_infinite() {
             0.0
         } else {
@@ -250,6 +255,12 @@ impl AdaCUcb {
         self.bonus_coeff[a] = (1.0 / (2.0 * n) + rho_term) * self.cfg.beta;
         self.releases += 1;
         self.episode = None;
+    }
+
+    /// Whether a privacy mechanism is applied (rho finite). The non-private counterpart has no
+    /// privacy boundary: it neither clips nor adds noise, exactly like the paper's baseline.
+    fn is_private(&self) -> bool {
+        self.cfg.rho.is_finite()
     }
 
     fn record(&mut self, arm: usize, n: u64, sum: f64) {
@@ -280,7 +291,7 @@ impl Policy for AdaCUcb {
         guarantee(self.cfg.rho, self.cfg.boundary, self.cfg.init_count)
     }
     fn boundary(&self) -> Option<RewardBoundary> {
-        self.cfg.rho.is_finite().then_some(self.boundary)
+        self.is_private().then_some(self.boundary)
     }
     fn choose(&mut self, t: u64) -> Pull {
         if let Some(ep) = self.episode {
@@ -310,11 +321,19 @@ impl Policy for AdaCUcb {
         Pull { arm, steps: len }
     }
     fn observe(&mut self, arm: usize, reward: f64) {
-        let r = self.boundary.clip(reward);
+        let r = if self.is_private() {
+            self.boundary.clip(reward)
+        } else {
+            reward
+        };
         self.record(arm, 1, r);
     }
     fn observe_batch(&mut self, arm: usize, n: u64, sum: f64) {
-        let s = self.boundary.clip_sum(sum, n);
+        let s = if self.is_private() {
+            self.boundary.clip_sum(sum, n)
+        } else {
+            sum
+        };
         self.record(arm, n, s);
     }
 }

@@ -9,7 +9,7 @@
 //! # Privacy
 //! None: a non-private baseline.
 
-use super::{Policy, PolicyConfig, Pull, argmax};
+use super::{Policy, PolicyConfig, Pull};
 use crate::error::{Error, Result, check};
 use crate::math::kl::kl_upper;
 use crate::privacy::PrivacyGuarantee;
@@ -49,6 +49,8 @@ pub struct KlUcb {
     c: f64,
     pulls: Vec<u64>,
     sums: Vec<f64>,
+    means: Vec<f64>,
+    inv_pulls: Vec<f64>,
 }
 
 impl KlUcb {
@@ -62,6 +64,8 @@ impl KlUcb {
             c,
             pulls: vec![0; k],
             sums: vec![0.0; k],
+            means: vec![0.0; k],
+            inv_pulls: vec![f64::INFINITY; k],
         })
     }
 }
@@ -83,14 +87,27 @@ impl Policy for KlUcb {
         } else {
             lt
         };
-        let arm = argmax(self.pulls.iter().zip(&self.sums).map(|(&n, &s)| {
-            let n = n as f64;
-            kl_upper(s / n, level / n)
-        }));
+        // Exact argmax with pruning: Pinsker's inequality kl(p, q) >= 2 (q - p)^2 gives
+        // u(p, d) <= p + sqrt(d / 2), so an arm whose bound does not beat the best index found so
+        // far cannot be the (lowest-index) argmax and its index need not be solved.
+        let (mut arm, mut best) = (0, f64::NEG_INFINITY);
+        for (a, (&p, &inv)) in self.means.iter().zip(&self.inv_pulls).enumerate() {
+            let d = level * inv;
+            if p + (d / 2.0).sqrt() <= best {
+                continue;
+            }
+            let u = kl_upper(p, d);
+            if u > best {
+                best = u;
+                arm = a;
+            }
+        }
         Pull { arm, steps: 1 }
     }
     fn observe(&mut self, arm: usize, reward: f64) {
         self.pulls[arm] += 1;
         self.sums[arm] += reward.clamp(0.0, 1.0);
+        self.means[arm] = self.sums[arm] / self.pulls[arm] as f64;
+        self.inv_pulls[arm] = 1.0 / self.pulls[arm] as f64;
     }
 }

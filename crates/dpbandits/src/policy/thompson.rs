@@ -42,6 +42,8 @@ impl PolicyConfig for ThompsonConfig {
 pub struct ThompsonSampling {
     successes: Vec<f64>,
     failures: Vec<f64>,
+    /// Posterior of each arm, rebuilt only when that arm is observed.
+    posteriors: Vec<Beta<f64>>,
     rng: SimRng,
 }
 
@@ -52,6 +54,7 @@ impl ThompsonSampling {
         Ok(ThompsonSampling {
             successes: vec![0.0; k],
             failures: vec![0.0; k],
+            posteriors: vec![Beta::new(1.0, 1.0).expect("valid shapes"); k],
             rng: stream_rng(seed, Stream::Policy, &[]),
         })
     }
@@ -89,5 +92,8 @@ impl Policy for ThompsonSampling {
         } else {
             self.failures[arm] += 1.0;
         }
+        // Both shape parameters are >= 1, so Beta::new cannot fail.
+        self.posteriors[arm] =
+            Beta::new(self.successes[arm] + 1.0, self.failures[arm] + 1.0).expect("shapes >= 1");
     }
 }

@@ -57,6 +57,10 @@ pub struct Ucb1 {
     alpha: f64,
     pulls: Vec<u64>,
     sums: Vec<f64>,
+    /// Cached `sums/pulls` and `1/pulls`, updated on observe (one arm per step), so the index of
+    /// each arm costs one multiply and one square root.
+    means: Vec<f64>,
+    inv_pulls: Vec<f64>,
 }
 
 impl Ucb1 {
@@ -68,6 +72,8 @@ impl Ucb1 {
             alpha,
             pulls: vec![0; k],
             sums: vec![0.0; k],
+            means: vec![0.0; k],
+            inv_pulls: vec![f64::INFINITY; k],
         })
     }
 }
@@ -93,5 +99,7 @@ impl Policy for Ucb1 {
     fn observe(&mut self, arm: usize, reward: f64) {
         self.pulls[arm] += 1;
         self.sums[arm] += reward;
+        self.means[arm] = self.sums[arm] / self.pulls[arm] as f64;
+        self.inv_pulls[arm] = 1.0 / self.pulls[arm] as f64;
     }
 }

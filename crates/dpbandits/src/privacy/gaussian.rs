@@ -131,6 +131,16 @@ pub struct NoisyMean {
 }
 
 impl NoisyMean {
+    /// The exact mean of `n` rewards summing to `sum`, with no noise and no clipping: the
+    /// `rho = inf` limit used by non-private counterparts (which have no privacy boundary).
+    pub(crate) fn non_private(sum: f64, n: u64) -> Self {
+        NoisyMean {
+            value: sum / n as f64,
+            samples: n,
+            sigma: 0.0,
+        }
+    }
+
     /// The released value.
     pub fn value(&self) -> f64 {
         self.value
