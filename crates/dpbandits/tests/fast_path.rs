@@ -57,27 +57,12 @@ fn fast_path_matches_step_loop_in_distribution() {
         sigma: 0.5,
         clip: None,
     });
-    let cases: Vec<(&str, Arc<dyn EnvConfig>, Box<dyn PolicyConfig>)> = vec![
-        (
-            "bernoulli/adac_ucb(rho=0.5)",
-            bernoulli(),
-            Box::new(AdaCUcbConfig::private(0.5)),
-        ),
-        (
-            "bernoulli/adaptive_ucb",
-            bernoulli(),
-            Box::new(AdaCUcbConfig::non_private()),
-        ),
-        (
-            "gaussian/adaptive_ucb",
-            gaussian.clone(),
-            Box::new(AdaCUcbConfig::non_private()),
-        ),
-        (
-            "gaussian/adac_ucb(rho=0.5) (clipped sums)",
-            gaussian,
-            Box::new(AdaCUcbConfig::private(0.5)),
-        ),
+    // (name, environment, rho); rho = inf is the non-private counterpart `adaptive_ucb`.
+    let cases = [
+        ("bernoulli/adac_ucb(rho=0.5)", bernoulli(), 0.5),
+        ("bernoulli/adaptive_ucb", bernoulli(), f64::INFINITY),
+        ("gaussian/adaptive_ucb", gaussian.clone(), f64::INFINITY),
+        ("gaussian/adac_ucb(rho=0.5) (clipped sums)", gaussian, 0.5),
     ];
     for (name, env, policy) in cases {
         let fast = regrets(
@@ -105,15 +90,12 @@ fn fast_path_matches_step_loop_in_distribution() {
     }
 }
 
-fn policy_clone(p: &dyn PolicyConfig) -> Box<dyn PolicyConfig> {
-    let rho = p
-        .params()
-        .iter()
-        .find(|(k, _)| *k == "rho")
-        .map(|&(_, v)| v);
-    match rho {
-        Some(rho) => Box::new(AdaCUcbConfig::private(rho)),
-        None => Box::new(AdaCUcbConfig::non_private()),
+/// AdaC-UCB with `rho`, or its non-private counterpart for `rho = inf`.
+fn adac(rho: f64) -> Box<dyn PolicyConfig> {
+    if rho.is_infinite() {
+        Box::new(AdaCUcbConfig::non_private())
+    } else {
+        Box::new(AdaCUcbConfig::private(rho))
     }
 }
 
