@@ -1,7 +1,7 @@
 //! Per-step cost of the per-step policies, and the cost of one episodic run at T = 1e7.
 //!
-//! `cargo bench -p dpbandits --bench policies`. Each "step" is one `choose` + one Bernoulli `pull`
-//! + one `observe`, at steady state (after 10^4 warm-up rounds). Results and the machine are
+//! `cargo bench -p dpbandits --bench policies`. Each "step" is one `choose`, one Bernoulli `pull`
+//! and one `observe`, at steady state (after 10^4 warm-up rounds). Results and the machine are
 //! recorded in docs/perf.md.
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};

@@ -64,16 +64,9 @@ fn fast_path_matches_step_loop_in_distribution() {
         ("gaussian/adaptive_ucb", gaussian.clone(), f64::INFINITY),
         ("gaussian/adac_ucb(rho=0.5) (clipped sums)", gaussian, 0.5),
     ];
-    for (name, env, policy) in cases {
-        let fast = regrets(
-            env.clone(),
-            policy_clone(policy.as_ref()),
-            SimMode::Episodes,
-            1,
-            runs,
-            &grid,
-        );
-        let slow = regrets(env, policy, SimMode::Steps, 2, runs, &grid);
+    for (name, env, rho) in cases {
+        let fast = regrets(env.clone(), adac(rho), SimMode::Episodes, 1, runs, &grid);
+        let slow = regrets(env, adac(rho), SimMode::Steps, 2, runs, &grid);
         for &i in &idx {
             let (a, b) = (column(&fast, i), column(&slow, i));
             let d = ks_statistic(&a, &b);
