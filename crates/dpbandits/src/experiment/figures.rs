@@ -206,7 +206,7 @@ impl FigureSpec {
                         }
                     }
                     series.push(Series {
-                        name: format!("{param} = {v}"),
+                        name: format!("{param} = {}", super::plot::short_number(v, 3)),
                         points: pts,
                         band: None,
                     });

@@ -154,7 +154,7 @@ pub fn write_outputs(plan: &Plan, outcome: &Outcome, dir: &Path) -> Result<Vec<P
         .filter_map(|(c, s)| {
             let s = s.as_ref()?;
             Some(Series {
-                name: c.label(),
+                name: super::plot::short_label(c.kind(), &c.params()),
                 points: grid
                     .iter()
                     .zip(s)

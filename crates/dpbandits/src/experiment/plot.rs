@@ -71,6 +71,44 @@ fn register_font() {
     });
 }
 
+/// A number with `sig` significant digits and no trailing zeros, for legends and titles
+/// (`0.31622776601683794` -> `0.316`, `1000` -> `1000`, `1e-5` -> `1e-5`).
+pub fn short_number(v: f64, sig: usize) -> String {
+    if v == 0.0 || !v.is_finite() {
+        return format!("{v}");
+    }
+    let mag = v.abs().log10().floor() as i32;
+    if !(-3..6).contains(&mag) {
+        let s = format!("{:.*e}", sig.saturating_sub(1), v);
+        let (m, e) = s.split_once('e').unwrap_or((&s, "0"));
+        let m = if m.contains('.') {
+            m.trim_end_matches('0').trim_end_matches('.')
+        } else {
+            m
+        };
+        return format!("{m}e{e}");
+    }
+    let decimals = (sig as i32 - 1 - mag).max(0) as usize;
+    let s = format!("{v:.decimals$}");
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
+    }
+}
+
+/// A label `kind(p=v,...)` with short numbers, for legends.
+pub fn short_label(kind: &str, params: &[(&str, f64)]) -> String {
+    if params.is_empty() {
+        return kind.to_string();
+    }
+    let inner: Vec<String> = params
+        .iter()
+        .map(|(k, v)| format!("{k}={}", short_number(*v, 3)))
+        .collect();
+    format!("{kind}({})", inner.join(","))
+}
+
 /// Draw `spec` to `<stem>.svg` and `<stem>.png`; returns both paths.
 pub fn draw(stem: &Path, spec: &PlotSpec) -> Result<Vec<PathBuf>> {
     register_font();
@@ -188,9 +226,11 @@ where
             .draw_series(LineSeries::new([(x0, h), (x1, h)], BLACK.mix(0.4)))
             .map_err(e)?;
     }
+    // Bands of more than a few curves hide each other: draw them only for small plots.
+    let bands = spec.series.len() <= 6;
     for (i, s) in spec.series.iter().enumerate() {
         let color = color(i);
-        if let Some(band) = &s.band {
+        if let Some(band) = s.band.as_ref().filter(|_| bands) {
             let mut poly: Vec<(f64, f64)> = band
                 .iter()
                 .filter_map(|&(x, lo, _)| Some((tx(x, lx)?, tx(lo, ly)?)))
@@ -233,4 +273,24 @@ where
         .map_err(e)?;
     root.present().map_err(e)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_numbers() {
+        assert_eq!(short_number(0.31622776601683794, 3), "0.316");
+        assert_eq!(short_number(1000.0, 3), "1000");
+        assert_eq!(short_number(0.5, 3), "0.5");
+        assert_eq!(short_number(31.622776601683793, 3), "31.6");
+        assert_eq!(short_number(1e-5, 3), "1e-5");
+        assert_eq!(short_number(1.25e7, 3), "1.25e7");
+        assert_eq!(short_number(f64::INFINITY, 3), "inf");
+        assert_eq!(
+            short_label("adac_ucb", &[("rho", 0.1)]),
+            "adac_ucb(rho=0.1)"
+        );
+    }
 }
