@@ -171,8 +171,14 @@ pub fn write_outputs(plan: &Plan, outcome: &Outcome, dir: &Path) -> Result<Vec<P
         .collect();
     let spec = PlotSpec {
         title: format!(
-            "{}: mean cumulative pseudo-regret ({} runs; band 5%-95%)",
-            plan.spec.name, plan.spec.runs
+            "{}: mean cumulative pseudo-regret ({} runs{})",
+            plan.spec.name,
+            plan.spec.runs,
+            if plan.cells.len() <= 6 {
+                "; band 5%-95%"
+            } else {
+                ""
+            }
         ),
         x_label: "t".into(),
         y_label: "regret".into(),
