@@ -443,6 +443,25 @@ mod tests {
         assert!((p.bonus_coeff[1] - 1.0).abs() < 1e-15);
     }
 
+    /// Rewards outside [0, 1] are clipped before they enter a released statistic, on both paths
+    /// (per reward, and per episode sum); the non-private counterpart does not clip.
+    #[test]
+    fn rewards_are_clipped_at_the_privacy_boundary() {
+        // rho huge: the noise (sd ~ 1e-6) does not hide the clipping.
+        let mut p = AdaCUcb::new(2, AdaCUcbConfig::private(1e12), 5).unwrap();
+        run_steps(&mut p, |a, _| if a == 0 { 7.0 } else { -3.0 }, 2);
+        let m = p.released_means();
+        assert!((m[0].unwrap() - 1.0).abs() < 1e-4 && m[1].unwrap().abs() < 1e-4, "{m:?}");
+        let pull = p.choose(2);
+        p.observe_batch(pull.arm, pull.steps, 100.0 * pull.steps as f64);
+        assert!((p.released_means()[pull.arm].unwrap() - 1.0).abs() < 1e-4);
+        assert_eq!(p.boundary(), Some(RewardBoundary::unit(BoundaryMode::Clip)));
+        let mut np = AdaCUcb::new(2, AdaCUcbConfig::non_private(), 5).unwrap();
+        run_steps(&mut np, |_, _| 7.0, 2);
+        assert_eq!(np.released_means(), vec![Some(7.0), Some(7.0)]);
+        assert_eq!(np.boundary(), None);
+    }
+
     #[test]
     fn bad_config() {
         assert!(AdaCUcb::new(0, AdaCUcbConfig::private(1.0), 0).is_err());
