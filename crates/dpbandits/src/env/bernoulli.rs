@@ -2,7 +2,7 @@
 
 use super::{EnvConfig, Environment};
 use crate::error::{Result, check};
-use crate::rng::{SimRng, Stream, stream_rng};
+use crate::rng::SimRng;
 use rand::RngExt;
 use rand_distr::{Binomial, Distribution};
 use serde::Deserialize;
@@ -53,9 +53,7 @@ impl Bernoulli {
     /// Arms with the given means (each in [0, 1]); `seed` keys the per-arm streams.
     pub fn new(means: Vec<f64>, seed: u64) -> Result<Self> {
         check::unit_means("means", &means)?;
-        let rngs = (0..means.len() as u64)
-            .map(|a| stream_rng(seed, Stream::Env, &[a]))
-            .collect();
+        let rngs = super::arm_rngs(seed, means.len());
         Ok(Bernoulli {
             best: super::best(&means),
             means,

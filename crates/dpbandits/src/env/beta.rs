@@ -2,7 +2,7 @@
 
 use super::{EnvConfig, Environment};
 use crate::error::{Result, check};
-use crate::rng::{SimRng, Stream, stream_rng};
+use crate::rng::SimRng;
 use rand_distr::{Beta, Distribution};
 use serde::Deserialize;
 
@@ -57,9 +57,7 @@ impl EnvConfig for BetaConfig {
                     .expect("validated")
             })
             .collect();
-        let rngs = (0..self.means.len() as u64)
-            .map(|a| stream_rng(seed, Stream::Env, &[a]))
-            .collect();
+        let rngs = super::arm_rngs(seed, self.means.len());
         Ok(Box::new(BetaArms {
             means: self.means.clone(),
             best: super::best(&self.means),

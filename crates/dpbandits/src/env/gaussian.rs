@@ -2,7 +2,7 @@
 
 use super::{EnvConfig, Environment};
 use crate::error::{Error, Result, check};
-use crate::rng::{SimRng, Stream, stream_rng};
+use crate::rng::SimRng;
 use rand_distr::{Distribution, StandardNormal};
 use serde::Deserialize;
 
@@ -94,9 +94,7 @@ impl Gaussian {
                 None => m,
             })
             .collect();
-        let rngs = (0..means.len() as u64)
-            .map(|a| stream_rng(seed, Stream::Env, &[a]))
-            .collect();
+        let rngs = super::arm_rngs(seed, means.len());
         Ok(Gaussian {
             best: super::best(&means),
             means,

@@ -65,6 +65,14 @@ pub trait EnvConfig: Send + Sync + Debug {
     fn build(&self, seed: u64) -> Result<Box<dyn Environment>>;
 }
 
+/// One generator per arm, keyed by (environment seed, arm): the k-th reward of an arm does not
+/// depend on the other arms or on the policy.
+pub fn arm_rngs(seed: u64, k: usize) -> Vec<crate::rng::SimRng> {
+    (0..k as u64)
+        .map(|a| crate::rng::stream_rng(seed, crate::rng::Stream::Env, &[a]))
+        .collect()
+}
+
 /// The largest mean.
 pub(crate) fn best(means: &[f64]) -> f64 {
     means.iter().copied().fold(f64::NEG_INFINITY, f64::max)

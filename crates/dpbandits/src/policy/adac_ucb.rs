@@ -451,7 +451,10 @@ mod tests {
         let mut p = AdaCUcb::new(2, AdaCUcbConfig::private(1e12), 5).unwrap();
         run_steps(&mut p, |a, _| if a == 0 { 7.0 } else { -3.0 }, 2);
         let m = p.released_means();
-        assert!((m[0].unwrap() - 1.0).abs() < 1e-4 && m[1].unwrap().abs() < 1e-4, "{m:?}");
+        assert!(
+            (m[0].unwrap() - 1.0).abs() < 1e-4 && m[1].unwrap().abs() < 1e-4,
+            "{m:?}"
+        );
         let pull = p.choose(2);
         p.observe_batch(pull.arm, pull.steps, 100.0 * pull.steps as f64);
         assert!((p.released_means()[pull.arm].unwrap() - 1.0).abs() < 1e-4);

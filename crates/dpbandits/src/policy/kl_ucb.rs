@@ -9,7 +9,7 @@
 //! # Privacy
 //! None: a non-private baseline.
 
-use super::{Policy, PolicyConfig, Pull};
+use super::{ArmStats, Policy, PolicyConfig, Pull};
 use crate::error::{Error, Result, check};
 use crate::math::kl::kl_upper;
 use crate::privacy::PrivacyGuarantee;
@@ -47,10 +47,7 @@ impl PolicyConfig for KlUcbConfig {
 #[derive(Debug, Clone)]
 pub struct KlUcb {
     c: f64,
-    pulls: Vec<u64>,
-    sums: Vec<f64>,
-    means: Vec<f64>,
-    inv_pulls: Vec<f64>,
+    stats: ArmStats,
 }
 
 impl KlUcb {
@@ -62,23 +59,20 @@ impl KlUcb {
         }
         Ok(KlUcb {
             c,
-            pulls: vec![0; k],
-            sums: vec![0.0; k],
-            means: vec![0.0; k],
-            inv_pulls: vec![f64::INFINITY; k],
+            stats: ArmStats::new(k),
         })
     }
 }
 
 impl Policy for KlUcb {
     fn num_arms(&self) -> usize {
-        self.pulls.len()
+        self.stats.len()
     }
     fn guarantee(&self) -> PrivacyGuarantee {
         PrivacyGuarantee::non_private()
     }
     fn choose(&mut self, t: u64) -> Pull {
-        if let Some(a) = self.pulls.iter().position(|&n| n == 0) {
+        if let Some(a) = self.stats.first_unplayed() {
             return Pull { arm: a, steps: 1 };
         }
         let lt = (t.max(1) as f64).ln();
@@ -91,7 +85,13 @@ impl Policy for KlUcb {
         // u(p, d) <= p + sqrt(d / 2), so an arm whose bound does not beat the best index found so
         // far cannot be the (lowest-index) argmax and its index need not be solved.
         let (mut arm, mut best) = (0, f64::NEG_INFINITY);
-        for (a, (&p, &inv)) in self.means.iter().zip(&self.inv_pulls).enumerate() {
+        for (a, (&p, &inv)) in self
+            .stats
+            .means()
+            .iter()
+            .zip(self.stats.inv_pulls())
+            .enumerate()
+        {
             let d = level * inv;
             if p + (d / 2.0).sqrt() <= best {
                 continue;
@@ -105,9 +105,6 @@ impl Policy for KlUcb {
         Pull { arm, steps: 1 }
     }
     fn observe(&mut self, arm: usize, reward: f64) {
-        self.pulls[arm] += 1;
-        self.sums[arm] += reward.clamp(0.0, 1.0);
-        self.means[arm] = self.sums[arm] / self.pulls[arm] as f64;
-        self.inv_pulls[arm] = 1.0 / self.pulls[arm] as f64;
+        self.stats.record(arm, reward.clamp(0.0, 1.0));
     }
 }

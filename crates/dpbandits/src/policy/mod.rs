@@ -102,6 +102,62 @@ pub trait PolicyConfig: Send + Sync + Debug {
     }
 }
 
+/// Per-arm pull counts and empirical means, with the cached `1/N_a` that index policies need.
+/// Updating is O(1) per observation and never allocates.
+#[derive(Debug, Clone)]
+pub struct ArmStats {
+    pulls: Vec<u64>,
+    sums: Vec<f64>,
+    means: Vec<f64>,
+    inv_pulls: Vec<f64>,
+}
+
+impl ArmStats {
+    /// Statistics of `k` unplayed arms (`1/N = inf`).
+    pub fn new(k: usize) -> Self {
+        ArmStats {
+            pulls: vec![0; k],
+            sums: vec![0.0; k],
+            means: vec![0.0; k],
+            inv_pulls: vec![f64::INFINITY; k],
+        }
+    }
+    /// Number of arms.
+    pub fn len(&self) -> usize {
+        self.pulls.len()
+    }
+    /// Whether there are no arms.
+    pub fn is_empty(&self) -> bool {
+        self.pulls.is_empty()
+    }
+    /// Add one reward of `arm`.
+    #[inline]
+    pub fn record(&mut self, arm: usize, reward: f64) {
+        self.pulls[arm] += 1;
+        self.sums[arm] += reward;
+        let n = self.pulls[arm] as f64;
+        self.means[arm] = self.sums[arm] / n;
+        self.inv_pulls[arm] = 1.0 / n;
+    }
+    /// The first arm never played, if any (initialisation rounds of index policies).
+    #[inline]
+    pub fn first_unplayed(&self) -> Option<usize> {
+        self.pulls.iter().position(|&n| n == 0)
+    }
+    /// Pull counts.
+    pub fn pulls(&self) -> &[u64] {
+        &self.pulls
+    }
+    /// Empirical means (0 for unplayed arms).
+    pub fn means(&self) -> &[f64] {
+        &self.means
+    }
+    /// `1/N_a` (inf for unplayed arms).
+    pub fn inv_pulls(&self) -> &[f64] {
+        &self.inv_pulls
+    }
+}
+
 /// Index of the maximum of `values`; ties go to the lowest index. NaN is never chosen over a number.
 #[inline]
 pub fn argmax(values: impl IntoIterator<Item = f64>) -> usize {
@@ -118,7 +174,19 @@ pub fn argmax(values: impl IntoIterator<Item = f64>) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::argmax;
+    use super::{ArmStats, argmax};
+
+    #[test]
+    fn arm_stats() {
+        let mut s = ArmStats::new(2);
+        assert_eq!(s.first_unplayed(), Some(0));
+        s.record(0, 1.0);
+        s.record(0, 0.0);
+        assert_eq!(s.first_unplayed(), Some(1));
+        assert_eq!(s.means()[0], 0.5);
+        assert_eq!(s.inv_pulls()[0], 0.5);
+        assert_eq!(s.pulls(), &[2, 0]);
+    }
 
     #[test]
     fn argmax_lowest_index_on_ties() {

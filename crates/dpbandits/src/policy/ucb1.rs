@@ -8,7 +8,7 @@
 //! # Privacy
 //! None: a non-private baseline.
 
-use super::{Policy, PolicyConfig, Pull, argmax};
+use super::{ArmStats, Policy, PolicyConfig, Pull, argmax};
 use crate::error::{Result, check};
 use crate::privacy::PrivacyGuarantee;
 use serde::Deserialize;
@@ -55,12 +55,7 @@ impl PolicyConfig for Ucb1Config {
 #[derive(Debug, Clone)]
 pub struct Ucb1 {
     alpha: f64,
-    pulls: Vec<u64>,
-    sums: Vec<f64>,
-    /// Cached `sums/pulls` and `1/pulls`, updated on observe (one arm per step), so the index of
-    /// each arm costs one multiply and one square root.
-    means: Vec<f64>,
-    inv_pulls: Vec<f64>,
+    stats: ArmStats,
 }
 
 impl Ucb1 {
@@ -70,36 +65,33 @@ impl Ucb1 {
         check::positive("alpha", alpha)?;
         Ok(Ucb1 {
             alpha,
-            pulls: vec![0; k],
-            sums: vec![0.0; k],
-            means: vec![0.0; k],
-            inv_pulls: vec![f64::INFINITY; k],
+            stats: ArmStats::new(k),
         })
     }
 }
 
 impl Policy for Ucb1 {
     fn num_arms(&self) -> usize {
-        self.pulls.len()
+        self.stats.len()
     }
     fn guarantee(&self) -> PrivacyGuarantee {
         PrivacyGuarantee::non_private()
     }
     fn choose(&mut self, t: u64) -> Pull {
-        if let Some(a) = self.pulls.iter().position(|&n| n == 0) {
+        if let Some(a) = self.stats.first_unplayed() {
             return Pull { arm: a, steps: 1 };
         }
         let c = self.alpha * (t.max(1) as f64).ln();
-        let arm = argmax(self.pulls.iter().zip(&self.sums).map(|(&n, &s)| {
-            let n = n as f64;
-            s / n + (c / n).sqrt()
-        }));
+        let s = &self.stats;
+        let arm = argmax(
+            s.means()
+                .iter()
+                .zip(s.inv_pulls())
+                .map(|(&m, &inv)| m + (c * inv).sqrt()),
+        );
         Pull { arm, steps: 1 }
     }
     fn observe(&mut self, arm: usize, reward: f64) {
-        self.pulls[arm] += 1;
-        self.sums[arm] += reward;
-        self.means[arm] = self.sums[arm] / self.pulls[arm] as f64;
-        self.inv_pulls[arm] = 1.0 / self.pulls[arm] as f64;
+        self.stats.record(arm, reward);
     }
 }
