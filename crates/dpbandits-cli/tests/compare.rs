@@ -19,7 +19,11 @@ fn smoke_compare_runs_and_records_the_conversion() {
         .arg("--quiet")
         .output()
         .unwrap();
-    assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
     for f in [
         "manifest.json",
         "summary.csv",

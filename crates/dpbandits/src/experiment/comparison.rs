@@ -244,7 +244,11 @@ impl ComparisonSpec {
                 md,
                 "| `{}` | {} | {model} | {} | {} | {} | {cols} |",
                 c.label(),
-                if g.is_private() { g.notion.as_str() } else { "none" },
+                if g.is_private() {
+                    g.notion.as_str()
+                } else {
+                    "none"
+                },
                 row.stated,
                 fmt(row.zcdp_rho),
                 fmt(row.approx_epsilon),

@@ -254,10 +254,10 @@ mod tests {
             for (i, &o) in s.iter().enumerate() {
                 assert_eq!(o, 1 << i);
             }
-            // every pull is in a completed batch or the open one
         }
-        for a in 0..2 {
-            let done: u64 = sizes[a].iter().sum();
+        // every pull is in a completed batch or the open one
+        for (a, s) in sizes.iter().enumerate() {
+            let done: u64 = s.iter().sum();
             assert_eq!(p.pulls()[a], done + p.batch_count[a]);
             assert!(p.batch_count[a] < p.batch_size[a]);
         }

@@ -21,7 +21,8 @@
 //!   rounded up).
 //! * Bernoulli: for `r, r'` in [0, 1] the output probabilities differ by a factor at most
 //!   `e^eps` (the extremes `r = 1`, `r' = 0` give exactly `e^eps`). The probabilities are computed
-//!   from `e^{eps (1 - 1e-12)}` so that floating-point rounding cannot push the ratio above `e^eps`.
+//!   from a working epsilon slightly below `eps` so that floating-point rounding cannot push the
+//!   stored ratios above `e^eps` (see `bernoulli_response`; property-tested).
 //! * Composition: each reward is randomised once, by its own user; everything the learner does is
 //!   post-processing. Because the action sequence is a function of the privatised rewards, the
 //!   same policy is also epsilon-DP in the central sense at reward-level adjacency.
@@ -124,6 +125,25 @@ fn guarantee(epsilon: f64, m: LocalMechanism, mode: BoundaryMode) -> PrivacyGuar
     }
 }
 
+/// `(P(bit = 1 | r = 0), P(bit = 1 | r = 1))` of the Bernoulli response, calibrated so that both
+/// worst-case ratios `p1 / p0` and `(1 - p0) / (1 - p1)`, evaluated on the stored doubles (with
+/// `1 - p1` exact by Sterbenz's lemma), have a logarithm `<= epsilon`: start from
+/// `epsilon (1 - 1e-12)` and lower the working epsilon (doubling the step) until they do. For large
+/// epsilon the margin grows because `1 - p1` is only resolved to 2^-53.
+fn bernoulli_response(epsilon: f64) -> (f64, f64) {
+    let mut step = epsilon * 1e-12;
+    loop {
+        let e = (epsilon - step).max(0.0);
+        let p0 = 1.0 / (e.exp() + 1.0);
+        let p1 = 1.0 - p0;
+        let lo = 1.0 - p1;
+        if (p1 / p0).ln() <= epsilon && (p1 / lo).ln() <= epsilon {
+            return (p0, p1);
+        }
+        step *= 2.0;
+    }
+}
+
 /// LDP-UCB state.
 #[derive(Debug, Clone)]
 pub struct LdpUcb {
@@ -144,11 +164,11 @@ impl LdpUcb {
         check::at_least("K", k as u64, 1)?;
         cfg.validate()?;
         let boundary = RewardBoundary::unit(cfg.boundary);
-        let q = (cfg.epsilon * (1.0 - 1e-12)).exp();
+        let (p0, p1) = bernoulli_response(cfg.epsilon);
         Ok(LdpUcb {
             laplace: LaplaceMechanism::for_pure_dp(boundary.width(), cfg.epsilon)?,
-            p0: 1.0 / (q + 1.0),
-            p1: q / (q + 1.0),
+            p0,
+            p1,
             boundary,
             cfg,
             counts: vec![0; k],
@@ -160,7 +180,11 @@ impl LdpUcb {
     /// Probability that the bit is 1 for reward `r` (after clipping).
     pub fn bit_probability(&self, r: f64) -> f64 {
         let r = (self.boundary.clip(r) - self.boundary.lo) / self.boundary.width();
-        self.p0 + (self.p1 - self.p0) * r
+        if r >= 1.0 {
+            self.p1
+        } else {
+            self.p0 + (self.p1 - self.p0) * r
+        }
     }
 
     /// The privatised value the learner receives for reward `r` (the user-side randomiser).
@@ -268,6 +292,20 @@ mod tests {
         let g = b.bit_probability(0.3);
         let m = (0..n).map(|_| b.privatise(0.3)).sum::<f64>() / n as f64;
         assert!((m - g).abs() < 6.0 * 0.5 / (n as f64).sqrt(), "{m} vs {g}");
+    }
+
+    proptest::proptest! {
+        /// Calibrated loss never above the budget: the Bernoulli response's worst-case probability
+        /// ratio (r = 1 vs r = 0, both outputs) is <= e^eps in floating point, and the Laplace scale
+        /// gives a loss <= eps.
+        #[test]
+        fn local_loss_never_above_budget(eps in 1e-4f64..20.0) {
+            let p = LdpUcb::new(1, LdpUcbConfig::new(eps, LocalMechanism::Bernoulli), 0).unwrap();
+            let (a, b) = (p.bit_probability(1.0), p.bit_probability(0.0));
+            proptest::prop_assert!((a / b).ln() <= eps);
+            proptest::prop_assert!(((1.0 - b) / (1.0 - a)).ln() <= eps);
+            proptest::prop_assert!(p.laplace.epsilon_map(1.0) <= eps);
+        }
     }
 
     #[test]
