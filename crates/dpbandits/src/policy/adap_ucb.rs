@@ -9,7 +9,7 @@
 //! 1. Pull every arm once (each single pull is the arm's first episode).
 //! 2. Episode `l` starts at the 1-based round `t_l`. Every arm `a` has a cached private mean
 //!    `mu~_a` of the rewards of its **last** episode only (forgetting), of size `n_a` (1 after the
-//!    initial pull, `N_a / 2` afterwards; stored explicitly, spec §5.3 [PROPOSAL]).
+//!    initial pull, `N_a / 2` afterwards; stored explicitly, spec §5.3, tagged PROPOSAL).
 //!    * AdaP-UCB: `I_a = mu~_a + sqrt(alpha ln(2 t_l) / (2 n_a)) + alpha ln(t_l) / (epsilon n_a)`
 //!      (the `ln(2 t_l)` is what the text the spec was written from shows; spec §5.3 flags a
 //!      possible typo for `ln t_l`; the difference is `ln 2` inside a square root).

@@ -16,7 +16,7 @@
 //!   completes), play `argmax theta_j` (ties: lowest index).
 //!
 //! The constant 3 of the optimism term and the batch schedule come from a third-party summary of
-//! the paper (spec §5.8 [src2]); they are exposed as `optimism` (default 3).
+//! the paper (spec §5.8, tagged src2); they are exposed as `optimism` (default 3).
 //!
 //! # Privacy
 //! * Notion: epsilon-DP of the action sequence (global DP), central trust model, reward-level
