@@ -45,6 +45,10 @@ use crate::privacy::{
 use crate::rng::{SimRng, Stream, stream_rng};
 use serde::Deserialize;
 
+/// The commitment length used for "until the end" (2^62 rounds: far beyond any horizon, and
+/// `t + FOREVER` cannot overflow for any reachable `t`).
+pub const FOREVER: u64 = 1 << 62;
+
 /// `kind = "dp_se"`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -164,7 +168,7 @@ impl DpSe {
         )
     }
 
-    /// `R_e` (rounded up; saturates at `u64::MAX`).
+    /// `R_e` (rounded up; capped at [`FOREVER`]).
     pub fn epoch_length(&self) -> u64 {
         let delta = 0.5f64.powi(self.epoch as i32);
         let (l8, l4) = self.logs();
@@ -174,7 +178,7 @@ impl DpSe {
         } else {
             8.0 * l4 / (self.cfg.epsilon * delta)
         };
-        (stat.max(privacy).ceil() as u64).max(1)
+        (stat.max(privacy).ceil() as u64).clamp(1, FOREVER)
     }
 
     /// The active arms.
@@ -272,7 +276,7 @@ impl Policy for DpSe {
             // Commit to the last arm for ever (the simulator stops at the horizon).
             return Pull {
                 arm: self.active[0],
-                steps: u64::MAX,
+                steps: FOREVER,
             };
         }
         Pull {
