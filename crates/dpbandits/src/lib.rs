@@ -6,6 +6,8 @@
 //! ## Contents
 //! * [`privacy`]: budgets, [`privacy::PrivacyGuarantee`], mechanisms with privacy maps
 //!   ([`privacy::GaussianMechanism`] calibrated for rho-zCDP), the reward boundary.
+//!   Accounting: [`privacy::PrivacyAccountant`] (capped, refuses over-budget charges) and budget
+//!   conversions ([`privacy::pure_to_zcdp`], [`privacy::zcdp_to_approx_dp`]).
 //! * [`env`]: finite-armed environments (Bernoulli, Gaussian with optional clipping, Beta) with
 //!   exact episode sums.
 //! * [`policy`]: the object-safe [`policy::Policy`] trait and the finite-armed policies.
@@ -23,6 +25,11 @@
 //! | `ucb1` | UCB1 | finite-armed | none | Auer et al. 2002 | tested |
 //! | `kl_ucb` | kl-UCB | finite-armed | none | Garivier & Cappe 2011 | tested |
 //! | `thompson` | Thompson sampling | finite-armed | none | Agrawal & Goyal 2012 | tested |
+//! | `adap_ucb` | AdaP-UCB | finite-armed | epsilon-DP, central | Azize & Basu 2022, Alg. 1-2 | calibration-tested |
+//! | `adap_klucb` | AdaP-KLUCB | finite-armed | epsilon-DP, central | Azize & Basu 2022, Alg. 1, 3 | calibration-tested |
+//! | `dp_se` | DP-SE | finite-armed | epsilon-DP, central | Sajed & Sheffet 2019, Alg. 1 | calibration-tested |
+//! | `dp_ts` | Lazy-DP-TS | finite-armed | epsilon-DP, central | Hu & Hegde 2022 | calibration-tested |
+//! | `ldp_ucb` | LDP-UCB-L / LDP-UCB-B | finite-armed | epsilon-LDP, local | Ren et al. 2020, Sec. 4 | calibration-tested |
 //!
 //! ## Example
 //! ```

@@ -171,6 +171,55 @@ pub static POLICIES: &[PolicyEntry] = &[
             finite_policy::<AdaCUcbConfig>(t, AdaCUcbConfig::validate)
         }),
     },
+    PolicyEntry {
+        kind: "adap_ucb",
+        example: "epsilon = 1.0",
+        name: "AdaP-UCB",
+        setting: Setting::FiniteArmed,
+        reference: "Azize & Basu 2022 (arXiv:2209.02570), Alg. 1-2",
+        privacy: "epsilon-DP (central), Laplace mechanism per (arm, episode)",
+        parse: PolicyParser::Finite(|t| {
+            crate::policy::adap_ucb::parse(t, crate::policy::AdaPIndex::Ucb)
+        }),
+    },
+    PolicyEntry {
+        kind: "adap_klucb",
+        example: "epsilon = 1.0",
+        name: "AdaP-KLUCB",
+        setting: Setting::FiniteArmed,
+        reference: "Azize & Basu 2022 (arXiv:2209.02570), Alg. 1 and 3",
+        privacy: "epsilon-DP (central), Laplace mechanism per (arm, episode)",
+        parse: PolicyParser::Finite(|t| {
+            crate::policy::adap_ucb::parse(t, crate::policy::AdaPIndex::KlUcb)
+        }),
+    },
+    PolicyEntry {
+        kind: "dp_se",
+        example: "epsilon = 1.0\nbeta = 0.001",
+        name: "DP-SE",
+        setting: Setting::FiniteArmed,
+        reference: "Sajed & Sheffet 2019 (arXiv:1905.09383), Alg. 1",
+        privacy: "epsilon-DP (central), Laplace mechanism per (arm, epoch)",
+        parse: PolicyParser::Finite(crate::policy::dp_se::parse),
+    },
+    PolicyEntry {
+        kind: "dp_ts",
+        example: "epsilon = 1.0",
+        name: "Lazy-DP-TS",
+        setting: Setting::FiniteArmed,
+        reference: "Hu & Hegde 2022 (UAI, PMLR 180), Lazy-DP-TS",
+        privacy: "epsilon-DP (central), Laplace mechanism per (arm, doubling batch)",
+        parse: PolicyParser::Finite(crate::policy::dp_ts::parse),
+    },
+    PolicyEntry {
+        kind: "ldp_ucb",
+        example: "epsilon = 1.0",
+        name: "LDP-UCB-L / LDP-UCB-B",
+        setting: Setting::FiniteArmed,
+        reference: "Ren, Zhou, Liu & Shroff 2020 (arXiv:2007.03121), Sec. 4",
+        privacy: "epsilon-local DP: Laplace (CTL) or Bernoulli response (CTB) on each reward",
+        parse: PolicyParser::Finite(crate::policy::ldp_ucb::parse),
+    },
 ];
 
 fn finite_env<T: DeserializeOwned + EnvConfig + 'static>(

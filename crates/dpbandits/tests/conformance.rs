@@ -14,8 +14,12 @@ use dpbandits::policy::{Policy, PolicyConfig};
 use dpbandits::registry::{POLICIES, PolicyEntry};
 use dpbandits::sim::{CheckpointGrid, SimMode, simulate_finite};
 
+/// Variants that one registry example cannot show (a second mechanism, a second index), run
+/// through the same checks: (kind, parameters).
+const EXTRA_EXAMPLES: &[(&str, &str)] = &[("ldp_ucb", "epsilon = 1.0\nmechanism = \"bernoulli\"")];
+
 fn finite_entries() -> Vec<(&'static PolicyEntry, Box<dyn PolicyConfig>)> {
-    POLICIES
+    let mut v: Vec<(&'static PolicyEntry, Box<dyn PolicyConfig>)> = POLICIES
         .iter()
         .filter_map(|e| {
             e.example_finite().map(|c| {
@@ -25,7 +29,17 @@ fn finite_entries() -> Vec<(&'static PolicyEntry, Box<dyn PolicyConfig>)> {
                 )
             })
         })
-        .collect()
+        .collect();
+    for &(kind, params) in EXTRA_EXAMPLES {
+        let e = dpbandits::registry::policy(kind).unwrap();
+        let dpbandits::registry::PolicyParser::Finite(parse) = e.parse else {
+            panic!("{kind}: not finite-armed")
+        };
+        let cfg = parse(toml::from_str(params).unwrap())
+            .unwrap_or_else(|err| panic!("{kind}: extra example: {err}"));
+        v.push((e, cfg));
+    }
+    v
 }
 
 /// Arms chosen in `t` rounds, step by step, on a fixed Bernoulli instance.

@@ -123,7 +123,7 @@ pub fn write_outputs(plan: &Plan, outcome: &Outcome, dir: &Path) -> Result<Vec<P
         .into_iter()
         .map(|(l, e)| json!({"policy": l, "error": e}))
         .collect();
-    let manifest = json!({
+    let mut manifest = json!({
         "experiment": plan.spec.name,
         "description": plan.spec.description,
         "dpbandits_version": env!("CARGO_PKG_VERSION"),
@@ -141,6 +141,9 @@ pub fn write_outputs(plan: &Plan, outcome: &Outcome, dir: &Path) -> Result<Vec<P
         "errors": errors,
         "resolved_spec": plan.spec,
     });
+    if let Some(c) = &plan.spec.comparison {
+        manifest["comparison"] = c.manifest(&plan.cells)?;
+    }
     let p = dir.join("manifest.json");
     let text = serde_json::to_string_pretty(&manifest).map_err(|e| Error::Config(e.to_string()))?;
     std::fs::write(&p, text + "\n").map_err(io(&p))?;
@@ -189,6 +192,9 @@ pub fn write_outputs(plan: &Plan, outcome: &Outcome, dir: &Path) -> Result<Vec<P
     };
     files.extend(super::plot::draw(&dir.join("regret"), &spec)?);
 
+    if let Some(c) = &plan.spec.comparison {
+        files.extend(c.write(plan, &outcome.cells, dir)?);
+    }
     for f in &plan.spec.figure {
         files.extend(f.render(plan, &outcome.cells, dir)?);
     }

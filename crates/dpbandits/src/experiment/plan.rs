@@ -71,6 +71,9 @@ impl Plan {
         for (i, f) in plan.spec.figure.iter().enumerate() {
             f.validate(&plan).at(|| format!("figure[{i}]"))?;
         }
+        if let Some(c) = &plan.spec.comparison {
+            c.validate(&plan.cells).at(|| "comparison".into())?;
+        }
         Ok(plan)
     }
 }

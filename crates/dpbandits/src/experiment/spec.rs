@@ -58,6 +58,9 @@ pub struct ExperimentSpec {
     /// Figures beyond the default regret plot.
     #[serde(default)]
     pub figure: Vec<FigureSpec>,
+    /// Equal-privacy comparison: budget conversions in the manifest and a comparison table.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comparison: Option<super::ComparisonSpec>,
 }
 
 impl ExperimentSpec {

@@ -22,12 +22,20 @@
 //! [`crate::registry`]. The conformance tests in `tests/conformance.rs` pick it up from the registry.
 
 pub mod adac_ucb;
+pub mod adap_ucb;
+pub mod dp_se;
+pub mod dp_ts;
 pub mod kl_ucb;
+pub mod ldp_ucb;
 pub mod thompson;
 pub mod ucb1;
 
 pub use adac_ucb::{AdaCUcb, AdaCUcbConfig, InitCount};
+pub use adap_ucb::{AdaP, AdaPConfig, AdaPIndex};
+pub use dp_se::{DpSe, DpSeConfig};
+pub use dp_ts::{DpTs, DpTsConfig};
 pub use kl_ucb::{KlUcb, KlUcbConfig};
+pub use ldp_ucb::{LdpUcb, LdpUcbConfig, LocalMechanism};
 pub use thompson::{ThompsonConfig, ThompsonSampling};
 pub use ucb1::{Ucb1, Ucb1Config};
 

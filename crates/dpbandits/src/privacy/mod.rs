@@ -13,11 +13,17 @@
 //! A deployment should draw noise from an exact discrete sampler fed by system entropy, as
 //! OpenDP does (`traits/samplers/cks20`).
 
+mod accountant;
 mod boundary;
+mod conversion;
 mod gaussian;
 mod laplace;
 
+pub use accountant::{PrivacyAccountant, add_up};
 pub use boundary::{BoundaryMode, RewardBoundary};
+pub use conversion::{
+    ZcdpConversion, bun_steinke_epsilon, cks_delta, pure_to_zcdp, zcdp_to_approx_dp,
+};
 pub use gaussian::{GaussianMechanism, NoisyMean};
 pub use laplace::{LaplaceMechanism, sample_standard_laplace};
 

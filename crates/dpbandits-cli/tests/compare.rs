@@ -1,0 +1,94 @@
+//! The equal-privacy comparison through the CLI: the smoke experiment runs, its manifest records
+//! the budget conversions, the comparison table lists every policy, and unequal budgets are refused.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+#[test]
+fn smoke_compare_runs_and_records_the_conversion() {
+    let out = tempfile::tempdir().unwrap();
+    let st = Command::new(env!("CARGO_BIN_EXE_dpbandits"))
+        .arg("run")
+        .arg(repo().join("experiments/smoke/compare.toml"))
+        .arg("--out")
+        .arg(out.path())
+        .arg("--quiet")
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    for f in [
+        "manifest.json",
+        "summary.csv",
+        "comparison.md",
+        "comparison.svg",
+    ] {
+        assert!(out.path().join(f).exists(), "{f} missing");
+    }
+    let m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.path().join("manifest.json")).unwrap())
+            .unwrap();
+    let c = &m["comparison"];
+    assert_eq!(c["zcdp_to_approx_dp"], "cks2020");
+    assert_eq!(c["delta"], 1e-6);
+    let rows = c["policies"].as_array().unwrap();
+    assert_eq!(rows.len(), 9);
+    for r in rows {
+        let b = &r["budget"];
+        if b["stated"] != "none" {
+            // every private policy is at rho = 0.5 (eps = 1 <=> eps^2/2)
+            assert_eq!(b["zcdp_rho"], 0.5, "{r}");
+        }
+    }
+    let adac = rows
+        .iter()
+        .find(|r| r["policy"] == "adac_ucb(rho=0.5)")
+        .unwrap();
+    let e = adac["budget"]["approx_epsilon"].as_f64().unwrap();
+    // rho = 0.5, delta = 1e-6 by CKS 2020: below Bun-Steinke's 0.5 + 2 sqrt(0.5 ln 1e6) = 5.756
+    assert!(e > 4.0 && e < 5.756, "{e}");
+    let md = std::fs::read_to_string(out.path().join("comparison.md")).unwrap();
+    for label in [
+        "ucb1",
+        "adac_ucb(rho=0.5)",
+        "adap_ucb(epsilon=1)",
+        "adap_klucb(epsilon=1)",
+        "dp_se(",
+        "dp_ts(epsilon=1)",
+        "ldp_ucb(epsilon=1,mechanism=laplace)",
+        "ldp_ucb(epsilon=1,mechanism=bernoulli)",
+    ] {
+        assert!(md.contains(label), "{label} missing from comparison.md");
+    }
+}
+
+#[test]
+fn unequal_budgets_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(repo().join("experiments/smoke/compare.toml"))
+        .unwrap()
+        .replace("rho = 0.5", "rho = 1.0");
+    let f = dir.path().join("bad.toml");
+    std::fs::write(&f, text).unwrap();
+    let st = Command::new(env!("CARGO_BIN_EXE_dpbandits"))
+        .arg("run")
+        .arg(&f)
+        .arg("--out")
+        .arg(dir.path().join("out"))
+        .arg("--quiet")
+        .output()
+        .unwrap();
+    assert!(!st.status.success());
+    let err = String::from_utf8_lossy(&st.stderr);
+    assert!(
+        err.contains("equal zCDP budgets") && err.contains("adac_ucb(rho=1): 1"),
+        "{err}"
+    );
+}
