@@ -8,7 +8,7 @@
 //!   ([`privacy::GaussianMechanism`] calibrated for rho-zCDP), the reward boundary.
 //!   Accounting: [`privacy::PrivacyAccountant`] (capped, refuses over-budget charges) and budget
 //!   conversions ([`privacy::pure_to_zcdp`], [`privacy::zcdp_to_approx_dp`]).
-//! * [`env`]: finite-armed environments (Bernoulli, Gaussian with optional clipping, Beta) with
+//! * [`env`](mod@env): finite-armed environments (Bernoulli, Gaussian with optional clipping, Beta) with
 //!   exact episode sums.
 //! * [`policy`]: the object-safe [`policy::Policy`] trait and the finite-armed policies.
 //! * [`sim`]: checkpoint grids, the episode fast path, deterministic parallel runs.

@@ -257,7 +257,7 @@ impl ComparisonSpec {
         let p = dir.join("comparison.md");
         std::fs::write(&p, md).map_err(|e| Error::Io {
             path: p.display().to_string(),
-            source: e,
+            error: e,
         })?;
         let mut files = vec![p];
         let spec = PlotSpec {
