@@ -22,14 +22,24 @@
 //! [`crate::registry`]. The conformance tests in `tests/conformance.rs` pick it up from the registry.
 
 pub mod adac_ucb;
+pub mod d_ucb;
 pub mod kl_ucb;
+pub mod kl_ucb_cf;
+pub mod ldp;
+pub mod sw_ucb;
 pub mod thompson;
 pub mod ucb1;
+mod window;
 
 pub use adac_ucb::{AdaCUcb, AdaCUcbConfig, InitCount};
+pub use d_ucb::{DUcb, DUcbConfig};
 pub use kl_ucb::{KlUcb, KlUcbConfig};
+pub use kl_ucb_cf::{CfConfig, CfLearner};
+pub use ldp::{Ldp, LdpConfig};
+pub use sw_ucb::{SwKlUcbConfig, SwUcb, SwUcbConfig};
 pub use thompson::{ThompsonConfig, ThompsonSampling};
 pub use ucb1::{Ucb1, Ucb1Config};
+pub use window::SlidingWindow;
 
 use crate::error::Result;
 use crate::privacy::{PrivacyGuarantee, RewardBoundary};

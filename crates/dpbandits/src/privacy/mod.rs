@@ -16,10 +16,13 @@
 mod boundary;
 mod gaussian;
 mod laplace;
+mod randomized_response;
 
 pub use boundary::{BoundaryMode, RewardBoundary};
 pub use gaussian::{GaussianMechanism, NoisyMean};
 pub use laplace::{LaplaceMechanism, sample_standard_laplace};
+pub(crate) use randomized_response::channels_for;
+pub use randomized_response::{LocalRandomizer, PerArmChannel, RandomizedResponse};
 
 use serde::Serialize;
 
