@@ -4,7 +4,7 @@
 //!
 //! Adding an algorithm = one file implementing it + one line in [`POLICIES`].
 
-use crate::env::{BernoulliConfig, BetaConfig, EnvConfig, GaussianConfig};
+use crate::env::{BernoulliConfig, BetaConfig, EnvConfig, GaussianConfig, PiecewiseConfig};
 use crate::error::{Error, Result};
 use crate::policy::{AdaCUcbConfig, KlUcbConfig, PolicyConfig, ThompsonConfig, Ucb1Config};
 use crate::policy::{CfConfig, DUcbConfig, LdpConfig, SwKlUcbConfig, SwUcbConfig};
@@ -267,6 +267,27 @@ pub static ENVIRONMENTS: &[EnvEntry] = &[
         setting: Setting::FiniteArmed,
         description: "Beta arms with the given means in (0,1): general bounded rewards in [0,1]",
         parse: EnvParser::Finite(|t| finite_env::<BetaConfig>(t, BetaConfig::validate)),
+    },
+    EnvEntry {
+        kind: "piecewise_bernoulli",
+        setting: Setting::FiniteArmed,
+        description: "piecewise-stationary Bernoulli arms: means per segment, breakpoints given (or as fractions of T) or a seeded random instance; dynamic regret, exact across breakpoints",
+        parse: EnvParser::Finite(|t| {
+            let mut cfg: PiecewiseConfig = from_table(t)?;
+            cfg.validate()?;
+            Ok(Box::new(cfg))
+        }),
+    },
+    EnvEntry {
+        kind: "corrupt_bernoulli",
+        setting: Setting::FiniteArmed,
+        description: "piecewise-stationary Bernoulli arms whose learner sees only randomized-response feedback (per-arm p00, p11 or epsilon); regret on the true means",
+        parse: EnvParser::Finite(|t| {
+            let mut cfg: PiecewiseConfig = from_table(t)?;
+            cfg.corrupt_kind = true;
+            cfg.validate()?;
+            Ok(Box::new(cfg))
+        }),
     },
 ];
 
