@@ -145,9 +145,7 @@ impl CfConfig {
             }
             (false, None) => {}
         }
-        if self.epsilon.is_some() || self.per_arm.is_none() {
-            channels_for(1, self.epsilon, self.per_arm.as_ref())?;
-        }
+        crate::privacy::check_channel_spec(self.epsilon, self.per_arm.as_ref())?;
         Ok(())
     }
 

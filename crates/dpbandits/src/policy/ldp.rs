@@ -97,9 +97,7 @@ impl LdpConfig {
             RandomizedResponse::for_ldp(e)?;
         }
         // Check the channel spec once with a dummy K when it does not depend on K.
-        if epsilon.is_some() || per_arm.is_none() {
-            channels_for(1, epsilon, per_arm.as_ref())?;
-        }
+        crate::privacy::check_channel_spec(epsilon, per_arm.as_ref())?;
         Ok(LdpConfig {
             inner,
             epsilon,

@@ -21,8 +21,8 @@ mod randomized_response;
 pub use boundary::{BoundaryMode, RewardBoundary};
 pub use gaussian::{GaussianMechanism, NoisyMean};
 pub use laplace::{LaplaceMechanism, sample_standard_laplace};
-pub(crate) use randomized_response::channels_for;
 pub use randomized_response::{LocalRandomizer, PerArmChannel, RandomizedResponse};
+pub(crate) use randomized_response::{channels_for, check_channel_spec};
 
 use serde::Serialize;
 

@@ -254,6 +254,17 @@ pub(crate) fn channels_for(
     }
 }
 
+/// Check a channel specification before K is known (per-arm lists against their own length).
+pub(crate) fn check_channel_spec(
+    epsilon: Option<f64>,
+    per_arm: Option<&PerArmChannel>,
+) -> Result<()> {
+    let k = per_arm
+        .and_then(|pa| pa.epsilon.as_ref().or(pa.p00.as_ref()))
+        .map_or(1, Vec::len);
+    channels_for(k, epsilon, per_arm).map(drop)
+}
+
 /// `per_arm = { epsilon = [...] }` or `per_arm = { p00 = [...], p11 = [...] }` (one entry per arm).
 #[derive(Debug, Clone, Default, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
@@ -270,6 +281,16 @@ pub struct PerArmChannel {
 }
 
 impl PerArmChannel {
+    /// Check the lists against their own length (before K is known).
+    pub fn check(&self) -> Result<()> {
+        let k = self
+            .epsilon
+            .as_ref()
+            .or(self.p00.as_ref())
+            .map_or(0, Vec::len);
+        self.channels(k).map(drop)
+    }
+
     /// Build and check the channels for `k` arms.
     pub fn channels(&self, k: usize) -> Result<Vec<RandomizedResponse>> {
         let len = |f: &str, v: &Vec<f64>| -> Result<()> {
