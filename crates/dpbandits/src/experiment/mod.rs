@@ -10,6 +10,7 @@
 
 mod figures;
 mod finite;
+pub mod ldp_figures;
 mod output;
 mod plan;
 pub mod plot;
