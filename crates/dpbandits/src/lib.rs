@@ -6,8 +6,8 @@
 //! ## Contents
 //! * [`privacy`]: budgets, [`privacy::PrivacyGuarantee`], mechanisms with privacy maps
 //!   ([`privacy::GaussianMechanism`] calibrated for rho-zCDP), the reward boundary.
-//! * [`env`]: finite-armed environments (Bernoulli, Gaussian with optional clipping, Beta) with
-//!   exact episode sums.
+//! * [`env`]: finite-armed environments (Bernoulli, Gaussian with optional clipping, Beta,
+//!   piecewise-stationary and corrupt-feedback Bernoulli) with exact episode sums.
 //! * [`policy`]: the object-safe [`policy::Policy`] trait and the finite-armed policies.
 //! * [`sim`]: checkpoint grids, the episode fast path, deterministic parallel runs.
 //! * [`experiment`]: TOML experiment files, sweeps, outputs (manifest, CSV, SVG/PNG plots).
@@ -23,6 +23,12 @@
 //! | `ucb1` | UCB1 | finite-armed | none | Auer et al. 2002 | tested |
 //! | `kl_ucb` | kl-UCB | finite-armed | none | Garivier & Cappe 2011 | tested |
 //! | `thompson` | Thompson sampling | finite-armed | none | Agrawal & Goyal 2012 | tested |
+//! | `kl_ucb_cf` | kl-UCB-CF | finite-armed | epsilon-LDP, local (randomized response) | Gajane, Urvoy & Kaufmann 2018 | equivalence-tested |
+//! | `sw_klucb_cf` | SW-KLUCB-CF | finite-armed, piecewise-stationary | epsilon-LDP, local (randomized response) | Gajane 2023, Alg. 1 | equivalence-tested |
+//! | `ldp` | any non-private policy on randomized-response feedback | finite-armed | epsilon-LDP, local | Gajane 2023, Sec. 3 | tested |
+//! | `sw_ucb` | SW-UCB | finite-armed, piecewise-stationary | none | Garivier & Moulines 2011, Sec. 4 | tested |
+//! | `sw_kl_ucb` | SW-kl-UCB | finite-armed, piecewise-stationary | none | SMPyBandits SWklUCB; f of Gajane 2023 | tested |
+//! | `d_ucb` | Discounted UCB | finite-armed, piecewise-stationary | none | Garivier & Moulines 2011, Sec. 3 | tested |
 //!
 //! ## Example
 //! ```

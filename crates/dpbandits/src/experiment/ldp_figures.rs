@@ -94,6 +94,45 @@ pub fn heuristic_shape(inst: &Instance, horizon: u64, eps: f64) -> f64 {
     l as f64 * w + horizon as f64 / w * per_window
 }
 
+/// Two-constant fit of the epsilon dependence of Corollary 2, `R(eps) = A + B / tanh^2(eps/2)`
+/// (the leading `K sqrt(L_T T)` term does not depend on eps; the second term carries
+/// `1/tanh^2(eps/2)`), by least squares on relative errors with `A, B >= 0`. Returns `(A, B)`.
+pub fn fit_eps_term(points: &[(f64, f64)]) -> (f64, f64) {
+    let pts: Vec<(f64, f64, f64)> = points
+        .iter()
+        .filter(|p| p.1 > 0.0)
+        .map(|&(e, y)| {
+            let x = if e.is_infinite() {
+                1.0
+            } else {
+                1.0 / (e / 2.0).tanh().powi(2)
+            };
+            (x, y, 1.0 / (y * y))
+        })
+        .collect();
+    let (mut s1, mut sx, mut sxx, mut sy, mut sxy) = (0.0, 0.0, 0.0, 0.0, 0.0);
+    for &(x, y, w) in &pts {
+        s1 += w;
+        sx += w * x;
+        sxx += w * x * x;
+        sy += w * y;
+        sxy += w * x * y;
+    }
+    let det = s1 * sxx - sx * sx;
+    if pts.len() < 2 || det.abs() < 1e-300 {
+        return (0.0, if sxx > 0.0 { sxy / sxx } else { 0.0 });
+    }
+    let a = (sy * sxx - sx * sxy) / det;
+    let b = (s1 * sxy - sx * sy) / det;
+    if a < 0.0 {
+        (0.0, sxy / sxx)
+    } else if b < 0.0 {
+        (sy / s1, 0.0)
+    } else {
+        (a, b)
+    }
+}
+
 /// Least-squares constant in log space: `c = exp(mean(ln y - ln h))`.
 pub fn fit_constant(pairs: &[(f64, f64)]) -> f64 {
     let v: Vec<f64> = pairs
@@ -174,13 +213,9 @@ pub(super) fn regret_vs_t(
         });
     }
     if let Some(inst) = Instance::of(plan) {
-        for (j, &b) in inst.breakpoints.iter().enumerate() {
+        for &b in &inst.breakpoints {
             series.push(Series {
-                name: if j == 0 {
-                    "breakpoints".into()
-                } else {
-                    String::new()
-                },
+                name: format!("breakpoint t = {b}"),
                 points: vec![(b as f64, 0.0), (b as f64, ymax)],
                 band: None,
             });
@@ -258,11 +293,12 @@ pub(super) fn regret_vs_eps(
             None => groups.push((fam, vec![(eps, s)])),
         }
     }
-    let mut csv = String::from("policy,epsilon,T,mean,sem,runs,cor2_pinsker_fitted,heuristic_fitted\n");
+    let mut csv = String::from("policy,epsilon,T,mean,sem,runs,cor2_pinsker_fitted,heuristic_fitted,a_plus_b_over_tanh2_fitted\n");
     let inst = Instance::of(plan);
     let mut series = vec![];
     let mut hline = None;
     let mut shapes: Vec<Series> = vec![];
+    let mut ab: Option<(f64, f64)> = None;
     for (fam, pts) in &mut groups {
         pts.sort_by(|a, b| a.0.total_cmp(&b.0));
         let finite: Vec<(f64, f64)> = pts
@@ -288,7 +324,18 @@ pub(super) fn regret_vs_eps(
                     .collect::<Vec<_>>(),
             );
             fitted = Some((c1, c2));
+            let with_inf: Vec<(f64, f64)> = pts.iter().map(|p| (p.0, p.1.mean)).collect();
+            let (a, b) = fit_eps_term(&with_inf);
+            ab = Some((a, b));
             let grid: Vec<f64> = finite.iter().map(|p| p.0).collect();
+            shapes.push(Series {
+                name: format!("A + B / tanh^2(eps/2), A = {a:.0}, B = {b:.0} [fitted to {fit}]"),
+                points: grid
+                    .iter()
+                    .map(|&e| (e, a + b / (e / 2.0).tanh().powi(2)))
+                    .collect(),
+                band: None,
+            });
             shapes.push(Series {
                 name: format!("Cor. 2 shape (Pinsker form) x {c1:.3} [fitted to {fit}]"),
                 points: grid
@@ -317,9 +364,20 @@ pub(super) fn regret_vs_eps(
                 ),
                 _ => (f64::NAN, f64::NAN),
             };
+            let two = match (&fitted, ab) {
+                (Some(_), Some((a, b))) => {
+                    let x = if e.is_infinite() {
+                        1.0
+                    } else {
+                        1.0 / (e / 2.0).tanh().powi(2)
+                    };
+                    a + b * x
+                }
+                _ => f64::NAN,
+            };
             let _ = writeln!(
                 csv,
-                "\"{fam}\",{e},{horizon},{},{},{},{a},{b}",
+                "\"{fam}\",{e},{horizon},{},{},{},{a},{b},{two}",
                 s.mean, s.sem, s.runs
             );
         }
@@ -381,6 +439,16 @@ mod tests {
         }
         assert!(cor2_pinsker(&inst, 1_000_000, f64::INFINITY) < prev);
         assert!((fit_constant(&[(2.0, 1.0), (8.0, 2.0)]) - 8f64.sqrt()).abs() < 1e-12);
+        // exact data A + B / tanh^2 is recovered
+        let data: Vec<(f64, f64)> = [0.5, 1.0, 2.0, 4.0, f64::INFINITY]
+            .iter()
+            .map(|&e: &f64| {
+                let x = if e.is_infinite() { 1.0 } else { 1.0 / (e / 2.0).tanh().powi(2) };
+                (e, 1000.0 + 50.0 * x)
+            })
+            .collect();
+        let (a, b) = fit_eps_term(&data);
+        assert!((a - 1000.0).abs() < 1e-6 && (b - 50.0).abs() < 1e-8, "{a} {b}");
         assert_eq!(family("sw_klucb_cf(epsilon=1,window=1166)"), "sw_klucb_cf(window=1166)");
         assert_eq!(family("kl_ucb_cf(epsilon=0.5)"), "kl_ucb_cf");
         assert_eq!(
