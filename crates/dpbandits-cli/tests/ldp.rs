@@ -6,15 +6,18 @@ use std::process::Command;
 fn run(out: &Path, threads: &str) {
     let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments/smoke/ldp.toml");
     let o = Command::new(env!("CARGO_BIN_EXE_dpbandits"))
-        .args(["run", file.to_str().unwrap(), "--quiet", "--threads", threads, "--out"])
+        .args([
+            "run",
+            file.to_str().unwrap(),
+            "--quiet",
+            "--threads",
+            threads,
+            "--out",
+        ])
         .arg(out)
         .output()
         .unwrap();
-    assert!(
-        o.status.success(),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
 
 #[test]
@@ -30,7 +33,11 @@ fn smoke_ldp_runs_and_is_reproducible() {
         "regret_vs_eps.csv",
     ] {
         let x = std::fs::read(a.join(f)).unwrap();
-        assert_eq!(x, std::fs::read(b.join(f)).unwrap(), "{f} differs by thread count");
+        assert_eq!(
+            x,
+            std::fs::read(b.join(f)).unwrap(),
+            "{f} differs by thread count"
+        );
     }
     for f in ["regret_vs_t.png", "regret_vs_eps.png", "regret.png"] {
         assert!(std::fs::metadata(a.join(f)).unwrap().len() > 1000, "{f}");
@@ -38,7 +45,10 @@ fn smoke_ldp_runs_and_is_reproducible() {
     let manifest = std::fs::read_to_string(a.join("manifest.json")).unwrap();
     assert!(manifest.contains("epsilon-local DP"));
     assert!(manifest.contains("\"model\": \"local\""));
-    assert!(manifest.contains("\"breakpoints\": [\n        2001\n      ]"), "instance missing");
+    assert!(
+        manifest.contains("\"breakpoints\": [\n        2001\n      ]"),
+        "instance missing"
+    );
     let eps = std::fs::read_to_string(a.join("regret_vs_eps.csv")).unwrap();
     // 3 private families x 2 eps values, plus the header
     assert_eq!(eps.lines().count(), 7, "{eps}");

@@ -25,7 +25,13 @@ fn family(label: &str) -> String {
             let tail = &label[i..];
             let end = tail.find([',', ')']).unwrap_or(tail.len());
             let rest = tail[end..].trim_start_matches(',');
-            format!("{}{}w=theory{}{}", &label[..i], "", if rest.starts_with(')') { "" } else { "," }, rest)
+            format!(
+                "{}{}w=theory{}{}",
+                &label[..i],
+                "",
+                if rest.starts_with(')') { "" } else { "," },
+                rest
+            )
         }
     }
 }
@@ -42,7 +48,9 @@ fn slope(pts: &[(f64, f64)]) -> f64 {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let file = args.first().map_or("experiments/ldp_e3_scaling.toml", String::as_str);
+    let file = args
+        .first()
+        .map_or("experiments/ldp_e3_scaling.toml", String::as_str);
     let out = PathBuf::from(args.get(1).map_or("results/ldp_e3_scaling", String::as_str));
     let horizons: Vec<u64> = args
         .get(2)
@@ -73,13 +81,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let start = std::time::Instant::now();
         let outcome = run(&plan, &|| {});
         let secs = start.elapsed().as_secs_f64();
-        eprintln!("T = {t}: {} cells x {} runs in {secs:.1} s", plan.cells.len(), plan.spec.runs);
+        eprintln!(
+            "T = {t}: {} cells x {} runs in {secs:.1} s",
+            plan.cells.len(),
+            plan.spec.runs
+        );
         for (cell, res) in plan.cells.iter().zip(&outcome.cells) {
             let runs = res.as_ref().map_err(|e| e.to_string())?;
             let last = runs[0].len() - 1;
             let sm = Summary::of(&mut runs.iter().map(|r| r[last]).collect::<Vec<_>>());
             let fam = family(&cell.label());
-            writeln!(csv, "\"{fam}\",{t},{w},{},{},{},{secs:.2}", sm.mean, sm.sem, sm.runs)?;
+            writeln!(
+                csv,
+                "\"{fam}\",{t},{w},{},{},{},{secs:.2}",
+                sm.mean, sm.sem, sm.runs
+            )?;
             match fams.iter_mut().find(|f| f.0 == fam) {
                 Some(f) => f.1.push((t as f64, sm.mean)),
                 None => fams.push((fam, vec![(t as f64, sm.mean)])),
@@ -92,13 +108,23 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let big: Vec<(f64, f64)> = pts.iter().copied().filter(|p| p.0 >= 1e5).collect();
         let last3 = &pts[pts.len().saturating_sub(3)..];
         let f = |v: &[(f64, f64)]| if v.len() >= 2 { slope(v) } else { f64::NAN };
-        writeln!(slopes, "\"{fam}\",{:.3},{:.3},{:.3}", f(pts), f(&big), f(last3))?;
+        writeln!(
+            slopes,
+            "\"{fam}\",{:.3},{:.3},{:.3}",
+            f(pts),
+            f(&big),
+            f(last3)
+        )?;
     }
     std::fs::write(out.join("slopes.csv"), &slopes)?;
     print!("{slopes}");
     let mut series: Vec<Series> = fams
         .iter()
-        .map(|(f, p)| Series { name: f.clone(), points: p.clone(), band: None })
+        .map(|(f, p)| Series {
+            name: f.clone(),
+            points: p.clone(),
+            band: None,
+        })
         .collect();
     if let Some((_, p)) = fams.first() {
         let (t0, y0) = p[0];
@@ -117,7 +143,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let files = draw(
         &out.join("scaling"),
         &PlotSpec {
-            title: format!("{}: regret R(T) vs T, L_T = {segments} fixed, theory window", spec.name),
+            title: format!(
+                "{}: regret R(T) vs T, L_T = {segments} fixed, theory window",
+                spec.name
+            ),
             x_label: "T".into(),
             y_label: "R(T)".into(),
             log_x: true,

@@ -163,7 +163,7 @@ impl PiecewiseConfig {
             count_check("breakpoint_fractions", f.len(), l)?;
             for (i, &x) in f.iter().enumerate() {
                 check::open_unit(&format!("breakpoint_fractions[{i}]"), x)?;
-                if i > 0 && !(x > f[i - 1]) {
+                if i > 0 && x <= f[i - 1] {
                     return Err(Error::param(
                         format!("breakpoint_fractions[{i}]"),
                         x,
@@ -273,7 +273,7 @@ fn random_means(r: &RandomSegments) -> Result<Vec<Vec<f64>>> {
     check::at_least("random.arms", r.arms as u64, 2)?;
     check::unit("random.lo", r.lo)?;
     check::unit("random.hi", r.hi)?;
-    if !(r.lo < r.hi) {
+    if r.lo >= r.hi {
         return Err(Error::param(
             "random.hi",
             r.hi,

@@ -75,7 +75,12 @@ pub fn cor2_pinsker(inst: &Instance, horizon: u64, eps: f64) -> f64 {
     } else {
         (eps / 2.0).tanh().powi(2)
     };
-    k * (l * t).sqrt() + inst.gaps().iter().map(|d| lt / (2.0 * s2 * d * d)).sum::<f64>()
+    k * (l * t).sqrt()
+        + inst
+            .gaps()
+            .iter()
+            .map(|d| lt / (2.0 * s2 * d * d))
+            .sum::<f64>()
 }
 
 /// The heuristic shape that keeps the 1/d factor on the windowed term (spec ldp §3 caveat 2):
@@ -89,8 +94,12 @@ pub fn heuristic_shape(inst: &Instance, horizon: u64, eps: f64) -> f64 {
     } else {
         (eps / 2.0).tanh().powi(2)
     };
-    let per_window: f64 =
-        inst.gaps().iter().map(|d| f_safe(w, 3.0) / (2.0 * s2 * d)).sum::<f64>() / l as f64;
+    let per_window: f64 = inst
+        .gaps()
+        .iter()
+        .map(|d| f_safe(w, 3.0) / (2.0 * s2 * d))
+        .sum::<f64>()
+        / l as f64;
     l as f64 * w + horizon as f64 / w * per_window
 }
 
@@ -201,7 +210,11 @@ pub(super) fn regret_vs_t(
         let mut band = vec![];
         for (i, &t) in grid.iter().enumerate() {
             let s = mean_at(runs, i);
-            let _ = writeln!(csv, "\"{label}\",{t},{},{},{},{}", s.mean, s.sem, s.q05, s.q95);
+            let _ = writeln!(
+                csv,
+                "\"{label}\",{t},{},{},{},{}",
+                s.mean, s.sem, s.q05, s.q95
+            );
             pts.push((t as f64, s.mean));
             band.push((t as f64, s.mean - 2.0 * s.sem, s.mean + 2.0 * s.sem));
             ymax = ymax.max(s.mean + 2.0 * s.sem);
@@ -293,7 +306,9 @@ pub(super) fn regret_vs_eps(
             None => groups.push((fam, vec![(eps, s)])),
         }
     }
-    let mut csv = String::from("policy,epsilon,T,mean,sem,runs,cor2_pinsker_fitted,heuristic_fitted,a_plus_b_over_tanh2_fitted\n");
+    let mut csv = String::from(
+        "policy,epsilon,T,mean,sem,runs,cor2_pinsker_fitted,heuristic_fitted,a_plus_b_over_tanh2_fitted\n",
+    );
     let inst = Instance::of(plan);
     let mut series = vec![];
     let mut hline = None;
@@ -443,17 +458,24 @@ mod tests {
         let data: Vec<(f64, f64)> = [0.5, 1.0, 2.0, 4.0, f64::INFINITY]
             .iter()
             .map(|&e: &f64| {
-                let x = if e.is_infinite() { 1.0 } else { 1.0 / (e / 2.0).tanh().powi(2) };
+                let x = if e.is_infinite() {
+                    1.0
+                } else {
+                    1.0 / (e / 2.0).tanh().powi(2)
+                };
                 (e, 1000.0 + 50.0 * x)
             })
             .collect();
         let (a, b) = fit_eps_term(&data);
-        assert!((a - 1000.0).abs() < 1e-6 && (b - 50.0).abs() < 1e-8, "{a} {b}");
-        assert_eq!(family("sw_klucb_cf(epsilon=1,window=1166)"), "sw_klucb_cf(window=1166)");
-        assert_eq!(family("kl_ucb_cf(epsilon=0.5)"), "kl_ucb_cf");
-        assert_eq!(
-            family("ldp(inner=kl_ucb,epsilon=4)"),
-            "ldp(inner=kl_ucb)"
+        assert!(
+            (a - 1000.0).abs() < 1e-6 && (b - 50.0).abs() < 1e-8,
+            "{a} {b}"
         );
+        assert_eq!(
+            family("sw_klucb_cf(epsilon=1,window=1166)"),
+            "sw_klucb_cf(window=1166)"
+        );
+        assert_eq!(family("kl_ucb_cf(epsilon=0.5)"), "kl_ucb_cf");
+        assert_eq!(family("ldp(inner=kl_ucb,epsilon=4)"), "ldp(inner=kl_ucb)");
     }
 }

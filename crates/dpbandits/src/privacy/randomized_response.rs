@@ -47,7 +47,7 @@ impl RandomizedResponse {
     /// information and `p00 + p11 < 1` is the output-flipped mechanism (use `1 - p00`, `1 - p11`).
     pub fn new(p00: f64, p11: f64) -> Result<Self> {
         check_probabilities(p00, p11)?;
-        if !(p00 + p11 > 1.0) {
+        if p00 + p11 <= 1.0 {
             return Err(Error::param(
                 "p00 + p11",
                 p00 + p11,
