@@ -204,7 +204,9 @@ impl PolicyConfig for CfConfig {
         self.validate()?;
         let channels = self.channels_k(k)?;
         let learner = CfLearner::new(channels.clone(), self.window, self.c)?;
-        Ok(Box::new(Ldp::new(channels, Box::new(learner), seed)?))
+        Ok(Box::new(
+            Ldp::new(channels, Box::new(learner), seed)?.named(self.kind()),
+        ))
     }
 }
 

@@ -196,7 +196,10 @@ impl PolicyConfig for LdpConfig {
         let inner = self
             .inner
             .build(k, derive_seed(seed, Stream::Policy, &[1]))?;
-        Ok(Box::new(Ldp::new(channels, inner, seed)?))
+        Ok(Box::new(Ldp::new(channels, inner, seed)?.named(&format!(
+            "{} on the feedback bits",
+            self.inner.kind()
+        ))))
     }
 }
 
@@ -244,10 +247,16 @@ impl Ldp {
             ));
         }
         Ok(Ldp {
-            what: format!("{:?}", std::any::type_name_of_val(inner.as_ref())),
+            what: "the inner learner".into(),
             randomizer: LocalRandomizer::new(channels, seed),
             inner,
         })
+    }
+
+    /// Name the learner in the guarantee's mechanism text (e.g. its kind).
+    pub fn named(mut self, what: &str) -> Self {
+        self.what = what.to_string();
+        self
     }
 
     /// The user-side randomizer.
