@@ -8,8 +8,8 @@
 //!   ([`privacy::GaussianMechanism`] calibrated for rho-zCDP), the reward boundary.
 //!   Accounting: [`privacy::PrivacyAccountant`] (capped, refuses over-budget charges) and budget
 //!   conversions ([`privacy::pure_to_zcdp`], [`privacy::zcdp_to_approx_dp`]).
-//! * [`env`](mod@env): finite-armed environments (Bernoulli, Gaussian with optional clipping, Beta) with
-//!   exact episode sums.
+//! * [`env`](mod@env): finite-armed environments (Bernoulli, Gaussian with optional clipping, Beta,
+//!   piecewise-stationary and corrupt-feedback Bernoulli) with exact episode sums.
 //! * [`policy`]: the object-safe [`policy::Policy`] trait and the finite-armed policies.
 //! * [`sim`]: checkpoint grids, the episode fast path, deterministic parallel runs.
 //! * [`experiment`]: TOML experiment files, sweeps, outputs (manifest, CSV, SVG/PNG plots).
@@ -30,6 +30,12 @@
 //! | `dp_se` | DP-SE | finite-armed | epsilon-DP, central | Sajed & Sheffet 2019, Alg. 1 | calibration-tested |
 //! | `dp_ts` | Lazy-DP-TS | finite-armed | epsilon-DP, central | Hu & Hegde 2022 | calibration-tested |
 //! | `ldp_ucb` | LDP-UCB-L / LDP-UCB-B | finite-armed | epsilon-LDP, local | Ren et al. 2020, Sec. 4 | calibration-tested |
+//! | `kl_ucb_cf` | kl-UCB-CF | finite-armed | epsilon-LDP, local (randomized response) | Gajane, Urvoy & Kaufmann 2018 | equivalence-tested |
+//! | `sw_klucb_cf` | SW-KLUCB-CF | finite-armed, piecewise-stationary | epsilon-LDP, local (randomized response) | Gajane 2023, Alg. 1 | equivalence-tested |
+//! | `ldp` | any non-private policy on randomized-response feedback | finite-armed | epsilon-LDP, local | Gajane 2023, Sec. 3 | tested |
+//! | `sw_ucb` | SW-UCB | finite-armed, piecewise-stationary | none | Garivier & Moulines 2011, Sec. 4 | tested |
+//! | `sw_kl_ucb` | SW-kl-UCB | finite-armed, piecewise-stationary | none | SMPyBandits SWklUCB; f of Gajane 2023 | tested |
+//! | `d_ucb` | Discounted UCB | finite-armed, piecewise-stationary | none | Garivier & Moulines 2011, Sec. 3 | tested |
 //!
 //! ## Example
 //! ```

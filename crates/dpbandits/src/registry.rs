@@ -4,9 +4,10 @@
 //!
 //! Adding an algorithm = one file implementing it + one line in [`POLICIES`].
 
-use crate::env::{BernoulliConfig, BetaConfig, EnvConfig, GaussianConfig};
+use crate::env::{BernoulliConfig, BetaConfig, EnvConfig, GaussianConfig, PiecewiseConfig};
 use crate::error::{Error, Result};
 use crate::policy::{AdaCUcbConfig, KlUcbConfig, PolicyConfig, ThompsonConfig, Ucb1Config};
+use crate::policy::{CfConfig, DUcbConfig, LdpConfig, SwKlUcbConfig, SwUcbConfig};
 use serde::de::DeserializeOwned;
 
 /// The problem setting an algorithm or environment belongs to.
@@ -220,6 +221,69 @@ pub static POLICIES: &[PolicyEntry] = &[
         privacy: "epsilon-local DP: Laplace (CTL) or Bernoulli response (CTB) on each reward",
         parse: PolicyParser::Finite(crate::policy::ldp_ucb::parse),
     },
+    PolicyEntry {
+        kind: "kl_ucb_cf",
+        example: "epsilon = 1.0",
+        name: "kl-UCB-CF",
+        setting: Setting::FiniteArmed,
+        reference: "Gajane, Urvoy & Kaufmann 2018 (ALT), kl-UCB-CF; f(t) = ln t + c ln max(1, ln t)",
+        privacy: "epsilon-local DP (user-side randomized response per arm; Gajane 2023 Cor. 2)",
+        parse: PolicyParser::Finite(|t| {
+            let cfg: CfConfig = from_table(t)?;
+            cfg.validate()?;
+            Ok(Box::new(cfg))
+        }),
+    },
+    PolicyEntry {
+        kind: "sw_klucb_cf",
+        example: "epsilon = 1.0\nwindow = 1000",
+        name: "SW-KLUCB-CF",
+        setting: Setting::FiniteArmed,
+        reference: "Gajane 2023, Algorithm 1 (index in two-step form, f(t ^ w) with f_safe)",
+        privacy: "epsilon-local DP (user-side randomized response per arm; Gajane 2023 Cor. 2)",
+        parse: PolicyParser::Finite(|t| {
+            let mut cfg: CfConfig = from_table(t)?;
+            cfg.windowed = true;
+            cfg.validate()?;
+            Ok(Box::new(cfg))
+        }),
+    },
+    PolicyEntry {
+        kind: "ldp",
+        example: "inner = \"kl_ucb\"\nepsilon = 1.0",
+        name: "LDP wrapper: any non-private policy on randomized-response feedback",
+        setting: Setting::FiniteArmed,
+        reference: "Gajane 2023, Sec. 3 (corruption-oblivious baseline); Ren et al. 2020 Bernoulli response",
+        privacy: "epsilon-local DP (user-side randomized response per arm)",
+        parse: PolicyParser::Finite(|t| Ok(Box::new(LdpConfig::from_table(t)?))),
+    },
+    PolicyEntry {
+        kind: "sw_ucb",
+        example: "window = 1000",
+        name: "SW-UCB",
+        setting: Setting::FiniteArmed,
+        reference: "Garivier & Moulines 2011, Sec. 4 (sliding-window UCB)",
+        privacy: "none",
+        parse: PolicyParser::Finite(|t| finite_policy::<SwUcbConfig>(t, SwUcbConfig::validate)),
+    },
+    PolicyEntry {
+        kind: "sw_kl_ucb",
+        example: "window = 1000",
+        name: "SW-kl-UCB",
+        setting: Setting::FiniteArmed,
+        reference: "sliding-window kl-UCB (SMPyBandits SWklUCB) with Gajane 2023's f(t ^ w)",
+        privacy: "none",
+        parse: PolicyParser::Finite(|t| finite_policy::<SwKlUcbConfig>(t, SwKlUcbConfig::validate)),
+    },
+    PolicyEntry {
+        kind: "d_ucb",
+        example: "gamma = 0.999",
+        name: "Discounted UCB (D-UCB)",
+        setting: Setting::FiniteArmed,
+        reference: "Garivier & Moulines 2011, Sec. 3 (discounted UCB)",
+        privacy: "none",
+        parse: PolicyParser::Finite(|t| finite_policy::<DUcbConfig>(t, DUcbConfig::validate)),
+    },
 ];
 
 fn finite_env<T: DeserializeOwned + EnvConfig + 'static>(
@@ -252,6 +316,27 @@ pub static ENVIRONMENTS: &[EnvEntry] = &[
         setting: Setting::FiniteArmed,
         description: "Beta arms with the given means in (0,1): general bounded rewards in [0,1]",
         parse: EnvParser::Finite(|t| finite_env::<BetaConfig>(t, BetaConfig::validate)),
+    },
+    EnvEntry {
+        kind: "piecewise_bernoulli",
+        setting: Setting::FiniteArmed,
+        description: "piecewise-stationary Bernoulli arms: means per segment, breakpoints given (or as fractions of T) or a seeded random instance; dynamic regret, exact across breakpoints",
+        parse: EnvParser::Finite(|t| {
+            let mut cfg: PiecewiseConfig = from_table(t)?;
+            cfg.validate()?;
+            Ok(Box::new(cfg))
+        }),
+    },
+    EnvEntry {
+        kind: "corrupt_bernoulli",
+        setting: Setting::FiniteArmed,
+        description: "piecewise-stationary Bernoulli arms whose learner sees only randomized-response feedback (per-arm p00, p11 or epsilon); regret on the true means",
+        parse: EnvParser::Finite(|t| {
+            let mut cfg: PiecewiseConfig = from_table(t)?;
+            cfg.corrupt_kind = true;
+            cfg.validate()?;
+            Ok(Box::new(cfg))
+        }),
     },
 ];
 

@@ -17,10 +17,12 @@
 mod bernoulli;
 mod beta;
 mod gaussian;
+mod piecewise;
 
 pub use bernoulli::{Bernoulli, BernoulliConfig};
 pub use beta::{BetaArms, BetaConfig};
 pub use gaussian::{Gaussian, GaussianConfig};
+pub use piecewise::{FeedbackChannel, PiecewiseBernoulli, PiecewiseConfig, RandomSegments};
 
 use crate::error::Result;
 use std::fmt::Debug;
@@ -63,6 +65,15 @@ pub trait EnvConfig: Send + Sync + Debug {
     fn means(&self) -> Vec<f64>;
     /// Build the environment of one run; `seed` is the run's environment seed.
     fn build(&self, seed: u64) -> Result<Box<dyn Environment>>;
+    /// Called once by the planner with the experiment's horizon, before any run: environments
+    /// with time structure place or check their breakpoints here. Default: nothing to do.
+    fn set_horizon(&mut self, _horizon: u64) -> Result<()> {
+        Ok(())
+    }
+    /// Instance facts for the manifest (e.g. generated segments). Default: none.
+    fn describe(&self) -> serde_json::Value {
+        serde_json::Value::Null
+    }
 }
 
 /// One generator per arm, keyed by (environment seed, arm): the k-th reward of an arm does not

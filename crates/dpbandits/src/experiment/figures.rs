@@ -47,6 +47,33 @@ pub enum FigureSpec {
         #[serde(default)]
         name: Option<String>,
     },
+    /// Mean cumulative regret against t on linear axes, with the breakpoints of a piecewise
+    /// environment as vertical lines (spec ldp §6.3 F1).
+    RegretVsT {
+        /// Substrings of the policy labels to draw (default: all).
+        #[serde(default)]
+        policies: Vec<String>,
+        /// Output file stem (default `regret_vs_t`).
+        #[serde(default)]
+        name: Option<String>,
+    },
+    /// Regret at the horizon against `epsilon` (log-log), one line per algorithm, with the shape of
+    /// Gajane (2023) Corollary 2 fitted to one algorithm (spec ldp §6.3 F2).
+    RegretVsEps {
+        /// Substrings of the policy labels to draw (default: all with an `epsilon`).
+        #[serde(default)]
+        policies: Vec<String>,
+        /// Label prefix of the algorithm the bound shapes are fitted to (default `sw_klucb_cf`).
+        #[serde(default = "sw_klucb_cf")]
+        fit: String,
+        /// Output file stem (default `regret_vs_eps`).
+        #[serde(default)]
+        name: Option<String>,
+    },
+}
+
+fn sw_klucb_cf() -> String {
+    "sw_klucb_cf".into()
 }
 
 fn rho() -> String {
@@ -59,6 +86,7 @@ impl FigureSpec {
         match self {
             FigureSpec::GapVsParam { horizons, .. } => horizons.clone(),
             FigureSpec::PriceOfPrivacy { .. } => vec![],
+            FigureSpec::RegretVsT { .. } | FigureSpec::RegretVsEps { .. } => vec![],
         }
     }
 
@@ -71,6 +99,8 @@ impl FigureSpec {
             FigureSpec::PriceOfPrivacy { name, .. } => {
                 name.clone().unwrap_or("price_of_privacy".into())
             }
+            FigureSpec::RegretVsT { name, .. } => name.clone().unwrap_or("regret_vs_t".into()),
+            FigureSpec::RegretVsEps { name, .. } => name.clone().unwrap_or("regret_vs_eps".into()),
         }
     }
 
@@ -88,11 +118,17 @@ impl FigureSpec {
                 param,
                 ..
             } => (private, baseline, param),
+            FigureSpec::RegretVsT { .. } | FigureSpec::RegretVsEps { .. } => ("", "", ""),
         }
     }
 
     /// Check that the policies and values it names exist in the plan.
     pub fn validate(&self, plan: &Plan) -> Result<()> {
+        if let FigureSpec::RegretVsT { policies, .. } | FigureSpec::RegretVsEps { policies, .. } =
+            self
+        {
+            return super::ldp_figures::validate(plan, policies);
+        }
         let (private, baseline, param) = self.parts();
         baseline_cell(plan, baseline)?;
         let privs = private_cells(plan, private, param);
@@ -125,6 +161,7 @@ impl FigureSpec {
                     }
                 }
             }
+            FigureSpec::RegretVsT { .. } | FigureSpec::RegretVsEps { .. } => {}
         }
         Ok(())
     }
@@ -136,6 +173,22 @@ impl FigureSpec {
         results: &[CellRuns],
         dir: &std::path::Path,
     ) -> Result<Vec<std::path::PathBuf>> {
+        match self {
+            FigureSpec::RegretVsT { policies, .. } => {
+                return super::ldp_figures::regret_vs_t(plan, results, dir, &self.stem(), policies);
+            }
+            FigureSpec::RegretVsEps { policies, fit, .. } => {
+                return super::ldp_figures::regret_vs_eps(
+                    plan,
+                    results,
+                    dir,
+                    &self.stem(),
+                    policies,
+                    fit,
+                );
+            }
+            _ => {}
+        }
         let (private, baseline, param) = self.parts();
         let b = baseline_cell(plan, baseline)?;
         let Ok(base_runs) = &results[b] else {
@@ -222,6 +275,9 @@ impl FigureSpec {
                     series,
                     hline: Some(0.0),
                 }
+            }
+            FigureSpec::RegretVsT { .. } | FigureSpec::RegretVsEps { .. } => {
+                unreachable!("handled above")
             }
         };
         let csv_path = stem.with_extension("csv");

@@ -120,6 +120,10 @@ pub(super) fn plan(
     spec: &ExperimentSpec,
     env: Box<dyn EnvConfig>,
 ) -> Result<(Vec<Box<dyn Cell>>, serde_json::Value)> {
+    let mut env = env;
+    let env_kind = env.kind();
+    env.set_horizon(spec.horizon)
+        .at(|| format!("env ({env_kind})"))?;
     let env: Arc<dyn EnvConfig> = Arc::from(env);
     let mut cells: Vec<Box<dyn Cell>> = vec![];
     for (i, table) in spec.policy.iter().enumerate() {
@@ -149,6 +153,7 @@ pub(super) fn plan(
         "arms": env.num_arms(),
         "means": env.means(),
         "reward_range": [lo, hi],
+        "instance": env.describe(),
         "seed_derivation": "environment run r: derive_seed(master_seed, Env, [0, r]); arm a: derive_seed(that, Env, [a]) (SplitMix64 + Xoshiro256++)",
     });
     Ok((cells, info))

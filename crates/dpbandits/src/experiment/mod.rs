@@ -11,6 +11,7 @@
 pub mod comparison;
 mod figures;
 mod finite;
+pub mod ldp_figures;
 mod output;
 mod plan;
 pub mod plot;

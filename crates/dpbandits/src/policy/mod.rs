@@ -23,21 +23,31 @@
 
 pub mod adac_ucb;
 pub mod adap_ucb;
+pub mod d_ucb;
 pub mod dp_se;
 pub mod dp_ts;
 pub mod kl_ucb;
+pub mod kl_ucb_cf;
+pub mod ldp;
 pub mod ldp_ucb;
+pub mod sw_ucb;
 pub mod thompson;
 pub mod ucb1;
+mod window;
 
 pub use adac_ucb::{AdaCUcb, AdaCUcbConfig, InitCount};
 pub use adap_ucb::{AdaP, AdaPConfig, AdaPIndex};
+pub use d_ucb::{DUcb, DUcbConfig};
 pub use dp_se::{DpSe, DpSeConfig};
 pub use dp_ts::{DpTs, DpTsConfig};
 pub use kl_ucb::{KlUcb, KlUcbConfig};
+pub use kl_ucb_cf::{CfConfig, CfLearner};
+pub use ldp::{Ldp, LdpConfig};
 pub use ldp_ucb::{LdpUcb, LdpUcbConfig, LocalMechanism};
+pub use sw_ucb::{SwKlUcbConfig, SwUcb, SwUcbConfig};
 pub use thompson::{ThompsonConfig, ThompsonSampling};
 pub use ucb1::{Ucb1, Ucb1Config};
+pub use window::SlidingWindow;
 
 use crate::error::Result;
 use crate::privacy::{PrivacyGuarantee, RewardBoundary};

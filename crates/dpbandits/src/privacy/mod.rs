@@ -18,6 +18,7 @@ mod boundary;
 mod conversion;
 mod gaussian;
 mod laplace;
+mod randomized_response;
 
 pub use accountant::{PrivacyAccountant, add_up};
 pub use boundary::{BoundaryMode, RewardBoundary};
@@ -26,6 +27,8 @@ pub use conversion::{
 };
 pub use gaussian::{GaussianMechanism, NoisyMean};
 pub use laplace::{LaplaceMechanism, sample_standard_laplace};
+pub use randomized_response::{LocalRandomizer, PerArmChannel, RandomizedResponse};
+pub(crate) use randomized_response::{channels_for, check_channel_spec};
 
 use serde::Serialize;
 
