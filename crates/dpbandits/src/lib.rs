@@ -49,6 +49,7 @@
 #![deny(missing_docs)]
 #![deny(missing_debug_implementations)]
 
+pub mod bai;
 pub mod env;
 pub mod error;
 pub mod experiment;
