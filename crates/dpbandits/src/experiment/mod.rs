@@ -8,6 +8,7 @@
 //! [`run`] executes a plan on the current rayon pool; [`write_outputs`] writes `manifest.json`,
 //! `summary.csv`, `regret.svg/png` and the figures the file asks for.
 
+pub mod bai;
 mod figures;
 mod finite;
 mod output;
