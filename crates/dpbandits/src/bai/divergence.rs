@@ -104,14 +104,27 @@ pub fn w_eps(ma: f64, mb: f64, wa: f64, wb: f64, eps: f64) -> f64 {
     if x >= mb && x <= ma && x < lower_break(ma, eps) && x > upper_break(mb, eps) {
         return f(x).max(0.0);
     }
-    // Bisection on the derivative.
+    // Bisection on the derivative (exp(-eps) hoisted out of the loop). The objective is flat at
+    // its minimiser, so a bracket of relative width 1e-11 gives the value to ~1e-20 relative.
+    let (ua, ub) = (upper_break(1.0 - ma, eps), upper_break(mb, eps));
+    let dplus = |p: f64, q: f64, u: f64| -> f64 {
+        if q <= p {
+            0.0
+        } else if q <= u {
+            let q = q.clamp(1e-300, 1.0 - 1e-16);
+            (q - p) / (q * (1.0 - q))
+        } else {
+            c / (1.0 - q * c)
+        }
+    };
     let (mut lo, mut hi) = (mb, ma);
+    let tol = 1e-11 * (ma - mb);
     for _ in 0..64 {
-        let mid = 0.5 * (lo + hi);
-        if hi - lo <= 1e-15 {
+        if hi - lo <= tol {
             break;
         }
-        let g = wa * d_minus_dq(ma, mid, eps) + wb * d_plus_dq(mb, mid, eps);
+        let mid = 0.5 * (lo + hi);
+        let g = -wa * dplus(1.0 - ma, 1.0 - mid, ua) + wb * dplus(mb, mid, ub);
         if g > 0.0 {
             hi = mid;
         } else {
