@@ -16,7 +16,7 @@ use rand::{RngExt, SeedableRng};
 /// A literal, step-by-step DP-TT (eta = 1, threshold R) written independently of the engine:
 /// one Bernoulli reward per round accumulated in the raw phase sum `P_a`, phase switch when
 /// `N_a >= 2^k_a`, the stopping rule evaluated **every round**, the challenger every round,
-/// per-round tracking. Returns (tau, correct).
+/// per-round forced exploration and tracking. Returns (tau, correct).
 fn naive_dp_tt(means: &[f64], eps: f64, delta: f64, seed: u64) -> (u64, bool) {
     let k = means.len();
     let best = (0..k).fold(0, |b, a| if means[a] > means[b] { a } else { b });
@@ -69,6 +69,13 @@ fn naive_dp_tt(means: &[f64], eps: f64, delta: f64, seed: u64) -> (u64, bool) {
         });
         if stop {
             return (t, rec == best);
+        }
+        // Forced exploration (default of the engine): N_a < sqrt(t) - K/2.
+        let u = (0..k).fold(0, |x, a| if n[a] < n[x] { a } else { x });
+        if (n[u] as f64) < (t as f64).sqrt() - k as f64 / 2.0 {
+            pull(u, &mut p, &mut n);
+            t += 1;
+            continue;
         }
         let b = rec;
         let ch = (0..k)

@@ -47,11 +47,17 @@ pub struct AdapTtConfig {
     /// Lazy challenger parameter.
     #[serde(default)]
     pub lazy: f64,
+    /// Forced exploration `N_a < sqrt(t) - K/2` (default true; false = the literal algorithm).
+    #[serde(default = "yes")]
+    pub forced_exploration: bool,
     /// AdaP-TT* (not read from files; set by the registry kind).
     #[serde(skip)]
     pub star: bool,
 }
 
+fn yes() -> bool {
+    true
+}
 fn half() -> f64 {
     0.5
 }
@@ -67,6 +73,7 @@ impl AdapTtConfig {
             beta: 0.5,
             threshold: ThresholdKind::Thesis,
             lazy: 0.0,
+            forced_exploration: true,
             star,
         }
     }
@@ -92,12 +99,13 @@ impl BaiConfig for AdapTtConfig {
     }
     fn label(&self) -> String {
         format!(
-            "{}(eps={},threshold={},beta={},lazy={})",
+            "{}(eps={},threshold={},beta={},lazy={},fe={})",
             self.kind(),
             fmt_num(self.epsilon),
             self.threshold.name(),
             self.beta,
-            self.lazy
+            self.lazy,
+            self.forced_exploration
         )
     }
     fn epsilon(&self) -> f64 {
@@ -130,6 +138,7 @@ impl BaiConfig for AdapTtConfig {
             },
             threshold: self.threshold,
             lazy: self.lazy,
+            forced: self.forced_exploration,
         }
     }
 }

@@ -57,10 +57,16 @@ pub struct DpTtConfig {
     /// Lazy challenger parameter.
     #[serde(default)]
     pub lazy: f64,
+    /// Forced exploration `N_a < sqrt(t) - K/2` (default true; false = the literal algorithm).
+    #[serde(default = "yes")]
+    pub forced_exploration: bool,
 }
 
 fn one() -> f64 {
     1.0
+}
+fn yes() -> bool {
+    true
 }
 fn half() -> f64 {
     0.5
@@ -78,6 +84,7 @@ impl DpTtConfig {
             beta: 0.5,
             threshold: ThresholdKind::R,
             lazy: 0.0,
+            forced_exploration: true,
         }
     }
 
@@ -98,12 +105,13 @@ impl BaiConfig for DpTtConfig {
     }
     fn label(&self) -> String {
         format!(
-            "dp_tt(eps={},threshold={},eta={},beta={},lazy={})",
+            "dp_tt(eps={},threshold={},eta={},beta={},lazy={},fe={})",
             fmt_num(self.epsilon),
             self.threshold.name(),
             self.eta,
             self.beta,
-            self.lazy
+            self.lazy,
+            self.forced_exploration
         )
     }
     fn epsilon(&self) -> f64 {
@@ -128,6 +136,7 @@ impl BaiConfig for DpTtConfig {
             cost: StopCost::DEps,
             threshold: self.threshold,
             lazy: self.lazy,
+            forced: self.forced_exploration,
         }
     }
 }

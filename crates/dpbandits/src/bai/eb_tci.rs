@@ -34,8 +34,14 @@ pub struct EbTciConfig {
     /// Stopping threshold (`r` or `eb`).
     #[serde(default = "r")]
     pub threshold: ThresholdKind,
+    /// Forced exploration `N_a < sqrt(t) - K/2` (default true; false = the literal algorithm).
+    #[serde(default = "yes")]
+    pub forced_exploration: bool,
 }
 
+fn yes() -> bool {
+    true
+}
 fn half() -> f64 {
     0.5
 }
@@ -48,6 +54,7 @@ impl Default for EbTciConfig {
         EbTciConfig {
             beta: 0.5,
             threshold: ThresholdKind::R,
+            forced_exploration: true,
         }
     }
 }
@@ -68,7 +75,12 @@ impl BaiConfig for EbTciConfig {
         "eb_tci"
     }
     fn label(&self) -> String {
-        format!("eb_tci(threshold={},beta={})", self.threshold.name(), self.beta)
+        format!(
+            "eb_tci(threshold={},beta={},fe={})",
+            self.threshold.name(),
+            self.beta,
+            self.forced_exploration
+        )
     }
     fn epsilon(&self) -> f64 {
         f64::INFINITY
@@ -89,6 +101,7 @@ impl BaiConfig for EbTciConfig {
             cost: StopCost::DEps,
             threshold: self.threshold,
             lazy: 0.0,
+            forced: self.forced_exploration,
         }
     }
 }

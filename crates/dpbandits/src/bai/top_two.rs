@@ -106,6 +106,10 @@ pub struct TopTwoParams {
     pub threshold: ThresholdKind,
     /// Lazy challenger parameter theta >= 0 (0 = every round).
     pub lazy: f64,
+    /// Forced exploration: pull an arm with `N_a < sqrt(t) - K/2` (Garivier & Kaufmann 2016) before
+    /// the Top Two rule. Needed when suboptimal arms tie (both paper instances do; spec §3.3 notes
+    /// the rebuttal's remark), see docs/bai.md.
+    pub forced: bool,
 }
 
 /// One finished run.
@@ -412,6 +416,29 @@ impl TopTwo {
             };
             // Rounds until the next release.
             loop {
+                if self.p.forced {
+                    let u = (0..k).fold(0, |x, a| if n[a] < n[x] { a } else { x });
+                    let target = (t as f64).sqrt() - k as f64 / 2.0;
+                    if (n[u] as f64) < target {
+                        let m = if self.p.lazy > 0.0 {
+                            ((target - n[u] as f64).ceil() as u64).max(1)
+                        } else {
+                            1
+                        }
+                        .min(next_b[u] - n[u]);
+                        n[u] += m;
+                        t += m;
+                        if n[u] == next_b[u] {
+                            release(u, &n, &mut n_rel, &mut rel, &mut sum, &mut mu, &mut w, &mut noise_draws)?;
+                            next_b[u] = self.boundary_after(rel[u], n[u]);
+                            break;
+                        }
+                        if t >= max_samples {
+                            break;
+                        }
+                        continue;
+                    }
+                }
                 let c = self.challenger(b, &mu, &n, clip);
                 let m_max = if self.p.lazy > 0.0 {
                     ((self.p.lazy * t as f64).floor() as u64).max(1)
