@@ -15,16 +15,34 @@ pub fn bounds(means: Vec<f64>, epsilon: f64, delta: f64) -> Result<ExitCode> {
     }
     let inst = BaiInstance::new(means.clone()).context("--means")?;
     let b = Bounds::compute(&inst, epsilon, delta).context("bounds")?;
-    println!("instance: means = {means:?} (best arm {}), epsilon = {epsilon}, delta = {delta}", inst.best());
-    println!("T*_KL                      = {:.6} (beta* = {:.4})", b.t_kl, b.beta_kl);
+    println!(
+        "instance: means = {means:?} (best arm {}), epsilon = {epsilon}, delta = {delta}",
+        inst.best()
+    );
+    println!(
+        "T*_KL                      = {:.6} (beta* = {:.4})",
+        b.t_kl, b.beta_kl
+    );
     println!("T*_KL,1/2                  = {:.6}", b.t_kl_half);
     println!("T*_TV                      = {:.6}", b.t_tv);
-    println!("T*_eps                     = {:.6} (beta* = {:.4})", b.t_eps, b.beta_eps);
+    println!(
+        "T*_eps                     = {:.6} (beta* = {:.4})",
+        b.t_eps, b.beta_eps
+    );
     println!("T*_eps,1/2                 = {:.6}", b.t_eps_half);
-    println!("max(T*_KL, T*_TV/eps)      = {:.6}", b.t_kl.max(b.t_tv / epsilon));
-    println!("low-privacy boundary       = {:.6} (T*_eps = T*_KL for eps above it)", b.boundary);
+    println!(
+        "max(T*_KL, T*_TV/eps)      = {:.6}",
+        b.t_kl.max(b.t_tv / epsilon)
+    );
+    println!(
+        "low-privacy boundary       = {:.6} (T*_eps = T*_KL for eps above it)",
+        b.boundary
+    );
     println!("lower bound T*_eps ln(1/delta)     = {:.6}", b.lower_bound);
-    println!("lower bound T*_eps ln(1/(3 delta)) = {:.6} (Jourdan & Azize 2025)", b.lower_bound_3delta);
+    println!(
+        "lower bound T*_eps ln(1/(3 delta)) = {:.6} (Jourdan & Azize 2025)",
+        b.lower_bound_3delta
+    );
     Ok(ExitCode::SUCCESS)
 }
 
@@ -62,7 +80,11 @@ pub fn run(
         plan.spec.delta,
         pool.current_num_threads()
     );
-    let bar = if quiet { ProgressBar::hidden() } else { ProgressBar::new(jobs) };
+    let bar = if quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(jobs)
+    };
     bar.set_style(
         ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} runs ({eta} left)")
             .expect("valid template")
@@ -81,11 +103,23 @@ pub fn run(
         .cells
         .iter()
         .zip(&results)
-        .filter_map(|(c, r)| r.as_ref().err().map(|e| format!("{}: {e}", c.config.label())))
+        .filter_map(|(c, r)| {
+            r.as_ref()
+                .err()
+                .map(|e| format!("{}: {e}", c.config.label()))
+        })
         .collect();
-    let capped: u64 = results.iter().flatten().flatten().filter(|o| o.capped).count() as u64;
+    let capped: u64 = results
+        .iter()
+        .flatten()
+        .flatten()
+        .filter(|o| o.capped)
+        .count() as u64;
     if capped > 0 {
-        eprintln!("warning: {capped} runs hit max_samples = {} (counted in the 'capped' column)", plan.spec.max_samples);
+        eprintln!(
+            "warning: {capped} runs hit max_samples = {} (counted in the 'capped' column)",
+            plan.spec.max_samples
+        );
     }
     if failed.is_empty() {
         Ok(ExitCode::SUCCESS)

@@ -19,17 +19,32 @@ fn smoke_bai_is_thread_invariant() {
     for threads in ["1", "2"] {
         let out = tmp.join(threads);
         let o = bin()
-            .args(["run", file.to_str().unwrap(), "--quiet", "--threads", threads, "--out"])
+            .args([
+                "run",
+                file.to_str().unwrap(),
+                "--quiet",
+                "--threads",
+                threads,
+                "--out",
+            ])
             .arg(&out)
             .output()
             .unwrap();
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        for f in ["summary.csv", "manifest.json", "stopping_time.svg", "stopping_time.png"] {
+        for f in [
+            "summary.csv",
+            "manifest.json",
+            "stopping_time.svg",
+            "stopping_time.png",
+        ] {
             assert!(out.join(f).exists(), "{f} missing");
         }
         outs.push(std::fs::read(out.join("summary.csv")).unwrap());
     }
-    assert_eq!(outs[0], outs[1], "summary.csv differs between 1 and 2 threads");
+    assert_eq!(
+        outs[0], outs[1],
+        "summary.csv differs between 1 and 2 threads"
+    );
     let csv = String::from_utf8(outs[0].clone()).unwrap();
     // 4 private algorithm tables x 3 eps + 1 non-private row + header.
     assert_eq!(csv.lines().count(), 1 + 4 * 3 + 1);
@@ -42,7 +57,15 @@ fn smoke_bai_is_thread_invariant() {
 #[test]
 fn bounds_prints_characteristic_times() {
     let o = bin()
-        .args(["bounds", "--means", "0.95,0.9,0.9,0.9,0.5", "--epsilon", "0.1", "--delta", "0.01"])
+        .args([
+            "bounds",
+            "--means",
+            "0.95,0.9,0.9,0.9,0.5",
+            "--epsilon",
+            "0.1",
+            "--delta",
+            "0.01",
+        ])
         .output()
         .unwrap();
     assert!(o.status.success());
@@ -55,12 +78,27 @@ fn bounds_prints_characteristic_times() {
 #[test]
 fn bounds_bad_input() {
     for (args, want) in [
-        (vec!["--means", "0.9,1.2", "--epsilon", "1"], "means[1] = 1.2"),
-        (vec!["--means", "0.9,0.9,0.5", "--epsilon", "1"], "unique best arm"),
+        (
+            vec!["--means", "0.9,1.2", "--epsilon", "1"],
+            "means[1] = 1.2",
+        ),
+        (
+            vec!["--means", "0.9,0.9,0.5", "--epsilon", "1"],
+            "unique best arm",
+        ),
         (vec!["--means", "0.9,0.5", "--epsilon", "0"], "epsilon = 0"),
-        (vec!["--means", "0.9,0.5", "--epsilon", "-2"], "epsilon = -2"),
-        (vec!["--means", "0.9,0.5", "--epsilon", "NaN"], "epsilon = NaN"),
-        (vec!["--means", "0.9,0.5", "--epsilon", "1", "--delta", "1"], "delta = 1"),
+        (
+            vec!["--means", "0.9,0.5", "--epsilon", "-2"],
+            "epsilon = -2",
+        ),
+        (
+            vec!["--means", "0.9,0.5", "--epsilon", "NaN"],
+            "epsilon = NaN",
+        ),
+        (
+            vec!["--means", "0.9,0.5", "--epsilon", "1", "--delta", "1"],
+            "delta = 1",
+        ),
     ] {
         let o = bin().arg("bounds").args(&args).output().unwrap();
         assert_eq!(o.status.code(), Some(2), "{args:?}");

@@ -24,7 +24,9 @@ fn naive_dp_tt(means: &[f64], eps: f64, delta: f64, seed: u64) -> (u64, bool) {
     let mut prng = stream_rng(seed, Stream::Policy, &[]);
     let mut nrng = stream_rng(seed, Stream::Noise, &[]);
     let lap = LaplaceMechanism::for_pure_dp(1.0, eps).unwrap();
-    let c: Vec<f64> = (0..70).map(|j| r_threshold(j.max(1), j, k, delta)).collect();
+    let c: Vec<f64> = (0..70)
+        .map(|j| r_threshold(j.max(1), j, k, delta))
+        .collect();
     let (mut n, mut kk, mut nt) = (vec![0u64; k], vec![0u64; k], vec![0u64; k]);
     let (mut s, mut p) = (vec![0.0f64; k], vec![0.0f64; k]);
     let (mut ll, mut nl) = (vec![0u64; k], vec![0u64; k]);
@@ -42,7 +44,9 @@ fn naive_dp_tt(means: &[f64], eps: f64, delta: f64, seed: u64) -> (u64, bool) {
     }
     let m = |s: &[f64], nt: &[u64], a: usize| (s[a] / nt[a] as f64).clamp(0.0, 1.0);
     let recommend = |s: &[f64], nt: &[u64], prng: &mut SimRng| {
-        let best = (0..k).map(|a| m(s, nt, a)).fold(f64::NEG_INFINITY, f64::max);
+        let best = (0..k)
+            .map(|a| m(s, nt, a))
+            .fold(f64::NEG_INFINITY, f64::max);
         let ties: Vec<usize> = (0..k).filter(|&a| m(s, nt, a) == best).collect();
         ties[prng.random_range(0..ties.len())]
     };
@@ -64,8 +68,13 @@ fn naive_dp_tt(means: &[f64], eps: f64, delta: f64, seed: u64) -> (u64, bool) {
             rec = recommend(&s, &nt, &mut prng);
         }
         let stop = (0..k).filter(|&a| a != rec).all(|a| {
-            w_eps(m(&s, &nt, rec), m(&s, &nt, a), nt[rec] as f64, nt[a] as f64, eps)
-                > c[kk[rec] as usize] + c[kk[a] as usize]
+            w_eps(
+                m(&s, &nt, rec),
+                m(&s, &nt, a),
+                nt[rec] as f64,
+                nt[a] as f64,
+                eps,
+            ) > c[kk[rec] as usize] + c[kk[a] as usize]
         });
         if stop {
             return (t, rec == best);
@@ -85,9 +94,16 @@ fn naive_dp_tt(means: &[f64], eps: f64, delta: f64, seed: u64) -> (u64, bool) {
                     + (n[a] as f64).ln();
                 (v, a)
             })
-            .fold((f64::INFINITY, usize::MAX), |x, y| if y.0 < x.0 { y } else { x })
+            .fold(
+                (f64::INFINITY, usize::MAX),
+                |x, y| if y.0 < x.0 { y } else { x },
+            )
             .1;
-        let arm = if (nl[b] as f64) <= 0.5 * (ll[b] + 1) as f64 { b } else { ch };
+        let arm = if (nl[b] as f64) <= 0.5 * (ll[b] + 1) as f64 {
+            b
+        } else {
+            ch
+        };
         ll[b] += 1;
         if arm == b {
             nl[b] += 1;
@@ -97,7 +113,13 @@ fn naive_dp_tt(means: &[f64], eps: f64, delta: f64, seed: u64) -> (u64, bool) {
     }
 }
 
-fn engine_taus(cfg: &dyn BaiConfig, inst: &BaiInstance, delta: f64, runs: u64, tag: &str) -> Vec<f64> {
+fn engine_taus(
+    cfg: &dyn BaiConfig,
+    inst: &BaiInstance,
+    delta: f64,
+    runs: u64,
+    tag: &str,
+) -> Vec<f64> {
     let alg = cfg.build(inst.k(), delta).unwrap();
     (0..runs)
         .map(|r| alg.run(inst, run_seeds(99, tag, r), u64::MAX).unwrap().tau as f64)
@@ -113,13 +135,18 @@ fn fast_path_matches_naive_step_by_step() {
     let means = [0.9, 0.6, 0.3];
     let inst = BaiInstance::new(means.to_vec()).unwrap();
     for &eps in &[1.0, 10.0] {
-        let naive: Vec<f64> = (0..300).map(|r| naive_dp_tt(&means, eps, 0.1, 1000 + r).0 as f64).collect();
+        let naive: Vec<f64> = (0..300)
+            .map(|r| naive_dp_tt(&means, eps, 0.1, 1000 + r).0 as f64)
+            .collect();
         let fast = engine_taus(&DpTtConfig::new(eps), &inst, 0.1, 300, "fast");
         let d = ks_statistic(&naive, &fast);
         let crit = ks_critical(300, 300, 1e-4);
         let mn = naive.iter().sum::<f64>() / 300.0;
         let mf = fast.iter().sum::<f64>() / 300.0;
-        assert!(d < crit, "eps {eps}: KS {d} >= {crit} (naive mean {mn}, fast mean {mf})");
+        assert!(
+            d < crit,
+            "eps {eps}: KS {d} >= {crit} (naive mean {mn}, fast mean {mf})"
+        );
     }
 }
 
@@ -151,17 +178,29 @@ fn privacy_mechanics() {
         for a in 0..5 {
             // k releases happen at counts 1, 2, ..., 2^(k-1) <= N_a < 2^k.
             let k = o.releases[a];
-            assert!(o.pulls[a] >= 1u64 << (k - 1) && o.pulls[a] < 1u64 << k, "{o:?}");
+            assert!(
+                o.pulls[a] >= 1u64 << (k - 1) && o.pulls[a] < 1u64 << k,
+                "{o:?}"
+            );
         }
         assert!(o.noise_draws as f64 <= 5.0 * (1.0 + (o.tau as f64).log2()));
         assert_eq!(o.pulls.iter().sum::<u64>(), o.tau);
     }
     // Non-private EB-TCI draws no noise; the guarantee says so.
     let e = EbTciConfig::default();
-    let o = e.build(5, 0.01).unwrap().run(&inst, run_seeds(3, "np", 0), u64::MAX).unwrap();
+    let o = e
+        .build(5, 0.01)
+        .unwrap()
+        .run(&inst, run_seeds(3, "np", 0), u64::MAX)
+        .unwrap();
     assert_eq!(o.noise_draws, 0);
     assert!(!e.guarantee().is_private());
-    assert!(DpTtConfig::new(0.5).guarantee().summary().contains("epsilon = 0.5"));
+    assert!(
+        DpTtConfig::new(0.5)
+            .guarantee()
+            .summary()
+            .contains("epsilon = 0.5")
+    );
 }
 
 /// Deterministic for a seed; the cap is reported.
@@ -169,8 +208,15 @@ fn privacy_mechanics() {
 fn reproducible_and_capped() {
     let inst = BaiInstance::new(vec![0.75, 0.7, 0.7]).unwrap();
     let alg = DpTtConfig::new(0.01).build(3, 0.01).unwrap();
-    let s = RunSeeds { env: 1, policy: 2, noise: 3 };
-    assert_eq!(alg.run(&inst, s, u64::MAX).unwrap(), alg.run(&inst, s, u64::MAX).unwrap());
+    let s = RunSeeds {
+        env: 1,
+        policy: 2,
+        noise: 3,
+    };
+    assert_eq!(
+        alg.run(&inst, s, u64::MAX).unwrap(),
+        alg.run(&inst, s, u64::MAX).unwrap()
+    );
     let o = alg.run(&inst, s, 1000).unwrap();
     assert!(o.capped && o.tau >= 1000 && o.tau < 2000);
 }
@@ -182,7 +228,10 @@ fn reproducible_and_capped() {
 /// docs/bai.md.
 #[test]
 fn error_rate_below_delta() {
-    let insts = [vec![0.95, 0.9, 0.9, 0.9, 0.5], vec![0.75, 0.7, 0.7, 0.7, 0.7]];
+    let insts = [
+        vec![0.95, 0.9, 0.9, 0.9, 0.5],
+        vec![0.75, 0.7, 0.7, 0.7, 0.7],
+    ];
     let mut worst = 0;
     for means in &insts {
         let inst = BaiInstance::new(means.clone()).unwrap();
@@ -195,7 +244,9 @@ fn error_rate_below_delta() {
                 let alg = cfg.build(5, 0.1).unwrap();
                 let mut errors = 0;
                 for r in 0..150 {
-                    let o = alg.run(&inst, run_seeds(11, &cfg.label(), r), 1 << 40).unwrap();
+                    let o = alg
+                        .run(&inst, run_seeds(11, &cfg.label(), r), 1 << 40)
+                        .unwrap();
                     assert!(!o.capped);
                     errors += u32::from(!o.correct);
                 }
@@ -225,19 +276,41 @@ kind = "dp_tt"
     assert!(BaiPlan::from_toml(base).is_ok());
     let cases = [
         ("means = [0.9, 0.5]", "means = [0.9, 1.0]", "means[1] = 1"),
-        ("means = [0.9, 0.5]", "means = [0.9, 0.9]", "unique best arm"),
-        ("means = [0.9, 0.5]", "means = [0.9, -0.1]", "means[1] = -0.1"),
+        (
+            "means = [0.9, 0.5]",
+            "means = [0.9, 0.9]",
+            "unique best arm",
+        ),
+        (
+            "means = [0.9, 0.5]",
+            "means = [0.9, -0.1]",
+            "means[1] = -0.1",
+        ),
         ("epsilon = [1.0]", "epsilon = [0.0]", "epsilon[0] = 0"),
         ("epsilon = [1.0]", "epsilon = [nan]", "epsilon[0] = NaN"),
         ("delta = 0.01", "delta = 1.0", "delta = 1"),
         ("delta = 0.01", "delta = 0.0", "delta = 0"),
-        ("kind = \"dp_tt\"", "kind = \"dp_tt\"\nthreshold = \"eb\"", "threshold = \"eb\""),
-        ("kind = \"dp_tt\"", "kind = \"dp_tt\"\neta = -1.0", "eta = -1"),
-        ("kind = \"dp_tt\"", "kind = \"dp_tt\"\nbeta = 1.5", "beta = 1.5"),
+        (
+            "kind = \"dp_tt\"",
+            "kind = \"dp_tt\"\nthreshold = \"eb\"",
+            "threshold = \"eb\"",
+        ),
+        (
+            "kind = \"dp_tt\"",
+            "kind = \"dp_tt\"\neta = -1.0",
+            "eta = -1",
+        ),
+        (
+            "kind = \"dp_tt\"",
+            "kind = \"dp_tt\"\nbeta = 1.5",
+            "beta = 1.5",
+        ),
         ("kind = \"dp_tt\"", "kind = \"ucb1\"", "not a BAI algorithm"),
     ];
     for (from, to, want) in cases {
-        let e = BaiPlan::from_toml(&base.replace(from, to)).unwrap_err().to_string();
+        let e = BaiPlan::from_toml(&base.replace(from, to))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains(want), "{to}: {e}");
     }
     let mut d = DpTtConfig::new(1.0);

@@ -65,7 +65,8 @@ impl EbTciConfig {
     /// # Errors
     /// beta in (0, 1); threshold `r` or `eb`.
     pub fn validate(&self) -> Result<()> {
-        self.threshold.require(&[ThresholdKind::R, ThresholdKind::Eb])?;
+        self.threshold
+            .require(&[ThresholdKind::R, ThresholdKind::Eb])?;
         super::TopTwo::new(self.params(), 2, 0.5).map(drop)
     }
 }

@@ -184,7 +184,11 @@ impl TopTwo {
         check::open_unit("beta", p.beta)?;
         check::open_unit("delta", delta)?;
         if !(p.lazy >= 0.0 && p.lazy < 1.0) {
-            return Err(Error::param("lazy", p.lazy, "a number in [0, 1) (0 = every round)"));
+            return Err(Error::param(
+                "lazy",
+                p.lazy,
+                "a number in [0, 1) (0 = every round)",
+            ));
         }
         if k < 2 {
             return Err(Error::param("K", k, "at least two arms"));
@@ -219,13 +223,20 @@ impl TopTwo {
         let r_table = if p.threshold == ThresholdKind::R && !grid.is_empty() {
             (0..=grid.len())
                 .map(|j| {
-                    threshold::r_threshold(j.max(1) as u64, if noisy { j as u64 } else { 0 }, k, delta)
+                    threshold::r_threshold(
+                        j.max(1) as u64,
+                        if noisy { j as u64 } else { 0 },
+                        k,
+                        delta,
+                    )
                 })
                 .collect()
         } else {
             vec![]
         };
-        let thesis = (0..2 * THESIS_DIM * THESIS_DIM).map(|_| OnceLock::new()).collect();
+        let thesis = (0..2 * THESIS_DIM * THESIS_DIM)
+            .map(|_| OnceLock::new())
+            .collect();
         Ok(TopTwo {
             p,
             k,
@@ -244,13 +255,21 @@ impl TopTwo {
     fn boundary_after(&self, releases: u64, n: u64) -> u64 {
         match self.p.estimator {
             Estimator::Exact => n + 1,
-            _ => self.grid.get(releases as usize).copied().unwrap_or(u64::MAX),
+            _ => self
+                .grid
+                .get(releases as usize)
+                .copied()
+                .unwrap_or(u64::MAX),
         }
     }
 
     fn thesis_cached(&self, wa: f64, wb: f64, branch: usize, f: impl FnOnce() -> f64) -> f64 {
         let (ja, jb) = (wa.log2().round(), wb.log2().round());
-        if wa == ja.exp2() && wb == jb.exp2() && (ja as usize) < THESIS_DIM && (jb as usize) < THESIS_DIM {
+        if wa == ja.exp2()
+            && wb == jb.exp2()
+            && (ja as usize) < THESIS_DIM
+            && (jb as usize) < THESIS_DIM
+        {
             let i = (branch * THESIS_DIM + ja as usize) * THESIS_DIM + jb as usize;
             *self.thesis[i].get_or_init(f)
         } else {
@@ -264,7 +283,8 @@ impl TopTwo {
         match self.p.threshold {
             ThresholdKind::R => {
                 if self.p.estimator == Estimator::Exact {
-                    threshold::r_threshold(wa as u64, 0, k, d) + threshold::r_threshold(wb as u64, 0, k, d)
+                    threshold::r_threshold(wa as u64, 0, k, d)
+                        + threshold::r_threshold(wb as u64, 0, k, d)
                 } else {
                     let c = |j: u64| self.r_table[(j as usize).min(self.r_table.len() - 1)];
                     c(ja) + c(jb)
@@ -286,7 +306,13 @@ impl TopTwo {
 
     fn cost(&self, ma: f64, mb: f64, wa: f64, wb: f64) -> f64 {
         match self.p.cost {
-            StopCost::DEps => w_eps(ma.clamp(0.0, 1.0), mb.clamp(0.0, 1.0), wa, wb, self.p.epsilon),
+            StopCost::DEps => w_eps(
+                ma.clamp(0.0, 1.0),
+                mb.clamp(0.0, 1.0),
+                wa,
+                wb,
+                self.p.epsilon,
+            ),
             StopCost::Gauss => w_gauss(ma, mb, wa, wb),
             StopCost::GaussStar => w_gauss_star(ma, mb, wa, wb, self.p.epsilon),
             StopCost::GaussUnit => 0.25 * w_gauss(ma, mb, wa, wb),
@@ -299,13 +325,21 @@ impl TopTwo {
     /// `inst` with a different number of arms.
     pub fn run(&self, inst: &BaiInstance, seeds: RunSeeds, max_samples: u64) -> Result<BaiOutcome> {
         if inst.k() != self.k {
-            return Err(Error::param("means", format!("{} arms", inst.k()), format!("{} arms", self.k)));
+            return Err(Error::param(
+                "means",
+                format!("{} arms", inst.k()),
+                format!("{} arms", self.k),
+            ));
         }
         let k = self.k;
         let eps = self.p.epsilon;
         let mu_true = inst.means();
         let mut env: Vec<SimRng> = (0..k)
-            .map(|a| SimRng::seed_from_u64(crate::rng::splitmix64(seeds.env ^ crate::rng::splitmix64(a as u64 + 1))))
+            .map(|a| {
+                SimRng::seed_from_u64(crate::rng::splitmix64(
+                    seeds.env ^ crate::rng::splitmix64(a as u64 + 1),
+                ))
+            })
             .collect();
         let mut prng = SimRng::seed_from_u64(seeds.policy);
         let mut nrng = SimRng::seed_from_u64(seeds.noise);
@@ -366,7 +400,16 @@ impl TopTwo {
 
         for a in 0..k {
             n[a] = 1;
-            release(a, &n, &mut n_rel, &mut rel, &mut sum, &mut mu, &mut w, &mut noise_draws)?;
+            release(
+                a,
+                &n,
+                &mut n_rel,
+                &mut rel,
+                &mut sum,
+                &mut mu,
+                &mut w,
+                &mut noise_draws,
+            )?;
             next_b[a] = self.boundary_after(rel[a], n[a]);
         }
         t += k as u64;
@@ -375,10 +418,19 @@ impl TopTwo {
         loop {
             // After releases: recommendation, leader, stopping.
             let rec = {
-                let best = (0..k).map(|a| score(&mu, a)).fold(f64::NEG_INFINITY, f64::max);
+                let best = (0..k)
+                    .map(|a| score(&mu, a))
+                    .fold(f64::NEG_INFINITY, f64::max);
                 let ties = (0..k).filter(|&a| score(&mu, a) == best).count();
-                let pick = if ties > 1 { prng.random_range(0..ties) } else { 0 };
-                (0..k).filter(|&a| score(&mu, a) == best).nth(pick).unwrap_or(0)
+                let pick = if ties > 1 {
+                    prng.random_range(0..ties)
+                } else {
+                    0
+                };
+                (0..k)
+                    .filter(|&a| score(&mu, a) == best)
+                    .nth(pick)
+                    .unwrap_or(0)
             };
             let mut stop = true;
             for a in 0..k {
@@ -429,7 +481,16 @@ impl TopTwo {
                         n[u] += m;
                         t += m;
                         if n[u] == next_b[u] {
-                            release(u, &n, &mut n_rel, &mut rel, &mut sum, &mut mu, &mut w, &mut noise_draws)?;
+                            release(
+                                u,
+                                &n,
+                                &mut n_rel,
+                                &mut rel,
+                                &mut sum,
+                                &mut mu,
+                                &mut w,
+                                &mut noise_draws,
+                            )?;
                             next_b[u] = self.boundary_after(rel[u], n[u]);
                             break;
                         }
@@ -473,7 +534,16 @@ impl TopTwo {
                 let mut released = false;
                 for a in [b, c] {
                     if n[a] == next_b[a] {
-                        release(a, &n, &mut n_rel, &mut rel, &mut sum, &mut mu, &mut w, &mut noise_draws)?;
+                        release(
+                            a,
+                            &n,
+                            &mut n_rel,
+                            &mut rel,
+                            &mut sum,
+                            &mut mu,
+                            &mut w,
+                            &mut noise_draws,
+                        )?;
                         next_b[a] = self.boundary_after(rel[a], n[a]);
                         released = true;
                     }
@@ -504,7 +574,9 @@ impl TopTwo {
                     (w_eps(mb, ma, nb, na, self.p.epsilon) + na.ln(), 0.0)
                 }
                 Challenger::SignedGauss => (signed, 0.0),
-                Challenger::GaussStar => (w_gauss_star(mu[b], mu[a], nb, na, self.p.epsilon), signed),
+                Challenger::GaussStar => {
+                    (w_gauss_star(mu[b], mu[a], nb, na, self.p.epsilon), signed)
+                }
             };
             if best == usize::MAX || key < best_key {
                 best = a;
@@ -534,7 +606,11 @@ mod tests {
                         }
                         ll += 1;
                     }
-                    assert_eq!(tracking_block(l, nl, beta, m), b, "beta {beta} l {l} nl {nl} m {m}");
+                    assert_eq!(
+                        tracking_block(l, nl, beta, m),
+                        b,
+                        "beta {beta} l {l} nl {nl} m {m}"
+                    );
                 }
                 let b = tracking_block(l, nl, beta, 1 + step % 3);
                 l += 1 + step % 3;

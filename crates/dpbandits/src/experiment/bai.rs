@@ -41,7 +41,10 @@ use std::path::{Path, PathBuf};
 pub fn is_bai(text: &str) -> bool {
     text.parse::<toml::Table>()
         .ok()
-        .and_then(|t| t.get("setting").and_then(|v| v.as_str().map(|s| s == "bai")))
+        .and_then(|t| {
+            t.get("setting")
+                .and_then(|v| v.as_str().map(|s| s == "bai"))
+        })
         .unwrap_or(false)
 }
 
@@ -126,10 +129,17 @@ impl BaiPlan {
     /// Any field, with its name and value.
     pub fn new(spec: BaiSpec) -> Result<BaiPlan> {
         if spec.setting != "bai" {
-            return Err(Error::param("setting", format!("\"{}\"", spec.setting), "\"bai\""));
+            return Err(Error::param(
+                "setting",
+                format!("\"{}\"", spec.setting),
+                "\"bai\"",
+            ));
         }
         if spec.name.is_empty()
-            || !spec.name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+            || !spec
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
             || spec.name.starts_with('.')
         {
             return Err(Error::param(
@@ -143,20 +153,35 @@ impl BaiPlan {
         check::open_unit("delta", spec.delta)?;
         let instance = BaiInstance::new(spec.means.clone())?;
         if spec.epsilon.is_empty() {
-            return Err(Error::param("epsilon", "[]", "a non-empty list of numbers > 0"));
+            return Err(Error::param(
+                "epsilon",
+                "[]",
+                "a non-empty list of numbers > 0",
+            ));
         }
         for (i, &e) in spec.epsilon.iter().enumerate() {
             check::budget(&format!("epsilon[{i}]"), e)?;
         }
         if spec.algorithm.is_empty() {
-            return Err(Error::param("algorithm", "(none)", "at least one [[algorithm]] table"));
+            return Err(Error::param(
+                "algorithm",
+                "(none)",
+                "at least one [[algorithm]] table",
+            ));
         }
         let mut cells = vec![];
         for (i, table) in spec.algorithm.iter().enumerate() {
             let at = || format!("algorithm[{i}]");
             let kind = match table.get("kind") {
                 Some(toml::Value::String(s)) => s.clone(),
-                _ => return Err(Error::param("kind", "(missing)", "an algorithm kind, e.g. \"dp_tt\"")).at(at),
+                _ => {
+                    return Err(Error::param(
+                        "kind",
+                        "(missing)",
+                        "an algorithm kind, e.g. \"dp_tt\"",
+                    ))
+                    .at(at);
+                }
             };
             let entry = registry::policy(&kind).at(at)?;
             let parser = match entry.parse {
@@ -192,7 +217,11 @@ impl BaiPlan {
                     }
                     let config = (parser.parse)(t).at(at_k)?;
                     let alg = config.build(instance.k(), spec.delta).at(at_k)?;
-                    cells.push(BaiCell { algorithm: i, config, alg });
+                    cells.push(BaiCell {
+                        algorithm: i,
+                        config,
+                        alg,
+                    });
                 }
             }
         }
@@ -209,7 +238,12 @@ impl BaiPlan {
         for &e in spec.epsilon.iter().chain(std::iter::once(&f64::INFINITY)) {
             bounds.push(Bounds::compute(&instance, e, spec.delta)?);
         }
-        Ok(BaiPlan { spec, instance, cells, bounds })
+        Ok(BaiPlan {
+            spec,
+            instance,
+            cells,
+            bounds,
+        })
     }
 
     fn bounds_for(&self, eps: f64) -> &Bounds {
@@ -243,7 +277,9 @@ pub fn run(plan: &BaiPlan, progress: &(dyn Fn() + Sync)) -> BaiResults {
         .map(|j| {
             let (c, r) = ((j / runs) as usize, j % runs);
             let seeds = run_seeds(plan.spec.master_seed, &labels[c], r);
-            let res = plan.cells[c].alg.run(&plan.instance, seeds, plan.spec.max_samples);
+            let res = plan.cells[c]
+                .alg
+                .run(&plan.instance, seeds, plan.spec.max_samples);
             progress();
             res
         })
@@ -352,7 +388,11 @@ pub fn rows(plan: &BaiPlan, results: &BaiResults) -> Vec<std::result::Result<Bai
                 tau,
                 tau_max,
                 errors,
-                error_rate: if stopped > 0 { errors as f64 / stopped as f64 } else { f64::NAN },
+                error_rate: if stopped > 0 {
+                    errors as f64 / stopped as f64
+                } else {
+                    f64::NAN
+                },
                 error_upper95: clopper_pearson_upper(errors, stopped, 0.05),
                 t_star: b.t_eps,
                 lower_bound: b.lower_bound,
@@ -376,10 +416,16 @@ fn g(x: f64) -> String {
 /// # Errors
 /// I/O and plotting errors.
 pub fn write_outputs(plan: &BaiPlan, results: &BaiResults, out: &Path) -> Result<Vec<PathBuf>> {
-    std::fs::create_dir_all(out).map_err(|e| Error::Io { path: out.display().to_string(), source: e })?;
+    std::fs::create_dir_all(out).map_err(|e| Error::Io {
+        path: out.display().to_string(),
+        source: e,
+    })?;
     let io = |p: &Path| {
         let p = p.display().to_string();
-        move |e: std::io::Error| Error::Io { path: p.clone(), source: e }
+        move |e: std::io::Error| Error::Io {
+            path: p.clone(),
+            source: e,
+        }
     };
     let rows = rows(plan, results);
     let mut csv = String::from(
@@ -460,25 +506,43 @@ pub fn write_outputs(plan: &BaiPlan, results: &BaiResults, out: &Path) -> Result
         "errors": rows.iter().zip(&plan.cells).filter_map(|(r, c)| r.as_ref().err().map(|e| format!("{}: {e}", c.config.label()))).collect::<Vec<_>>(),
     });
     let mpath = out.join("manifest.json");
-    std::fs::write(&mpath, serde_json::to_string_pretty(&manifest).unwrap_or_default() + "\n")
-        .map_err(io(&mpath))?;
+    std::fs::write(
+        &mpath,
+        serde_json::to_string_pretty(&manifest).unwrap_or_default() + "\n",
+    )
+    .map_err(io(&mpath))?;
 
     // Plot: mean stopping time vs eps per algorithm configuration (label without eps).
-    let eps_lo = plan.spec.epsilon.iter().cloned().fold(f64::INFINITY, f64::min);
+    let eps_lo = plan
+        .spec
+        .epsilon
+        .iter()
+        .cloned()
+        .fold(f64::INFINITY, f64::min);
     let eps_hi = plan.spec.epsilon.iter().cloned().fold(0.0, f64::max);
     let mut series: Vec<Series> = vec![];
     for (c, r) in plan.cells.iter().zip(&rows) {
         let Ok(r) = r else { continue };
-        let name = c.config.label().replace(&format!("eps={},", g(c.config.epsilon())), "");
+        let name = c
+            .config
+            .label()
+            .replace(&format!("eps={},", g(c.config.epsilon())), "");
         let pts: Vec<(f64, f64, f64, f64)> = if c.config.epsilon().is_infinite() {
-            vec![(eps_lo, r.tau.mean, r.tau.q05, r.tau.q95), (eps_hi, r.tau.mean, r.tau.q05, r.tau.q95)]
+            vec![
+                (eps_lo, r.tau.mean, r.tau.q05, r.tau.q95),
+                (eps_hi, r.tau.mean, r.tau.q05, r.tau.q95),
+            ]
         } else {
             vec![(c.config.epsilon(), r.tau.mean, r.tau.q05, r.tau.q95)]
         };
         let s = match series.iter_mut().find(|s| s.name == name) {
             Some(s) => s,
             None => {
-                series.push(Series { name: name.clone(), points: vec![], band: Some(vec![]) });
+                series.push(Series {
+                    name: name.clone(),
+                    points: vec![],
+                    band: Some(vec![]),
+                });
                 series.last_mut().expect("just pushed")
             }
         };
@@ -508,7 +572,10 @@ pub fn write_outputs(plan: &BaiPlan, results: &BaiResults, out: &Path) -> Result
         }
     }
     let spec = PlotSpec {
-        title: format!("{}: mean stopping time (band 5%-95%), delta = {}", plan.spec.name, plan.spec.delta),
+        title: format!(
+            "{}: mean stopping time (band 5%-95%), delta = {}",
+            plan.spec.name, plan.spec.delta
+        ),
         x_label: "epsilon".into(),
         y_label: "stopping time".into(),
         log_x: true,
