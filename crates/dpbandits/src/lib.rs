@@ -12,6 +12,8 @@
 //! * [`sim`]: checkpoint grids, the episode fast path, deterministic parallel runs.
 //! * [`experiment`]: TOML experiment files, sweeps, outputs (manifest, CSV, SVG/PNG plots).
 //! * [`registry`]: every algorithm by its config `kind` and paper name.
+//! * [`bai`]: fixed-confidence best-arm identification under eps-global DP (DP-TT, AdaP-TT,
+//!   AdaP-TT*, EB-TCI), `d_eps`, transportation costs and characteristic times.
 //! * [`rng`]: one master seed, named streams, the portable Xoshiro256++ generator.
 //!
 //! ## Algorithms
@@ -23,6 +25,10 @@
 //! | `ucb1` | UCB1 | finite-armed | none | Auer et al. 2002 | tested |
 //! | `kl_ucb` | kl-UCB | finite-armed | none | Garivier & Cappe 2011 | tested |
 //! | `thompson` | Thompson sampling | finite-armed | none | Agrawal & Goyal 2012 | tested |
+//! | `dp_tt` | DP-TT | BAI (fixed confidence) | eps-global DP (pure, central) | Jourdan & Azize 2025, Alg. 1 (threshold: our delta-correct Proposal R) | tested, see docs/bai.md |
+//! | `adap_tt` | AdaP-TT | BAI (fixed confidence) | eps-global DP (pure, central) | Azize et al. 2023; thesis (5.10)-(5.11) | tested |
+//! | `adap_tt_star` | AdaP-TT* | BAI (fixed confidence) | eps-global DP (pure, central) | Azize et al. 2026 (JMLR); thesis (5.14) | tested |
+//! | `eb_tci` | EB-TCI (Top Two) | BAI (fixed confidence) | none | Jourdan et al. 2022 | tested |
 //!
 //! ## Example
 //! ```
