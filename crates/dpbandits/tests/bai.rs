@@ -222,8 +222,8 @@ fn reproducible_and_capped() {
 }
 
 /// Error rate <= delta for DP-TT (threshold R) and AdaP-TT (thesis thresholds) on both instances
-/// at several eps, delta = 0.1, 150 runs each (lazy = 0.01). Test: errors <= 29, the 1 - 1e-6
-/// quantile of Bin(150, 0.1), so a delta-correct algorithm fails with probability < 1e-6 per
+/// at several eps, delta = 0.1, 150 runs each (lazy = 0.01). Test: errors <= 35, where
+/// P(Bin(150, 0.1) > 35) = 5.5e-7, so a delta-correct algorithm fails with probability < 1e-6 per
 /// configuration (< 2e-5 over the 16 configurations). The 1000-run delta = 0.01 results are in
 /// docs/bai.md.
 #[test]
@@ -251,12 +251,12 @@ fn error_rate_below_delta() {
                     errors += u32::from(!o.correct);
                 }
                 worst = worst.max(errors);
-                assert!(errors <= 29, "{}: {errors} errors in 150 runs", cfg.label());
+                assert!(errors <= 35, "{}: {errors} errors in 150 runs", cfg.label());
             }
         }
     }
-    // Binomial quantile used above: P(Bin(150, 0.1) > 29) < 1e-6.
-    assert!(clopper_pearson_upper(29, 150, 1e-6) > 0.1);
+    // Sanity of the margin: even 35 errors would not exclude delta = 0.1 at level 1e-6.
+    assert!(clopper_pearson_upper(35, 150, 1e-6) > 0.1);
     eprintln!("worst error count {worst}/150");
 }
 
