@@ -15,6 +15,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
+mod bai_cli;
+
 /// The experiment run by `dpbandits run --default`: the paper's finite-armed Figure 4(a).
 const DEFAULT_EXPERIMENT: &str = include_str!("../../../experiments/fig4a.toml");
 
@@ -56,6 +58,18 @@ enum Command {
     },
     /// List algorithms and environments with their references and privacy claims.
     List,
+    /// Characteristic times and the lower bound of fixed-confidence BAI under eps-global DP.
+    Bounds {
+        /// Bernoulli means, comma-separated, each in (0, 1), unique best arm.
+        #[arg(long, value_delimiter = ',', allow_hyphen_values = true)]
+        means: Vec<f64>,
+        /// Privacy budget eps > 0.
+        #[arg(long, allow_hyphen_values = true)]
+        epsilon: f64,
+        /// Risk delta in (0, 1).
+        #[arg(long, default_value_t = 0.01, allow_hyphen_values = true)]
+        delta: f64,
+    },
 }
 
 fn main() -> ExitCode {
@@ -75,6 +89,11 @@ fn real_main() -> Result<ExitCode> {
             list();
             Ok(ExitCode::SUCCESS)
         }
+        Command::Bounds {
+            means,
+            epsilon,
+            delta,
+        } => bai_cli::bounds(means, epsilon, delta),
         Command::Run {
             file,
             default,
@@ -98,6 +117,9 @@ fn real_main() -> Result<ExitCode> {
                     "give an experiment file (e.g. `dpbandits run experiments/fig4a.toml`) or --default"
                 ),
             };
+            if experiment::bai::is_bai(&text) {
+                return bai_cli::run(&text, &source, out, threads, runs, quiet);
+            }
             let mut spec =
                 experiment::ExperimentSpec::from_toml(&text).with_context(|| source.clone())?;
             if let Some(r) = runs {

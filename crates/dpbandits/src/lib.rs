@@ -14,6 +14,8 @@
 //! * [`sim`]: checkpoint grids, the episode fast path, deterministic parallel runs.
 //! * [`experiment`]: TOML experiment files, sweeps, outputs (manifest, CSV, SVG/PNG plots).
 //! * [`registry`]: every algorithm by its config `kind` and paper name.
+//! * [`bai`]: fixed-confidence best-arm identification under eps-global DP (DP-TT, AdaP-TT,
+//!   AdaP-TT*, EB-TCI), `d_eps`, transportation costs and characteristic times.
 //! * [`rng`]: one master seed, named streams, the portable Xoshiro256++ generator.
 //!
 //! ## Algorithms
@@ -36,6 +38,10 @@
 //! | `sw_ucb` | SW-UCB | finite-armed, piecewise-stationary | none | Garivier & Moulines 2011, Sec. 4 | tested |
 //! | `sw_kl_ucb` | SW-kl-UCB | finite-armed, piecewise-stationary | none | SMPyBandits SWklUCB; f of Gajane 2023 | tested |
 //! | `d_ucb` | Discounted UCB | finite-armed, piecewise-stationary | none | Garivier & Moulines 2011, Sec. 3 | tested |
+//! | `dp_tt` | DP-TT | BAI (fixed confidence) | eps-global DP (pure, central) | Jourdan & Azize 2025, Alg. 1 (threshold: our delta-correct Proposal R) | tested, see docs/bai.md |
+//! | `adap_tt` | AdaP-TT | BAI (fixed confidence) | eps-global DP (pure, central) | Azize et al. 2023; thesis (5.10)-(5.11) | tested |
+//! | `adap_tt_star` | AdaP-TT* | BAI (fixed confidence) | eps-global DP (pure, central) | Azize et al. 2026 (JMLR); thesis (5.14) | tested |
+//! | `eb_tci` | EB-TCI (Top Two) | BAI (fixed confidence) | none | Jourdan et al. 2022 | tested |
 //!
 //! ## Example
 //! ```
@@ -62,6 +68,7 @@
 #![deny(missing_docs)]
 #![deny(missing_debug_implementations)]
 
+pub mod bai;
 pub mod env;
 pub mod error;
 pub mod experiment;

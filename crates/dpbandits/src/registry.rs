@@ -17,12 +17,15 @@ use serde::de::DeserializeOwned;
 pub enum Setting {
     /// K-armed stochastic bandits, regret minimisation.
     FiniteArmed,
+    /// Fixed-confidence best-arm identification (Bernoulli arms).
+    Bai,
 }
 
 impl std::fmt::Display for Setting {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Setting::FiniteArmed => "finite-armed",
+            Setting::Bai => "best-arm identification (fixed confidence)",
         })
     }
 }
@@ -33,6 +36,8 @@ impl std::fmt::Display for Setting {
 pub enum PolicyParser {
     /// A finite-armed policy.
     Finite(fn(toml::Table) -> Result<Box<dyn PolicyConfig>>),
+    /// A fixed-confidence BAI algorithm (run by `experiment::bai`).
+    Bai(crate::bai::BaiParser),
 }
 
 impl std::fmt::Debug for PolicyParser {
@@ -283,6 +288,71 @@ pub static POLICIES: &[PolicyEntry] = &[
         reference: "Garivier & Moulines 2011, Sec. 3 (discounted UCB)",
         privacy: "none",
         parse: PolicyParser::Finite(|t| finite_policy::<DUcbConfig>(t, DUcbConfig::validate)),
+    },
+    PolicyEntry {
+        kind: "dp_tt",
+        example: "epsilon = 1.0",
+        name: "DP-TT (Differentially Private Top Two)",
+        setting: Setting::Bai,
+        reference: "Jourdan & Azize 2025 (NeurIPS), Alg. 1; threshold: spec dp-bai 3.5.2 Proposal R (paper's Eq. (8) not recovered)",
+        privacy: "eps-global DP (pure, central), Laplace 1/eps per phase increment, geometric phases, no forgetting",
+        parse: PolicyParser::Bai(crate::bai::BaiParser {
+            parse: |t| {
+                let cfg: crate::bai::dp_tt::DpTtConfig = from_table(t)?;
+                cfg.validate()?;
+                Ok(Box::new(cfg))
+            },
+            private: true,
+        }),
+    },
+    PolicyEntry {
+        kind: "adap_tt",
+        example: "epsilon = 1.0",
+        name: "AdaP-TT",
+        setting: Setting::Bai,
+        reference: "Azize, Jourdan, Al Marjani & Basu 2023 (NeurIPS); thesis Sec. 5.4.1-5.4.2, thresholds (5.10)-(5.11)",
+        privacy: "eps-global DP (pure, central), Laplace 1/(eps N) per phase mean, doubling phases with forgetting",
+        parse: PolicyParser::Bai(crate::bai::BaiParser {
+            parse: |t| {
+                let cfg: crate::bai::adap_tt::AdapTtConfig = from_table(t)?;
+                cfg.validate()?;
+                Ok(Box::new(cfg))
+            },
+            private: true,
+        }),
+    },
+    PolicyEntry {
+        kind: "adap_tt_star",
+        example: "epsilon = 1.0",
+        name: "AdaP-TT*",
+        setting: Setting::Bai,
+        reference: "Azize, Jourdan, Al Marjani & Basu 2026 (JMLR); thesis Sec. 5.4.3, threshold (5.14)",
+        privacy: "eps-global DP (pure, central), Laplace 1/(eps N) per phase mean, doubling phases with forgetting",
+        parse: PolicyParser::Bai(crate::bai::BaiParser {
+            parse: |t| {
+                let mut cfg: crate::bai::adap_tt::AdapTtConfig = from_table(t)?;
+                cfg.star = true;
+                cfg.validate()?;
+                Ok(Box::new(cfg))
+            },
+            private: true,
+        }),
+    },
+    PolicyEntry {
+        kind: "eb_tci",
+        example: "",
+        name: "EB-TCI (non-private Top Two)",
+        setting: Setting::Bai,
+        reference: "Jourdan, Degenne, Baudry, de Heide & Kaufmann 2022 (NeurIPS), EB leader + TCI challenger",
+        privacy: "none",
+        parse: PolicyParser::Bai(crate::bai::BaiParser {
+            parse: |t| {
+                let cfg: crate::bai::eb_tci::EbTciConfig = from_table(t)?;
+                cfg.validate()?;
+                Ok(Box::new(cfg))
+            },
+            private: false,
+        }),
     },
 ];
 

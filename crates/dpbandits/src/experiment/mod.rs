@@ -8,6 +8,7 @@
 //! [`run`] executes a plan on the current rayon pool; [`write_outputs`] writes `manifest.json`,
 //! `summary.csv`, `regret.svg/png` and the figures the file asks for.
 
+pub mod bai;
 pub mod comparison;
 mod figures;
 mod finite;

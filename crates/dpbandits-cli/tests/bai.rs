@@ -1,0 +1,108 @@
+//! CLI: the BAI smoke experiment (thread-count invariance) and `dpbandits bounds`.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_dpbandits"))
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+#[test]
+fn smoke_bai_is_thread_invariant() {
+    let tmp = std::env::temp_dir().join(format!("dpbandits_bai_smoke_{}", std::process::id()));
+    let file = root().join("experiments/smoke/bai.toml");
+    let mut outs = vec![];
+    for threads in ["1", "2"] {
+        let out = tmp.join(threads);
+        let o = bin()
+            .args([
+                "run",
+                file.to_str().unwrap(),
+                "--quiet",
+                "--threads",
+                threads,
+                "--out",
+            ])
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        for f in [
+            "summary.csv",
+            "manifest.json",
+            "stopping_time.svg",
+            "stopping_time.png",
+        ] {
+            assert!(out.join(f).exists(), "{f} missing");
+        }
+        outs.push(std::fs::read(out.join("summary.csv")).unwrap());
+    }
+    assert_eq!(
+        outs[0], outs[1],
+        "summary.csv differs between 1 and 2 threads"
+    );
+    let csv = String::from_utf8(outs[0].clone()).unwrap();
+    // 4 private algorithm tables x 3 eps + 1 non-private row + header.
+    assert_eq!(csv.lines().count(), 1 + 4 * 3 + 1);
+    assert!(csv.contains("threshold=r") && csv.contains("h_half") && csv.contains("thesis"));
+    let manifest = std::fs::read_to_string(tmp.join("1/manifest.json")).unwrap();
+    assert!(manifest.contains("Proposal R") && manifest.contains("pure_dp"));
+    let _ = std::fs::remove_dir_all(&tmp);
+}
+
+#[test]
+fn bounds_prints_characteristic_times() {
+    let o = bin()
+        .args([
+            "bounds",
+            "--means",
+            "0.95,0.9,0.9,0.9,0.5",
+            "--epsilon",
+            "0.1",
+            "--delta",
+            "0.01",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let s = String::from_utf8_lossy(&o.stdout);
+    assert!(s.contains("T*_KL                      = 395.5"), "{s}");
+    assert!(s.contains("T*_eps                     = 931."), "{s}");
+    assert!(s.contains("lower bound T*_eps ln(1/delta)"), "{s}");
+}
+
+#[test]
+fn bounds_bad_input() {
+    for (args, want) in [
+        (
+            vec!["--means", "0.9,1.2", "--epsilon", "1"],
+            "means[1] = 1.2",
+        ),
+        (
+            vec!["--means", "0.9,0.9,0.5", "--epsilon", "1"],
+            "unique best arm",
+        ),
+        (vec!["--means", "0.9,0.5", "--epsilon", "0"], "epsilon = 0"),
+        (
+            vec!["--means", "0.9,0.5", "--epsilon", "-2"],
+            "epsilon = -2",
+        ),
+        (
+            vec!["--means", "0.9,0.5", "--epsilon", "NaN"],
+            "epsilon = NaN",
+        ),
+        (
+            vec!["--means", "0.9,0.5", "--epsilon", "1", "--delta", "1"],
+            "delta = 1",
+        ),
+    ] {
+        let o = bin().arg("bounds").args(&args).output().unwrap();
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(e.contains(want), "{args:?}: {e}");
+    }
+}

@@ -1,0 +1,144 @@
+//! AdaP-TT and AdaP-TT*: Top Two with adaptive private episodes and forgetting.
+//!
+//! # Algorithm
+//! * AdaP-TT: Azize, Jourdan, Al Marjani & Basu, "On the Complexity of Differentially Private
+//!   Best-Arm Identification with Fixed Confidence", NeurIPS 2023; Azize thesis §5.4.1–5.4.2
+//!   (spec dp-bai §4.3). Per-arm doubling phases (sizes 1, 1, 2, 4, ...); a phase end releases the
+//!   mean of **that phase only** plus `Lap(1/(eps N~))` (forgetting). Leader: private UCB
+//!   `mu~_a + sqrt(k_a / N~_a) + k_a / (eps N~_a)`; challenger `argmin (mu~_B - mu~_a) /
+//!   sqrt(1/N_B + 1/N_a)` (current counts); beta-tracking; stopping `W^G(mu~, N~) > c^{G,eps}` with
+//!   the thesis threshold (5.10)–(5.11), sigma = 1/2, `s = 2` (the thesis leaves `s > 1` free).
+//! * AdaP-TT*: Azize et al., "Differentially Private Best-Arm Identification", JMLR 2026; thesis
+//!   §5.4.3 (spec §4.4): same, with the cost `W^{G,eps} = Delta_+ min(3 eps, Delta_+) / (2 sigma^2
+//!   (1/w_a + 1/w_b))` for both challenger and stopping and the threshold (5.14).
+//!
+//! Thresholds: `thesis` (default) or, for AdaP-TT, `code23` (the DP-BAI code's heuristic, with its
+//! sigma = 1 cost).
+//!
+//! # Privacy
+//! eps-global DP (central, pure), adjacency: reward tables differing in one row. Each phase mean
+//! has L1-sensitivity `1/N~` (rewards in `[0, 1]`) and is released once with `Lap(1/(eps N~))`
+//! ([`crate::privacy::LaplaceMechanism::for_pure_dp`] with sensitivity `1/N~`, scale rounded up);
+//! phases use disjoint rewards, so parallel composition gives eps-DP; everything else (leader,
+//! challenger, tracking, stopping, phase ends) is post-processing of releases and counts.
+//!
+//! # Parameters
+//! `epsilon` (> 0), `beta` (default 1/2), `threshold` (`thesis` default, `code23` for AdaP-TT),
+//! `lazy` (>= 0, default 0).
+
+use super::top_two::{Challenger, Estimator, Leader, StopCost, TopTwoParams};
+use super::{BaiConfig, ThresholdKind, fmt_num};
+use crate::error::Result;
+use crate::privacy::PrivacyGuarantee;
+use serde::Deserialize;
+
+/// AdaP-TT / AdaP-TT* configuration (`star` selects AdaP-TT*; set by the registry kind).
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdapTtConfig {
+    /// Privacy budget eps.
+    pub epsilon: f64,
+    /// Leader target.
+    #[serde(default = "half")]
+    pub beta: f64,
+    /// Stopping threshold.
+    #[serde(default = "thesis")]
+    pub threshold: ThresholdKind,
+    /// Lazy challenger parameter.
+    #[serde(default)]
+    pub lazy: f64,
+    /// Forced exploration `N_a < sqrt(t) - K/2` (default true; false = the literal algorithm).
+    #[serde(default = "yes")]
+    pub forced_exploration: bool,
+    /// AdaP-TT* (not read from files; set by the registry kind).
+    #[serde(skip)]
+    pub star: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+fn half() -> f64 {
+    0.5
+}
+fn thesis() -> ThresholdKind {
+    ThresholdKind::Thesis
+}
+
+impl AdapTtConfig {
+    /// Defaults for `epsilon`.
+    pub fn new(epsilon: f64, star: bool) -> Self {
+        AdapTtConfig {
+            epsilon,
+            beta: 0.5,
+            threshold: ThresholdKind::Thesis,
+            lazy: 0.0,
+            forced_exploration: true,
+            star,
+        }
+    }
+
+    /// Validate.
+    ///
+    /// # Errors
+    /// See [`super::TopTwo::new`]; threshold `thesis` (or `code23` for AdaP-TT).
+    pub fn validate(&self) -> Result<()> {
+        if self.star {
+            self.threshold.require(&[ThresholdKind::Thesis])?;
+        } else {
+            self.threshold
+                .require(&[ThresholdKind::Thesis, ThresholdKind::Code23])?;
+        }
+        super::TopTwo::new(self.params(), 2, 0.5).map(drop)
+    }
+}
+
+impl BaiConfig for AdapTtConfig {
+    fn kind(&self) -> &'static str {
+        if self.star { "adap_tt_star" } else { "adap_tt" }
+    }
+    fn label(&self) -> String {
+        format!(
+            "{}(eps={},threshold={},beta={},lazy={},fe={})",
+            self.kind(),
+            fmt_num(self.epsilon),
+            self.threshold.name(),
+            self.beta,
+            self.lazy,
+            self.forced_exploration
+        )
+    }
+    fn epsilon(&self) -> f64 {
+        self.epsilon
+    }
+    fn threshold(&self) -> ThresholdKind {
+        self.threshold
+    }
+    fn guarantee(&self) -> PrivacyGuarantee {
+        super::pure_dp_guarantee(
+            self.epsilon,
+            "Laplace mechanism, scale 1/(eps N~) (rounded up) on each per-arm phase mean (sensitivity 1/N~), doubling phases with forgetting (Azize et al. 2023, AdaP-TT; thesis Alg. 5.x)",
+        )
+    }
+    fn params(&self) -> TopTwoParams {
+        TopTwoParams {
+            epsilon: self.epsilon,
+            beta: self.beta,
+            estimator: Estimator::Forgetting,
+            leader: Leader::PrivateUcb,
+            challenger: if self.star {
+                Challenger::GaussStar
+            } else {
+                Challenger::SignedGauss
+            },
+            cost: match (self.star, self.threshold) {
+                (true, _) => StopCost::GaussStar,
+                (false, ThresholdKind::Code23) => StopCost::GaussUnit,
+                _ => StopCost::Gauss,
+            },
+            threshold: self.threshold,
+            lazy: self.lazy,
+            forced: self.forced_exploration,
+        }
+    }
+}

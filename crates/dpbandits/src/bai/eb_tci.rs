@@ -1,0 +1,108 @@
+//! EB-TCI: the non-private Top Two reference (Empirical-Best leader, Transportation Cost Improved
+//! challenger).
+//!
+//! # Algorithm
+//! Jourdan, Degenne, Baudry, de Heide & Kaufmann, "Top Two Algorithms Revisited", NeurIPS 2022
+//! (spec dp-bai §4.1): EB leader `argmax mu^` (ties at random), TCI challenger
+//! `argmin W_KL(mu^_B, mu^_a; N_B, N_a) + ln N_a`, deterministic beta-tracking, Bernoulli KL GLR
+//! stopping checked after every sample. It equals DP-TT with `eps = inf` and a release after every
+//! sample.
+//!
+//! Thresholds: `r` (default; Proposal R with no noise: per arm `ln(K zeta(2) N^2 / delta)`, a union
+//! bound over every count, delta-correct) or `eb` (the authors' heuristic `ln((1 + ln n)/delta)` for
+//! the pair, as in the papers' plots; not proved).
+//!
+//! # Privacy
+//! None (non-private reference).
+//!
+//! # Parameters
+//! `beta` (default 1/2), `threshold` (`r` or `eb`), `lazy` (no effect: a release after every sample).
+
+use super::top_two::{Challenger, Estimator, Leader, StopCost, TopTwoParams};
+use super::{BaiConfig, ThresholdKind};
+use crate::error::Result;
+use crate::privacy::PrivacyGuarantee;
+use serde::Deserialize;
+
+/// EB-TCI configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EbTciConfig {
+    /// Leader target.
+    #[serde(default = "half")]
+    pub beta: f64,
+    /// Stopping threshold (`r` or `eb`).
+    #[serde(default = "r")]
+    pub threshold: ThresholdKind,
+    /// Forced exploration `N_a < sqrt(t) - K/2` (default true; false = the literal algorithm).
+    #[serde(default = "yes")]
+    pub forced_exploration: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+fn half() -> f64 {
+    0.5
+}
+fn r() -> ThresholdKind {
+    ThresholdKind::R
+}
+
+impl Default for EbTciConfig {
+    fn default() -> Self {
+        EbTciConfig {
+            beta: 0.5,
+            threshold: ThresholdKind::R,
+            forced_exploration: true,
+        }
+    }
+}
+
+impl EbTciConfig {
+    /// Validate.
+    ///
+    /// # Errors
+    /// beta in (0, 1); threshold `r` or `eb`.
+    pub fn validate(&self) -> Result<()> {
+        self.threshold
+            .require(&[ThresholdKind::R, ThresholdKind::Eb])?;
+        super::TopTwo::new(self.params(), 2, 0.5).map(drop)
+    }
+}
+
+impl BaiConfig for EbTciConfig {
+    fn kind(&self) -> &'static str {
+        "eb_tci"
+    }
+    fn label(&self) -> String {
+        format!(
+            "eb_tci(threshold={},beta={},fe={})",
+            self.threshold.name(),
+            self.beta,
+            self.forced_exploration
+        )
+    }
+    fn epsilon(&self) -> f64 {
+        f64::INFINITY
+    }
+    fn threshold(&self) -> ThresholdKind {
+        self.threshold
+    }
+    fn guarantee(&self) -> PrivacyGuarantee {
+        PrivacyGuarantee::non_private()
+    }
+    fn params(&self) -> TopTwoParams {
+        TopTwoParams {
+            epsilon: f64::INFINITY,
+            beta: self.beta,
+            estimator: Estimator::Exact,
+            leader: Leader::EmpiricalBest,
+            challenger: Challenger::Tci,
+            cost: StopCost::DEps,
+            threshold: self.threshold,
+            lazy: 0.0,
+            forced: self.forced_exploration,
+        }
+    }
+}
