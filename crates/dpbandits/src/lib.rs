@@ -8,6 +8,8 @@
 //!   ([`privacy::GaussianMechanism`] calibrated for rho-zCDP), the reward boundary.
 //! * [`env`]: finite-armed environments (Bernoulli, Gaussian with optional clipping, Beta) with
 //!   exact episode sums.
+//! * [`linear`]: linear bandits with a finite arm set: environment, G-optimal design, GOPE and
+//!   its rho-zCDP variants.
 //! * [`policy`]: the object-safe [`policy::Policy`] trait and the finite-armed policies.
 //! * [`sim`]: checkpoint grids, the episode fast path, deterministic parallel runs.
 //! * [`experiment`]: TOML experiment files, sweeps, outputs (manifest, CSV, SVG/PNG plots).
@@ -23,6 +25,10 @@
 //! | `ucb1` | UCB1 | finite-armed | none | Auer et al. 2002 | tested |
 //! | `kl_ucb` | kl-UCB | finite-armed | none | Garivier & Cappe 2011 | tested |
 //! | `thompson` | Thompson sampling | finite-armed | none | Agrawal & Goyal 2012 | tested |
+//! | `adac_gope` | AdaC-GOPE | linear (finite arm set) | rho-Interactive zCDP, central | Azize & Basu 2024, Alg. 2, Eq. (4)-(5) | calibration-tested |
+//! | `gope` | GOPE (rho -> inf limit of Alg. 2) | linear (finite arm set) | none | Azize & Basu 2024, Sec. VII baseline; Lattimore & Szepesvari Alg. 12 | tested |
+//! | `adar_gope_var` | AdaR-GOPE-Var (noise on per-arm reward sums) | linear (finite arm set) | rho-Interactive zCDP, central | Azize & Basu 2024, App. E-C2, App. H | calibration-tested |
+//! | `gope_output_perturbation` | GOPE with output perturbation | linear (finite arm set) | rho-Interactive zCDP, central | Azize & Basu 2024, App. E-C1 | calibration-tested |
 //!
 //! ## Example
 //! ```
@@ -52,6 +58,7 @@
 pub mod env;
 pub mod error;
 pub mod experiment;
+pub mod linear;
 pub mod math;
 pub mod policy;
 pub mod privacy;

@@ -16,12 +16,15 @@ use serde::de::DeserializeOwned;
 pub enum Setting {
     /// K-armed stochastic bandits, regret minimisation.
     FiniteArmed,
+    /// Stochastic linear bandits with a fixed finite arm set in R^d.
+    Linear,
 }
 
 impl std::fmt::Display for Setting {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Setting::FiniteArmed => "finite-armed",
+            Setting::Linear => "linear (finite arm set)",
         })
     }
 }
@@ -32,6 +35,8 @@ impl std::fmt::Display for Setting {
 pub enum PolicyParser {
     /// A finite-armed policy.
     Finite(fn(toml::Table) -> Result<Box<dyn PolicyConfig>>),
+    /// A linear-bandit policy of the GOPE family.
+    Linear(fn(toml::Table) -> Result<crate::linear::GopeConfig>),
 }
 
 impl std::fmt::Debug for PolicyParser {
@@ -63,6 +68,8 @@ pub struct PolicyEntry {
 pub enum EnvParser {
     /// A finite-armed environment.
     Finite(fn(toml::Table) -> Result<Box<dyn EnvConfig>>),
+    /// A linear-bandit environment.
+    Linear(fn(toml::Table) -> Result<crate::linear::LinearConfig>),
 }
 
 impl std::fmt::Debug for EnvParser {
@@ -163,7 +170,68 @@ pub static POLICIES: &[PolicyEntry] = &[
             finite_policy::<AdaCUcbConfig>(t, AdaCUcbConfig::validate)
         }),
     },
+    PolicyEntry {
+        kind: "gope",
+        name: "GOPE (G-optimal phased elimination)",
+        setting: Setting::Linear,
+        reference: "Azize & Basu 2024, Sec. VII baseline: Algorithm 2 with rho = inf (spec zcdp §3.6); Lattimore & Szepesvari 2020, Alg. 12",
+        privacy: "none",
+        parse: PolicyParser::Linear(|t| {
+            linear_policy(t, crate::linear::NoisePlacement::None, false)
+        }),
+    },
+    PolicyEntry {
+        kind: "adac_gope",
+        name: "AdaC-GOPE",
+        setting: Setting::Linear,
+        reference: "Azize & Basu 2024, Algorithm 2, Eq. (4)-(5), App. D-C, E",
+        privacy: "rho-Interactive zCDP (central), Gaussian noise V^(-1/2) N on the phase statistic, once per phase",
+        parse: PolicyParser::Linear(|t| {
+            linear_policy(t, crate::linear::NoisePlacement::Intermediate, true)
+        }),
+    },
+    PolicyEntry {
+        kind: "adar_gope_var",
+        name: "AdaR-GOPE-Var (noise on each per-arm sum of rewards)",
+        setting: Setting::Linear,
+        reference: "Azize & Basu 2024, App. E-C2 and App. H (Fig. 5); zCDP form of Hanna et al. 2022 / Li, Zhou & Ji 2022",
+        privacy: "rho-Interactive zCDP (central), Gaussian noise N(0, 2/rho) on each per-arm reward sum, once per phase",
+        parse: PolicyParser::Linear(|t| {
+            linear_policy(t, crate::linear::NoisePlacement::PerArmSums, true)
+        }),
+    },
+    PolicyEntry {
+        kind: "gope_output_perturbation",
+        name: "GOPE with output perturbation",
+        setting: Setting::Linear,
+        reference: "Azize & Basu 2024, App. E-C1 (calibration derived in spec zcdp §3.7)",
+        privacy: "rho-Interactive zCDP (central), Gaussian noise on theta^ with sensitivity 2 max ||V^(-1) a||, once per phase",
+        parse: PolicyParser::Linear(|t| {
+            linear_policy(t, crate::linear::NoisePlacement::Output, true)
+        }),
+    },
 ];
+
+fn linear_policy(
+    mut t: toml::Table,
+    placement: crate::linear::NoisePlacement,
+    needs_rho: bool,
+) -> Result<crate::linear::GopeConfig> {
+    if needs_rho && !t.contains_key("rho") {
+        return Err(Error::param(
+            "rho",
+            "(missing)",
+            "a number > 0 (inf gives the non-private limit)",
+        ));
+    }
+    if !needs_rho {
+        t.entry("rho").or_insert(toml::Value::Float(f64::INFINITY));
+    }
+    let mut cfg: crate::linear::GopeConfig = from_table(t)?;
+    cfg.placement = placement;
+    cfg.validate()?;
+    Ok(cfg)
+}
 
 fn finite_env<T: DeserializeOwned + EnvConfig + 'static>(
     t: toml::Table,
@@ -195,6 +263,16 @@ pub static ENVIRONMENTS: &[EnvEntry] = &[
         setting: Setting::FiniteArmed,
         description: "Beta arms with the given means in (0,1): general bounded rewards in [0,1]",
         parse: EnvParser::Finite(|t| finite_env::<BetaConfig>(t, BetaConfig::validate)),
+    },
+    EnvEntry {
+        kind: "linear",
+        setting: Setting::Linear,
+        description: "Linear bandit: K arms in R^d (given, or uniform on the unit sphere), reward <theta, a> + N(0, sigma^2); exact Normal block sums",
+        parse: EnvParser::Linear(|t| {
+            let cfg: crate::linear::LinearConfig = from_table(t)?;
+            cfg.validate()?;
+            Ok(cfg)
+        }),
     },
 ];
 

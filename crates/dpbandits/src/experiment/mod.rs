@@ -10,6 +10,7 @@
 
 mod figures;
 mod finite;
+mod linear;
 mod output;
 mod plan;
 pub mod plot;
@@ -17,6 +18,7 @@ mod spec;
 
 pub use figures::FigureSpec;
 pub use finite::FiniteCell;
+pub use linear::{LinearCell, simulate_linear};
 pub use output::{Outcome, run, write_outputs};
 pub use plan::{Plan, expand_sweep};
 pub use spec::{CheckpointSpec, ExperimentSpec};
