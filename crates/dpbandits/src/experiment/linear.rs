@@ -124,6 +124,7 @@ impl Cell for LinearCell {
             "noise_calibration": self.policy.noise_calibration,
             "constants": self.policy.constants,
             "design_tolerance": self.policy.design_tolerance,
+            "design_solver": self.policy.design_solver,
         })
     }
     fn run(&self, run: u64, grid: &CheckpointGrid, out: &mut [f64]) -> Result<()> {

@@ -51,6 +51,22 @@ pub struct DesignOptions {
     pub tolerance: f64,
     /// Iteration cap (the result reports `converged = false` if it is hit).
     pub max_iterations: usize,
+    /// Which Frank–Wolfe variant.
+    pub solver: DesignSolver,
+}
+
+/// Frank–Wolfe variant of the design solver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DesignSolver {
+    /// Away steps and drop steps (Todd & Yildirim 2007) plus Carathéodory support reduction:
+    /// support `<= r(r+1)/2` as Algorithm 2 requires (default).
+    #[default]
+    AwaySteps,
+    /// Plain Frank–Wolfe / Fedorov–Wynn (toward steps only, from the uniform design, no support
+    /// reduction): every arm keeps a positive weight, as the spec expects of the paper's
+    /// implementation (§3.4). For reproducing Figure 5; violates `|S_l| <= d(d+1)/2`.
+    FrankWolfe,
 }
 
 impl Default for DesignOptions {
@@ -58,6 +74,7 @@ impl Default for DesignOptions {
         DesignOptions {
             tolerance: 1e-3,
             max_iterations: 200_000,
+            solver: DesignSolver::AwaySteps,
         }
     }
 }
@@ -208,15 +225,16 @@ pub fn g_optimal(points: &[DVector<f64>], opts: DesignOptions) -> Result<Design>
     let mut u = vec![1.0 / k as f64; k];
     let mut iterations = 0usize;
     let target = (1.0 + opts.tolerance) * r as f64;
-    run_away_fw(points, &mut u, target, opts.max_iterations, &mut iterations)?;
+    let away = opts.solver == DesignSolver::AwaySteps;
+    run_away_fw(points, &mut u, target, opts.max_iterations, &mut iterations, away)?;
     let m = r * (r + 1) / 2;
     // Support reduction, then polish; a few rounds at most.
-    for _ in 0..4 {
+    for _ in 0..if away { 4 } else { 0 } {
         if support_of(&u).len() <= m {
             break;
         }
         caratheodory(points, &mut u, m);
-        run_away_fw(points, &mut u, target, opts.max_iterations, &mut iterations)?;
+        run_away_fw(points, &mut u, target, opts.max_iterations, &mut iterations, true)?;
     }
     let v = info_matrix(points, &u);
     let lev = leverages(points, &v).ok_or_else(not_spanning)?;
@@ -251,6 +269,7 @@ fn run_away_fw(
     target: f64,
     max_iterations: usize,
     iterations: &mut usize,
+    away: bool,
 ) -> Result<()> {
     let r = points[0].len() as f64;
     let mut vinv = DMatrix::<f64>::zeros(0, 0);
@@ -288,7 +307,7 @@ fn run_away_fw(
             .enumerate()
             .filter(|&(i, _)| u[i] > 0.0)
             .fold((0, f64::INFINITY), |b, (i, o)| if o < b.1 { (i, o) } else { b });
-        let toward = gp / r - 1.0 >= 1.0 - om / r;
+        let toward = !away || gp / r - 1.0 >= 1.0 - om / r;
         let (j, tau) = if toward {
             (jp, (gp / r - 1.0) / (gp - 1.0))
         } else {

@@ -62,7 +62,9 @@
 //! `rho > 0` (inf = non-private limit; not allowed for `gope`), `delta in (0, 1)` (default 0.001,
 //! the paper's experiments), `noise_calibration` (`safe` | `literal`, AdaC-GOPE only),
 //! `constants` (`paper_limit` | `textbook`, GOPE only), `clip_rewards` (default true),
-//! `design_tolerance` (default 1e-3), `design_max_iterations` (default 200000).
+//! `design_tolerance` (default 1e-3), `design_max_iterations` (default 200000), `design_solver`
+//! (`away_steps` default: support `<= r(r+1)/2`; `frank_wolfe`: plain FW with full support, the
+//! paper's likely implementation, for reproducing Figure 5).
 
 use super::design::{Design, DesignOptions, Span, g_optimal};
 use crate::error::{Error, Result, check};
@@ -149,6 +151,9 @@ pub struct GopeConfig {
     /// Design iteration cap.
     #[serde(default = "default_iters")]
     pub design_max_iterations: usize,
+    /// Design solver variant (`away_steps` default, `frank_wolfe` = plain FW, full support).
+    #[serde(default)]
+    pub design_solver: super::design::DesignSolver,
     /// Set by the registry.
     #[serde(skip)]
     pub placement: NoisePlacement,
@@ -181,6 +186,7 @@ impl GopeConfig {
             clip_rewards: true,
             design_tolerance: default_tol(),
             design_max_iterations: default_iters(),
+            design_solver: super::design::DesignSolver::AwaySteps,
             placement,
         }
     }
@@ -217,6 +223,7 @@ impl GopeConfig {
         DesignOptions {
             tolerance: self.design_tolerance,
             max_iterations: self.design_max_iterations,
+            solver: self.design_solver,
         }
     }
 
@@ -248,6 +255,9 @@ impl GopeConfig {
         }
         if self.constants == GopeConstants::Textbook {
             kind.push_str("-textbook");
+        }
+        if self.design_solver == super::design::DesignSolver::FrankWolfe {
+            kind.push_str("-fw");
         }
         let p = self.params();
         if p.is_empty() {

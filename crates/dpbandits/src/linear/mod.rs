@@ -11,7 +11,7 @@ pub mod design;
 pub mod env;
 pub mod gope;
 
-pub use design::{Design, DesignOptions, Span, g_optimal};
+pub use design::{Design, DesignOptions, DesignSolver, Span, g_optimal};
 pub use env::{LinearConfig, LinearEnv, LinearInstance};
 pub use gope::{
     GopeConfig, GopeConstants, NoiseCalibration, NoisePlacement, PhasePlan, PhaseRelease,
