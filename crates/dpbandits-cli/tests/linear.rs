@@ -7,7 +7,14 @@ fn smoke_linear_runs_and_writes_every_figure() {
     let dir = tempfile::tempdir().unwrap();
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
     let out = Command::new(env!("CARGO_BIN_EXE_dpbandits"))
-        .args(["run", "experiments/smoke/linear.toml", "--quiet", "--threads", "2", "--out"])
+        .args([
+            "run",
+            "experiments/smoke/linear.toml",
+            "--quiet",
+            "--threads",
+            "2",
+            "--out",
+        ])
         .arg(dir.path())
         .current_dir(root)
         .output()
@@ -36,8 +43,16 @@ fn smoke_linear_runs_and_writes_every_figure() {
     assert_eq!(m["errors"].as_array().unwrap().len(), 0);
     let pols = m["policies"].as_array().unwrap();
     assert_eq!(pols.len(), 5);
-    let adac = pols.iter().find(|p| p["label"] == "adac_gope(rho=1)").unwrap();
-    assert!(adac["privacy_summary"].as_str().unwrap().contains("CONDITIONAL"));
+    let adac = pols
+        .iter()
+        .find(|p| p["label"] == "adac_gope(rho=1)")
+        .unwrap();
+    assert!(
+        adac["privacy_summary"]
+            .as_str()
+            .unwrap()
+            .contains("CONDITIONAL")
+    );
     let out_pert = pols
         .iter()
         .find(|p| p["kind"] == "gope_output_perturbation")
@@ -47,13 +62,25 @@ fn smoke_linear_runs_and_writes_every_figure() {
     // Same seed, one thread: byte-identical outputs.
     let dir2 = tempfile::tempdir().unwrap();
     let st = Command::new(env!("CARGO_BIN_EXE_dpbandits"))
-        .args(["run", "experiments/smoke/linear.toml", "--quiet", "--threads", "1", "--out"])
+        .args([
+            "run",
+            "experiments/smoke/linear.toml",
+            "--quiet",
+            "--threads",
+            "1",
+            "--out",
+        ])
         .arg(dir2.path())
         .current_dir(root)
         .status()
         .unwrap();
     assert!(st.success());
-    for f in ["summary.csv", "manifest.json", "gap_vs_rho.csv", "regret_curves.csv"] {
+    for f in [
+        "summary.csv",
+        "manifest.json",
+        "gap_vs_rho.csv",
+        "regret_curves.csv",
+    ] {
         assert_eq!(
             std::fs::read(dir.path().join(f)).unwrap(),
             std::fs::read(dir2.path().join(f)).unwrap(),

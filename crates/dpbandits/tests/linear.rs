@@ -3,11 +3,11 @@
 
 use dpbandits::experiment::{Plan, simulate_linear};
 use dpbandits::linear::design::{info_matrix, leverages, ln_det};
+use dpbandits::linear::env::unit_sphere;
 use dpbandits::linear::{
     DesignOptions, DesignSolver, GopeConfig, LinearInstance, NoiseCalibration, NoisePlacement,
     PhasedElimination, Span, g_optimal, phase_length,
 };
-use dpbandits::linear::env::unit_sphere;
 use dpbandits::rng::{Stream, stream_rng};
 use dpbandits::sim::CheckpointGrid;
 use nalgebra::{DMatrix, DVector};
@@ -33,7 +33,11 @@ fn design_reaches_the_tolerance_on_random_arm_sets() {
             let pts = random_arms(k, d, seed);
             let des = g_optimal(&pts, DesignOptions::default()).unwrap();
             assert!(des.converged, "K={k} d={d}: g = {}", des.g);
-            assert!(des.g <= (1.0 + 1e-3) * d as f64, "K={k} d={d}: g = {}", des.g);
+            assert!(
+                des.g <= (1.0 + 1e-3) * d as f64,
+                "K={k} d={d}: g = {}",
+                des.g
+            );
             assert!(des.weights.iter().all(|&w| w >= 0.0));
             assert!((des.weights.iter().sum::<f64>() - 1.0).abs() < 1e-12);
             assert!(
@@ -67,7 +71,11 @@ fn design_satisfies_kiefer_wolfowitz() {
     let trace: f64 = des.weights.iter().zip(&lev).map(|(w, o)| w * o).sum();
     assert!((trace - d as f64).abs() < 1e-9, "{trace}");
     for &i in &des.support {
-        assert!((lev[i] - d as f64).abs() < 1e-3 * d as f64, "omega_{i} = {}", lev[i]);
+        assert!(
+            (lev[i] - d as f64).abs() < 1e-3 * d as f64,
+            "omega_{i} = {}",
+            lev[i]
+        );
     }
     let best = des.ln_det(&pts);
     let slack = d as f64 * (des.g / d as f64).ln() + 1e-12;
@@ -156,7 +164,11 @@ fn phase_lengths_follow_eq4() {
                 assert_eq!(arm, p.active()[i]);
                 assert_eq!(n, (plan.c * des.weights[i]).ceil() as u64);
             }
-            let sums: Vec<f64> = plan.blocks.iter().map(|&(a, n)| env.pull_sum(a, n)).collect();
+            let sums: Vec<f64> = plan
+                .blocks
+                .iter()
+                .map(|&(a, n)| env.pull_sum(a, n))
+                .collect();
             p.finish_phase(&sums);
             assert_eq!(p.releases().len(), l as usize);
             assert_eq!(p.releases()[l as usize - 1].samples, plan.len());
@@ -304,7 +316,11 @@ fn gope_finds_the_best_arm_and_regret_flattens() {
         assert_eq!(p.active(), &[best]);
         assert!(out.windows(2).all(|w| w[0] <= w[1]));
         let n = out.len();
-        assert_eq!(out[n - 1], out[n - 2], "regret is flat after the commitment");
+        assert_eq!(
+            out[n - 1],
+            out[n - 2],
+            "regret is flat after the commitment"
+        );
     }
 }
 
@@ -371,16 +387,36 @@ fn plan_err(env: &str, policy: &str) -> String {
 fn bad_input_is_a_clear_error() {
     let ok_pol = "kind = 'gope'";
     let cases = [
-        ("arms = [[1.0, 0.0], [0.0]]", ok_pol, "arms[1] = [0.0]: expected a vector of dimension 2"),
+        (
+            "arms = [[1.0, 0.0], [0.0]]",
+            ok_pol,
+            "arms[1] = [0.0]: expected a vector of dimension 2",
+        ),
         ("arms = [[1.0, nan]]", ok_pol, "arms[0][1] = NaN"),
         ("k = 4\nd = 0", ok_pol, "d = 0: expected an integer >= 1"),
         ("arms = []", ok_pol, "arms = []"),
-        ("k = 4\nd = 2", "kind = 'adac_gope'\nrho = 1.0\ndelta = 1.5", "delta = 1.5: expected a number in the open interval (0, 1)"),
-        ("k = 4\nd = 2", "kind = 'adac_gope'\nrho = 1.0\ndelta = 0.0", "delta = 0"),
+        (
+            "k = 4\nd = 2",
+            "kind = 'adac_gope'\nrho = 1.0\ndelta = 1.5",
+            "delta = 1.5: expected a number in the open interval (0, 1)",
+        ),
+        (
+            "k = 4\nd = 2",
+            "kind = 'adac_gope'\nrho = 1.0\ndelta = 0.0",
+            "delta = 0",
+        ),
         ("k = 4\nd = 2", "kind = 'adac_gope'", "rho = (missing)"),
         ("k = 4\nd = 2", "kind = 'gope'\nrho = 1.0", "rho = 1"),
-        ("k = 4\nd = 2", "kind = 'adac_ucb'\nrho = 1.0", "finite-armed algorithm"),
-        ("k = 4\nd = 2", "kind = 'adac_gope'\nrho = 1.0\nnoise_calibration = 'loose'", "loose"),
+        (
+            "k = 4\nd = 2",
+            "kind = 'adac_ucb'\nrho = 1.0",
+            "finite-armed algorithm",
+        ),
+        (
+            "k = 4\nd = 2",
+            "kind = 'adac_gope'\nrho = 1.0\nnoise_calibration = 'loose'",
+            "loose",
+        ),
     ];
     for (env, pol, want) in cases {
         let e = plan_err(env, pol);

@@ -95,9 +95,7 @@ impl FigureSpec {
             FigureSpec::PriceOfPrivacy { name, .. } => {
                 name.clone().unwrap_or("price_of_privacy".into())
             }
-            FigureSpec::RegretCurves { name, .. } => {
-                name.clone().unwrap_or("regret_curves".into())
-            }
+            FigureSpec::RegretCurves { name, .. } => name.clone().unwrap_or("regret_curves".into()),
         }
     }
 
@@ -115,7 +113,9 @@ impl FigureSpec {
                 param,
                 ..
             } => (private, baseline, param),
-            FigureSpec::RegretCurves { .. } => unreachable!("regret_curves has no private/baseline pair"),
+            FigureSpec::RegretCurves { .. } => {
+                unreachable!("regret_curves has no private/baseline pair")
+            }
         }
     }
 
@@ -344,7 +344,10 @@ fn render_regret_curves(
         });
     }
     let title = match filter {
-        Some((p, v)) => format!("{}: mean cumulative pseudo-regret, {p} = {v}", plan.spec.name),
+        Some((p, v)) => format!(
+            "{}: mean cumulative pseudo-regret, {p} = {v}",
+            plan.spec.name
+        ),
         None => format!("{}: mean cumulative pseudo-regret", plan.spec.name),
     };
     let spec = PlotSpec {

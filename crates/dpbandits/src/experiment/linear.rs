@@ -138,7 +138,10 @@ pub(super) fn plan(
     spec: &ExperimentSpec,
     env: LinearConfig,
 ) -> Result<(Vec<Box<dyn Cell>>, serde_json::Value)> {
-    let instance = Arc::new(env.instance(spec.master_seed).at(|| "env (linear)".into())?);
+    let instance = Arc::new(
+        env.instance(spec.master_seed)
+            .at(|| "env (linear)".into())?,
+    );
     let mut cells: Vec<Box<dyn Cell>> = vec![];
     for (i, table) in spec.policy.iter().enumerate() {
         let kind = policy_kind(table, i)?;

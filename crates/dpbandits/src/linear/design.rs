@@ -90,11 +90,7 @@ impl DesignOptions {
             ));
         }
         if self.max_iterations == 0 {
-            return Err(Error::param(
-                "design_max_iterations",
-                0,
-                "an integer >= 1",
-            ));
+            return Err(Error::param("design_max_iterations", 0, "an integer >= 1"));
         }
         Ok(())
     }
@@ -226,7 +222,14 @@ pub fn g_optimal(points: &[DVector<f64>], opts: DesignOptions) -> Result<Design>
     let mut iterations = 0usize;
     let target = (1.0 + opts.tolerance) * r as f64;
     let away = opts.solver == DesignSolver::AwaySteps;
-    run_away_fw(points, &mut u, target, opts.max_iterations, &mut iterations, away)?;
+    run_away_fw(
+        points,
+        &mut u,
+        target,
+        opts.max_iterations,
+        &mut iterations,
+        away,
+    )?;
     let m = r * (r + 1) / 2;
     // Support reduction, then polish; a few rounds at most.
     for _ in 0..if away { 4 } else { 0 } {
@@ -234,7 +237,14 @@ pub fn g_optimal(points: &[DVector<f64>], opts: DesignOptions) -> Result<Design>
             break;
         }
         caratheodory(points, &mut u, m);
-        run_away_fw(points, &mut u, target, opts.max_iterations, &mut iterations, true)?;
+        run_away_fw(
+            points,
+            &mut u,
+            target,
+            opts.max_iterations,
+            &mut iterations,
+            true,
+        )?;
     }
     let v = info_matrix(points, &u);
     let lev = leverages(points, &v).ok_or_else(not_spanning)?;
@@ -285,11 +295,15 @@ fn run_away_fw(
             }
             since_refresh = 0;
         }
-        let (jp, gp) = omega
-            .iter()
-            .copied()
-            .enumerate()
-            .fold((0, f64::NEG_INFINITY), |b, (i, o)| if o > b.1 { (i, o) } else { b });
+        let (jp, gp) =
+            omega
+                .iter()
+                .copied()
+                .enumerate()
+                .fold(
+                    (0, f64::NEG_INFINITY),
+                    |b, (i, o)| if o > b.1 { (i, o) } else { b },
+                );
         if gp <= target {
             if since_refresh == 0 {
                 return Ok(());
@@ -306,7 +320,10 @@ fn run_away_fw(
             .copied()
             .enumerate()
             .filter(|&(i, _)| u[i] > 0.0)
-            .fold((0, f64::INFINITY), |b, (i, o)| if o < b.1 { (i, o) } else { b });
+            .fold(
+                (0, f64::INFINITY),
+                |b, (i, o)| if o < b.1 { (i, o) } else { b },
+            );
         let toward = !away || gp / r - 1.0 >= 1.0 - om / r;
         let (j, tau) = if toward {
             (jp, (gp / r - 1.0) / (gp - 1.0))
@@ -452,7 +469,11 @@ mod tests {
 
     #[test]
     fn span_of_planar_arms_has_rank_two() {
-        let arms = vec![dv(&[1.0, 0.0, 0.0]), dv(&[0.0, 1.0, 0.0]), dv(&[0.6, 0.8, 0.0])];
+        let arms = vec![
+            dv(&[1.0, 0.0, 0.0]),
+            dv(&[0.0, 1.0, 0.0]),
+            dv(&[0.6, 0.8, 0.0]),
+        ];
         let s = Span::of(&arms);
         assert_eq!(s.rank(), 2);
         for (a, x) in arms.iter().zip(&s.coords) {

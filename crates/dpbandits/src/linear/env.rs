@@ -336,6 +336,9 @@ mod tests {
         let m = xs.iter().sum::<f64>() / reps as f64;
         let v = xs.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (reps - 1) as f64;
         assert!((m - mu).abs() < 4.5 * (var / reps as f64).sqrt(), "{m}");
-        assert!((v / var - 1.0).abs() < 4.5 * (2.0 / reps as f64).sqrt(), "{v}");
+        assert!(
+            (v / var - 1.0).abs() < 4.5 * (2.0 / reps as f64).sqrt(),
+            "{v}"
+        );
     }
 }

@@ -38,6 +38,7 @@
 //! * `gope_output_perturbation` ([`NoisePlacement::Output`], App. E-C1): `theta~ = theta^ + N`,
 //!   `sigma^2 = 2/rho max_{a in S_l} ||V_l^{-1} a||_2^2` (spec §3.7 [D]; private, no regret
 //!   guarantee in the paper).
+//!
 //! All variants use the same `c_l` (Eq. 4) [A: spec §3.7].
 //!
 //! # Privacy
@@ -538,7 +539,12 @@ impl PhasedElimination {
         let blocks = design
             .support
             .iter()
-            .map(|&i| (self.active[i], (c * design.weights[i]).ceil().max(1.0) as u64))
+            .map(|&i| {
+                (
+                    self.active[i],
+                    (c * design.weights[i]).ceil().max(1.0) as u64,
+                )
+            })
             .collect();
         let plan = PhasePlan {
             phase: l,
@@ -564,7 +570,10 @@ impl PhasedElimination {
     /// Without a planned phase, for a committed phase (it never ends), or if `sums` does not match
     /// the blocks.
     pub fn finish_phase(&mut self, sums: &[f64]) {
-        let cur = self.current.take().expect("finish_phase without plan_phase");
+        let cur = self
+            .current
+            .take()
+            .expect("finish_phase without plan_phase");
         assert!(!cur.plan.commit, "a committed phase never ends");
         assert_eq!(sums.len(), cur.plan.blocks.len(), "one sum per block");
         let r = cur.plan.rank;
@@ -706,7 +715,10 @@ mod tests {
             for (rho, want) in pr {
                 let (n2, p) = phase_length(3, 10, l, 1e-3, rho, GopeConstants::PaperLimit);
                 assert_eq!(n2, n);
-                assert!((p - want[l as usize - 1]).abs() < 0.05, "l={l} rho={rho}: {p}");
+                assert!(
+                    (p - want[l as usize - 1]).abs() < 0.05,
+                    "l={l} rho={rho}: {p}"
+                );
             }
         }
     }
