@@ -427,3 +427,44 @@ fn bad_input_is_a_clear_error() {
     let e = Plan::from_toml(text).unwrap_err().to_string();
     assert!(e.contains("linear"), "{e}");
 }
+
+/// Figure 5 in numbers (docs/linear.md): paired regret difference Reg(AdaR-GOPE-Var) -
+/// Reg(AdaC-GOPE) at T = 1e6 on the fig5 instance, 2000 paired runs per rho (same environment
+/// streams), for both design solvers. Run with
+/// `cargo test --release -p dpbandits --test linear fig5_paired -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn fig5_paired_difference() {
+    let inst = reference_instance();
+    let grid = CheckpointGrid::explicit(vec![10_000, 100_000, 1_000_000]).unwrap();
+    for solver in [DesignSolver::AwaySteps, DesignSolver::FrankWolfe] {
+        for rho in [0.001, 0.01, 0.1, 1.0] {
+            let mk = |p| GopeConfig {
+                clip_rewards: false,
+                design_solver: solver,
+                ..GopeConfig::new(p, rho)
+            };
+            let (c, v) = (
+                mk(NoisePlacement::Intermediate),
+                mk(NoisePlacement::PerArmSums),
+            );
+            let runs = 2000u64;
+            let mut diffs = vec![];
+            let (mut mc, mut mv) = (0.0, 0.0);
+            for run in 0..runs {
+                let (mut a, mut b) = (vec![0.0; 3], vec![0.0; 3]);
+                simulate_linear(&inst, &c, run, 10_000 + run, &grid, &mut a).unwrap();
+                simulate_linear(&inst, &v, run, 20_000 + run, &grid, &mut b).unwrap();
+                mc += a[2] / runs as f64;
+                mv += b[2] / runs as f64;
+                diffs.push(b[2] - a[2]);
+            }
+            let m = diffs.iter().sum::<f64>() / runs as f64;
+            let sd = (diffs.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (runs - 1) as f64).sqrt();
+            println!(
+                "{solver:?} rho={rho}: Reg(AdaC)={mc:.1} Reg(Var)={mv:.1} paired diff (Var - AdaC) = {m:.1} +- {:.1} (s.e.)",
+                sd / (runs as f64).sqrt()
+            );
+        }
+    }
+}
