@@ -460,7 +460,8 @@ fn fig5_paired_difference() {
                 diffs.push(b[2] - a[2]);
             }
             let m = diffs.iter().sum::<f64>() / runs as f64;
-            let sd = (diffs.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (runs - 1) as f64).sqrt();
+            let sd =
+                (diffs.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (runs - 1) as f64).sqrt();
             println!(
                 "{solver:?} rho={rho}: Reg(AdaC)={mc:.1} Reg(Var)={mv:.1} paired diff (Var - AdaC) = {m:.1} +- {:.1} (s.e.)",
                 sd / (runs as f64).sqrt()

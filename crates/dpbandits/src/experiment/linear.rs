@@ -23,6 +23,8 @@ use std::sync::Arc;
 #[derive(Debug)]
 pub struct LinearCell {
     instance: Arc<LinearInstance>,
+    /// Set when the instance is redrawn for every run.
+    redraw: Option<Arc<LinearConfig>>,
     policy: GopeConfig,
     master_seed: u64,
     label: String,
@@ -34,6 +36,7 @@ impl LinearCell {
         LinearCell {
             label: policy.label(),
             instance,
+            redraw: None,
             policy,
             master_seed,
         }
@@ -129,7 +132,13 @@ impl Cell for LinearCell {
     }
     fn run(&self, run: u64, grid: &CheckpointGrid, out: &mut [f64]) -> Result<()> {
         let (es, ps) = self.seeds(run);
-        simulate_linear(&self.instance, &self.policy, es, ps, grid, out).map(drop)
+        match &self.redraw {
+            Some(cfg) => {
+                let inst = cfg.instance_for_run(self.master_seed, run)?;
+                simulate_linear(&inst, &self.policy, es, ps, grid, out).map(drop)
+            }
+            None => simulate_linear(&self.instance, &self.policy, es, ps, grid, out).map(drop),
+        }
     }
 }
 
@@ -142,6 +151,7 @@ pub(super) fn plan(
         env.instance(spec.master_seed)
             .at(|| "env (linear)".into())?,
     );
+    let redraw = env.redraw_per_run.then(|| Arc::new(env.clone()));
     let mut cells: Vec<Box<dyn Cell>> = vec![];
     for (i, table) in spec.policy.iter().enumerate() {
         let kind = policy_kind(table, i)?;
@@ -158,11 +168,9 @@ pub(super) fn plan(
         };
         for t in expand_sweep(&without_kind(table)).at(|| format!("policy[{i}] ({kind})"))? {
             let cfg = parse(t).at(|| format!("policy[{i}] ({kind})"))?;
-            cells.push(Box::new(LinearCell::new(
-                instance.clone(),
-                cfg,
-                spec.master_seed,
-            )));
+            let mut cell = LinearCell::new(instance.clone(), cfg, spec.master_seed);
+            cell.redraw = redraw.clone();
+            cells.push(Box::new(cell));
         }
     }
     let arms: Vec<Vec<f64>> = instance
@@ -180,6 +188,8 @@ pub(super) fn plan(
         "means": instance.means(),
         "gaps": instance.gaps(),
         "reward_range": [f64::NEG_INFINITY.to_string(), f64::INFINITY.to_string()],
+        "redraw_per_run": env.redraw_per_run,
+        "instance_note": if env.redraw_per_run { "random arms/theta are redrawn for every run (paths [0, r], [1, r]); the vectors shown are the once-per-experiment draw, not used" } else { "one instance for all runs and policies" },
         "seed_derivation": "random arms: derive_seed(master_seed, Instance, [0]); random theta: derive_seed(master_seed, Instance, [1]) (drawn once per experiment); environment run r: derive_seed(master_seed, Env, [0, r]); arm a: derive_seed(that, Env, [a])",
     });
     Ok((cells, info))

@@ -41,6 +41,10 @@ pub struct LinearConfig {
     /// Standard deviation of the Gaussian reward noise (default 1).
     #[serde(default = "one")]
     pub sigma: f64,
+    /// Draw the random parts of the instance (arms and/or theta not given) afresh for every run
+    /// instead of once per experiment (default false, the spec's proposal §6 [A]).
+    #[serde(default)]
+    pub redraw_per_run: bool,
 }
 
 fn one() -> f64 {
@@ -135,19 +139,34 @@ impl LinearConfig {
 
     /// Resolve the instance: explicit vectors, or draws from the master seed.
     pub fn instance(&self, master_seed: u64) -> Result<LinearInstance> {
+        self.instance_at(master_seed, &[])
+    }
+
+    /// The instance of run `run` when `redraw_per_run` (paths `[0, run]`, `[1, run]` of the
+    /// instance stream), else the experiment's single instance.
+    pub fn instance_for_run(&self, master_seed: u64, run: u64) -> Result<LinearInstance> {
+        if self.redraw_per_run {
+            self.instance_at(master_seed, &[run])
+        } else {
+            self.instance(master_seed)
+        }
+    }
+
+    fn instance_at(&self, master_seed: u64, run: &[u64]) -> Result<LinearInstance> {
         self.validate()?;
+        let path = |i: u64| -> Vec<u64> { std::iter::once(i).chain(run.iter().copied()).collect() };
         let arms: Vec<Vec<f64>> = match &self.arms {
             Some(a) => a.clone(),
             None => {
                 let (k, d) = (self.k.unwrap_or(0), self.d.unwrap_or(0));
-                let mut rng = stream_rng(master_seed, Stream::Instance, &[0]);
+                let mut rng = stream_rng(master_seed, Stream::Instance, &path(0));
                 (0..k).map(|_| unit_sphere(d, &mut rng)).collect()
             }
         };
         let d = arms[0].len();
         let theta = match &self.theta {
             Some(t) => t.clone(),
-            None => unit_sphere(d, &mut stream_rng(master_seed, Stream::Instance, &[1])),
+            None => unit_sphere(d, &mut stream_rng(master_seed, Stream::Instance, &path(1))),
         };
         LinearInstance::new(arms, theta, self.sigma)
     }
@@ -187,6 +206,7 @@ impl LinearInstance {
             d: None,
             theta: Some(theta.clone()),
             sigma,
+            redraw_per_run: false,
         }
         .validate()?;
         let arms: Vec<DVector<f64>> = arms.iter().map(|a| DVector::from_vec(a.clone())).collect();
