@@ -50,6 +50,21 @@ fn design_reaches_the_tolerance_on_random_arm_sets() {
             assert!((g - des.g).abs() < 1e-9 * g);
         }
     }
+    // Arms exactly on the unit sphere (the paper's instances): nearly isotropic, the hardest case
+    // for the support bound.
+    for &(k, d) in &[(300, 20), (1000, 20)] {
+        let mut rng = stream_rng(2, Stream::Instance, &[]);
+        let pts: Vec<DVector<f64>> = (0..k)
+            .map(|_| DVector::from_vec(unit_sphere(d, &mut rng)))
+            .collect();
+        let des = g_optimal(&pts, DesignOptions::default()).unwrap();
+        assert!(
+            des.converged && des.g <= (1.0 + 1e-3) * d as f64,
+            "{}",
+            des.g
+        );
+        assert!(des.support.len() <= d * (d + 1) / 2);
+    }
 }
 
 /// Kiefer–Wolfowitz (T12): at the computed design, sum_i pi_i omega_i = d (trace identity), every
@@ -467,5 +482,27 @@ fn fig5_paired_difference() {
                 sd / (runs as f64).sqrt()
             );
         }
+    }
+}
+
+/// Arms exactly on the unit sphere (the paper's instances) at larger sizes, for the record.
+#[test]
+#[ignore]
+fn design_sphere_timing() {
+    for &(k, d) in &[(100, 10), (300, 20), (1000, 20)] {
+        let mut rng = stream_rng(1, Stream::Instance, &[0]);
+        let pts: Vec<DVector<f64>> = (0..k)
+            .map(|_| DVector::from_vec(unit_sphere(d, &mut rng)))
+            .collect();
+        let t = std::time::Instant::now();
+        let des = g_optimal(&pts, DesignOptions::default()).unwrap();
+        println!(
+            "sphere K={k} d={d}: g = {:.5}, support {}, iterations {}, converged {}, {:?}",
+            des.g,
+            des.support.len(),
+            des.iterations,
+            des.converged,
+            t.elapsed()
+        );
     }
 }

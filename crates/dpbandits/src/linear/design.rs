@@ -10,7 +10,8 @@
 //! Frank–Wolfe / Fedorov–Wynn with **away steps** (Todd & Yildirim 2007, "On Khachiyan's algorithm
 //! for the computation of minimum-volume enclosing ellipsoids", the WA-TY variant; the MVEE problem
 //! is the dual of D-optimal design):
-//! * start from the uniform design;
+//! * start from the uniform design on `r` spanning points chosen by pivoted Gram–Schmidt (plain
+//!   Frank–Wolfe, [`DesignSolver::FrankWolfe`], starts from the uniform design on all arms);
 //! * at each iteration compute `omega_i = x_i^T V(pi)^{-1} x_i`; the *toward* candidate is
 //!   `j+ = argmax omega`, the *away* candidate `j- = argmin_{pi_j > 0} omega`;
 //! * if `omega_{j+}/r - 1 >= 1 - omega_{j-}/r`, move towards `j+`, else away from `j-`:
@@ -218,7 +219,7 @@ pub fn g_optimal(points: &[DVector<f64>], opts: DesignOptions) -> Result<Design>
             converged: true,
         });
     }
-    let mut u = vec![1.0 / k as f64; k];
+    let mut u = initial_design(points, r, opts.solver);
     let mut iterations = 0usize;
     let target = (1.0 + opts.tolerance) * r as f64;
     let away = opts.solver == DesignSolver::AwaySteps;
@@ -257,6 +258,47 @@ pub fn g_optimal(points: &[DVector<f64>], opts: DesignOptions) -> Result<Design>
         iterations,
         converged: g <= target,
     })
+}
+
+/// Starting design. Plain Frank–Wolfe starts from the uniform design (spec §3.4). The away-step
+/// solver starts from the uniform design on `r` points chosen by pivoted Gram–Schmidt (largest
+/// residual norm first), a spanning subset, so that the support only grows by the toward steps it
+/// needs (Kumar & Yildirim 2005 use a similar small initial core set); this keeps the support, and
+/// the Carathéodory work, small when `K >> r(r+1)/2`.
+fn initial_design(points: &[DVector<f64>], r: usize, solver: DesignSolver) -> Vec<f64> {
+    let k = points.len();
+    let uniform = vec![1.0 / k as f64; k];
+    if solver == DesignSolver::FrankWolfe || k <= r {
+        return uniform;
+    }
+    let scale = points.iter().map(|x| x.norm_squared()).fold(0.0, f64::max);
+    let mut resid: Vec<DVector<f64>> = points.to_vec();
+    let mut chosen: Vec<usize> = Vec::with_capacity(r);
+    for _ in 0..r {
+        let (j, n2) = resid
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !chosen.contains(i))
+            .map(|(i, x)| (i, x.norm_squared()))
+            .fold(
+                (usize::MAX, 0.0),
+                |b, (i, n)| if n > b.1 { (i, n) } else { b },
+            );
+        if j == usize::MAX || n2 <= 1e-12 * scale {
+            return uniform;
+        }
+        chosen.push(j);
+        let q = &resid[j] / n2.sqrt();
+        for x in resid.iter_mut() {
+            let p = q.dot(x);
+            x.axpy(-p, &q, 1.0);
+        }
+    }
+    let mut u = vec![0.0; k];
+    for &j in &chosen {
+        u[j] = 1.0 / r as f64;
+    }
+    u
 }
 
 fn not_spanning() -> Error {
@@ -407,12 +449,26 @@ fn caratheodory(points: &[DVector<f64>], u: &mut [f64], m: usize) {
                 a[(row, c)] = val;
             }
         }
-        let ata = a.tr_mul(&a);
-        let eig = ata.symmetric_eigen();
-        let imin = (0..n)
-            .min_by(|&x, &y| eig.eigenvalues[x].total_cmp(&eig.eigenvalues[y]))
-            .expect("n >= 1");
-        let mut c: Vec<f64> = eig.eigenvectors.column(imin).iter().copied().collect();
+        // Null vector of the m x (m+1) matrix: solve A[:, ..m] y = -A[:, m] by LU (c = (y, 1)),
+        // or, if that block is singular, the eigenvector of A^T A with the smallest eigenvalue.
+        let lu_null = a
+            .columns(0, m)
+            .into_owned()
+            .lu()
+            .solve(&(-a.column(m).into_owned()))
+            .filter(|y| y.iter().all(|v| v.is_finite()))
+            .map(|y| {
+                let mut c: Vec<f64> = y.iter().copied().collect();
+                c.push(1.0);
+                c
+            });
+        let mut c: Vec<f64> = lu_null.unwrap_or_else(|| {
+            let eig = a.tr_mul(&a).symmetric_eigen();
+            let imin = (0..n)
+                .min_by(|&x, &y| eig.eigenvalues[x].total_cmp(&eig.eigenvalues[y]))
+                .expect("n >= 1");
+            eig.eigenvectors.column(imin).iter().copied().collect()
+        });
         if !c.iter().any(|&x| x > 0.0) {
             c.iter_mut().for_each(|x| *x = -*x);
         }
