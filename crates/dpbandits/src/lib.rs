@@ -10,6 +10,10 @@
 //!   conversions ([`privacy::pure_to_zcdp`], [`privacy::zcdp_to_approx_dp`]).
 //! * [`env`](mod@env): finite-armed environments (Bernoulli, Gaussian with optional clipping, Beta,
 //!   piecewise-stationary and corrupt-feedback Bernoulli) with exact episode sums.
+//! * [`env`]: finite-armed environments (Bernoulli, Gaussian with optional clipping, Beta) with
+//!   exact episode sums.
+//! * [`linear`]: linear bandits with a finite arm set: environment, G-optimal design, GOPE and
+//!   its rho-zCDP variants.
 //! * [`policy`]: the object-safe [`policy::Policy`] trait and the finite-armed policies.
 //! * [`sim`]: checkpoint grids, the episode fast path, deterministic parallel runs.
 //! * [`experiment`]: TOML experiment files, sweeps, outputs (manifest, CSV, SVG/PNG plots).
@@ -42,6 +46,10 @@
 //! | `adap_tt` | AdaP-TT | BAI (fixed confidence) | eps-global DP (pure, central) | Azize et al. 2023; thesis (5.10)-(5.11) | tested |
 //! | `adap_tt_star` | AdaP-TT* | BAI (fixed confidence) | eps-global DP (pure, central) | Azize et al. 2026 (JMLR); thesis (5.14) | tested |
 //! | `eb_tci` | EB-TCI (Top Two) | BAI (fixed confidence) | none | Jourdan et al. 2022 | tested |
+//! | `adac_gope` | AdaC-GOPE | linear (finite arm set) | rho-Interactive zCDP, central | Azize & Basu 2024, Alg. 2, Eq. (4)-(5) | calibration-tested |
+//! | `gope` | GOPE (rho -> inf limit of Alg. 2) | linear (finite arm set) | none | Azize & Basu 2024, Sec. VII baseline; Lattimore & Szepesvari Alg. 12 | tested |
+//! | `adar_gope_var` | AdaR-GOPE-Var (noise on per-arm reward sums) | linear (finite arm set) | rho-Interactive zCDP, central | Azize & Basu 2024, App. E-C2, App. H | calibration-tested |
+//! | `gope_output_perturbation` | GOPE with output perturbation | linear (finite arm set) | rho-Interactive zCDP, central | Azize & Basu 2024, App. E-C1 | calibration-tested |
 //!
 //! ## Example
 //! ```
@@ -72,6 +80,7 @@ pub mod bai;
 pub mod env;
 pub mod error;
 pub mod experiment;
+pub mod linear;
 pub mod math;
 pub mod policy;
 pub mod privacy;

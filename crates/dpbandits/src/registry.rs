@@ -19,6 +19,8 @@ pub enum Setting {
     FiniteArmed,
     /// Fixed-confidence best-arm identification (Bernoulli arms).
     Bai,
+    /// Stochastic linear bandits with a fixed finite arm set in R^d.
+    Linear,
 }
 
 impl std::fmt::Display for Setting {
@@ -26,6 +28,7 @@ impl std::fmt::Display for Setting {
         f.write_str(match self {
             Setting::FiniteArmed => "finite-armed",
             Setting::Bai => "best-arm identification (fixed confidence)",
+            Setting::Linear => "linear (finite arm set)",
         })
     }
 }
@@ -38,6 +41,8 @@ pub enum PolicyParser {
     Finite(fn(toml::Table) -> Result<Box<dyn PolicyConfig>>),
     /// A fixed-confidence BAI algorithm (run by `experiment::bai`).
     Bai(crate::bai::BaiParser),
+    /// A linear-bandit policy of the GOPE family.
+    Linear(fn(toml::Table) -> Result<crate::linear::GopeConfig>),
 }
 
 impl std::fmt::Debug for PolicyParser {
@@ -72,6 +77,8 @@ pub struct PolicyEntry {
 pub enum EnvParser {
     /// A finite-armed environment.
     Finite(fn(toml::Table) -> Result<Box<dyn EnvConfig>>),
+    /// A linear-bandit environment.
+    Linear(fn(toml::Table) -> Result<crate::linear::LinearConfig>),
 }
 
 impl std::fmt::Debug for EnvParser {
@@ -354,7 +361,72 @@ pub static POLICIES: &[PolicyEntry] = &[
             private: false,
         }),
     },
+    PolicyEntry {
+        kind: "gope",
+        example: "delta = 0.001",
+        name: "GOPE (G-optimal phased elimination)",
+        setting: Setting::Linear,
+        reference: "Azize & Basu 2024, Sec. VII baseline: Algorithm 2 with rho = inf (spec zcdp §3.6); Lattimore & Szepesvari 2020, Alg. 12",
+        privacy: "none",
+        parse: PolicyParser::Linear(|t| {
+            linear_policy(t, crate::linear::NoisePlacement::None, false)
+        }),
+    },
+    PolicyEntry {
+        kind: "adac_gope",
+        example: "rho = 1.0\ndelta = 0.001",
+        name: "AdaC-GOPE",
+        setting: Setting::Linear,
+        reference: "Azize & Basu 2024, Algorithm 2, Eq. (4)-(5), App. D-C, E",
+        privacy: "rho-Interactive zCDP (central), Gaussian noise V^(-1/2) N on the phase statistic, once per phase",
+        parse: PolicyParser::Linear(|t| {
+            linear_policy(t, crate::linear::NoisePlacement::Intermediate, true)
+        }),
+    },
+    PolicyEntry {
+        kind: "adar_gope_var",
+        example: "rho = 1.0\ndelta = 0.001",
+        name: "AdaR-GOPE-Var (noise on each per-arm sum of rewards)",
+        setting: Setting::Linear,
+        reference: "Azize & Basu 2024, App. E-C2 and App. H (Fig. 5); zCDP form of Hanna et al. 2022 / Li, Zhou & Ji 2022",
+        privacy: "rho-Interactive zCDP (central), Gaussian noise N(0, 2/rho) on each per-arm reward sum, once per phase",
+        parse: PolicyParser::Linear(|t| {
+            linear_policy(t, crate::linear::NoisePlacement::PerArmSums, true)
+        }),
+    },
+    PolicyEntry {
+        kind: "gope_output_perturbation",
+        example: "rho = 1.0\ndelta = 0.001",
+        name: "GOPE with output perturbation",
+        setting: Setting::Linear,
+        reference: "Azize & Basu 2024, App. E-C1 (calibration derived in spec zcdp §3.7)",
+        privacy: "rho-Interactive zCDP (central), Gaussian noise on theta^ with sensitivity 2 max ||V^(-1) a||, once per phase",
+        parse: PolicyParser::Linear(|t| {
+            linear_policy(t, crate::linear::NoisePlacement::Output, true)
+        }),
+    },
 ];
+
+fn linear_policy(
+    mut t: toml::Table,
+    placement: crate::linear::NoisePlacement,
+    needs_rho: bool,
+) -> Result<crate::linear::GopeConfig> {
+    if needs_rho && !t.contains_key("rho") {
+        return Err(Error::param(
+            "rho",
+            "(missing)",
+            "a number > 0 (inf gives the non-private limit)",
+        ));
+    }
+    if !needs_rho {
+        t.entry("rho").or_insert(toml::Value::Float(f64::INFINITY));
+    }
+    let mut cfg: crate::linear::GopeConfig = from_table(t)?;
+    cfg.placement = placement;
+    cfg.validate()?;
+    Ok(cfg)
+}
 
 fn finite_env<T: DeserializeOwned + EnvConfig + 'static>(
     t: toml::Table,
@@ -406,6 +478,16 @@ pub static ENVIRONMENTS: &[EnvEntry] = &[
             cfg.corrupt_kind = true;
             cfg.validate()?;
             Ok(Box::new(cfg))
+        }),
+    },
+    EnvEntry {
+        kind: "linear",
+        setting: Setting::Linear,
+        description: "Linear bandit: K arms in R^d (given, or uniform on the unit sphere), reward <theta, a> + N(0, sigma^2); exact Normal block sums",
+        parse: EnvParser::Linear(|t| {
+            let cfg: crate::linear::LinearConfig = from_table(t)?;
+            cfg.validate()?;
+            Ok(cfg)
         }),
     },
 ];

@@ -70,10 +70,34 @@ pub enum FigureSpec {
         #[serde(default)]
         name: Option<String>,
     },
+    /// Mean regret curves of selected policies, with optional log axes (e.g. Figure 5: one panel
+    /// per rho, log y-axis).
+    RegretCurves {
+        /// Keep only policies whose parameter `param` equals `value` (both or neither), plus every
+        /// policy without that parameter.
+        #[serde(default)]
+        param: Option<String>,
+        /// The value of `param`.
+        #[serde(default)]
+        value: Option<f64>,
+        /// Log-scale x axis (default false).
+        #[serde(default)]
+        log_x: bool,
+        /// Log-scale y axis (default true).
+        #[serde(default = "yes")]
+        log_y: bool,
+        /// Output file stem (default `regret_curves`).
+        #[serde(default)]
+        name: Option<String>,
+    },
 }
 
 fn sw_klucb_cf() -> String {
     "sw_klucb_cf".into()
+}
+
+fn yes() -> bool {
+    true
 }
 
 fn rho() -> String {
@@ -87,6 +111,7 @@ impl FigureSpec {
             FigureSpec::GapVsParam { horizons, .. } => horizons.clone(),
             FigureSpec::PriceOfPrivacy { .. } => vec![],
             FigureSpec::RegretVsT { .. } | FigureSpec::RegretVsEps { .. } => vec![],
+            FigureSpec::RegretCurves { .. } => vec![],
         }
     }
 
@@ -101,6 +126,7 @@ impl FigureSpec {
             }
             FigureSpec::RegretVsT { name, .. } => name.clone().unwrap_or("regret_vs_t".into()),
             FigureSpec::RegretVsEps { name, .. } => name.clone().unwrap_or("regret_vs_eps".into()),
+            FigureSpec::RegretCurves { name, .. } => name.clone().unwrap_or("regret_curves".into()),
         }
     }
 
@@ -119,6 +145,9 @@ impl FigureSpec {
                 ..
             } => (private, baseline, param),
             FigureSpec::RegretVsT { .. } | FigureSpec::RegretVsEps { .. } => ("", "", ""),
+            FigureSpec::RegretCurves { .. } => {
+                unreachable!("regret_curves has no private/baseline pair")
+            }
         }
     }
 
@@ -128,6 +157,27 @@ impl FigureSpec {
             self
         {
             return super::ldp_figures::validate(plan, policies);
+        }
+        if let FigureSpec::RegretCurves { param, value, .. } = self {
+            return match (param, value) {
+                (None, None) => Ok(()),
+                (Some(p), Some(v)) => {
+                    if regret_cells(plan, Some((p, *v))).is_empty() {
+                        Err(Error::param(
+                            "value",
+                            v,
+                            format!("a value of '{p}' that some listed policy uses"),
+                        ))
+                    } else {
+                        Ok(())
+                    }
+                }
+                _ => Err(Error::param(
+                    "param",
+                    format!("{param:?}"),
+                    "`param` and `value` together, or neither",
+                )),
+            };
         }
         let (private, baseline, param) = self.parts();
         baseline_cell(plan, baseline)?;
@@ -162,6 +212,7 @@ impl FigureSpec {
                 }
             }
             FigureSpec::RegretVsT { .. } | FigureSpec::RegretVsEps { .. } => {}
+            FigureSpec::RegretCurves { .. } => {}
         }
         Ok(())
     }
@@ -188,6 +239,23 @@ impl FigureSpec {
                 );
             }
             _ => {}
+        }
+        if let FigureSpec::RegretCurves {
+            param,
+            value,
+            log_x,
+            log_y,
+            ..
+        } = self
+        {
+            return render_regret_curves(
+                plan,
+                results,
+                dir,
+                &self.stem(),
+                param.as_deref().zip(*value),
+                (*log_x, *log_y),
+            );
         }
         let (private, baseline, param) = self.parts();
         let b = baseline_cell(plan, baseline)?;
@@ -279,6 +347,7 @@ impl FigureSpec {
             FigureSpec::RegretVsT { .. } | FigureSpec::RegretVsEps { .. } => {
                 unreachable!("handled above")
             }
+            FigureSpec::RegretCurves { .. } => unreachable!("rendered above"),
         };
         let csv_path = stem.with_extension("csv");
         std::fs::write(&csv_path, csv).map_err(|e| Error::Io {
@@ -289,6 +358,73 @@ impl FigureSpec {
         files.extend(super::plot::draw(&stem, &spec)?);
         Ok(files)
     }
+}
+
+/// Cells shown by a `regret_curves` figure.
+fn regret_cells(plan: &Plan, filter: Option<(&str, f64)>) -> Vec<usize> {
+    (0..plan.cells.len())
+        .filter(|&i| match filter {
+            None => true,
+            Some((p, v)) => plan.cells[i]
+                .params()
+                .iter()
+                .find(|(k, _)| *k == p)
+                .is_none_or(|&(_, x)| same(x, v)),
+        })
+        .collect()
+}
+
+fn render_regret_curves(
+    plan: &Plan,
+    results: &[CellRuns],
+    dir: &std::path::Path,
+    stem: &str,
+    filter: Option<(&str, f64)>,
+    (log_x, log_y): (bool, bool),
+) -> Result<Vec<std::path::PathBuf>> {
+    let grid = plan.grid.points();
+    let mut csv = String::from("policy,t,mean,sem,runs\n");
+    let mut series = vec![];
+    for c in regret_cells(plan, filter) {
+        let Ok(runs) = &results[c] else { continue };
+        let label = plan.cells[c].label();
+        let mut pts = vec![];
+        for (i, &t) in grid.iter().enumerate() {
+            let s = Summary::of(&mut runs.iter().map(|r| r[i]).collect::<Vec<_>>());
+            csv.push_str(&format!("{label},{t},{},{},{}\n", s.mean, s.sem, s.runs));
+            pts.push((t as f64, s.mean));
+        }
+        series.push(Series {
+            name: label,
+            points: pts,
+            band: None,
+        });
+    }
+    let title = match filter {
+        Some((p, v)) => format!(
+            "{}: mean cumulative pseudo-regret, {p} = {v}",
+            plan.spec.name
+        ),
+        None => format!("{}: mean cumulative pseudo-regret", plan.spec.name),
+    };
+    let spec = PlotSpec {
+        title,
+        x_label: "t".into(),
+        y_label: "regret".into(),
+        log_x,
+        log_y,
+        series,
+        hline: None,
+    };
+    let stem = dir.join(stem);
+    let csv_path = stem.with_extension("csv");
+    std::fs::write(&csv_path, csv).map_err(|e| Error::Io {
+        path: csv_path.display().to_string(),
+        error: e,
+    })?;
+    let mut files = vec![csv_path];
+    files.extend(super::plot::draw(&stem, &spec)?);
+    Ok(files)
 }
 
 fn same(a: f64, b: f64) -> bool {
