@@ -9,6 +9,8 @@
 //! * [`env`]: finite-armed environments (Bernoulli, Gaussian with optional clipping, Beta) with
 //!   exact episode sums.
 //! * [`policy`]: the object-safe [`policy::Policy`] trait and the finite-armed policies.
+//! * [`contextual`]: linear contextual bandits: the paper's context generator, feature files,
+//!   OFUL / RS-OFUL / AdaC-OFUL, the common-random-numbers run loop.
 //! * [`sim`]: checkpoint grids, the episode fast path, deterministic parallel runs.
 //! * [`experiment`]: TOML experiment files, sweeps, outputs (manifest, CSV, SVG/PNG plots).
 //! * [`registry`]: every algorithm by its config `kind` and paper name.
@@ -23,6 +25,9 @@
 //! | `ucb1` | UCB1 | finite-armed | none | Auer et al. 2002 | tested |
 //! | `kl_ucb` | kl-UCB | finite-armed | none | Garivier & Cappe 2011 | tested |
 //! | `thompson` | Thompson sampling | finite-armed | none | Agrawal & Goyal 2012 | tested |
+//! | `adac_oful` | AdaC-OFUL | contextual linear | rho-Interactive zCDP, central | Azize & Basu 2024, Alg. 3, Thm 14 | calibration-tested |
+//! | `rs_oful` | RS-OFUL (rarely switching) | contextual linear | none | Abbasi-Yadkori et al. 2011, Sec. 5 | tested |
+//! | `oful` | OFUL | contextual linear | none | Abbasi-Yadkori et al. 2011, Alg. 1 | tested |
 //!
 //! ## Example
 //! ```
@@ -49,6 +54,7 @@
 #![deny(missing_docs)]
 #![deny(missing_debug_implementations)]
 
+pub mod contextual;
 pub mod env;
 pub mod error;
 pub mod experiment;

@@ -4,6 +4,10 @@
 //!
 //! Adding an algorithm = one file implementing it + one line in [`POLICIES`].
 
+use crate::contextual::{
+    ContextualEnvConfig, ContextualFileConfig, ContextualGaussianConfig, ContextualPolicyConfig,
+    OfulConfig, OfulKind,
+};
 use crate::env::{BernoulliConfig, BetaConfig, EnvConfig, GaussianConfig};
 use crate::error::{Error, Result};
 use crate::policy::{AdaCUcbConfig, KlUcbConfig, PolicyConfig, ThompsonConfig, Ucb1Config};
@@ -16,12 +20,15 @@ use serde::de::DeserializeOwned;
 pub enum Setting {
     /// K-armed stochastic bandits, regret minimisation.
     FiniteArmed,
+    /// Linear contextual bandits with a public decision set every round.
+    Contextual,
 }
 
 impl std::fmt::Display for Setting {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Setting::FiniteArmed => "finite-armed",
+            Setting::Contextual => "contextual linear",
         })
     }
 }
@@ -32,6 +39,8 @@ impl std::fmt::Display for Setting {
 pub enum PolicyParser {
     /// A finite-armed policy.
     Finite(fn(toml::Table) -> Result<Box<dyn PolicyConfig>>),
+    /// A contextual linear policy.
+    Contextual(fn(toml::Table) -> Result<Box<dyn ContextualPolicyConfig>>),
 }
 
 impl std::fmt::Debug for PolicyParser {
@@ -63,6 +72,8 @@ pub struct PolicyEntry {
 pub enum EnvParser {
     /// A finite-armed environment.
     Finite(fn(toml::Table) -> Result<Box<dyn EnvConfig>>),
+    /// A contextual environment.
+    Contextual(fn(toml::Table) -> Result<Box<dyn ContextualEnvConfig>>),
 }
 
 impl std::fmt::Debug for EnvParser {
@@ -163,7 +174,61 @@ pub static POLICIES: &[PolicyEntry] = &[
             finite_policy::<AdaCUcbConfig>(t, AdaCUcbConfig::validate)
         }),
     },
+    PolicyEntry {
+        kind: "oful",
+        name: "OFUL",
+        setting: Setting::Contextual,
+        reference: "Abbasi-Yadkori, Pal & Szepesvari 2011, Alg. 1, Thm 2 radius",
+        privacy: "none",
+        parse: PolicyParser::Contextual(|t| oful_policy(t, OfulKind::Oful)),
+    },
+    PolicyEntry {
+        kind: "rs_oful",
+        name: "RS-OFUL (rarely switching OFUL)",
+        setting: Setting::Contextual,
+        reference: "Abbasi-Yadkori, Pal & Szepesvari 2011, Sec. 5 (det V > (1+C) det V_tau); Azize & Basu 2024 Sec. VII baseline",
+        privacy: "none",
+        parse: PolicyParser::Contextual(|t| oful_policy(t, OfulKind::RsOful)),
+    },
+    PolicyEntry {
+        kind: "adac_oful",
+        name: "AdaC-OFUL",
+        setting: Setting::Contextual,
+        reference: "Azize & Basu 2024, Algorithm 3, Thm 5/14 (radius beta + gamma/sqrt t)",
+        privacy: "rho-Interactive zCDP (central), Gaussian mechanism on each episode's sum of a_s r_s",
+        parse: PolicyParser::Contextual(|t| {
+            if !t.contains_key("rho") {
+                return Err(Error::param(
+                    "rho",
+                    "(missing)",
+                    "a number > 0 (inf gives the RS-OFUL limit)",
+                ));
+            }
+            oful_policy(t, OfulKind::AdacOful)
+        }),
+    },
 ];
+
+fn oful_policy(t: toml::Table, kind: OfulKind) -> Result<Box<dyn ContextualPolicyConfig>> {
+    let refused: &[&str] = match kind {
+        OfulKind::Oful => &["rho", "c", "mode", "radius", "lambda0"],
+        OfulKind::RsOful => &["rho", "mode", "radius", "lambda0"],
+        OfulKind::AdacOful => &[],
+    };
+    for &k in refused {
+        if let Some(v) = t.get(k) {
+            return Err(Error::param(
+                k,
+                v,
+                "nothing: this parameter does not apply to this non-private kind",
+            ));
+        }
+    }
+    let mut cfg: OfulConfig = from_table(t)?;
+    cfg.kind = kind;
+    cfg.validate()?;
+    Ok(Box::new(cfg))
+}
 
 fn finite_env<T: DeserializeOwned + EnvConfig + 'static>(
     t: toml::Table,
@@ -195,6 +260,26 @@ pub static ENVIRONMENTS: &[EnvEntry] = &[
         setting: Setting::FiniteArmed,
         description: "Beta arms with the given means in (0,1): general bounded rewards in [0,1]",
         parse: EnvParser::Finite(|t| finite_env::<BetaConfig>(t, BetaConfig::validate)),
+    },
+    EnvEntry {
+        kind: "contextual_gaussian",
+        setting: Setting::Contextual,
+        description: "the paper's contexts: every round k fresh actions i.i.d. N(mean 1, variance I_d), theta* on the unit sphere, Gaussian reward noise",
+        parse: EnvParser::Contextual(|t| {
+            let cfg: ContextualGaussianConfig = from_table(t)?;
+            cfg.validate()?;
+            Ok(Box::new(cfg))
+        }),
+    },
+    EnvEntry {
+        kind: "contextual_file",
+        setting: Setting::Contextual,
+        description: "decision sets replayed from a feature file (.npy of shape (n, K, d), or .csv lines 'context,f_1..f_d'), Gaussian reward noise",
+        parse: EnvParser::Contextual(|t| {
+            let mut cfg: ContextualFileConfig = from_table(t)?;
+            cfg.validate()?;
+            Ok(Box::new(cfg))
+        }),
     },
 ];
 

@@ -8,6 +8,7 @@
 //! [`run`] executes a plan on the current rayon pool; [`write_outputs`] writes `manifest.json`,
 //! `summary.csv`, `regret.svg/png` and the figures the file asks for.
 
+mod contextual;
 mod figures;
 mod finite;
 mod output;
@@ -15,6 +16,7 @@ mod plan;
 pub mod plot;
 mod spec;
 
+pub use contextual::{ContextualCell, ContextualGroup};
 pub use figures::FigureSpec;
 pub use finite::FiniteCell;
 pub use output::{Outcome, run, write_outputs};

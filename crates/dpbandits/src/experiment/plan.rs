@@ -51,6 +51,10 @@ impl Plan {
                 let env = parse(without_kind(&spec.env)).at(|| format!("env ({kind})"))?;
                 super::finite::plan(&spec, env)?
             }
+            EnvParser::Contextual(parse) => {
+                let env = parse(without_kind(&spec.env)).at(|| format!("env ({kind})"))?;
+                super::contextual::plan(&spec, env)?
+            }
         };
         let mut seen = std::collections::HashSet::new();
         for c in &cells {
