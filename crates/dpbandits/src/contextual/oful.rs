@@ -374,6 +374,11 @@ pub struct OfulPolicy<const D: usize> {
     theta: SVector<f64, D>,
     /// `beta~_tau^2 V_tau^{-1}`.
     m: SMatrix<f64, D, D>,
+    /// Hot-path copy of `m`: upper triangle with doubled off-diagonal entries, so
+    /// `a^T m a = sum_i a_i sum_{j >= i} w[i][j] a_j`.
+    w: [[f64; D]; D],
+    /// Hot-path copy of `theta`.
+    th: [f64; D],
     beta: f64,
     gamma: f64,
     played: u64,
@@ -420,13 +425,36 @@ where
             releases: 0,
             theta: SVector::<f64, D>::zeros(),
             m: SMatrix::<f64, D, D>::identity() * (beta0 * beta0 / lambda),
+            w: [[0.0; D]; D],
+            th: [0.0; D],
             beta: beta0,
             gamma: 0.0,
             played: 0,
             tau: 0,
             noise: stream_rng(seed, Stream::Noise, &[]),
             cfg,
-        })
+        }
+        .with_hot_copies())
+    }
+
+    fn with_hot_copies(mut self) -> Self {
+        self.refresh_hot_copies();
+        self
+    }
+
+    fn refresh_hot_copies(&mut self) {
+        for i in 0..D {
+            self.th[i] = self.theta[i];
+            for j in 0..D {
+                self.w[i][j] = if j < i {
+                    0.0
+                } else if j == i {
+                    self.m[(i, i)]
+                } else {
+                    2.0 * self.m[(i, j)]
+                };
+            }
+        }
     }
 
     /// Number of updates (episodes started) so far.
@@ -510,12 +538,29 @@ where
         };
         let bt = self.beta + self.gamma;
         self.m = vinv * (bt * bt);
+        self.refresh_hot_copies();
     }
 
-    #[inline]
-    fn score(&self, a: &SVector<f64, D>) -> f64 {
-        let q = a.dot(&(self.m * a));
-        self.theta.dot(a) + q.max(0.0).sqrt()
+    /// `(<theta~, a>, beta~^2 ||a||^2_{V_tau^{-1}})`.
+    #[inline(always)]
+    fn parts(&self, a: &[f64; D]) -> (f64, f64) {
+        let (mut lin, mut q) = (0.0, 0.0);
+        for i in 0..D {
+            lin += self.th[i] * a[i];
+            let mut s = 0.0;
+            for j in i..D {
+                s += self.w[i][j] * a[j];
+            }
+            q += a[i] * s;
+        }
+        (lin, q)
+    }
+
+    /// The optimistic index `<theta~, a> + beta~ ||a||_{V_tau^{-1}}`.
+    pub fn index(&self, a: &[f64]) -> f64 {
+        let a: &[f64; D] = a.try_into().expect("an action of length d");
+        let (lin, q) = self.parts(a);
+        lin + q.max(0.0).sqrt()
     }
 }
 
@@ -533,14 +578,27 @@ where
         if self.needs_update() {
             self.update();
         }
+        // argmax of lin + sqrt(q), ties to the lowest index. Blocks of up to 16 actions: the
+        // indices of a block are computed independently (so the square roots pipeline), then
+        // scanned in order. A fixed stack buffer: no allocation for any number of actions.
+        const BLOCK: usize = 16;
         let mut best = 0;
         let mut best_v = f64::NEG_INFINITY;
-        for (i, row) in actions.features.chunks_exact(D).enumerate() {
-            let a = SVector::<f64, D>::from_column_slice(row);
-            let s = self.score(&a);
-            if s > best_v {
-                best = i;
-                best_v = s;
+        let mut s = [f64::NEG_INFINITY; BLOCK];
+        for (b, block) in actions.features.chunks(BLOCK * D).enumerate() {
+            let n = block.len() / D;
+            for (row, si) in block.chunks_exact(D).zip(s.iter_mut()) {
+                let Ok(a) = <&[f64; D]>::try_from(row) else {
+                    continue;
+                };
+                let (lin, q) = self.parts(a);
+                *si = lin + q.max(0.0).sqrt();
+            }
+            for (i, &v) in s[..n].iter().enumerate() {
+                if v > best_v {
+                    best = b * BLOCK + i;
+                    best_v = v;
+                }
             }
         }
         best
