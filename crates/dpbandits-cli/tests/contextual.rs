@@ -20,11 +20,7 @@ fn run(out: &Path, threads: &str) {
         .arg(out)
         .output()
         .unwrap();
-    assert!(
-        o.status.success(),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
 
 #[test]
@@ -47,7 +43,10 @@ fn smoke_contextual_runs_and_is_thread_invariant() {
     }
     // rho = inf reproduces the RS-OFUL baseline exactly: gap 0.
     let gap = std::fs::read_to_string(a.join("gap_vs_rho.csv")).unwrap();
-    let inf_rows: Vec<&str> = gap.lines().filter(|l| l.split(',').nth(1) == Some("inf")).collect();
+    let inf_rows: Vec<&str> = gap
+        .lines()
+        .filter(|l| l.split(',').nth(1) == Some("inf"))
+        .collect();
     assert!(!inf_rows.is_empty());
     for l in inf_rows {
         assert_eq!(l.split(',').nth(4), Some("0"), "{l}");
@@ -81,5 +80,8 @@ fn bad_feature_file_is_a_clear_error() {
     );
     let o = bin().arg("list").output().unwrap();
     let list = String::from_utf8_lossy(&o.stdout);
-    assert!(list.contains("adac_oful") && list.contains("contextual_file"), "{list}");
+    assert!(
+        list.contains("adac_oful") && list.contains("contextual_file"),
+        "{list}"
+    );
 }

@@ -47,10 +47,22 @@ fn bench(c: &mut Criterion) {
     });
     let (f, m, e) = ring();
     let policies: [(&str, OfulConfig); 4] = [
-        ("oful_step", OfulConfig::paper(OfulKind::Oful, f64::INFINITY)),
-        ("rs_oful_step", OfulConfig::paper(OfulKind::RsOful, f64::INFINITY)),
-        ("adac_oful_step_rho1", OfulConfig::paper(OfulKind::AdacOful, 1.0)),
-        ("adac_oful_step_rho0.1", OfulConfig::paper(OfulKind::AdacOful, 0.1)),
+        (
+            "oful_step",
+            OfulConfig::paper(OfulKind::Oful, f64::INFINITY),
+        ),
+        (
+            "rs_oful_step",
+            OfulConfig::paper(OfulKind::RsOful, f64::INFINITY),
+        ),
+        (
+            "adac_oful_step_rho1",
+            OfulConfig::paper(OfulKind::AdacOful, 1.0),
+        ),
+        (
+            "adac_oful_step_rho0.1",
+            OfulConfig::paper(OfulKind::AdacOful, 0.1),
+        ),
     ];
     for (name, pc) in policies {
         let mut p: Box<dyn ContextualPolicy> = pc.build(3, 10_000_000, 5).unwrap();

@@ -55,7 +55,11 @@ fn episodes_grow_logarithmically_with_determinant_doubling() {
     for kind in [OfulKind::RsOful, OfulKind::AdacOful] {
         let env_cfg = paper_env(true);
         let mut env = env_cfg.build(20240917, 3).unwrap();
-        let rho = if kind == OfulKind::AdacOful { 0.5 } else { f64::INFINITY };
+        let rho = if kind == OfulKind::AdacOful {
+            0.5
+        } else {
+            f64::INFINITY
+        };
         let mut p = OfulPolicy::<3>::new(OfulConfig::paper(kind, rho), 100_000, 11).unwrap();
         let mut at = vec![];
         play(env.as_mut(), &mut p, 100_000, |t, before, after| {
@@ -74,16 +78,29 @@ fn episodes_grow_logarithmically_with_determinant_doubling() {
                 at.push(after.updates());
             }
         });
-        assert!((at[0] as f64) < 35.11, "{kind:?}: {} updates by t=1e3", at[0]);
-        assert!((at[1] as f64) < 55.04, "{kind:?}: {} updates by t=1e5", at[1]);
+        eprintln!("{kind:?}: {} updates by t=1e3, {} by t=1e5", at[0], at[1]);
+        assert!(
+            (at[0] as f64) < 35.11,
+            "{kind:?}: {} updates by t=1e3",
+            at[0]
+        );
+        assert!(
+            (at[1] as f64) < 55.04,
+            "{kind:?}: {} updates by t=1e5",
+            at[1]
+        );
         // O(d log T): the count keeps growing, by about d/ln(1+C) per factor e of t.
         assert!(at[1] > at[0]);
     }
     // Unprojected Gaussian contexts: the same bound with L = the largest action norm seen.
     let env_cfg = paper_env(false);
     let mut env = env_cfg.build(20240917, 4).unwrap();
-    let mut p =
-        OfulPolicy::<3>::new(OfulConfig::paper(OfulKind::RsOful, f64::INFINITY), 20_000, 1).unwrap();
+    let mut p = OfulPolicy::<3>::new(
+        OfulConfig::paper(OfulKind::RsOful, f64::INFINITY),
+        20_000,
+        1,
+    )
+    .unwrap();
     let mut max_norm = 0.0f64;
     play(env.as_mut(), &mut p, 20_000, |t, _, after| {
         let _ = t;
@@ -107,11 +124,18 @@ fn adac_oful_with_infinite_rho_is_rs_oful() {
     let env_cfg = paper_env(false);
     let mut e1 = env_cfg.build(99, 0).unwrap();
     let mut e2 = env_cfg.build(99, 0).unwrap();
-    let mut rs = OfulPolicy::<3>::new(OfulConfig::paper(OfulKind::RsOful, f64::INFINITY), 30_000, 1)
-        .unwrap();
-    let mut ad =
-        OfulPolicy::<3>::new(OfulConfig::paper(OfulKind::AdacOful, f64::INFINITY), 30_000, 2)
-            .unwrap();
+    let mut rs = OfulPolicy::<3>::new(
+        OfulConfig::paper(OfulKind::RsOful, f64::INFINITY),
+        30_000,
+        1,
+    )
+    .unwrap();
+    let mut ad = OfulPolicy::<3>::new(
+        OfulConfig::paper(OfulKind::AdacOful, f64::INFINITY),
+        30_000,
+        2,
+    )
+    .unwrap();
     for t in 0..30_000 {
         e1.next_round(t);
         e2.next_round(t);
@@ -148,7 +172,11 @@ fn adac_oful_with_infinite_rho_is_rs_oful() {
     assert_eq!(base, inf, "rho = inf must reproduce rs_oful exactly");
     let last = base[0].len() - 1;
     let gap = |x: &Vec<Vec<f64>>| {
-        x.iter().zip(&base).map(|(p, b)| p[last] - b[last]).sum::<f64>() / 3.0
+        x.iter()
+            .zip(&base)
+            .map(|(p, b)| p[last] - b[last])
+            .sum::<f64>()
+            / 3.0
     };
     assert!(
         gap(&big).abs() < 0.1 * gap(&small),
@@ -213,7 +241,8 @@ fn noise_calibration_and_cumulative_covariance() {
 /// false-failure rate <= 5e-5 per policy.
 #[test]
 fn oful_regret_below_its_theoretical_bound() {
-    let (t_max, d, lambda, delta, s, l, r) = (20_000u64, 3.0, 1.0, 1e-5, 1.0, 1.0, 1.0);
+    let (t_max, d, lambda, delta, s, l, r): (u64, f64, f64, f64, f64, f64, f64) =
+        (20_000, 3.0, 1.0, 1e-5, 1.0, 1.0, 1.0);
     let tf = t_max as f64;
     let bound = 4.0
         * (tf * d * (lambda + tf * l / d).ln()).sqrt()
@@ -229,7 +258,11 @@ fn oful_regret_below_its_theoretical_bound() {
             let mut env = env_cfg.build(3, run).unwrap();
             let reg = play(env.as_mut(), &mut p, t_max, |_, _, _| {});
             assert!(reg >= 0.0);
-            assert!(reg < factor * bound, "{kind:?} run {run}: {reg} >= {}", factor * bound);
+            assert!(
+                reg < factor * bound,
+                "{kind:?} run {run}: {reg} >= {}",
+                factor * bound
+            );
             // It also learns: far below linear regret.
             assert!(reg < 0.05 * tf, "{kind:?} run {run}: regret {reg}");
         }
@@ -260,8 +293,16 @@ fn privacy_boundary_modes() {
     let _ = g.choose(2, &a);
     let _ = rp.choose(2, &a);
     // guaranteed: 2 * (1/2) * 1 + 0.5 * (-1) = 0.5; reproduction: 2 * 5 + 0.5 * (-3) = 8.5.
-    assert!((g.released_sum()[0] - 0.5).abs() < 1e-9, "{:?}", g.released_sum());
-    assert!((rp.released_sum()[0] - 8.5).abs() < 1e-9, "{:?}", rp.released_sum());
+    assert!(
+        (g.released_sum()[0] - 0.5).abs() < 1e-9,
+        "{:?}",
+        g.released_sum()
+    );
+    assert!(
+        (rp.released_sum()[0] - 8.5).abs() < 1e-9,
+        "{:?}",
+        rp.released_sum()
+    );
     assert!(g.guarantee().boundary.is_some());
     assert!(rp.guarantee().notion.starts_with("CONDITIONAL"));
     assert!(rp.guarantee().boundary.is_none());
@@ -295,7 +336,12 @@ fn grouped_runs_match_single_cells_and_thread_counts() {
         assert_eq!(a.len() as u64, plan.spec.runs);
         let mut alone = vec![0.0; n_cp];
         cell.run(2, &plan.grid, &mut alone).unwrap();
-        assert_eq!(alone, a[2], "{} run alone differs from the group", cell.label());
+        assert_eq!(
+            alone,
+            a[2],
+            "{} run alone differs from the group",
+            cell.label()
+        );
     }
 }
 
@@ -343,11 +389,18 @@ fn feature_files_and_bad_input() {
     assert_eq!(t.actions(1).features, &vals[6..12]);
     assert_eq!(plan_file(&p), "");
     let p32 = tmp("good32.npy");
-    let b32: Vec<u8> = vals.iter().flat_map(|x| (*x as f32).to_le_bytes()).collect();
+    let b32: Vec<u8> = vals
+        .iter()
+        .flat_map(|x| (*x as f32).to_le_bytes())
+        .collect();
     std::fs::write(&p32, npy("(4, 3, 2)", "<f4", &b32)).unwrap();
     assert_eq!(FeatureTable::load(&p32).unwrap().contexts(), 4);
     let pc = tmp("good.csv");
-    std::fs::write(&pc, "context,x,y\n0,1,0\n0,0,1\n1,0.5,0.5\n1,0.1,0.2\n1,0,0\n").unwrap();
+    std::fs::write(
+        &pc,
+        "context,x,y\n0,1,0\n0,0,1\n1,0.5,0.5\n1,0.1,0.2\n1,0,0\n",
+    )
+    .unwrap();
     let t = FeatureTable::load(&pc).unwrap();
     assert_eq!((t.contexts(), t.max_actions()), (2, 3));
     // Run a tiny experiment on it.
@@ -360,61 +413,117 @@ fn feature_files_and_bad_input() {
     assert!(out.cells.iter().all(|c| c.is_ok()));
 
     let cases: Vec<(&str, Vec<u8>, Vec<&str>)> = vec![
-        ("shape2d.npy", npy("(4, 6)", "<f8", &f64s(&vals)), vec!["shape", "(4, 6)", "(n_contexts, K, d)"]),
-        ("nan.npy", {
-            let mut v = vals.clone();
-            v[7] = f64::NAN;
-            npy("(4, 3, 2)", "<f8", &f64s(&v))
-        }, vec!["context 1, action 0, feature 1", "NaN", "finite"]),
-        ("empty.npy", npy("(4, 0, 2)", "<f8", &[]), vec!["empty action set"]),
-        ("short.npy", npy("(4, 3, 2)", "<f8", &f64s(&vals[..20])), vec!["data", "160 bytes", "192 bytes"]),
-        ("int.npy", npy("(4, 3, 2)", "<i8", &f64s(&vals)), vec!["dtype", "'<i8'"]),
-        ("gap.csv", b"0,1,2\n0,3,4\n2,5,6\n".to_vec(), vec!["line 3", "context 1", "empty action set"]),
-        ("ragged.csv", b"0,1,2\n0,3\n".to_vec(), vec!["line 2", "1 features", "d = 2"]),
-        ("inf.csv", b"0,1,2\n1,inf,4\n".to_vec(), vec!["line 2, feature 0", "inf", "finite"]),
-        ("bad.txt", b"0,1\n".to_vec(), vec!["path", "bad.txt", ".npy"]),
+        (
+            "shape2d.npy",
+            npy("(4, 6)", "<f8", &f64s(&vals)),
+            vec!["shape", "(4, 6)", "(n_contexts, K, d)"],
+        ),
+        (
+            "nan.npy",
+            {
+                let mut v = vals.clone();
+                v[7] = f64::NAN;
+                npy("(4, 3, 2)", "<f8", &f64s(&v))
+            },
+            vec!["context 1, action 0, feature 1", "NaN", "finite"],
+        ),
+        (
+            "empty.npy",
+            npy("(4, 0, 2)", "<f8", &[]),
+            vec!["empty action set"],
+        ),
+        (
+            "short.npy",
+            npy("(4, 3, 2)", "<f8", &f64s(&vals[..20])),
+            vec!["data", "160 bytes", "192 bytes"],
+        ),
+        (
+            "int.npy",
+            npy("(4, 3, 2)", "<i8", &f64s(&vals)),
+            vec!["dtype", "'<i8'"],
+        ),
+        (
+            "gap.csv",
+            b"0,1,2\n0,3,4\n2,5,6\n".to_vec(),
+            vec!["line 3", "context 1", "empty action set"],
+        ),
+        (
+            "ragged.csv",
+            b"0,1,2\n0,3\n".to_vec(),
+            vec!["line 2", "1 features", "d = 2"],
+        ),
+        (
+            "inf.csv",
+            b"0,1,2\n1,inf,4\n".to_vec(),
+            vec!["line 2, feature 0", "inf", "finite"],
+        ),
+        (
+            "bad.txt",
+            b"0,1\n".to_vec(),
+            vec!["path", "bad.txt", ".npy"],
+        ),
     ];
     for (name, bytes, needles) in cases {
         let p = tmp(name);
         std::fs::write(&p, bytes).unwrap();
         let e = plan_file(&p);
-        assert!(e.contains(&p.display().to_string()) || name == "bad.txt", "{name}: {e}");
+        assert!(
+            e.contains(&p.display().to_string()) || name == "bad.txt",
+            "{name}: {e}"
+        );
         for n in needles {
             assert!(e.contains(n), "{name}: '{n}' not in: {e}");
         }
         let _ = std::fs::remove_file(&p);
     }
     let e = plan_file(&tmp("missing.npy"));
-    assert!(e.contains("missing.npy") && e.contains("No such file"), "{e}");
+    assert!(
+        e.contains("missing.npy") && e.contains("No such file"),
+        "{e}"
+    );
 
     // Config errors: theta of the wrong length, d too large, unknown key, policy of another setting.
     let base = "name = 'g'\nmaster_seed = 1\nhorizon = 50\nruns = 1\n";
-    let e = Plan::from_toml(&format!("{base}[env]\nkind = 'contextual_gaussian'\ntheta = [1.0]\n[[policy]]\nkind = 'rs_oful'\n"))
-        .unwrap_err()
-        .to_string();
+    let e = Plan::from_toml(&format!(
+        "{base}[env]\nkind = 'contextual_gaussian'\ntheta = [1.0]\n[[policy]]\nkind = 'rs_oful'\n"
+    ))
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("theta") && e.contains("d = 3"), "{e}");
-    let e = Plan::from_toml(&format!("{base}[env]\nkind = 'contextual_gaussian'\nd = 40\n[[policy]]\nkind = 'rs_oful'\n"))
-        .unwrap_err()
-        .to_string();
+    let e = Plan::from_toml(&format!(
+        "{base}[env]\nkind = 'contextual_gaussian'\nd = 40\n[[policy]]\nkind = 'rs_oful'\n"
+    ))
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("d = 40") && e.contains("1..=16"), "{e}");
-    let e = Plan::from_toml(&format!("{base}[env]\nkind = 'contextual_gaussian'\nk = 0\n[[policy]]\nkind = 'rs_oful'\n"))
-        .unwrap_err()
-        .to_string();
+    let e = Plan::from_toml(&format!(
+        "{base}[env]\nkind = 'contextual_gaussian'\nk = 0\n[[policy]]\nkind = 'rs_oful'\n"
+    ))
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("k = 0"), "{e}");
-    let e = Plan::from_toml(&format!("{base}[env]\nkind = 'contextual_gaussian'\n[[policy]]\nkind = 'ucb1'\n"))
-        .unwrap_err()
-        .to_string();
+    let e = Plan::from_toml(&format!(
+        "{base}[env]\nkind = 'contextual_gaussian'\n[[policy]]\nkind = 'ucb1'\n"
+    ))
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("ucb1") && e.contains("contextual"), "{e}");
-    let e = Plan::from_toml(&format!("{base}[env]\nkind = 'bernoulli'\nmeans = [0.5]\n[[policy]]\nkind = 'rs_oful'\n"))
-        .unwrap_err()
-        .to_string();
+    let e = Plan::from_toml(&format!(
+        "{base}[env]\nkind = 'bernoulli'\nmeans = [0.5]\n[[policy]]\nkind = 'rs_oful'\n"
+    ))
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("rs_oful"), "{e}");
-    let e = Plan::from_toml(&format!("{base}[env]\nkind = 'contextual_gaussian'\n[[policy]]\nkind = 'rs_oful'\nrho = 1.0\n"))
-        .unwrap_err()
-        .to_string();
+    let e = Plan::from_toml(&format!(
+        "{base}[env]\nkind = 'contextual_gaussian'\n[[policy]]\nkind = 'rs_oful'\nrho = 1.0\n"
+    ))
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("rho = 1"), "{e}");
-    let e = Plan::from_toml(&format!("{base}[env]\nkind = 'contextual_gaussian'\n[[policy]]\nkind = 'adac_oful'\n"))
-        .unwrap_err()
-        .to_string();
+    let e = Plan::from_toml(&format!(
+        "{base}[env]\nkind = 'contextual_gaussian'\n[[policy]]\nkind = 'adac_oful'\n"
+    ))
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("rho") && e.contains("missing"), "{e}");
 }

@@ -72,10 +72,7 @@ pub(crate) fn check_dim(d: usize) -> Result<()> {
         return Err(Error::param(
             "d",
             d,
-            format!(
-                "an integer in 1..={} (feature dimension)",
-                super::MAX_DIM
-            ),
+            format!("an integer in 1..={} (feature dimension)", super::MAX_DIM),
         ));
     }
     Ok(())

@@ -109,9 +109,8 @@ impl FeatureTable {
         match path.extension().and_then(|e| e.to_str()) {
             Some(e) if e.eq_ignore_ascii_case("npy") => parse_npy(&src, &bytes),
             Some(e) if e.eq_ignore_ascii_case("csv") => {
-                let text = String::from_utf8(bytes).map_err(|_| {
-                    Error::param(&src, "non-UTF-8 bytes", "a UTF-8 text CSV file")
-                })?;
+                let text = String::from_utf8(bytes)
+                    .map_err(|_| Error::param(&src, "non-UTF-8 bytes", "a UTF-8 text CSV file"))?;
                 parse_csv(&src, &text)
             }
             other => Err(Error::param(
@@ -132,7 +131,11 @@ impl FeatureTable {
     }
     /// Largest decision-set size.
     pub fn max_actions(&self) -> usize {
-        self.starts.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0)
+        self.starts
+            .windows(2)
+            .map(|w| w[1] - w[0])
+            .max()
+            .unwrap_or(0)
     }
     /// The decision set of context `c`.
     pub fn actions(&self, c: usize) -> ActionSet<'_> {
@@ -358,7 +361,10 @@ fn parse_npy(src: &str, b: &[u8]) -> Result<FeatureTable> {
         return Err(Error::param(
             format!("{src}: data"),
             format!("{} bytes", data.len()),
-            format!("{} bytes for shape ({n}, {k}, {d}) of {descr}", count * width),
+            format!(
+                "{} bytes for shape ({n}, {k}, {d}) of {descr}",
+                count * width
+            ),
         ));
     }
     let mut features = Vec::with_capacity(count);
@@ -564,7 +570,8 @@ impl ContextualEnvironment for ContextualFile {
             ContextOrder::Cycle => (t % n as u64) as usize,
             ContextOrder::Sample => self.contexts.random_range(0..n),
         };
-        let z: f64 = rand_distr::Distribution::sample(&rand_distr::StandardNormal, &mut self.rewards);
+        let z: f64 =
+            rand_distr::Distribution::sample(&rand_distr::StandardNormal, &mut self.rewards);
         self.eta = self.noise_sd * z;
     }
     fn actions(&self) -> ActionSet<'_> {
@@ -594,15 +601,25 @@ mod tests {
         let t = parse_csv("f.csv", "context,x,y\n0,1,0\n0,0,1\n1,0.5,0.5\n").unwrap();
         assert_eq!((t.dim(), t.contexts(), t.max_actions()), (2, 2, 2));
         assert_eq!(t.actions(1).features, &[0.5, 0.5]);
-        let e = parse_csv("f.csv", "0,1,0\n2,0,1\n").unwrap_err().to_string();
-        assert!(e.contains("context 1") && e.contains("empty action set"), "{e}");
+        let e = parse_csv("f.csv", "0,1,0\n2,0,1\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("context 1") && e.contains("empty action set"),
+            "{e}"
+        );
         let e = parse_csv("f.csv", "0,1,0\n0,1\n").unwrap_err().to_string();
         assert!(e.contains("line 2") && e.contains("1 features"), "{e}");
         let e = parse_csv("f.csv", "0,1,NaN\n").unwrap_err().to_string();
         assert!(e.contains("feature 1") && e.contains("NaN"), "{e}");
         let e = parse_csv("f.csv", "# nothing\n").unwrap_err().to_string();
         assert!(e.contains("no data lines"), "{e}");
-        let e = parse_csv("f.csv", "0,1,2\n1,1,x\n").unwrap_err().to_string();
-        assert!(e.contains("line 2, feature 1") && e.contains("\"x\""), "{e}");
+        let e = parse_csv("f.csv", "0,1,2\n1,1,x\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("line 2, feature 1") && e.contains("\"x\""),
+            "{e}"
+        );
     }
 }

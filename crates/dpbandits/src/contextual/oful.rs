@@ -442,6 +442,7 @@ where
         self
     }
 
+    #[allow(clippy::needless_range_loop)]
     fn refresh_hot_copies(&mut self) {
         for i in 0..D {
             self.th[i] = self.theta[i];
@@ -543,6 +544,7 @@ where
 
     /// `(<theta~, a>, beta~^2 ||a||^2_{V_tau^{-1}})`.
     #[inline(always)]
+    #[allow(clippy::needless_range_loop)] // explicit indices over const bounds: fully unrolled
     fn parts(&self, a: &[f64; D]) -> (f64, f64) {
         let (mut lin, mut q) = (0.0, 0.0);
         for i in 0..D {

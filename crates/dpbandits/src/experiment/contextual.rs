@@ -58,9 +58,7 @@ impl ContextualGroup {
         let d = self.env.dim();
         let mut pols = which
             .iter()
-            .map(|&m| {
-                self.policies[m].build(d, grid.horizon(), self.policy_seed(m, run))
-            })
+            .map(|&m| self.policies[m].build(d, grid.horizon(), self.policy_seed(m, run)))
             .collect::<Result<Vec<_>>>()?;
         simulate_contextual(env.as_mut(), &mut pols, grid, out);
         Ok(())
@@ -104,7 +102,8 @@ impl Cell for ContextualCell {
     }
     fn run(&self, run: u64, grid: &CheckpointGrid, out: &mut [f64]) -> Result<()> {
         let mut rows = vec![vec![0.0; out.len()]];
-        self.group.run_members(&[self.index], run, grid, &mut rows)?;
+        self.group
+            .run_members(&[self.index], run, grid, &mut rows)?;
         out.copy_from_slice(&rows[0]);
         Ok(())
     }
