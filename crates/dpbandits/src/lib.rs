@@ -15,6 +15,8 @@
 //! * [`linear`]: linear bandits with a finite arm set: environment, G-optimal design, GOPE and
 //!   its rho-zCDP variants.
 //! * [`policy`]: the object-safe [`policy::Policy`] trait and the finite-armed policies.
+//! * [`contextual`]: linear contextual bandits: the paper's context generator, feature files,
+//!   OFUL / RS-OFUL / AdaC-OFUL, the common-random-numbers run loop.
 //! * [`sim`]: checkpoint grids, the episode fast path, deterministic parallel runs.
 //! * [`experiment`]: TOML experiment files, sweeps, outputs (manifest, CSV, SVG/PNG plots).
 //! * [`registry`]: every algorithm by its config `kind` and paper name.
@@ -50,6 +52,9 @@
 //! | `gope` | GOPE (rho -> inf limit of Alg. 2) | linear (finite arm set) | none | Azize & Basu 2024, Sec. VII baseline; Lattimore & Szepesvari Alg. 12 | tested |
 //! | `adar_gope_var` | AdaR-GOPE-Var (noise on per-arm reward sums) | linear (finite arm set) | rho-Interactive zCDP, central | Azize & Basu 2024, App. E-C2, App. H | calibration-tested |
 //! | `gope_output_perturbation` | GOPE with output perturbation | linear (finite arm set) | rho-Interactive zCDP, central | Azize & Basu 2024, App. E-C1 | calibration-tested |
+//! | `adac_oful` | AdaC-OFUL | contextual linear | rho-Interactive zCDP, central | Azize & Basu 2024, Alg. 3, Thm 14 | calibration-tested |
+//! | `rs_oful` | RS-OFUL (rarely switching) | contextual linear | none | Abbasi-Yadkori et al. 2011, Sec. 5 | tested |
+//! | `oful` | OFUL | contextual linear | none | Abbasi-Yadkori et al. 2011, Alg. 1 | tested |
 //!
 //! ## Example
 //! ```
@@ -77,6 +82,7 @@
 #![deny(missing_debug_implementations)]
 
 pub mod bai;
+pub mod contextual;
 pub mod env;
 pub mod error;
 pub mod experiment;

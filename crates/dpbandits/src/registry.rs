@@ -4,6 +4,10 @@
 //!
 //! Adding an algorithm = one file implementing it + one line in [`POLICIES`].
 
+use crate::contextual::{
+    ContextualEnvConfig, ContextualFileConfig, ContextualGaussianConfig, ContextualPolicyConfig,
+    OfulConfig, OfulKind,
+};
 use crate::env::{BernoulliConfig, BetaConfig, EnvConfig, GaussianConfig, PiecewiseConfig};
 use crate::error::{Error, Result};
 use crate::policy::{AdaCUcbConfig, KlUcbConfig, PolicyConfig, ThompsonConfig, Ucb1Config};
@@ -21,6 +25,8 @@ pub enum Setting {
     Bai,
     /// Stochastic linear bandits with a fixed finite arm set in R^d.
     Linear,
+    /// Linear contextual bandits with a public decision set every round.
+    Contextual,
 }
 
 impl std::fmt::Display for Setting {
@@ -29,6 +35,7 @@ impl std::fmt::Display for Setting {
             Setting::FiniteArmed => "finite-armed",
             Setting::Bai => "best-arm identification (fixed confidence)",
             Setting::Linear => "linear (finite arm set)",
+            Setting::Contextual => "contextual linear",
         })
     }
 }
@@ -43,6 +50,8 @@ pub enum PolicyParser {
     Bai(crate::bai::BaiParser),
     /// A linear-bandit policy of the GOPE family.
     Linear(fn(toml::Table) -> Result<crate::linear::GopeConfig>),
+    /// A contextual linear policy.
+    Contextual(fn(toml::Table) -> Result<Box<dyn ContextualPolicyConfig>>),
 }
 
 impl std::fmt::Debug for PolicyParser {
@@ -79,6 +88,8 @@ pub enum EnvParser {
     Finite(fn(toml::Table) -> Result<Box<dyn EnvConfig>>),
     /// A linear-bandit environment.
     Linear(fn(toml::Table) -> Result<crate::linear::LinearConfig>),
+    /// A contextual environment.
+    Contextual(fn(toml::Table) -> Result<Box<dyn ContextualEnvConfig>>),
 }
 
 impl std::fmt::Debug for EnvParser {
@@ -405,6 +416,42 @@ pub static POLICIES: &[PolicyEntry] = &[
             linear_policy(t, crate::linear::NoisePlacement::Output, true)
         }),
     },
+    PolicyEntry {
+        kind: "oful",
+        example: "",
+        name: "OFUL",
+        setting: Setting::Contextual,
+        reference: "Abbasi-Yadkori, Pal & Szepesvari 2011, Alg. 1, Thm 2 radius",
+        privacy: "none",
+        parse: PolicyParser::Contextual(|t| oful_policy(t, OfulKind::Oful)),
+    },
+    PolicyEntry {
+        kind: "rs_oful",
+        example: "c = 1.0",
+        name: "RS-OFUL (rarely switching OFUL)",
+        setting: Setting::Contextual,
+        reference: "Abbasi-Yadkori, Pal & Szepesvari 2011, Sec. 5 (det V > (1+C) det V_tau); Azize & Basu 2024 Sec. VII baseline",
+        privacy: "none",
+        parse: PolicyParser::Contextual(|t| oful_policy(t, OfulKind::RsOful)),
+    },
+    PolicyEntry {
+        kind: "adac_oful",
+        example: "rho = 1.0",
+        name: "AdaC-OFUL",
+        setting: Setting::Contextual,
+        reference: "Azize & Basu 2024, Algorithm 3, Thm 5/14 (radius beta + gamma/sqrt t)",
+        privacy: "rho-Interactive zCDP (central), Gaussian mechanism on each episode's sum of a_s r_s",
+        parse: PolicyParser::Contextual(|t| {
+            if !t.contains_key("rho") {
+                return Err(Error::param(
+                    "rho",
+                    "(missing)",
+                    "a number > 0 (inf gives the RS-OFUL limit)",
+                ));
+            }
+            oful_policy(t, OfulKind::AdacOful)
+        }),
+    },
 ];
 
 fn linear_policy(
@@ -426,6 +473,27 @@ fn linear_policy(
     cfg.placement = placement;
     cfg.validate()?;
     Ok(cfg)
+}
+
+fn oful_policy(t: toml::Table, kind: OfulKind) -> Result<Box<dyn ContextualPolicyConfig>> {
+    let refused: &[&str] = match kind {
+        OfulKind::Oful => &["rho", "c", "mode", "radius", "lambda0"],
+        OfulKind::RsOful => &["rho", "mode", "radius", "lambda0"],
+        OfulKind::AdacOful => &[],
+    };
+    for &k in refused {
+        if let Some(v) = t.get(k) {
+            return Err(Error::param(
+                k,
+                v,
+                "nothing: this parameter does not apply to this non-private kind",
+            ));
+        }
+    }
+    let mut cfg: OfulConfig = from_table(t)?;
+    cfg.kind = kind;
+    cfg.validate()?;
+    Ok(Box::new(cfg))
 }
 
 fn finite_env<T: DeserializeOwned + EnvConfig + 'static>(
@@ -470,12 +538,32 @@ pub static ENVIRONMENTS: &[EnvEntry] = &[
         }),
     },
     EnvEntry {
+        kind: "contextual_gaussian",
+        setting: Setting::Contextual,
+        description: "the paper's contexts: every round k fresh actions i.i.d. N(mean 1, variance I_d), theta* on the unit sphere, Gaussian reward noise",
+        parse: EnvParser::Contextual(|t| {
+            let cfg: ContextualGaussianConfig = from_table(t)?;
+            cfg.validate()?;
+            Ok(Box::new(cfg))
+        }),
+    },
+    EnvEntry {
         kind: "corrupt_bernoulli",
         setting: Setting::FiniteArmed,
         description: "piecewise-stationary Bernoulli arms whose learner sees only randomized-response feedback (per-arm p00, p11 or epsilon); regret on the true means",
         parse: EnvParser::Finite(|t| {
             let mut cfg: PiecewiseConfig = from_table(t)?;
             cfg.corrupt_kind = true;
+            cfg.validate()?;
+            Ok(Box::new(cfg))
+        }),
+    },
+    EnvEntry {
+        kind: "contextual_file",
+        setting: Setting::Contextual,
+        description: "decision sets replayed from a feature file (.npy of shape (n, K, d), or .csv lines 'context,f_1..f_d'), Gaussian reward noise",
+        parse: EnvParser::Contextual(|t| {
+            let mut cfg: ContextualFileConfig = from_table(t)?;
             cfg.validate()?;
             Ok(Box::new(cfg))
         }),

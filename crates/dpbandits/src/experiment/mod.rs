@@ -10,6 +10,7 @@
 
 pub mod bai;
 pub mod comparison;
+mod contextual;
 mod figures;
 mod finite;
 pub mod ldp_figures;
@@ -20,6 +21,7 @@ pub mod plot;
 mod spec;
 
 pub use comparison::ComparisonSpec;
+pub use contextual::{ContextualCell, ContextualGroup};
 pub use figures::FigureSpec;
 pub use finite::FiniteCell;
 pub use linear::{LinearCell, simulate_linear};

@@ -55,6 +55,10 @@ impl Plan {
                 let env = parse(without_kind(&spec.env)).at(|| format!("env ({kind})"))?;
                 super::linear::plan(&spec, env)?
             }
+            EnvParser::Contextual(parse) => {
+                let env = parse(without_kind(&spec.env)).at(|| format!("env ({kind})"))?;
+                super::contextual::plan(&spec, env)?
+            }
         };
         let mut seen = std::collections::HashSet::new();
         for c in &cells {

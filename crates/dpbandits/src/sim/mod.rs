@@ -24,6 +24,9 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::fmt::Debug;
 
+mod group;
+pub use group::{CellGroup, GroupMember, run_grouped};
+
 /// How to advance a policy that commits to episodes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -170,6 +173,11 @@ pub trait Cell: Send + Sync + Debug {
     }
     /// Run number `run`; write the metric at each checkpoint into `out`.
     fn run(&self, run: u64, grid: &CheckpointGrid, out: &mut [f64]) -> Result<()>;
+    /// The group this cell is simulated with (common random numbers, one job per group and run;
+    /// see [`CellGroup`]). `None` (the default): one job per (cell, run).
+    fn group(&self) -> Option<GroupMember> {
+        None
+    }
 }
 
 /// Results of all runs of one cell: `values[run][checkpoint]`, or the error that stopped it.
@@ -184,6 +192,9 @@ pub fn run_jobs(
     grid: &CheckpointGrid,
     progress: &(dyn Fn() + Sync),
 ) -> Vec<CellRuns> {
+    if cells.iter().any(|c| c.group().is_some()) {
+        return run_grouped(cells, runs, grid, progress);
+    }
     let n_cp = grid.points().len();
     let jobs = cells.len() as u64 * runs;
     let results: Vec<Result<Vec<f64>>> = (0..jobs)

@@ -1,0 +1,164 @@
+//! Linear contextual bandits with changing action sets (spec zcdp §1.3): environments, the
+//! OFUL family of policies (OFUL, RS-OFUL, AdaC-OFUL) and the common-random-numbers run loop.
+//!
+//! # The setting
+//! Every round `t` the environment reveals a public decision set `A_t` of `k_t` actions in `R^d`
+//! (an [`ActionSet`]); the policy picks one, and observes `r_t = <theta*, a_t> + eta_t`. The metric
+//! is the pseudo-regret `sum_t max_{a in A_t} <theta*, a - a_t>`. Contexts are public, rewards are
+//! private (spec §1.3, Remark 4).
+//!
+//! # Common random numbers
+//! [`simulate_contextual`] draws each round's decision set and reward noise `eta_t` **once** and
+//! drives any number of policies on it (the reward of action `a` in round `t` is
+//! `<theta*, a> + eta_t` whichever policy plays it). Private and non-private policies therefore face
+//! identical data, and generating the contexts (the dominant cost) is shared. Each policy keeps
+//! its own noise stream, keyed by its label, so its trajectory does not depend on which other
+//! policies are simulated with it.
+//!
+//! # Hot path
+//! Contexts live in one preallocated row-major buffer (`k` rows of `d` features); policies read
+//! rows as fixed-size `nalgebra` vectors. Nothing in the step loop allocates.
+
+pub mod env;
+pub mod file;
+pub mod oful;
+
+pub use env::{ContextualGaussian, ContextualGaussianConfig};
+pub use file::{ContextOrder, ContextualFile, ContextualFileConfig, FeatureTable};
+pub use oful::{MAX_DIM, OfulConfig, OfulKind, OfulPolicy, PrivacyMode, RadiusMode, SquareOps};
+
+use crate::error::Result;
+use crate::privacy::PrivacyGuarantee;
+use crate::sim::CheckpointGrid;
+use std::fmt::Debug;
+
+/// One round's public decision set: `k` actions of dimension `d`, row-major (`features[i*d + j]`
+/// is coordinate `j` of action `i`).
+#[derive(Debug, Clone, Copy)]
+pub struct ActionSet<'a> {
+    /// Dimension.
+    pub d: usize,
+    /// Number of actions (>= 1).
+    pub k: usize,
+    /// `k * d` features.
+    pub features: &'a [f64],
+}
+
+impl<'a> ActionSet<'a> {
+    /// Action `i` as a slice of length `d`.
+    #[inline]
+    pub fn action(&self, i: usize) -> &'a [f64] {
+        &self.features[i * self.d..(i + 1) * self.d]
+    }
+}
+
+/// A contextual environment for one run.
+pub trait ContextualEnvironment: Send + Debug {
+    /// Dimension `d`.
+    fn dim(&self) -> usize;
+    /// Advance to round `t` (0-based): draw the decision set and the round's reward noise.
+    fn next_round(&mut self, t: u64);
+    /// The current decision set.
+    fn actions(&self) -> ActionSet<'_>;
+    /// `<theta*, a_i>` for the current decision set.
+    fn means(&self) -> &[f64];
+    /// `max_i <theta*, a_i>`.
+    fn best_mean(&self) -> f64;
+    /// The reward noise `eta_t` of the current round (shared by all actions and policies).
+    fn noise(&self) -> f64;
+    /// Reward of action `i` in the current round: `means()[i] + noise()`.
+    #[inline]
+    fn reward(&self, i: usize) -> f64 {
+        self.means()[i] + self.noise()
+    }
+}
+
+/// A validated contextual environment configuration; builds one environment per run.
+pub trait ContextualEnvConfig: Send + Sync + Debug {
+    /// Registry kind.
+    fn kind(&self) -> &'static str;
+    /// Dimension `d`.
+    fn dim(&self) -> usize;
+    /// Largest decision-set size.
+    fn max_actions(&self) -> usize;
+    /// Draw the problem instance (e.g. theta*) from the master seed; called once by the planner.
+    fn instantiate(&mut self, master_seed: u64) -> Result<()>;
+    /// The instance's theta*.
+    fn theta(&self) -> &[f64];
+    /// Build the environment of run `run` (streams derived from `master_seed`).
+    fn build(&self, master_seed: u64, run: u64) -> Result<Box<dyn ContextualEnvironment>>;
+    /// Upper bound on `||a||_2` over all actions, if known (`None`: unbounded, e.g. Gaussian).
+    fn action_norm_bound(&self) -> Option<f64>;
+    /// Facts for the manifest.
+    fn describe(&self) -> serde_json::Value;
+}
+
+/// A contextual policy for one run.
+pub trait ContextualPolicy: Send + Debug {
+    /// The privacy claim.
+    fn guarantee(&self) -> PrivacyGuarantee;
+    /// Choose an action of the decision set; `t` = rounds already played.
+    fn choose(&mut self, t: u64, actions: &ActionSet<'_>) -> usize;
+    /// Observe the reward of action `arm` of `actions` (the action actually played).
+    fn observe(&mut self, actions: &ActionSet<'_>, arm: usize, reward: f64);
+}
+
+/// A validated contextual policy configuration (one cell).
+pub trait ContextualPolicyConfig: Send + Sync + Debug {
+    /// Registry kind.
+    fn kind(&self) -> &'static str;
+    /// Numeric parameters identifying the cell.
+    fn params(&self) -> Vec<(&'static str, f64)>;
+    /// The privacy claim.
+    fn guarantee(&self) -> PrivacyGuarantee;
+    /// Build for dimension `d` and horizon `horizon`; `seed` keys the policy's streams.
+    fn build(&self, d: usize, horizon: u64, seed: u64) -> Result<Box<dyn ContextualPolicy>>;
+    /// Label `kind(p=v,...)`.
+    fn label(&self) -> String {
+        let p = self.params();
+        if p.is_empty() {
+            self.kind().to_string()
+        } else {
+            let inner: Vec<String> = p.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            format!("{}({})", self.kind(), inner.join(","))
+        }
+    }
+}
+
+/// Play every policy against the same environment stream up to the grid's horizon; `out[p]`
+/// receives policy `p`'s cumulative pseudo-regret at each checkpoint.
+///
+/// Each round: the environment draws `A_t` and `eta_t` once; every policy chooses, is charged
+/// `best - mean(a)`, and observes `mean(a) + eta_t`.
+pub fn simulate_contextual(
+    env: &mut dyn ContextualEnvironment,
+    policies: &mut [Box<dyn ContextualPolicy>],
+    grid: &CheckpointGrid,
+    out: &mut [Vec<f64>],
+) {
+    assert_eq!(policies.len(), out.len());
+    let cps = grid.points();
+    let horizon = grid.horizon();
+    let mut regret = vec![0.0f64; policies.len()];
+    let mut ci = 0usize;
+    for t in 0..horizon {
+        env.next_round(t);
+        let actions = env.actions();
+        let means = env.means();
+        let best = env.best_mean();
+        let eta = env.noise();
+        for (p, reg) in policies.iter_mut().zip(regret.iter_mut()) {
+            let i = p.choose(t, &actions);
+            let m = means[i];
+            *reg += best - m;
+            p.observe(&actions, i, m + eta);
+        }
+        // Checkpoints are 1-based round counts: after round index t, t + 1 rounds are played.
+        while ci < cps.len() && cps[ci] == t + 1 {
+            for (row, &r) in out.iter_mut().zip(&regret) {
+                row[ci] = r;
+            }
+            ci += 1;
+        }
+    }
+}
