@@ -31,7 +31,7 @@
 //! `rho > 0` (inf = non-private limit), `beta > 0` (theory needs beta > 3; the paper's experiments
 //! use 1), `init_count` (`literal` | `actual`), `boundary` (`clip` | `reject`).
 
-use super::{Policy, PolicyConfig, Pull, argmax};
+use super::{Episode, Policy, PolicyConfig, Pull, argmax};
 use crate::error::{Result, check};
 use crate::privacy::{
     BoundaryMode, Budget, GaussianMechanism, NoisyMean, PrivacyGuarantee, REWARD_ADJACENCY,
@@ -164,15 +164,6 @@ fn guarantee(rho: f64, mode: BoundaryMode, init: InitCount) -> PrivacyGuarantee 
     }
 }
 
-/// The episode in progress.
-#[derive(Debug, Clone, Copy)]
-struct Episode {
-    arm: usize,
-    len: u64,
-    done: u64,
-    sum: f64,
-}
-
 /// AdaC-UCB state (also the non-private counterpart when `rho = inf`).
 #[derive(Debug, Clone)]
 pub struct AdaCUcb {
@@ -265,18 +256,7 @@ impl AdaCUcb {
 
     fn record(&mut self, arm: usize, n: u64, sum: f64) {
         let ep = self.episode.as_mut().expect("observe without a chosen arm");
-        assert_eq!(
-            ep.arm, arm,
-            "AdaC-UCB observed arm {arm} inside an episode of arm {}",
-            ep.arm
-        );
-        assert!(
-            ep.done + n <= ep.len,
-            "observed past the end of the episode"
-        );
-        ep.sum += sum;
-        ep.done += n;
-        if ep.done == ep.len {
+        if ep.record(arm, n, sum) {
             let ep = *ep;
             self.finish_episode(ep);
         }
@@ -295,10 +275,7 @@ impl Policy for AdaCUcb {
     }
     fn choose(&mut self, t: u64) -> Pull {
         if let Some(ep) = self.episode {
-            return Pull {
-                arm: ep.arm,
-                steps: ep.len - ep.done,
-            };
+            return ep.remaining();
         }
         let (arm, len) =
             if let Some(a) = self.released.iter().position(Option::is_none) {
@@ -312,12 +289,7 @@ impl Policy for AdaCUcb {
                     }));
                 (a, self.pulls[a])
             };
-        self.episode = Some(Episode {
-            arm,
-            len,
-            done: 0,
-            sum: 0.0,
-        });
+        self.episode = Some(Episode::start(arm, len));
         Pull { arm, steps: len }
     }
     fn observe(&mut self, arm: usize, reward: f64) {

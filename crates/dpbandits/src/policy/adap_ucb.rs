@@ -37,7 +37,7 @@
 //! `epsilon > 0` (inf = non-private limit), `alpha > 0` (theory needs alpha > 3; the paper's
 //! experiments use 3.1, the default), `boundary` (`clip` | `reject`).
 
-use super::{Policy, PolicyConfig, Pull, argmax};
+use super::{Episode, Policy, PolicyConfig, Pull, argmax};
 use crate::error::{Error, Result, check};
 use crate::math::kl::kl_upper;
 use crate::privacy::{
@@ -136,14 +136,6 @@ fn guarantee(epsilon: f64, mode: BoundaryMode) -> PrivacyGuarantee {
     }
 }
 
-#[derive(Debug, Clone, Copy)]
-struct Episode {
-    arm: usize,
-    len: u64,
-    done: u64,
-    sum: f64,
-}
-
 /// AdaP-UCB / AdaP-KLUCB state.
 #[derive(Debug, Clone)]
 pub struct AdaP {
@@ -235,18 +227,7 @@ impl AdaP {
 
     fn record(&mut self, arm: usize, n: u64, sum: f64) {
         let ep = self.episode.as_mut().expect("observe without a chosen arm");
-        assert_eq!(
-            ep.arm, arm,
-            "AdaP observed arm {arm} inside an episode of arm {}",
-            ep.arm
-        );
-        assert!(
-            ep.done + n <= ep.len,
-            "observed past the end of the episode"
-        );
-        ep.sum += sum;
-        ep.done += n;
-        if ep.done == ep.len {
+        if ep.record(arm, n, sum) {
             let ep = *ep;
             self.finish_episode(ep);
         }
@@ -265,10 +246,7 @@ impl Policy for AdaP {
     }
     fn choose(&mut self, t: u64) -> Pull {
         if let Some(ep) = self.episode {
-            return Pull {
-                arm: ep.arm,
-                steps: ep.len - ep.done,
-            };
+            return ep.remaining();
         }
         let (arm, len) = if let Some(a) = self.released.iter().position(Option::is_none) {
             (a, 1)
@@ -277,12 +255,7 @@ impl Policy for AdaP {
             let a = argmax((0..self.pulls.len()).map(|a| self.index(a, t_l)));
             (a, self.pulls[a])
         };
-        self.episode = Some(Episode {
-            arm,
-            len,
-            done: 0,
-            sum: 0.0,
-        });
+        self.episode = Some(Episode::start(arm, len));
         Pull { arm, steps: len }
     }
     fn observe(&mut self, arm: usize, reward: f64) {

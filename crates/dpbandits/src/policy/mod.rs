@@ -120,6 +120,61 @@ pub trait PolicyConfig: Send + Sync + Debug {
     }
 }
 
+/// An episode in progress: the arm a policy committed to, the episode's length, and the rewards
+/// seen so far. Shared by the episodic policies (AdaC-UCB, AdaP-UCB/KLUCB), whose episodes end
+/// exactly when `len` rewards of the committed arm have been observed.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Episode {
+    /// The committed arm.
+    pub arm: usize,
+    /// Committed rounds.
+    pub len: u64,
+    /// Rounds observed so far.
+    pub done: u64,
+    /// Sum of the (clipped) rewards observed so far.
+    pub sum: f64,
+}
+
+impl Episode {
+    /// A new episode of `len` rounds of `arm`.
+    pub fn start(arm: usize, len: u64) -> Self {
+        Episode {
+            arm,
+            len,
+            done: 0,
+            sum: 0.0,
+        }
+    }
+
+    /// The commitment still to be played.
+    pub fn remaining(&self) -> Pull {
+        Pull {
+            arm: self.arm,
+            steps: self.len - self.done,
+        }
+    }
+
+    /// Add `n` rewards of `arm` summing to `sum`; returns whether the episode is now complete.
+    ///
+    /// # Panics
+    /// If `arm` is not the committed arm or the episode would run past its length (a caller that
+    /// breaks the `Policy` contract).
+    pub fn record(&mut self, arm: usize, n: u64, sum: f64) -> bool {
+        assert_eq!(
+            self.arm, arm,
+            "observed arm {arm} inside an episode of arm {}",
+            self.arm
+        );
+        assert!(
+            self.done + n <= self.len,
+            "observed past the end of the episode"
+        );
+        self.sum += sum;
+        self.done += n;
+        self.done == self.len
+    }
+}
+
 /// Per-arm pull counts and empirical means, with the cached `1/N_a` that index policies need.
 /// Updating is O(1) per observation and never allocates.
 #[derive(Debug, Clone)]
