@@ -3,7 +3,6 @@
 use anyhow::{Context, Result, bail};
 use dpbandits::bai::{BaiInstance, Bounds};
 use dpbandits::experiment::bai::{self, BaiPlan};
-use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -63,14 +62,8 @@ pub fn run(
         spec.runs = r;
     }
     let plan = BaiPlan::new(spec).with_context(|| source.to_string())?;
-    if threads == Some(0) {
-        bail!("--threads 0: expected an integer >= 1");
-    }
     let out = out.unwrap_or_else(|| PathBuf::from("results").join(&plan.spec.name));
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads.unwrap_or(0))
-        .build()
-        .context("starting worker threads")?;
+    let pool = crate::thread_pool(threads)?;
     let jobs = plan.cells.len() as u64 * plan.spec.runs;
     eprintln!(
         "{}: {} configurations x {} runs (BAI, delta = {}), {} threads",
@@ -80,16 +73,7 @@ pub fn run(
         plan.spec.delta,
         pool.current_num_threads()
     );
-    let bar = if quiet {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::new(jobs)
-    };
-    bar.set_style(
-        ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} runs ({eta} left)")
-            .expect("valid template")
-            .progress_chars("=> "),
-    );
+    let bar = crate::progress_bar(jobs, quiet);
     let start = Instant::now();
     let results = pool.install(|| bai::run(&plan, &|| bar.inc(1)));
     bar.finish_and_clear();

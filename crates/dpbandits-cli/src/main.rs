@@ -145,13 +145,7 @@ fn real_main() -> Result<ExitCode> {
             }
             let plan = Plan::new(spec).with_context(|| source.clone())?;
             let out = out.unwrap_or_else(|| PathBuf::from("results").join(&plan.spec.name));
-            if threads == Some(0) {
-                bail!("--threads 0: expected an integer >= 1");
-            }
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(threads.unwrap_or(0))
-                .build()
-                .context("starting worker threads")?;
+            let pool = thread_pool(threads)?;
             run_plan(&plan, &out, &pool, quiet)
         }
     }
@@ -172,16 +166,7 @@ fn run_plan(
         plan.spec.horizon,
         pool.current_num_threads()
     );
-    let bar = if quiet {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::new(jobs)
-    };
-    bar.set_style(
-        ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} runs ({eta} left)")
-            .expect("valid template")
-            .progress_chars("=> "),
-    );
+    let bar = progress_bar(jobs, quiet);
     let start = Instant::now();
     let outcome = pool.install(|| experiment::run(plan, &|| bar.inc(1)));
     bar.finish_and_clear();
@@ -205,6 +190,32 @@ fn run_plan(
         );
         Ok(ExitCode::from(1))
     }
+}
+
+/// The worker pool of `--threads N` (default: all cores); 0 is refused.
+pub(crate) fn thread_pool(threads: Option<usize>) -> Result<rayon::ThreadPool> {
+    if threads == Some(0) {
+        bail!("--threads 0: expected an integer >= 1");
+    }
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads.unwrap_or(0))
+        .build()
+        .context("starting worker threads")
+}
+
+/// A progress bar over `jobs` runs (hidden with `--quiet`).
+pub(crate) fn progress_bar(jobs: u64, quiet: bool) -> ProgressBar {
+    let bar = if quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(jobs)
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} runs ({eta} left)")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    bar
 }
 
 fn list() {
