@@ -50,7 +50,7 @@
 //! | `eb_tci` | EB-TCI (Top Two) | BAI (fixed confidence) | none | Jourdan et al. 2022 | tested |
 //! | `adac_gope` | AdaC-GOPE | linear (finite arm set) | rho-Interactive zCDP, central | Azize & Basu 2024, Alg. 2, Eq. (4)-(5) | calibration-tested |
 //! | `gope` | GOPE (rho -> inf limit of Alg. 2) | linear (finite arm set) | none | Azize & Basu 2024, Sec. VII baseline; Lattimore & Szepesvari Alg. 12 | tested |
-//! | `adar_gope_var` | AdaR-GOPE-Var (noise on per-arm reward sums) | linear (finite arm set) | rho-Interactive zCDP, central | Azize & Basu 2024, App. E-C2, App. H | calibration-tested |
+//! | `adar_gope_var` | AdaR-GOPE-Var (noise on per-arm reward sums, own phase length) | linear (finite arm set) | rho-Interactive zCDP, central | Azize & Basu 2024, App. E-C2, App. H | calibration-tested |
 //! | `gope_output_perturbation` | GOPE with output perturbation | linear (finite arm set) | rho-Interactive zCDP, central | Azize & Basu 2024, App. E-C1 | calibration-tested |
 //! | `adac_oful` | AdaC-OFUL | contextual linear | rho-Interactive zCDP, central | Azize & Basu 2024, Alg. 3, Thm 14 | calibration-tested |
 //! | `rs_oful` | RS-OFUL (rarely switching) | contextual linear | none | Abbasi-Yadkori et al. 2011, Sec. 5 | tested |

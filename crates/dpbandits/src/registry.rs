@@ -399,7 +399,7 @@ pub static POLICIES: &[PolicyEntry] = &[
         example: "rho = 1.0\ndelta = 0.001",
         name: "AdaR-GOPE-Var (noise on each per-arm sum of rewards)",
         setting: Setting::Linear,
-        reference: "Azize & Basu 2024, App. E-C2 and App. H (Fig. 5); zCDP form of Hanna et al. 2022 / Li, Zhou & Ji 2022",
+        reference: "Azize & Basu 2024, App. E-C2 and App. H (Fig. 5); zCDP form of Hanna et al. 2022 / Li, Zhou & Ji 2022; phase length derived for its noise (Thm 13 steps, linear/gope.rs), phase_length = \"eq4\" for Eq. (4)",
         privacy: "rho-Interactive zCDP (central), Gaussian noise N(0, 2/rho) on each per-arm reward sum, once per phase",
         parse: PolicyParser::Linear(|t| {
             linear_policy(t, crate::linear::NoisePlacement::PerArmSums, true)

@@ -39,7 +39,25 @@
 //!   `sigma^2 = 2/rho max_{a in S_l} ||V_l^{-1} a||_2^2` (spec §3.7 [D]; private, no regret
 //!   guarantee in the paper).
 //!
-//! All variants use the same `c_l` (Eq. 4) [A: spec §3.7].
+//! # Phase lengths ([`PhaseLength`])
+//! Eq. (4) is the phase length that makes AdaC-GOPE's released estimate `beta_l`-accurate on every
+//! surviving arm with probability `>= 1 - delta_{K,l}` (Thm 13, Cor. 1; spec §3.5): its privacy
+//! term bounds `|<V^{-1/2} N, a>| <= ||N|| ||a||_{V^{-1}}` with the chi-square tail `f(r, .)` of
+//! Lemma 10 and `g_l^2 <= r/c_l`. The paper does not state a phase length for AdaR-GOPE-Var
+//! (spec §3.7 [A]). We give each variant the phase length its **own** noise needs for the same
+//! guarantee (`phase_length = "own"`, the default), derived by the same two steps: the Var noise
+//! is `eta = V^{-1} A xi` with `A = [a_s]_{s in S_l}` and `xi ~ N(0, 2/rho I_{|S_l|})`, so
+//! `|<eta, a>| = |<xi, A^T V^{-1} a>| <= ||xi|| ||A^T V^{-1} a||`, `||xi||^2 <= (2/rho) f(|S_l|, delta_{K,l})`
+//! with probability `1 - delta_{K,l}/2` (Lemma 10 in `|S_l|` dimensions), and
+//! `||A^T V^{-1} a||^2 = sum_s <s, V^{-1} a>^2 <= |S_l| g_l^4 <= |S_l| (r/c_l)^2` (Cauchy–Schwarz).
+//! The noise part is `<= beta_l/2` as soon as
+//! `c_l >= 2r/beta_l sqrt(2/rho |S_l| f(|S_l|, delta_{K,l}))`
+//! ([`per_arm_sums_privacy_term`]), which replaces Eq. (4)'s privacy term; the non-private term is
+//! unchanged. With the concurrent works' support `|S_l| = O(d)` this is the `d^2` privacy term the
+//! paper attributes to them (App. E-C2; Hanna et al. 2022, Eq. 18), against AdaC-GOPE's `d`.
+//! `phase_length = "eq4"` keeps Eq. (4) for AdaR-GOPE-Var too (the spec's literal reading: "only
+//! Step 4 changes"); the variant then has no accuracy guarantee of its own. GOPE, AdaC-GOPE and
+//! output perturbation always use Eq. (4) (for them `own` is Eq. (4)).
 //!
 //! # Privacy
 //! * Notion: rho-Interactive zCDP (Def. 4), central trust model, reward-level adjacency; rewards
@@ -116,6 +134,19 @@ pub enum NoiseCalibration {
     Literal,
 }
 
+/// Which phase length `c_l` a variant uses (module docs, *Phase lengths*).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PhaseLength {
+    /// The phase length the variant's own noise needs for the Thm 13 guarantee (default):
+    /// Eq. (4) for AdaC-GOPE, GOPE and output perturbation; Eq. (4) with
+    /// [`per_arm_sums_privacy_term`] for AdaR-GOPE-Var.
+    #[default]
+    Own,
+    /// Eq. (4) for every variant (AdaR-GOPE-Var then has AdaC-GOPE's phases; spec §3.7 [A]).
+    Eq4,
+}
+
 /// Non-private phase constants (spec §3.6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -155,6 +186,9 @@ pub struct GopeConfig {
     /// Design solver variant (`away_steps` default, `frank_wolfe` = plain FW, full support).
     #[serde(default)]
     pub design_solver: super::design::DesignSolver,
+    /// Phase length (`own` default; `eq4` only for AdaR-GOPE-Var, where it differs).
+    #[serde(default)]
+    pub phase_length: PhaseLength,
     /// Set by the registry.
     #[serde(skip)]
     pub placement: NoisePlacement,
@@ -188,6 +222,7 @@ impl GopeConfig {
             design_tolerance: default_tol(),
             design_max_iterations: default_iters(),
             design_solver: super::design::DesignSolver::AwaySteps,
+            phase_length: PhaseLength::Own,
             placement,
         }
     }
@@ -207,6 +242,16 @@ impl GopeConfig {
                 "rho",
                 self.rho,
                 "no rho for the non-private gope (use kind = \"adac_gope\")",
+            ));
+        }
+        if self.placement != NoisePlacement::PerArmSums && self.phase_length != PhaseLength::Own {
+            return Err(Error::param(
+                "phase_length",
+                "\"eq4\"",
+                format!(
+                    "\"own\" for {} (its own phase length is Eq. (4); only adar_gope_var has a choice)",
+                    self.kind()
+                ),
             ));
         }
         if self.placement != NoisePlacement::None && self.constants != GopeConstants::PaperLimit {
@@ -245,7 +290,7 @@ impl GopeConfig {
         p
     }
 
-    /// `kind(p=v,...)`, plus `-literal`/`-textbook`/`-unclipped` markers for non-default choices
+    /// `kind(p=v,...)`, plus `-literal`/`-textbook`/`-fw`/`-eq4` markers for non-default choices
     /// that change the algorithm.
     pub fn label(&self) -> String {
         let mut kind = self.kind().to_string();
@@ -259,6 +304,9 @@ impl GopeConfig {
         }
         if self.design_solver == super::design::DesignSolver::FrankWolfe {
             kind.push_str("-fw");
+        }
+        if self.phase_length == PhaseLength::Eq4 {
+            kind.push_str("-eq4");
         }
         let p = self.params();
         if p.is_empty() {
@@ -365,6 +413,26 @@ pub fn phase_length(
         2.0 * r / beta * (2.0 / rho * chi2_tail(r, dk)).sqrt()
     };
     (np, pr)
+}
+
+/// AdaR-GOPE-Var's privacy term of `c_l` in dimension `r` with a design support of `s` arms:
+/// `2r/beta_l sqrt(2/rho s f(s, delta_{K,l}))` (module docs, *Phase lengths*; 0 for `rho = inf`).
+/// For `s = 1` it would be below Eq. (4)'s term with `r = 1`; a support spans `R^r`, so `s >= r`.
+pub fn per_arm_sums_privacy_term(
+    r: usize,
+    s: usize,
+    k: usize,
+    l: u32,
+    delta: f64,
+    rho: f64,
+) -> f64 {
+    if rho.is_infinite() {
+        return 0.0;
+    }
+    let beta = 0.5f64.powi(l as i32);
+    let dk = delta_kl(delta, k, l);
+    let s = s as f64;
+    2.0 * r as f64 / beta * (2.0 / rho * s * chi2_tail(s, dk)).sqrt()
 }
 
 /// What a phase plays: blocks `(arm, pulls)` in order.
@@ -523,18 +591,18 @@ impl PhasedElimination {
             return Ok(plan);
         }
         let design = g_optimal(&span.coords, self.cfg.design_options())?;
-        let (np, pr) = phase_length(
-            r,
-            self.arms.len(),
-            l,
-            self.cfg.delta,
-            if self.cfg.placement == NoisePlacement::None {
-                f64::INFINITY
-            } else {
-                self.cfg.rho
-            },
-            self.cfg.constants,
-        );
+        let rho = if self.cfg.placement == NoisePlacement::None {
+            f64::INFINITY
+        } else {
+            self.cfg.rho
+        };
+        let k = self.arms.len();
+        let (np, mut pr) = phase_length(r, k, l, self.cfg.delta, rho, self.cfg.constants);
+        if self.cfg.placement == NoisePlacement::PerArmSums
+            && self.cfg.phase_length == PhaseLength::Own
+        {
+            pr = per_arm_sums_privacy_term(r, design.support.len(), k, l, self.cfg.delta, rho);
+        }
         let c = np + pr;
         let blocks = design
             .support

@@ -14,6 +14,6 @@ pub mod gope;
 pub use design::{Design, DesignOptions, DesignSolver, Span, g_optimal};
 pub use env::{LinearConfig, LinearEnv, LinearInstance};
 pub use gope::{
-    GopeConfig, GopeConstants, NoiseCalibration, NoisePlacement, PhasePlan, PhaseRelease,
-    PhasedElimination, phase_length,
+    GopeConfig, GopeConstants, NoiseCalibration, NoisePlacement, PhaseLength, PhasePlan,
+    PhaseRelease, PhasedElimination, per_arm_sums_privacy_term, phase_length,
 };
