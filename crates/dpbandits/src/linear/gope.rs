@@ -417,7 +417,8 @@ pub fn phase_length(
 
 /// AdaR-GOPE-Var's privacy term of `c_l` in dimension `r` with a design support of `s` arms:
 /// `2r/beta_l sqrt(2/rho s f(s, delta_{K,l}))` (module docs, *Phase lengths*; 0 for `rho = inf`).
-/// For `s = 1` it would be below Eq. (4)'s term with `r = 1`; a support spans `R^r`, so `s >= r`.
+/// A support spans `R^r`, so `s >= r` and the term is never below Eq. (4)'s
+/// `2r/beta_l sqrt(2/rho f(r, delta_{K,l}))` (equal for `s = r = 1`).
 pub fn per_arm_sums_privacy_term(
     r: usize,
     s: usize,
