@@ -6,7 +6,8 @@ use dpbandits::linear::design::{info_matrix, leverages, ln_det};
 use dpbandits::linear::env::unit_sphere;
 use dpbandits::linear::{
     DesignOptions, DesignSolver, GopeConfig, LinearInstance, NoiseCalibration, NoisePlacement,
-    PhaseLength, PhasedElimination, Span, g_optimal, per_arm_sums_privacy_term, phase_length,
+    PhaseLength, PhasePlan, PhaseRelease, PhasedElimination, Span, g_optimal,
+    per_arm_sums_privacy_term, phase_length,
 };
 use dpbandits::rng::{Stream, stream_rng};
 use dpbandits::sim::CheckpointGrid;
@@ -149,6 +150,27 @@ fn reference_instance() -> LinearInstance {
     LinearInstance::new(arms, theta, 1.0).unwrap()
 }
 
+/// Plays the first phase of `cfg` on `inst` with noiseless block sums (`n <theta, a>`), so least
+/// squares is exact and `theta~ - theta*` is the privacy noise; returns the plan, the release and
+/// that error.
+fn noiseless_first_phase(
+    cfg: &GopeConfig,
+    inst: &LinearInstance,
+    seed: u64,
+) -> (PhasePlan, PhaseRelease, DVector<f64>) {
+    let mut p = cfg.build(inst.arms(), seed).unwrap();
+    let plan = p.plan_phase().unwrap();
+    let sums: Vec<f64> = plan
+        .blocks
+        .iter()
+        .map(|&(a, n)| n as f64 * inst.means()[a])
+        .collect();
+    p.finish_phase(&sums);
+    let rel = p.releases()[0].clone();
+    let err = DVector::from_vec(rel.theta.clone()) - inst.theta();
+    (plan, rel, err)
+}
+
 /// T8: T_l(a) = ceil(c_l pi(a)), c_l <= T_l <= c_l + |S_l| <= c_l + d(d+1)/2, beta_l = 2^-l,
 /// c_l as in Eq. (4) with the reference constants; one release per completed phase (T3/T4).
 #[test]
@@ -216,16 +238,8 @@ fn noise_covariance_matches_the_calibration() {
         let mut cov = DMatrix::<f64>::zeros(d, d);
         let mut first: Option<(DMatrix<f64>, f64)> = None;
         for seed in 0..reps {
-            let mut p = cfg.build(inst.arms(), seed).unwrap();
-            let plan = p.plan_phase().unwrap();
-            let sums: Vec<f64> = plan
-                .blocks
-                .iter()
-                .map(|&(a, n)| n as f64 * inst.means()[a])
-                .collect();
-            p.finish_phase(&sums);
-            let rel = &p.releases()[0];
-            let err = DVector::from_vec(rel.theta.clone()) - inst.theta();
+            let (plan, rel, err) = noiseless_first_phase(&cfg, &inst, seed);
+            let rel = &rel;
             // V and the expected covariance from the public plan.
             let mut v = DMatrix::<f64>::zeros(d, d);
             let mut s = DMatrix::<f64>::zeros(d, d);
@@ -527,15 +541,7 @@ fn var_phase_length_is_its_own_accuracy_bound() {
             if delta == 1e-6 {
                 let mut worst: f64 = 0.0;
                 for seed in 0..3000 {
-                    let mut p = var.build(inst.arms(), seed).unwrap();
-                    let plan = p.plan_phase().unwrap();
-                    let sums: Vec<f64> = plan
-                        .blocks
-                        .iter()
-                        .map(|&(a, n)| n as f64 * inst.means()[a])
-                        .collect();
-                    p.finish_phase(&sums);
-                    let err = DVector::from_vec(p.releases()[0].theta.clone()) - inst.theta();
+                    let (_, _, err) = noiseless_first_phase(&var, &inst, seed);
                     for a in inst.arms() {
                         worst = worst.max(err.dot(a).abs());
                     }
