@@ -48,9 +48,13 @@ fn smoke_bai_is_thread_invariant() {
     let csv = String::from_utf8(outs[0].clone()).unwrap();
     // 4 private algorithm tables x 3 eps + 1 non-private row + header.
     assert_eq!(csv.lines().count(), 1 + 4 * 3 + 1);
-    assert!(csv.contains("threshold=r") && csv.contains("h_half") && csv.contains("thesis"));
+    assert!(csv.contains("threshold=joint") && csv.contains("h_half") && csv.contains("thesis"));
     let manifest = std::fs::read_to_string(tmp.join("1/manifest.json")).unwrap();
-    assert!(manifest.contains("Proposal R") && manifest.contains("pure_dp"));
+    assert!(
+        manifest.contains("Proposal J")
+            && manifest.contains("Proposal R")
+            && manifest.contains("pure_dp")
+    );
     let _ = std::fs::remove_dir_all(&tmp);
 }
 

@@ -1,8 +1,9 @@
 //! Fixed-confidence BAI: fast path vs a naive step-by-step simulator, privacy mechanics, error
 //! rates, bad input.
 
+use dpbandits::bai::PRIVATE_FORCING_SCALE;
 use dpbandits::bai::divergence::w_eps;
-use dpbandits::bai::threshold::r_threshold;
+use dpbandits::bai::threshold::{JointArm, joint_level, joint_threshold};
 use dpbandits::bai::{
     BaiConfig, BaiInstance, RunSeeds, ThresholdKind, adap_tt::AdapTtConfig, dp_tt::DpTtConfig,
     eb_tci::EbTciConfig,
@@ -12,11 +13,12 @@ use dpbandits::math::stats::{ks_critical, ks_statistic};
 use dpbandits::privacy::LaplaceMechanism;
 use dpbandits::rng::{SimRng, Stream, stream_rng};
 use rand::{RngExt, SeedableRng};
+use rand_distr::{Binomial, Distribution};
 
-/// A literal, step-by-step DP-TT (eta = 1, threshold R) written independently of the engine:
-/// one Bernoulli reward per round accumulated in the raw phase sum `P_a`, phase switch when
-/// `N_a >= 2^k_a`, the stopping rule evaluated **every round**, the challenger every round,
-/// per-round forced exploration and tracking. Returns (tau, correct).
+/// A literal, step-by-step DP-TT (eta = 1, default threshold `joint`, default forcing) written
+/// independently of the engine: one Bernoulli reward per round accumulated in the raw phase sum
+/// `P_a`, phase switch when `N_a >= 2^k_a`, the stopping rule evaluated **every round**, the
+/// challenger every round, per-round forced exploration and tracking. Returns (tau, correct).
 fn naive_dp_tt(means: &[f64], eps: f64, delta: f64, seed: u64) -> (u64, bool) {
     let k = means.len();
     let best = (0..k).fold(0, |b, a| if means[a] > means[b] { a } else { b });
@@ -24,9 +26,15 @@ fn naive_dp_tt(means: &[f64], eps: f64, delta: f64, seed: u64) -> (u64, bool) {
     let mut prng = stream_rng(seed, Stream::Policy, &[]);
     let mut nrng = stream_rng(seed, Stream::Noise, &[]);
     let lap = LaplaceMechanism::for_pure_dp(1.0, eps).unwrap();
-    let c: Vec<f64> = (0..70)
-        .map(|j| r_threshold(j.max(1), j, k, delta))
-        .collect();
+    let rho = eps * lap.scale();
+    let c = |ka: u64, na: u64, kb: u64, nb: u64| {
+        let arm = |j: u64, n: u64| JointArm {
+            j,
+            n: n as f64,
+            draws: j,
+        };
+        joint_threshold(arm(ka, na), arm(kb, nb), eps, rho, k, delta)
+    };
     let (mut n, mut kk, mut nt) = (vec![0u64; k], vec![0u64; k], vec![0u64; k]);
     let (mut s, mut p) = (vec![0.0f64; k], vec![0.0f64; k]);
     let (mut ll, mut nl) = (vec![0u64; k], vec![0u64; k]);
@@ -74,14 +82,15 @@ fn naive_dp_tt(means: &[f64], eps: f64, delta: f64, seed: u64) -> (u64, bool) {
                 nt[rec] as f64,
                 nt[a] as f64,
                 eps,
-            ) > c[kk[rec] as usize] + c[kk[a] as usize]
+            ) > c(kk[rec], nt[rec], kk[a], nt[a])
         });
         if stop {
             return (t, rec == best);
         }
-        // Forced exploration (default of the engine): N_a < sqrt(t) - K/2.
+        // Forced exploration (default of the engine): N_a < sqrt(16 t / min(1, eps)) - K/2.
         let u = (0..k).fold(0, |x, a| if n[a] < n[x] { a } else { x });
-        if (n[u] as f64) < (t as f64).sqrt() - k as f64 / 2.0 {
+        if (n[u] as f64) < (PRIVATE_FORCING_SCALE * t as f64 / eps.min(1.0)).sqrt() - k as f64 / 2.0
+        {
             pull(u, &mut p, &mut n);
             t += 1;
             continue;
@@ -150,19 +159,40 @@ fn fast_path_matches_naive_step_by_step() {
     }
 }
 
-/// Lazy challenger (theta = 0.01, used by the experiments) vs theta = 0: KS test (300 + 300) at level 1e-4
-/// (false-failure rate 1e-4 if equal); the variant must not change the stopping-time law
-/// detectably at this sample size.
+/// Lazy challenger (theta = 0.01, used by the experiments) vs theta = 0.
+/// * With light forcing (`forcing_scale = 1`): KS test (300 + 300) at level 1e-4 (false-failure
+///   rate 1e-4 if equal); the variant must not change the stopping-time law detectably.
+/// * With the default forcing (`c = 16`) the stopping times sit on a few atoms (release times of
+///   forced arms) and a lazy block of `theta t` rounds can move a release by up to that block, so
+///   the law moves by about 1% and KS sees it. There we check the means agree within
+///   `2 theta` relative plus 4 standard errors of the difference (measured: 0.8%).
 #[test]
 fn lazy_challenger_matches_exact() {
     let inst = BaiInstance::new(vec![0.9, 0.6, 0.3]).unwrap();
     for &eps in &[0.1, 2.0] {
-        let exact = engine_taus(&DpTtConfig::new(eps), &inst, 0.1, 300, "a");
-        let mut c = DpTtConfig::new(eps);
-        c.lazy = 0.01;
-        let lazy = engine_taus(&c, &inst, 0.1, 300, "b");
-        let d = ks_statistic(&exact, &lazy);
-        assert!(d < ks_critical(300, 300, 1e-4), "eps {eps}: KS {d}");
+        for &c in &[1.0, PRIVATE_FORCING_SCALE] {
+            let mut e = DpTtConfig::new(eps);
+            e.forcing_scale = c;
+            let exact = engine_taus(&e, &inst, 0.1, 300, "a");
+            let mut l = e;
+            l.lazy = 0.01;
+            let lazy = engine_taus(&l, &inst, 0.1, 300, "b");
+            if c == 1.0 {
+                let d = ks_statistic(&exact, &lazy);
+                assert!(d < ks_critical(300, 300, 1e-4), "eps {eps}: KS {d}");
+            }
+            let ms = |v: &[f64]| {
+                let m = v.iter().sum::<f64>() / v.len() as f64;
+                let var = v.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / (v.len() - 1) as f64;
+                (m, var / v.len() as f64)
+            };
+            let ((me, ve), (ml, vl)) = (ms(&exact), ms(&lazy));
+            let tol = 0.02 * me + 4.0 * (ve + vl).sqrt();
+            assert!(
+                (me - ml).abs() <= tol,
+                "eps {eps} c {c}: exact {me}, lazy {ml}, tol {tol}"
+            );
+        }
     }
 }
 
@@ -260,6 +290,112 @@ fn error_rate_below_delta() {
     eprintln!("worst error count {worst}/150");
 }
 
+/// Proposal J bounds the null (spec §3.5.2 (a)): for two arms with **equal** true means (the
+/// hardest case for a wrong stop), fixed release indices and counts on the eta = 1 grid, the
+/// DP-TT statistic `W_eps(m_a, m_b; N~_a, N~_b)` exceeds `C(j_a, j_b)` with probability at most
+/// the per-pair level `delta'` (`delta = 0.9`, `K = 2`, so `delta'` is 0.07%-2% and measurable).
+/// 40 000 draws per case; the check `count <= delta' n + 5 sd + 1` fails a correct bound with
+/// probability < 1e-6 per case. Power: in the three high-privacy cases (the `C^TV` branch,
+/// measured 446-1097 of 40 000) the same draws exceed `C / 2` far more often than `delta'`
+/// allows, so a threshold too small by 2x there (e.g. a wrong noise scale) would be caught; in
+/// the KL regime the bound is conservative and `W` never reaches `C / 2`.
+#[test]
+fn joint_threshold_bounds_the_null() {
+    let (k, delta, draws) = (2usize, 0.9, 40_000u64);
+    let mut env = stream_rng(5, Stream::Env, &[]);
+    let mut nrng = stream_rng(5, Stream::Noise, &[]);
+    // (eps, j_a, j_b, mu): indices large enough that eps N~ makes the threshold reachable.
+    let mut powered = 0;
+    let cases = [
+        (0.01, 12u64, 12u64, 0.5),
+        (0.01, 12, 14, 0.3),
+        (0.3, 6, 6, 0.5),
+        (0.3, 7, 9, 0.8),
+        (3.0, 3, 3, 0.5),
+        (3.0, 4, 6, 0.3),
+        (100.0, 3, 3, 0.5),
+        (100.0, 6, 4, 0.8),
+    ];
+    for &(eps, ja, jb, mu) in &cases {
+        let lap = LaplaceMechanism::for_pure_dp(1.0, eps).unwrap();
+        let rho = eps * lap.scale();
+        {
+            let (na, nb) = (1u64 << (ja - 1), 1u64 << (jb - 1));
+            let arm = |j: u64, n: u64| JointArm {
+                j,
+                n: n as f64,
+                draws: j,
+            };
+            let c = joint_threshold(arm(ja, na), arm(jb, nb), eps, rho, k, delta);
+            let level = joint_level(ja, jb, k, delta);
+            let mut mean = |n: u64, j: u64| {
+                let s = Binomial::new(n, mu).unwrap().sample(&mut env) as f64;
+                let noise: f64 = (0..j).map(|_| lap.release(0.0, &mut nrng)).sum();
+                ((s + noise) / n as f64).clamp(0.0, 1.0)
+            };
+            let (mut over, mut over_half) = (0u64, 0u64);
+            for _ in 0..draws {
+                let (ma, mb) = (mean(na, ja), mean(nb, jb));
+                let w = w_eps(ma, mb, na as f64, nb as f64, eps);
+                over += u64::from(w > c);
+                over_half += u64::from(w > 0.5 * c);
+            }
+            let n = draws as f64;
+            let allowed = level * n + 5.0 * (level * (1.0 - level) * n).sqrt() + 1.0;
+            assert!(
+                (over as f64) <= allowed,
+                "eps {eps} ({ja},{jb}): {over} > {allowed} (C = {c}, delta' = {level})"
+            );
+            eprintln!(
+                "eps {eps} ({ja},{jb}): C = {c:.2}, delta' = {level:.4}, over C: {over}, over C/2: {over_half}"
+            );
+            powered += usize::from(over_half as f64 > allowed);
+        }
+    }
+    assert!(powered >= 3, "only {powered} of 8 cases see C/2 exceeded");
+}
+
+/// Item 3 of the issue at CI scale: with the delta-correct thresholds of each algorithm (DP-TT
+/// `joint`, AdaP-TT thesis) and the same forced exploration, DP-TT needs fewer samples than
+/// AdaP-TT on mu1 at high, medium and low privacy (100 runs each, delta = 0.01, lazy = 0.01).
+/// The full 1000-run, 16-eps experiment is in docs/bai.md. Measured ratios are 0.55 (eps =
+/// 0.0215), 0.34 (0.1), 0.08 (1); the test asks for mean(DP-TT) + 4 se < mean(AdaP-TT) - 4 se, a
+/// margin of more than 10 se at each point, so a correct implementation fails it with
+/// negligible probability (< 1e-6 by Chebyshev on the 10-se margin is too loose; by the CLT it is
+/// < 1e-20).
+#[test]
+fn dp_tt_needs_fewer_samples_than_adap_tt() {
+    let inst = BaiInstance::new(vec![0.95, 0.9, 0.9, 0.9, 0.5]).unwrap();
+    let stats = |cfg: &dyn BaiConfig| {
+        let alg = cfg.build(5, 0.01).unwrap();
+        let taus: Vec<f64> = (0..100)
+            .map(|r| {
+                let o = alg
+                    .run(&inst, run_seeds(21, &cfg.label(), r), 1 << 40)
+                    .unwrap();
+                assert!(!o.capped && o.correct, "{}: {o:?}", cfg.label());
+                o.tau as f64
+            })
+            .collect();
+        let m = taus.iter().sum::<f64>() / 100.0;
+        let var = taus.iter().map(|t| (t - m) * (t - m)).sum::<f64>() / 99.0;
+        (m, (var / 100.0).sqrt())
+    };
+    for &eps in &[0.0215, 0.1, 1.0] {
+        let mut d = DpTtConfig::new(eps);
+        d.lazy = 0.01;
+        let mut a = AdapTtConfig::new(eps, false);
+        a.lazy = 0.01;
+        let (md, sd) = stats(&d);
+        let (ma, sa) = stats(&a);
+        eprintln!("eps {eps}: DP-TT {md:.0} +- {sd:.0}, AdaP-TT {ma:.0} +- {sa:.0}");
+        assert!(
+            md + 4.0 * sd < ma - 4.0 * sa,
+            "eps {eps}: DP-TT {md} +- {sd} vs AdaP-TT {ma} +- {sa}"
+        );
+    }
+}
+
 #[test]
 fn bad_input_is_named() {
     let base = r#"
@@ -306,6 +442,21 @@ kind = "dp_tt"
             "beta = 1.5",
         ),
         ("kind = \"dp_tt\"", "kind = \"ucb1\"", "not a BAI algorithm"),
+        (
+            "kind = \"dp_tt\"",
+            "kind = \"dp_tt\"\nforced_exploration = \"often\"",
+            "forced_exploration = \"often\"",
+        ),
+        (
+            "kind = \"dp_tt\"",
+            "kind = \"dp_tt\"\nforcing_scale = -2.0",
+            "forcing_scale = -2",
+        ),
+        (
+            "kind = \"dp_tt\"",
+            "kind = \"adap_tt\"\nthreshold = \"joint\"",
+            "threshold = \"joint\"",
+        ),
     ];
     for (from, to, want) in cases {
         let e = BaiPlan::from_toml(&base.replace(from, to))

@@ -26,8 +26,8 @@
 //! `epsilon` (> 0), `beta` (default 1/2), `threshold` (`thesis` default, `code23` for AdaP-TT),
 //! `lazy` (>= 0, default 0).
 
-use super::top_two::{Challenger, Estimator, Leader, StopCost, TopTwoParams};
-use super::{BaiConfig, ThresholdKind, fmt_num};
+use super::top_two::{Challenger, Estimator, Forcing, Leader, StopCost, TopTwoParams};
+use super::{BaiConfig, ThresholdKind, fmt_num, forcing_label};
 use crate::error::Result;
 use crate::privacy::PrivacyGuarantee;
 use serde::Deserialize;
@@ -47,16 +47,24 @@ pub struct AdapTtConfig {
     /// Lazy challenger parameter.
     #[serde(default)]
     pub lazy: f64,
-    /// Forced exploration `N_a < sqrt(t) - K/2` (default true; false = the literal algorithm).
-    #[serde(default = "yes")]
-    pub forced_exploration: bool,
+    /// Forced exploration (`privacy_scaled` default, `sqrt_t`, `none`; `true`/`false` accepted),
+    /// see [`Forcing`].
+    #[serde(default = "forcing")]
+    pub forced_exploration: Forcing,
+    /// Scale `c > 0` of the forced-exploration rule `N_a < sqrt(c t / min(1, eps)) - K/2`
+    /// (default [`super::PRIVATE_FORCING_SCALE`] = 16).
+    #[serde(default = "default_scale")]
+    pub forcing_scale: f64,
     /// AdaP-TT* (not read from files; set by the registry kind).
     #[serde(skip)]
     pub star: bool,
 }
 
-fn yes() -> bool {
-    true
+fn default_scale() -> f64 {
+    super::PRIVATE_FORCING_SCALE
+}
+fn forcing() -> Forcing {
+    Forcing::PrivacyScaled
 }
 fn half() -> f64 {
     0.5
@@ -73,7 +81,8 @@ impl AdapTtConfig {
             beta: 0.5,
             threshold: ThresholdKind::Thesis,
             lazy: 0.0,
-            forced_exploration: true,
+            forced_exploration: Forcing::PrivacyScaled,
+            forcing_scale: super::PRIVATE_FORCING_SCALE,
             star,
         }
     }
@@ -105,7 +114,7 @@ impl BaiConfig for AdapTtConfig {
             self.threshold.name(),
             self.beta,
             self.lazy,
-            self.forced_exploration
+            forcing_label(self.forced_exploration, self.forcing_scale)
         )
     }
     fn epsilon(&self) -> f64 {
@@ -139,6 +148,7 @@ impl BaiConfig for AdapTtConfig {
             threshold: self.threshold,
             lazy: self.lazy,
             forced: self.forced_exploration,
+            forcing_scale: self.forcing_scale,
         }
     }
 }

@@ -18,8 +18,8 @@
 //! # Parameters
 //! `beta` (default 1/2), `threshold` (`r` or `eb`), `lazy` (no effect: a release after every sample).
 
-use super::top_two::{Challenger, Estimator, Leader, StopCost, TopTwoParams};
-use super::{BaiConfig, ThresholdKind};
+use super::top_two::{Challenger, Estimator, Forcing, Leader, StopCost, TopTwoParams};
+use super::{BaiConfig, ThresholdKind, forcing_label};
 use crate::error::Result;
 use crate::privacy::PrivacyGuarantee;
 use serde::Deserialize;
@@ -34,13 +34,21 @@ pub struct EbTciConfig {
     /// Stopping threshold (`r` or `eb`).
     #[serde(default = "r")]
     pub threshold: ThresholdKind,
-    /// Forced exploration `N_a < sqrt(t) - K/2` (default true; false = the literal algorithm).
-    #[serde(default = "yes")]
-    pub forced_exploration: bool,
+    /// Forced exploration (`privacy_scaled` default, `sqrt_t`, `none`; `true`/`false` accepted),
+    /// see [`Forcing`].
+    #[serde(default = "forcing")]
+    pub forced_exploration: Forcing,
+    /// Scale `c > 0` of the forced-exploration rule `N_a < sqrt(c t / min(1, eps)) - K/2`
+    /// (default 1).
+    #[serde(default = "one_scale")]
+    pub forcing_scale: f64,
 }
 
-fn yes() -> bool {
-    true
+fn one_scale() -> f64 {
+    1.0
+}
+fn forcing() -> Forcing {
+    Forcing::SqrtT
 }
 fn half() -> f64 {
     0.5
@@ -54,7 +62,8 @@ impl Default for EbTciConfig {
         EbTciConfig {
             beta: 0.5,
             threshold: ThresholdKind::R,
-            forced_exploration: true,
+            forced_exploration: Forcing::SqrtT,
+            forcing_scale: 1.0,
         }
     }
 }
@@ -80,7 +89,7 @@ impl BaiConfig for EbTciConfig {
             "eb_tci(threshold={},beta={},fe={})",
             self.threshold.name(),
             self.beta,
-            self.forced_exploration
+            forcing_label(self.forced_exploration, self.forcing_scale)
         )
     }
     fn epsilon(&self) -> f64 {
@@ -103,6 +112,7 @@ impl BaiConfig for EbTciConfig {
             threshold: self.threshold,
             lazy: 0.0,
             forced: self.forced_exploration,
+            forcing_scale: self.forcing_scale,
         }
     }
 }

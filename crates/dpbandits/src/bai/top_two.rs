@@ -106,10 +106,87 @@ pub struct TopTwoParams {
     pub threshold: ThresholdKind,
     /// Lazy challenger parameter theta >= 0 (0 = every round).
     pub lazy: f64,
-    /// Forced exploration: pull an arm with `N_a < sqrt(t) - K/2` (Garivier & Kaufmann 2016) before
-    /// the Top Two rule. Needed when suboptimal arms tie (both paper instances do; spec §3.3 notes
-    /// the rebuttal's remark), see docs/bai.md.
-    pub forced: bool,
+    /// Forced exploration before the Top Two rule (see [`Forcing`]).
+    pub forced: Forcing,
+    /// Scale `c > 0` of the forced-exploration rule (1 = the rules as named).
+    pub forcing_scale: f64,
+}
+
+/// Forced exploration: pull the least-pulled arm while `N_a < f(t) - K/2`, before the Top Two rule.
+///
+/// Needed when suboptimal arms tie (both paper instances do; the authors' rebuttal says forced
+/// exploration is what removes the distinct-means assumption). It reads counts only, so it is
+/// post-processing for privacy and leaves every threshold's delta-correctness intact (they hold
+/// for any sampling rule).
+///
+/// Why the privacy-scaled default: at high privacy an arm whose released sum carries a large
+/// negative Laplace sum `Z / eps` is seen as worse by a margin `D` with `eps N D ~ |Z|`, so its TCI
+/// challenger score `W_eps + ln N` exceeds the others' by about `|Z|`: without forcing it is
+/// revisited only after ~`e^|Z|` rounds (runs of 1e10 samples at eps = 0.001, docs/bai.md). To
+/// dilute the noise the arm needs `N ~ |Z| / (eps Delta)` samples; `sqrt(t / eps)` forcing gives
+/// them by `t ~ |Z|^2 / (c eps Delta^2)`, which scales like the sample complexity (`1/eps`), while
+/// Garivier–Kaufmann's `sqrt(t)` needs `t ~ |Z|^2 / (eps^2 Delta^2)`. For `eps >= 1` both agree.
+///
+/// The scale `c` (`forcing_scale`, default 1) is a free constant of this o(t) rule (any `c` keeps
+/// it o(t)); a larger `c` shortens the escape of a stuck arm but forces more samples on easy arms
+/// (at most `K sqrt(c t / eps)` in total). docs/bai.md records the sensitivity to `c`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Forcing {
+    /// No forced exploration (the literal algorithm; can take ~1e12 samples on tied instances).
+    None,
+    /// `f(t) = sqrt(c t)` (Garivier & Kaufmann 2016 with `c = 1`).
+    SqrtT,
+    /// `f(t) = sqrt(c t / min(1, eps))` (default).
+    #[default]
+    PrivacyScaled,
+}
+
+impl Forcing {
+    /// The config name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Forcing::None => "none",
+            Forcing::SqrtT => "sqrt_t",
+            Forcing::PrivacyScaled => "privacy_scaled",
+        }
+    }
+
+    /// `f(t) - K/2` for budget `eps` and forcing scale `c` (`-inf` for `None`).
+    pub fn target(self, t: u64, eps: f64, k: usize, scale: f64) -> f64 {
+        let f = match self {
+            Forcing::None => return f64::NEG_INFINITY,
+            Forcing::SqrtT => (scale * t as f64).sqrt(),
+            Forcing::PrivacyScaled => (scale * t as f64 / eps.min(1.0)).sqrt(),
+        };
+        f - k as f64 / 2.0
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Forcing {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        #[derive(serde::Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            B(bool),
+            S(String),
+        }
+        let expected = "expected true (= \"privacy_scaled\"), false (= \"none\"), \"none\", \"sqrt_t\" or \"privacy_scaled\"";
+        match Raw::deserialize(d)
+            .map_err(|_| serde::de::Error::custom(format!("forced_exploration: {expected}")))?
+        {
+            Raw::B(true) => Ok(Forcing::PrivacyScaled),
+            Raw::B(false) => Ok(Forcing::None),
+            Raw::S(s) => match s.as_str() {
+                "none" => Ok(Forcing::None),
+                "sqrt_t" => Ok(Forcing::SqrtT),
+                "privacy_scaled" => Ok(Forcing::PrivacyScaled),
+                _ => Err(serde::de::Error::custom(format!(
+                    "forced_exploration = \"{s}\": {expected}"
+                ))),
+            },
+        }
+    }
 }
 
 /// One finished run.
@@ -168,11 +245,16 @@ pub struct TopTwo {
     delta: f64,
     grid: Vec<u64>,
     r_table: Vec<f64>,
+    /// Proposal J pair thresholds keyed by (j_a, j_b) < JOINT_DIM; computed once, shared by runs.
+    joint: Vec<OnceLock<f64>>,
+    /// `eps * scale` of the Laplace mechanism (>= 1 by the upward rounding).
+    rho: f64,
     /// Thesis thresholds keyed by (log2 w_a, log2 w_b[, branch]); computed once, shared by runs.
     thesis: Vec<OnceLock<f64>>,
 }
 
 const THESIS_DIM: usize = 65;
+const JOINT_DIM: usize = 64;
 
 impl TopTwo {
     /// Validate parameters and precompute thresholds.
@@ -193,6 +275,7 @@ impl TopTwo {
         if k < 2 {
             return Err(Error::param("K", k, "at least two arms"));
         }
+        check::positive("forcing_scale", p.forcing_scale)?;
         let mut grid = vec![];
         match p.estimator {
             Estimator::Cumulative { eta } => {
@@ -234,15 +317,37 @@ impl TopTwo {
         } else {
             vec![]
         };
+        if p.threshold == ThresholdKind::Joint && grid.is_empty() {
+            return Err(Error::param(
+                "threshold",
+                "\"joint\"",
+                "an algorithm with released noisy sums on a grid (dp_tt)",
+            ));
+        }
         let thesis = (0..2 * THESIS_DIM * THESIS_DIM)
             .map(|_| OnceLock::new())
             .collect();
+        let joint = if p.threshold == ThresholdKind::Joint {
+            (0..JOINT_DIM * JOINT_DIM)
+                .map(|_| OnceLock::new())
+                .collect()
+        } else {
+            vec![]
+        };
+        let scale = LaplaceMechanism::for_pure_dp(1.0, p.epsilon)?.scale();
+        let rho = if p.epsilon.is_finite() {
+            (p.epsilon * scale).max(1.0)
+        } else {
+            1.0
+        };
         Ok(TopTwo {
             p,
             k,
             delta,
             grid,
             r_table,
+            joint,
+            rho,
             thesis,
         })
     }
@@ -288,6 +393,40 @@ impl TopTwo {
                 } else {
                     let c = |j: u64| self.r_table[(j as usize).min(self.r_table.len() - 1)];
                     c(ja) + c(jb)
+                }
+            }
+            ThresholdKind::Joint => {
+                let draws = |j: u64| if eps.is_finite() { j } else { 0 };
+                let f = || {
+                    threshold::joint_threshold(
+                        threshold::JointArm {
+                            j: ja,
+                            n: wa,
+                            draws: draws(ja),
+                        },
+                        threshold::JointArm {
+                            j: jb,
+                            n: wb,
+                            draws: draws(jb),
+                        },
+                        eps,
+                        self.rho,
+                        k,
+                        d,
+                    )
+                };
+                // On the grid (the only way DP-TT releases) the counts are functions of j.
+                let on_grid = |j: u64, w: f64| {
+                    j >= 1 && self.grid.get(j as usize - 1).map(|&g| g as f64) == Some(w)
+                };
+                if (ja as usize) < JOINT_DIM
+                    && (jb as usize) < JOINT_DIM
+                    && on_grid(ja, wa)
+                    && on_grid(jb, wb)
+                {
+                    *self.joint[ja as usize * JOINT_DIM + jb as usize].get_or_init(f)
+                } else {
+                    f()
                 }
             }
             ThresholdKind::HHalf => threshold::h_half(wa, d) + threshold::h_half(wb, d),
@@ -468,16 +607,16 @@ impl TopTwo {
             };
             // Rounds until the next release.
             loop {
-                if self.p.forced {
+                {
                     let u = (0..k).fold(0, |x, a| if n[a] < n[x] { a } else { x });
-                    let target = (t as f64).sqrt() - k as f64 / 2.0;
+                    let target = self.p.forced.target(t, eps, k, self.p.forcing_scale);
                     if (n[u] as f64) < target {
-                        let m = if self.p.lazy > 0.0 {
-                            ((target - n[u] as f64).ceil() as u64).max(1)
-                        } else {
-                            1
-                        }
-                        .min(next_b[u] - n[u]);
+                        // Exactly the rounds the per-round rule would force on `u` in a row
+                        // (it reads counts only): while `u` stays the first argmin and below target.
+                        let m = self
+                            .forced_run(u, &n, t)
+                            .min(next_b[u] - n[u])
+                            .min(max_samples.saturating_sub(t).max(1));
                         n[u] += m;
                         t += m;
                         if n[u] == next_b[u] {
@@ -555,6 +694,41 @@ impl TopTwo {
         }
     }
 
+    /// Number of consecutive rounds, from round `t`, in which the per-round forcing rule pulls
+    /// `u` (the first arm of minimal count, below target at `t`): `u` stays the first argmin
+    /// while `n_u + i < n_v` for `v < u` and `n_u + i <= n_v` for `v > u`, and stays below target
+    /// while `n_u + i < g(t + i)`; `n_u + i - g(t + i)` is convex in `i` (g is concave), so the
+    /// first failure is found by doubling and bisection. Tested against the loop.
+    pub(crate) fn forced_run(&self, u: usize, n: &[u64], t: u64) -> u64 {
+        let mut m1 = u64::MAX;
+        for (v, &nv) in n.iter().enumerate() {
+            if v != u {
+                let room = if v < u { nv - n[u] - 1 } else { nv - n[u] };
+                m1 = m1.min(room + 1);
+            }
+        }
+        let (eps, k, c) = (self.p.epsilon, self.k, self.p.forcing_scale);
+        let below = |i: u64| ((n[u] + i) as f64) < self.p.forced.target(t + i, eps, k, c);
+        // below(0) holds; find the first i with !below(i), capped at m1.
+        let mut hi = 1u64;
+        while hi < m1 && below(hi) {
+            hi = hi.saturating_mul(2);
+        }
+        if hi >= m1 && below(m1.min(hi)) {
+            return m1;
+        }
+        let mut lo = hi / 2; // below(lo) holds (lo = 0 or a doubling step that held)
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            if below(mid) {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        hi.min(m1)
+    }
+
     fn challenger(&self, b: usize, mu: &[f64], n: &[u64], clip: bool) -> usize {
         let mut best = usize::MAX;
         let mut best_key = (f64::INFINITY, f64::INFINITY);
@@ -590,6 +764,44 @@ impl TopTwo {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The bulk forced run equals the round-by-round forcing rule.
+    #[test]
+    fn forced_run_matches_loop() {
+        use crate::bai::BaiConfig;
+        use crate::bai::dp_tt::DpTtConfig;
+        for &(eps, c) in &[(0.001, 16.0), (0.3, 1.0), (2.0, 16.0)] {
+            let mut cfg = DpTtConfig::new(eps);
+            cfg.forcing_scale = c;
+            let tt = cfg.build(4, 0.1).unwrap();
+            for start in [
+                vec![1u64, 1, 1, 1],
+                vec![3, 1, 2, 1],
+                vec![5, 9, 2, 2],
+                vec![40, 2, 7, 3],
+            ] {
+                for t0 in [4u64, 17, 300, 5000] {
+                    let t0 = t0.max(start.iter().sum());
+                    let first = |n: &[u64]| (0..4).fold(0, |x, a| if n[a] < n[x] { a } else { x });
+                    let u = first(&start);
+                    if (start[u] as f64) >= tt.p.forced.target(t0, eps, 4, c) {
+                        continue;
+                    }
+                    let (mut n, mut t, mut m) = (start.clone(), t0, 0u64);
+                    while first(&n) == u && (n[u] as f64) < tt.p.forced.target(t, eps, 4, c) {
+                        n[u] += 1;
+                        t += 1;
+                        m += 1;
+                    }
+                    assert_eq!(
+                        tt.forced_run(u, &start, t0),
+                        m,
+                        "eps {eps} c {c} {start:?} t {t0}"
+                    );
+                }
+            }
+        }
+    }
 
     /// The closed form of the tracking block equals the round-by-round rule.
     #[test]

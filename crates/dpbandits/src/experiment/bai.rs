@@ -12,7 +12,7 @@
 //! # max_samples = 1e12 (cap; capped runs are counted and reported, never hidden)
 //! [[algorithm]]
 //! kind = "dp_tt"        # private algorithms get one cell per epsilon
-//! threshold = "r"
+//! threshold = "joint"   # default of dp_tt (delta-correct); also "r", "h_half", "h_arm"
 //! lazy = 0.01
 //! [[algorithm]]
 //! kind = "eb_tci"       # non-private: one cell
@@ -503,7 +503,7 @@ pub fn write_outputs(plan: &BaiPlan, results: &BaiResults, out: &Path) -> Result
         "spec": plan.spec,
         "best_arm": plan.instance.best(),
         "characteristic_times": bounds,
-        "threshold_note": "DP-TT's exact threshold (Jourdan & Azize 2025, Eq. (8)) was not recovered; 'r' is the delta-correct Proposal R of spec dp-bai 3.5.2, 'h_half'/'h_arm'/'eb'/'code23' are heuristics (not proved), 'thesis' are the AdaP-TT thresholds of Azize's thesis with s = 2",
+        "threshold_note": "DP-TT's exact threshold (Jourdan & Azize 2025, Eq. (8)) was not recovered; 'joint' (default) is our delta-correct pair threshold Proposal J (bai::threshold docs), 'r' the delta-correct Proposal R of spec dp-bai 3.5.2, 'h_half'/'h_arm'/'eb'/'code23' are heuristics (not proved), 'thesis' are the AdaP-TT thresholds of Azize's thesis with s = 2",
         "simulation": "exact Binomial reward sums at release time; stopping checked after each release; lazy_challenger = theta > 0 recomputes the challenger at least every max(1, floor(theta t)) rounds and after each release (0 = every round)",
         "cells": cells,
         "errors": rows.iter().zip(&plan.cells).filter_map(|(r, c)| r.as_ref().err().map(|e| format!("{}: {e}", c.config.label()))).collect::<Vec<_>>(),
