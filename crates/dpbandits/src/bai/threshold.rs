@@ -55,7 +55,8 @@
 //!
 //! *Step 3 (union).* `delta' = delta / ((K - 1) w(min(j_a, j_a*)) w'(|j_a - j_a*|))` with
 //! `w(j) = 1/(zeta(s) j^s)`, `s = 3/2` (any `s > 1` is valid; 3/2 is cheaper than 2 for every
-//! `j >= 3`, and a run never stops before `j ~ 8` because `N~ = 2^(j-1)`), and `w'(d) = (1 - r)/(1 + r) r^d`, `r = 1/2`: summed over all ordered
+//! `j >= 3`, and a run never stops before `j ~ 8` because `N~ = 2^(j-1)`), and
+//! `w'(d) = (1 - r)/(1 + r) r^d`, `r = 1/2`: summed over all ordered
 //! pairs `(j_a, j_a*)` the weights give `sum_j w(j) (w'(0) + 2 sum_{d >= 1} w'(d)) = 1`, and the
 //! union over the `K - 1` wrong arms gives total error `<= delta`. The geometric weight in the
 //! phase difference is what makes the pair cheaper than two independent unions: under
@@ -197,8 +198,8 @@ fn min_over_lambda(g: impl Fn(f64) -> f64, hi: f64) -> f64 {
             a = c;
         }
     }
-    let v = g(0.5 * (a + b));
-    if v.is_nan() { best.0 } else { best.0.min(v) }
+    // `f64::min` ignores a NaN operand.
+    best.0.min(g(0.5 * (a + b)))
 }
 
 /// The MGF bound `min_lambda (ln(1/level) + ln(1 + (1 - lambda^2)^-m) - ln(1 - lambda)) / lambda`.
@@ -494,8 +495,8 @@ mod tests {
 
     /// Regression values (K = 5, delta = 0.01, eta = 1 grid) and the two claims of the module
     /// docs: Proposal J is below Proposal R's pair sum by at least 20% at every eps, and at most
-    /// 62% of it at high privacy (the `C^TV` branch; 0.60 at (6, 6), about 0.5 at j ~ 20); `C^TV` grows with eps, `C^A` does not
-    /// depend on it; with no noise only the KL parts remain.
+    /// 62% of it at high privacy (the `C^TV` branch; 0.60 at (6, 6), about 0.5 at j ~ 20);
+    /// `C^TV` grows with eps, `C^A` does not depend on it; with no noise only the KL parts remain.
     #[test]
     fn joint_values_and_claims() {
         let (k, delta) = (5usize, 0.01);

@@ -127,7 +127,8 @@ pub struct TopTwoParams {
 /// them by `t ~ |Z|^2 / (c eps Delta^2)`, which scales like the sample complexity (`1/eps`), while
 /// Garivier–Kaufmann's `sqrt(t)` needs `t ~ |Z|^2 / (eps^2 Delta^2)`. For `eps >= 1` both agree.
 ///
-/// The scale `c` (`forcing_scale`, default 1) is a free constant of this o(t) rule (any `c` keeps
+/// The scale `c` (`forcing_scale`: default 16 for the private algorithms,
+/// [`super::PRIVATE_FORCING_SCALE`], and 1 for EB-TCI) is a free constant of this o(t) rule (any `c` keeps
 /// it o(t)); a larger `c` shortens the escape of a stuck arm but forces more samples on easy arms
 /// (at most `K sqrt(c t / eps)` in total). docs/bai.md records the sensitivity to `c`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
@@ -607,37 +608,35 @@ impl TopTwo {
             };
             // Rounds until the next release.
             loop {
-                {
-                    let u = (0..k).fold(0, |x, a| if n[a] < n[x] { a } else { x });
-                    let target = self.p.forced.target(t, eps, k, self.p.forcing_scale);
-                    if (n[u] as f64) < target {
-                        // Exactly the rounds the per-round rule would force on `u` in a row
-                        // (it reads counts only): while `u` stays the first argmin and below target.
-                        let m = self
-                            .forced_run(u, &n, t)
-                            .min(next_b[u] - n[u])
-                            .min(max_samples.saturating_sub(t).max(1));
-                        n[u] += m;
-                        t += m;
-                        if n[u] == next_b[u] {
-                            release(
-                                u,
-                                &n,
-                                &mut n_rel,
-                                &mut rel,
-                                &mut sum,
-                                &mut mu,
-                                &mut w,
-                                &mut noise_draws,
-                            )?;
-                            next_b[u] = self.boundary_after(rel[u], n[u]);
-                            break;
-                        }
-                        if t >= max_samples {
-                            break;
-                        }
-                        continue;
+                let u = (0..k).fold(0, |x, a| if n[a] < n[x] { a } else { x });
+                let target = self.p.forced.target(t, eps, k, self.p.forcing_scale);
+                if (n[u] as f64) < target {
+                    // Exactly the rounds the per-round rule would force on `u` in a row
+                    // (it reads counts only): while `u` stays the first argmin and below target.
+                    let m = self
+                        .forced_run(u, &n, t)
+                        .min(next_b[u] - n[u])
+                        .min(max_samples.saturating_sub(t).max(1));
+                    n[u] += m;
+                    t += m;
+                    if n[u] == next_b[u] {
+                        release(
+                            u,
+                            &n,
+                            &mut n_rel,
+                            &mut rel,
+                            &mut sum,
+                            &mut mu,
+                            &mut w,
+                            &mut noise_draws,
+                        )?;
+                        next_b[u] = self.boundary_after(rel[u], n[u]);
+                        break;
                     }
+                    if t >= max_samples {
+                        break;
+                    }
+                    continue;
                 }
                 let c = self.challenger(b, &mu, &n, clip);
                 let m_max = if self.p.lazy > 0.0 {
