@@ -70,6 +70,203 @@ pub fn label_hash(label: &str) -> u64 {
     h
 }
 
+/// One coordinate of a named derivation's path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Coord {
+    /// A fixed tag.
+    Const(u64),
+    /// The run index `r`.
+    Run,
+    /// The arm index `a`.
+    Arm,
+    /// `label_hash(label)` of the policy's label.
+    Label,
+}
+
+/// A named seed derivation: a stream tag and a path of coordinates below a parent seed. Every
+/// random stream of every setting is derived by one of the constants below, and the manifests'
+/// `seed_derivation` text is rendered from the same constants ([`Derivation::describe`]), so the
+/// documentation cannot drift from the code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Derivation {
+    /// What the stream is for.
+    pub name: &'static str,
+    /// The parent seed (`master_seed`, or another derivation's name).
+    pub parent: &'static str,
+    /// Stream tag.
+    pub stream: Stream,
+    /// Path below the parent.
+    pub path: &'static [Coord],
+}
+
+/// The coordinates a derivation may use.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Coords<'a> {
+    /// Run index.
+    pub run: u64,
+    /// Arm index.
+    pub arm: u64,
+    /// Policy label.
+    pub label: &'a str,
+}
+
+impl Derivation {
+    /// The seed below `parent` at `coords`.
+    pub fn seed(&self, parent: u64, coords: Coords<'_>) -> u64 {
+        let mut path = [0u64; 4];
+        for (slot, c) in path.iter_mut().zip(self.path) {
+            *slot = match *c {
+                Coord::Const(v) => v,
+                Coord::Run => coords.run,
+                Coord::Arm => coords.arm,
+                Coord::Label => label_hash(coords.label),
+            };
+        }
+        derive_seed(parent, self.stream, &path[..self.path.len()])
+    }
+
+    /// `name: derive_seed(parent, Stream, [path])`, rendered from the constant itself.
+    pub fn describe(&self) -> String {
+        let parts: Vec<String> = self
+            .path
+            .iter()
+            .map(|c| match c {
+                Coord::Const(v) => format!("{v:#x}"),
+                Coord::Run => "r".into(),
+                Coord::Arm => "a".into(),
+                Coord::Label => "label_hash(label)".into(),
+            })
+            .collect();
+        format!(
+            "{}: derive_seed({}, {:?}, [{}])",
+            self.name,
+            self.parent,
+            self.stream,
+            parts.join(", ")
+        )
+    }
+}
+
+/// Environment seed of run `r`, shared by every policy of the experiment (common random numbers).
+pub const ENV_RUN: Derivation = Derivation {
+    name: "environment run r",
+    parent: "master_seed",
+    stream: Stream::Env,
+    path: &[Coord::Const(0), Coord::Run],
+};
+/// Reward generator of arm `a` of an environment.
+pub const ENV_ARM: Derivation = Derivation {
+    name: "arm a",
+    parent: "environment run r",
+    stream: Stream::Env,
+    path: &[Coord::Arm],
+};
+/// Policy seed of run `r`, keyed by the policy's label (adding a policy changes no other stream).
+pub const POLICY_RUN: Derivation = Derivation {
+    name: "policy run r",
+    parent: "master_seed",
+    stream: Stream::Policy,
+    path: &[Coord::Label, Coord::Run],
+};
+/// A policy's own randomisation (tie-breaks, posterior samples), below its run seed.
+pub const POLICY_OWN: Derivation = Derivation {
+    name: "policy randomisation",
+    parent: "policy run r",
+    stream: Stream::Policy,
+    path: &[],
+};
+/// A policy's privacy noise, below its run seed.
+pub const POLICY_NOISE: Derivation = Derivation {
+    name: "privacy noise",
+    parent: "policy run r",
+    stream: Stream::Noise,
+    path: &[],
+};
+/// Public contexts of run `r` (contextual setting).
+pub const CONTEXT_RUN: Derivation = Derivation {
+    name: "contexts of run r",
+    parent: "master_seed",
+    stream: Stream::Context,
+    path: &[Coord::Const(0), Coord::Run],
+};
+/// Shared reward noise of run `r` (contextual setting: one `eta_t` per round for every policy).
+pub const CONTEXT_REWARD_RUN: Derivation = Derivation {
+    name: "reward noise of run r",
+    parent: "master_seed",
+    stream: Stream::Env,
+    path: &[Coord::Const(0), Coord::Run],
+};
+
+/// Instance paths below `master_seed` on [`Stream::Instance`]: random parts of a problem instance,
+/// drawn once per experiment (or per run, where an environment says so).
+pub mod instance {
+    /// Random arm vectors of a linear instance.
+    pub const LINEAR_ARMS: u64 = 0;
+    /// Random theta* of a linear instance.
+    pub const LINEAR_THETA: u64 = 1;
+    /// Random theta* of a contextual instance.
+    pub const CONTEXTUAL_THETA: u64 = 0;
+    /// Random segments of a piecewise-stationary instance.
+    pub const PIECEWISE_SEGMENTS: u64 = 0x5057;
+}
+
+/// The environment seed of run `run` ([`ENV_RUN`]).
+pub fn env_run_seed(master: u64, run: u64) -> u64 {
+    ENV_RUN.seed(
+        master,
+        Coords {
+            run,
+            ..Coords::default()
+        },
+    )
+}
+
+/// The reward generator of arm `arm` below an environment seed ([`ENV_ARM`]).
+pub fn arm_rng(env_seed: u64, arm: usize) -> SimRng {
+    SimRng::seed_from_u64(ENV_ARM.seed(
+        env_seed,
+        Coords {
+            arm: arm as u64,
+            ..Coords::default()
+        },
+    ))
+}
+
+/// The seed of the policy labelled `label` in run `run` ([`POLICY_RUN`]).
+pub fn policy_seed(master: u64, label: &str, run: u64) -> u64 {
+    POLICY_RUN.seed(
+        master,
+        Coords {
+            run,
+            label,
+            ..Coords::default()
+        },
+    )
+}
+
+/// A policy's own generator below its run seed ([`POLICY_OWN`]).
+pub fn policy_rng(policy_seed: u64) -> SimRng {
+    SimRng::seed_from_u64(POLICY_OWN.seed(policy_seed, Coords::default()))
+}
+
+/// A policy's noise generator below its run seed ([`POLICY_NOISE`]).
+pub fn noise_rng(policy_seed: u64) -> SimRng {
+    SimRng::seed_from_u64(POLICY_NOISE.seed(policy_seed, Coords::default()))
+}
+
+/// The generator of a random instance part (`path` from [`instance`]) below `master_seed`.
+pub fn instance_rng(master: u64, path: &[u64]) -> SimRng {
+    stream_rng(master, Stream::Instance, path)
+}
+
+/// The seed-derivation text of the manifests: every derivation `names` uses, rendered from the
+/// constants.
+pub fn describe(derivations: &[Derivation]) -> String {
+    let mut parts: Vec<String> = derivations.iter().map(Derivation::describe).collect();
+    parts.push("SplitMix64 mixing, Xoshiro256++ generators".into());
+    parts.join("; ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -96,5 +293,35 @@ mod tests {
         assert_eq!(splitmix64(0), 0xE220_A839_7B1D_CDAF);
         assert_eq!(label_hash(""), 0xcbf2_9ce4_8422_2325);
         assert_eq!(label_hash("a"), 0xaf63_dc4c_8601_ec8c);
+    }
+
+    /// The named derivations reproduce the paths the settings used before they were named
+    /// (streams unchanged for the finite-armed, linear and contextual settings).
+    #[test]
+    fn named_derivations_match_paths() {
+        let m = 20240917;
+        assert_eq!(env_run_seed(m, 7), derive_seed(m, Stream::Env, &[0, 7]));
+        let e = env_run_seed(m, 7);
+        assert_eq!(
+            arm_rng(e, 3).next_u64(),
+            stream_rng(e, Stream::Env, &[3]).next_u64()
+        );
+        assert_eq!(
+            policy_seed(m, "ucb1", 2),
+            derive_seed(m, Stream::Policy, &[label_hash("ucb1"), 2])
+        );
+        let p = policy_seed(m, "ucb1", 2);
+        assert_eq!(
+            noise_rng(p).next_u64(),
+            stream_rng(p, Stream::Noise, &[]).next_u64()
+        );
+        assert_eq!(
+            policy_rng(p).next_u64(),
+            stream_rng(p, Stream::Policy, &[]).next_u64()
+        );
+        assert_eq!(
+            ENV_RUN.describe(),
+            "environment run r: derive_seed(master_seed, Env, [0x0, r])"
+        );
     }
 }
