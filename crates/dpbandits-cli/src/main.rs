@@ -8,6 +8,7 @@
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
+use dpbandits::config::Setting;
 use dpbandits::experiment::{self, Plan};
 use dpbandits::registry;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -15,7 +16,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
-mod bai_cli;
+mod bounds;
 
 /// The experiment run by `dpbandits run --default`: the paper's finite-armed Figure 4(a).
 const DEFAULT_EXPERIMENT: &str = include_str!("../../../experiments/fig4a.toml");
@@ -93,7 +94,7 @@ fn real_main() -> Result<ExitCode> {
             means,
             epsilon,
             delta,
-        } => bai_cli::bounds(means, epsilon, delta),
+        } => bounds::bounds(means, epsilon, delta),
         Command::Run {
             file,
             default,
@@ -117,9 +118,6 @@ fn real_main() -> Result<ExitCode> {
                     "give an experiment file (e.g. `dpbandits run experiments/fig4a.toml`) or --default"
                 ),
             };
-            if experiment::bai::is_bai(&text) {
-                return bai_cli::run(&text, &source, out, threads, runs, quiet);
-            }
             let mut spec =
                 experiment::ExperimentSpec::from_toml(&text).with_context(|| source.clone())?;
             if let Some(r) = runs {
@@ -157,7 +155,7 @@ fn run_plan(
     pool: &rayon::ThreadPool,
     quiet: bool,
 ) -> Result<ExitCode> {
-    let jobs = plan.cells.len() as u64 * plan.spec.runs;
+    let jobs = plan.jobs();
     eprintln!(
         "{}: {} configurations x {} runs, horizon {}, {} threads",
         plan.spec.name,
@@ -219,23 +217,29 @@ pub(crate) fn progress_bar(jobs: u64, quiet: bool) -> ProgressBar {
 }
 
 fn list() {
-    let mut settings: Vec<registry::Setting> = vec![];
+    let mut settings: Vec<Setting> = vec![];
     for e in registry::POLICIES {
-        if !settings.contains(&e.setting) {
-            settings.push(e.setting);
+        if !settings.contains(&e.setting()) {
+            settings.push(e.setting());
         }
     }
     for s in settings {
         println!("{s} algorithms:");
-        for e in registry::POLICIES.iter().filter(|e| e.setting == s) {
-            println!("  {:<16} {}", e.kind, e.name);
-            println!("  {:<16}   reference: {}", "", e.reference);
-            println!("  {:<16}   privacy:   {}", "", e.privacy);
-            if !e.example.is_empty() {
+        for e in registry::POLICIES.iter().filter(|e| e.setting() == s) {
+            let i = e.info;
+            println!("  {:<16} {}", i.kind, i.name);
+            println!("  {:<16}   source:     {}", "", i.source);
+            println!("  {:<16}   reference:  {}", "", i.reference);
+            println!("  {:<16}   privacy:    {}", "", i.privacy);
+            let p = e.parameters();
+            if !p.is_empty() {
+                println!("  {:<16}   parameters: {p}", "");
+            }
+            if !i.example.is_empty() {
                 println!(
-                    "  {:<16}   example:   {}",
+                    "  {:<16}   example:    {}",
                     "",
-                    e.example.replace('\n', ", ")
+                    i.example.replace('\n', ", ")
                 );
             }
         }
@@ -243,6 +247,10 @@ fn list() {
     }
     println!("environments:");
     for e in registry::ENVIRONMENTS {
-        println!("  {:<16} [{}] {}", e.kind, e.setting, e.description);
+        println!(
+            "  {:<20} [{}] {}",
+            e.info.kind, e.info.setting, e.info.description
+        );
+        println!("  {:<20} source: {}", "", e.info.source);
     }
 }

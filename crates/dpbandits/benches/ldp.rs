@@ -3,8 +3,8 @@
 //! `cargo bench -p dpbandits --bench ldp`
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use dpbandits::env::{Environment, PiecewiseBernoulli};
-use dpbandits::policy::{CfConfig, DUcbConfig, PolicyConfig, SwUcbConfig};
+use dpbandits::finite::{CfConfig, DUcbConfig, PolicyConfig, SwUcbConfig};
+use dpbandits::finite::{Environment, PiecewiseBernoulli};
 use std::hint::black_box;
 
 fn run(cfg: &dyn PolicyConfig, horizon: u64) -> usize {

@@ -1,13 +1,28 @@
 //! Linear bandits: design solver and whole-run cost (`cargo bench -p dpbandits --bench linear`).
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use dpbandits::experiment::simulate_linear;
-use dpbandits::linear::env::unit_sphere;
+use dpbandits::linear::unit_sphere;
 use dpbandits::linear::{DesignOptions, GopeConfig, LinearInstance, NoisePlacement, g_optimal};
 use dpbandits::rng::{Stream, stream_rng};
 use dpbandits::sim::CheckpointGrid;
 use nalgebra::DVector;
 use std::hint::black_box;
+
+/// Play a GOPE-family configuration on `inst` (environment seed `es`, policy seed `ps`) and return
+/// the policy, for its releases.
+fn simulate_linear(
+    inst: &dpbandits::linear::LinearInstance,
+    cfg: &dpbandits::linear::GopeConfig,
+    es: u64,
+    ps: u64,
+    grid: &dpbandits::sim::CheckpointGrid,
+    out: &mut [f64],
+) -> dpbandits::Result<dpbandits::linear::PhasedElimination> {
+    let mut env = inst.env(es);
+    let mut p = cfg.build(inst.arms(), ps)?;
+    dpbandits::linear::simulate_linear(&mut env, &mut p, grid, out)?;
+    Ok(p)
+}
 
 fn arms(k: usize, d: usize) -> Vec<DVector<f64>> {
     let mut rng = stream_rng(1, Stream::Instance, &[0]);

@@ -5,9 +5,10 @@
 //! recorded in docs/perf.md.
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use dpbandits::env::{Bernoulli, Environment};
-use dpbandits::policy::{AdaCUcbConfig, KlUcbConfig, PolicyConfig, ThompsonConfig, Ucb1Config};
-use dpbandits::sim::{CheckpointGrid, SimMode, simulate_finite};
+use dpbandits::finite::simulate_finite;
+use dpbandits::finite::{AdaCUcbConfig, KlUcbConfig, PolicyConfig, ThompsonConfig, Ucb1Config};
+use dpbandits::finite::{Bernoulli, Environment};
+use dpbandits::sim::{CheckpointGrid, SimMode};
 use std::hint::black_box;
 
 fn means(k: usize) -> Vec<f64> {

@@ -12,8 +12,8 @@
 
 use dpbandits::experiment::plot::{PlotSpec, Series, draw};
 use dpbandits::experiment::{ExperimentSpec, Plan, run};
+use dpbandits::finite::theory_window;
 use dpbandits::math::stats::Summary;
-use dpbandits::policy::kl_ucb_cf::theory_window;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 

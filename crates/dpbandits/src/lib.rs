@@ -58,8 +58,8 @@
 //!
 //! ## Example
 //! ```
-//! use dpbandits::env::{Bernoulli, Environment};
-//! use dpbandits::policy::{AdaCUcb, AdaCUcbConfig, Policy};
+//! use dpbandits::finite::{Bernoulli, Environment};
+//! use dpbandits::finite::{AdaCUcb, AdaCUcbConfig, Policy};
 //!
 //! let mut env = Bernoulli::new(vec![0.75, 0.5, 0.25], 1).unwrap();
 //! let mut policy = AdaCUcb::new(3, AdaCUcbConfig::private(0.5), 2).unwrap();
@@ -82,14 +82,16 @@
 #![deny(missing_debug_implementations)]
 
 pub mod bai;
+pub mod config;
 pub mod contextual;
-pub mod env;
 pub mod error;
+#[cfg(feature = "experiment")]
 pub mod experiment;
+pub mod finite;
 pub mod linear;
 pub mod math;
-pub mod policy;
 pub mod privacy;
+#[cfg(feature = "experiment")]
 pub mod registry;
 pub mod rng;
 pub mod sim;

@@ -254,6 +254,28 @@ pub fn noise_rng(policy_seed: u64) -> SimRng {
     SimRng::seed_from_u64(POLICY_NOISE.seed(policy_seed, Coords::default()))
 }
 
+/// The contexts of run `run` ([`CONTEXT_RUN`]).
+pub fn context_rng(master: u64, run: u64) -> SimRng {
+    SimRng::seed_from_u64(CONTEXT_RUN.seed(
+        master,
+        Coords {
+            run,
+            ..Coords::default()
+        },
+    ))
+}
+
+/// The shared reward noise of run `run` in the contextual setting ([`CONTEXT_REWARD_RUN`]).
+pub fn context_reward_rng(master: u64, run: u64) -> SimRng {
+    SimRng::seed_from_u64(CONTEXT_REWARD_RUN.seed(
+        master,
+        Coords {
+            run,
+            ..Coords::default()
+        },
+    ))
+}
+
 /// The generator of a random instance part (`path` from [`instance`]) below `master_seed`.
 pub fn instance_rng(master: u64, path: &[u64]) -> SimRng {
     stream_rng(master, Stream::Instance, path)

@@ -25,15 +25,24 @@
 //! uniformly on the unit sphere from `Stream::Instance` of the master seed. `unit_ball = true`
 //! projects every action onto the unit ball at load time (Assumption 1).
 
-use super::env::{check_dim, check_theta, uniform_sphere};
+use super::gaussian::{check_dim, check_theta, uniform_sphere};
 use super::{ActionSet, ContextualEnvConfig, ContextualEnvironment};
+use crate::config::{EnvInfo, Setting};
 use crate::error::{Error, Result};
-use crate::rng::{SimRng, Stream, stream_rng};
+use crate::rng::SimRng;
 use rand::RngExt;
 use serde::Deserialize;
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+/// Registry record of the `contextual_file` environment.
+pub const CONTEXTUAL_FILE: EnvInfo = EnvInfo {
+    kind: "contextual_file",
+    setting: Setting::Contextual,
+    description: "decision sets replayed from a feature file (.npy of shape (n, K, d), or .csv lines 'context,f_1..f_d'), Gaussian reward noise",
+    source: file!(),
+};
 
 /// How rounds map to the contexts of the file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
@@ -460,7 +469,7 @@ impl ContextualFileConfig {
 
 impl ContextualEnvConfig for ContextualFileConfig {
     fn kind(&self) -> &'static str {
-        "contextual_file"
+        CONTEXTUAL_FILE.kind
     }
     fn dim(&self) -> usize {
         self.table.as_ref().map_or(0, |t| t.dim())
@@ -512,8 +521,8 @@ impl ContextualEnvConfig for ContextualFileConfig {
             best: best.clone(),
             order: self.order,
             noise_sd: self.noise_sd,
-            contexts: stream_rng(master_seed, Stream::Context, &[0, run]),
-            rewards: stream_rng(master_seed, Stream::Env, &[0, run]),
+            contexts: crate::rng::context_rng(master_seed, run),
+            rewards: crate::rng::context_reward_rng(master_seed, run),
             current: 0,
             eta: 0.0,
         }))
@@ -589,6 +598,12 @@ impl ContextualEnvironment for ContextualFile {
     }
     fn noise(&self) -> f64 {
         self.eta
+    }
+}
+
+impl crate::config::Config for ContextualFileConfig {
+    fn validate(&mut self) -> crate::error::Result<()> {
+        ContextualFileConfig::validate(self)
     }
 }
 

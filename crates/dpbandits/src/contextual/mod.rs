@@ -1,5 +1,19 @@
-//! Linear contextual bandits with changing action sets (spec zcdp §1.3): environments, the
-//! OFUL family of policies (OFUL, RS-OFUL, AdaC-OFUL) and the common-random-numbers run loop.
+//! Linear contextual bandits with changing action sets (spec zcdp §1.3): the setting's traits, its
+//! environments, its algorithms and its run loop.
+//!
+//! # Layout
+//! * this file: the traits [`ContextualEnvConfig`] / [`ContextualEnvironment`] and
+//!   [`ContextualPolicyConfig`] / [`ContextualPolicy`], and [`ActionSet`];
+//! * one file per environment: `gaussian.rs` (`contextual_gaussian`, the paper's contexts),
+//!   `file.rs` (`contextual_file`, feature files);
+//! * one file per paper algorithm family: `adac_oful.rs` (OFUL, RS-OFUL, AdaC-OFUL);
+//! * `sim.rs`: the common-random-numbers run loop ([`simulate_contextual`]) and the experiment
+//!   cells ([`ContextualCell`], [`ContextualGroup`]).
+//!
+//! # Adding an algorithm or an environment
+//! One file here implementing [`ContextualPolicyConfig`] + [`ContextualPolicy`] (or
+//! [`ContextualEnvConfig`] + [`ContextualEnvironment`]), a `mod`/`pub use` line above, one entry in
+//! [`crate::registry`].
 //!
 //! # The setting
 //! Every round `t` the environment reveals a public decision set `A_t` of `k_t` actions in `R^d`
@@ -19,17 +33,21 @@
 //! Contexts live in one preallocated row-major buffer (`k` rows of `d` features); policies read
 //! rows as fixed-size `nalgebra` vectors. Nothing in the step loop allocates.
 
-pub mod env;
-pub mod file;
-pub mod oful;
+mod adac_oful;
+mod file;
+mod gaussian;
+mod sim;
 
-pub use env::{ContextualGaussian, ContextualGaussianConfig};
-pub use file::{ContextOrder, ContextualFile, ContextualFileConfig, FeatureTable};
-pub use oful::{MAX_DIM, OfulConfig, OfulKind, OfulPolicy, PrivacyMode, RadiusMode, SquareOps};
+pub use adac_oful::{
+    ADAC_OFUL, MAX_DIM, OFUL, OFUL_BOUNDARY, OfulConfig, OfulKind, OfulPolicy, PrivacyMode,
+    RS_OFUL, RadiusMode, SquareOps, chi2_tail, lambda_min_lower_bound,
+};
+pub use file::{CONTEXTUAL_FILE, ContextOrder, ContextualFile, ContextualFileConfig, FeatureTable};
+pub use gaussian::{CONTEXTUAL_GAUSSIAN, ContextualGaussian, ContextualGaussianConfig};
+pub use sim::{ContextualCell, ContextualGroup, simulate_contextual};
 
 use crate::error::Result;
 use crate::privacy::PrivacyGuarantee;
-use crate::sim::CheckpointGrid;
 use std::fmt::Debug;
 
 /// One round's public decision set: `k` actions of dimension `d`, row-major (`features[i*d + j]`
@@ -121,44 +139,6 @@ pub trait ContextualPolicyConfig: Send + Sync + Debug {
         } else {
             let inner: Vec<String> = p.iter().map(|(k, v)| format!("{k}={v}")).collect();
             format!("{}({})", self.kind(), inner.join(","))
-        }
-    }
-}
-
-/// Play every policy against the same environment stream up to the grid's horizon; `out[p]`
-/// receives policy `p`'s cumulative pseudo-regret at each checkpoint.
-///
-/// Each round: the environment draws `A_t` and `eta_t` once; every policy chooses, is charged
-/// `best - mean(a)`, and observes `mean(a) + eta_t`.
-pub fn simulate_contextual(
-    env: &mut dyn ContextualEnvironment,
-    policies: &mut [Box<dyn ContextualPolicy>],
-    grid: &CheckpointGrid,
-    out: &mut [Vec<f64>],
-) {
-    assert_eq!(policies.len(), out.len());
-    let cps = grid.points();
-    let horizon = grid.horizon();
-    let mut regret = vec![0.0f64; policies.len()];
-    let mut ci = 0usize;
-    for t in 0..horizon {
-        env.next_round(t);
-        let actions = env.actions();
-        let means = env.means();
-        let best = env.best_mean();
-        let eta = env.noise();
-        for (p, reg) in policies.iter_mut().zip(regret.iter_mut()) {
-            let i = p.choose(t, &actions);
-            let m = means[i];
-            *reg += best - m;
-            p.observe(&actions, i, m + eta);
-        }
-        // Checkpoints are 1-based round counts: after round index t, t + 1 rounds are played.
-        while ci < cps.len() && cps[ci] == t + 1 {
-            for (row, &r) in out.iter_mut().zip(&regret) {
-                row[ci] = r;
-            }
-            ci += 1;
         }
     }
 }

@@ -5,8 +5,8 @@
 use super::Plan;
 use super::plot::{PlotSpec, Series};
 use crate::error::{Error, Result};
+use crate::finite::{f_safe, theory_window};
 use crate::math::stats::Summary;
-use crate::policy::kl_ucb_cf::{f_safe, theory_window};
 use crate::sim::CellRuns;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};

@@ -1,30 +1,24 @@
-//! Experiment files: TOML in, a results folder out.
+//! Experiment files: TOML in, a results folder out, for every setting.
 //!
-//! Two stages, as in ripgrep's `LowArgs`/`HiArgs`:
+//! One path, as in ripgrep's `LowArgs`/`HiArgs`:
 //! 1. [`ExperimentSpec`] is the file as written (serde, unknown keys refused).
-//! 2. [`Plan`] validates it against the registry, expands sweeps (any list of numbers in a
-//!    `[[policy]]` table is a sweep axis) and holds buildable [`crate::sim::Cell`]s.
-//!
-//! [`run`] executes a plan on the current rayon pool; [`write_outputs`] writes `manifest.json`,
-//! `summary.csv`, `regret.svg/png` and the figures the file asks for.
+//! 2. [`Plan`] validates it against the registry, expands sweeps (any list of scalars in a
+//!    `[[policy]]` table is a sweep axis) and holds buildable [`crate::sim::Cell`]s: one planner
+//!    loop, whatever the setting (the setting is the environment's).
+//! 3. [`run`] executes the plan's ordered `(cell, run)` jobs on the current rayon pool
+//!    ([`crate::sim::run_jobs`]), byte-identical for any thread count.
+//! 4. [`write_outputs`] writes `manifest.json`, `summary.csv` and the plots.
 
-pub mod bai;
-pub mod comparison;
-mod contextual;
+mod comparison;
 mod figures;
-mod finite;
 pub mod ldp_figures;
-mod linear;
 mod output;
 mod plan;
 pub mod plot;
 mod spec;
 
-pub use comparison::ComparisonSpec;
-pub use contextual::{ContextualCell, ContextualGroup};
+pub use comparison::{BudgetRow, ComparisonSpec, budget_row};
 pub use figures::FigureSpec;
-pub use finite::FiniteCell;
-pub use linear::{LinearCell, simulate_linear};
 pub use output::{Outcome, run, write_outputs};
 pub use plan::{Plan, expand_sweep};
 pub use spec::{CheckpointSpec, ExperimentSpec};

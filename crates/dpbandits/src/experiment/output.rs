@@ -45,7 +45,7 @@ impl Outcome {
 /// Run every cell of `plan` on the current rayon pool; `progress` is called once per finished run.
 pub fn run(plan: &Plan, progress: &(dyn Fn() + Sync)) -> Outcome {
     Outcome {
-        cells: run_jobs(&plan.cells, plan.spec.runs, &plan.grid, progress),
+        cells: run_jobs(&plan.cells, plan.spec.runs, progress),
     }
 }
 

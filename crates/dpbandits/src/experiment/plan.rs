@@ -1,10 +1,15 @@
-//! From a spec to buildable cells.
+//! From a spec to buildable cells: one planner loop for every setting.
 
 use super::ExperimentSpec;
+use crate::config::Setting;
+use crate::contextual::{ContextualGroup, ContextualPolicyConfig};
 use crate::error::{Error, Result, ResultExt};
-use crate::registry::{self, EnvParser, Setting};
+use crate::finite::{EnvConfig, FiniteCell};
+use crate::linear::LinearCell;
+use crate::registry::{self, Built, EnvParse};
 use crate::sim::{Cell, CheckpointGrid};
 use std::path::Path;
+use std::sync::Arc;
 
 /// A validated experiment, ready to run.
 #[derive(Debug)]
@@ -14,15 +19,25 @@ pub struct Plan {
     /// The setting (from the environment kind).
     pub setting: Setting,
     /// Checkpoints (log grid plus figure horizons).
-    pub grid: CheckpointGrid,
-    /// One cell per expanded policy configuration.
+    pub grid: Arc<CheckpointGrid>,
+    /// One cell per expanded policy configuration, in file order.
     pub cells: Vec<Box<dyn Cell>>,
     /// Environment facts for the manifest.
     pub env_info: serde_json::Value,
 }
 
+/// The `[env]` table, parsed for its setting.
+enum Env {
+    Finite(Box<dyn EnvConfig>),
+    Linear(Box<dyn crate::linear::LinearEnvConfig>),
+    Contextual(Box<dyn crate::contextual::ContextualEnvConfig>),
+}
+
 impl Plan {
     /// Read and plan a file.
+    ///
+    /// # Errors
+    /// I/O, and any field of the file, with its name and value.
     pub fn from_file(path: &Path) -> Result<Plan> {
         let text = std::fs::read_to_string(path).map_err(|e| Error::Io {
             path: path.display().to_string(),
@@ -32,34 +47,70 @@ impl Plan {
     }
 
     /// Plan TOML text.
+    ///
+    /// # Errors
+    /// Any field of the file, with its name and value.
     pub fn from_toml(text: &str) -> Result<Plan> {
         Plan::new(ExperimentSpec::from_toml(text)?)
     }
 
     /// Plan a parsed spec.
+    ///
+    /// # Errors
+    /// Any field of the spec, with its name and value.
     pub fn new(spec: ExperimentSpec) -> Result<Plan> {
         let mut extra = spec.checkpoints.extra.clone();
         for f in &spec.figure {
             extra.extend(f.horizons());
         }
-        let grid = CheckpointGrid::log(spec.horizon, spec.checkpoints.points, &extra)
-            .at(|| "checkpoints".into())?;
+        let grid = Arc::new(
+            CheckpointGrid::log(spec.horizon, spec.checkpoints.points, &extra)
+                .at(|| "checkpoints".into())?,
+        );
         let kind = env_kind(&spec.env)?;
         let entry = registry::environment(&kind).at(|| "env".into())?;
-        let (cells, env_info) = match entry.parse {
-            EnvParser::Finite(parse) => {
-                let env = parse(without_kind(&spec.env)).at(|| format!("env ({kind})"))?;
-                super::finite::plan(&spec, env)?
-            }
-            EnvParser::Linear(parse) => {
-                let env = parse(without_kind(&spec.env)).at(|| format!("env ({kind})"))?;
-                super::linear::plan(&spec, env)?
-            }
-            EnvParser::Contextual(parse) => {
-                let env = parse(without_kind(&spec.env)).at(|| format!("env ({kind})"))?;
-                super::contextual::plan(&spec, env)?
+        let setting = entry.info.setting;
+        let at_env = || format!("env ({kind})");
+        let t = without_kind(&spec.env);
+        let mut env = match entry.parse {
+            EnvParse::Finite(parse) => Env::Finite(parse(t).at(at_env)?),
+            EnvParse::Linear(parse) => Env::Linear(parse(t).at(at_env)?),
+            EnvParse::Contextual(parse) => Env::Contextual(parse(t).at(at_env)?),
+            #[allow(unreachable_patterns)]
+            _ => {
+                return Err(Error::param(
+                    "env.kind",
+                    format!("\"{kind}\""),
+                    "an environment of a regret setting",
+                ));
             }
         };
+        match &mut env {
+            Env::Finite(e) => e.set_horizon(spec.horizon).at(at_env)?,
+            Env::Linear(e) => e.instantiate(spec.master_seed).at(at_env)?,
+            Env::Contextual(e) => e.instantiate(spec.master_seed).at(at_env)?,
+        }
+
+        // The one planner loop: every [[policy]] table, every sweep point, in file order.
+        let mut built = vec![];
+        for (i, table) in spec.policy.iter().enumerate() {
+            let kind = policy_kind(table, i)?;
+            let entry = registry::policy(&kind).at(|| format!("policy[{i}]"))?;
+            if entry.setting() != setting {
+                return Err(Error::Config(format!(
+                    "policy[{i}]: '{kind}' is a {} algorithm, but env '{}' is {}",
+                    entry.setting(),
+                    entry_kind(&spec.env),
+                    setting
+                )));
+            }
+            let at = || format!("policy[{i}] ({kind})");
+            for t in expand_sweep(&without_kind(table)).at(at)? {
+                built.push((i, entry.build(t).at(at)?));
+            }
+        }
+
+        let (cells, env_info) = cells(env, built, &spec, &grid)?;
         let mut seen = std::collections::HashSet::new();
         for c in &cells {
             if !seen.insert(c.label()) {
@@ -70,7 +121,7 @@ impl Plan {
             }
         }
         let plan = Plan {
-            setting: entry.setting,
+            setting,
             grid,
             cells,
             env_info,
@@ -84,6 +135,99 @@ impl Plan {
         }
         Ok(plan)
     }
+
+    /// Number of `(cell, run)` jobs.
+    pub fn jobs(&self) -> u64 {
+        self.cells.len() as u64 * self.spec.runs
+    }
+}
+
+/// The cells of each setting and the environment facts for the manifest.
+fn cells(
+    env: Env,
+    built: Vec<(usize, Built)>,
+    spec: &ExperimentSpec,
+    grid: &Arc<CheckpointGrid>,
+) -> Result<(Vec<Box<dyn Cell>>, serde_json::Value)> {
+    let wrong = |i: usize| {
+        Error::Config(format!(
+            "policy[{i}]: algorithm of another setting (a registry bug)"
+        ))
+    };
+    match env {
+        Env::Finite(env) => {
+            let env: Arc<dyn EnvConfig> = Arc::from(env);
+            let mut cells: Vec<Box<dyn Cell>> = vec![];
+            for (i, b) in built {
+                let Built::Finite(cfg) = b else {
+                    return Err(wrong(i));
+                };
+                let kind = cfg.kind();
+                let cell = FiniteCell::new(
+                    env.clone(),
+                    cfg,
+                    grid.clone(),
+                    spec.master_seed,
+                    spec.simulation,
+                )
+                .at(|| format!("policy[{i}] ({kind})"))?;
+                cells.push(Box::new(cell));
+            }
+            let (lo, hi) = env.reward_range();
+            let info = serde_json::json!({
+                "kind": env.kind(),
+                "arms": env.num_arms(),
+                "means": env.means(),
+                "reward_range": [lo, hi],
+                "instance": env.describe(),
+                "seed_derivation": crate::rng::describe(&[crate::rng::ENV_RUN, crate::rng::ENV_ARM]),
+            });
+            Ok((cells, info))
+        }
+        Env::Linear(env) => {
+            let env: Arc<dyn crate::linear::LinearEnvConfig> = Arc::from(env);
+            let mut cells: Vec<Box<dyn Cell>> = vec![];
+            for (i, b) in built {
+                let Built::Linear(cfg) = b else {
+                    return Err(wrong(i));
+                };
+                cells.push(Box::new(LinearCell::new(
+                    env.clone(),
+                    cfg,
+                    grid.clone(),
+                    spec.master_seed,
+                )));
+            }
+            Ok((cells, env.describe()))
+        }
+        Env::Contextual(env) => {
+            let mut policies: Vec<Box<dyn ContextualPolicyConfig>> = vec![];
+            for (i, b) in built {
+                let Built::Contextual(cfg) = b else {
+                    return Err(wrong(i));
+                };
+                // Build once to surface dimension errors at plan time.
+                cfg.build(env.dim(), spec.horizon, 0)
+                    .at(|| format!("policy[{i}] ({})", cfg.kind()))?;
+                policies.push(cfg);
+            }
+            let info = env.describe();
+            let group = Arc::new(ContextualGroup::new(
+                env,
+                policies,
+                grid.clone(),
+                spec.master_seed,
+            ));
+            Ok((group.cells(), info))
+        }
+    }
+}
+
+fn entry_kind(t: &toml::Table) -> String {
+    t.get("kind")
+        .and_then(|v| v.as_str())
+        .unwrap_or("?")
+        .to_string()
 }
 
 fn env_kind(t: &toml::Table) -> Result<String> {
@@ -111,6 +255,9 @@ pub(crate) fn without_kind(t: &toml::Table) -> toml::Table {
 
 /// Expand a `[[policy]]` table into one table per sweep point. Any array whose elements are all
 /// numbers, strings or booleans is a sweep axis; the cartesian product is taken in key order.
+///
+/// # Errors
+/// An empty list.
 pub fn expand_sweep(t: &toml::Table) -> Result<Vec<toml::Table>> {
     let mut out = vec![toml::Table::new()];
     for (k, v) in t {
@@ -152,7 +299,7 @@ fn is_scalar(v: &toml::Value) -> bool {
 }
 
 /// The `kind` string of a `[[policy]]` table.
-pub(crate) fn policy_kind(t: &toml::Table, i: usize) -> Result<String> {
+fn policy_kind(t: &toml::Table, i: usize) -> Result<String> {
     match t.get("kind") {
         Some(toml::Value::String(s)) => Ok(s.clone()),
         other => Err(Error::param(

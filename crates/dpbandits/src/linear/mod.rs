@@ -1,19 +1,104 @@
-//! Stochastic linear bandits with a finite arm set (spec zcdp §1.2, §3): the environment, the
-//! G-optimal design solver, and GOPE with its rho-zCDP variants (AdaC-GOPE, AdaR-GOPE-Var, output
-//! perturbation).
+//! Stochastic linear bandits with a finite arm set (spec zcdp §1.2, §3): the setting's traits, its
+//! environment, its algorithms and its run loop.
 //!
-//! Phased algorithms are simulated in O(support arms) per phase: each support arm's block of
-//! `T_l(a)` pulls is one exact draw of its reward sum (see `experiment::LinearCell`).
+//! # Layout
+//! * this file: the traits [`LinearEnvConfig`] (an instance: arm vectors and a reward model) and
+//!   [`LinearPolicy`] / [`LinearPolicyConfig`] (algorithms that see the arm vectors);
+//! * one file per environment: `gaussian.rs` (`kind = "linear"`: `<theta*, a> + N(0, sigma^2)`);
+//! * one file per paper algorithm family: `adac_gope.rs` (GOPE, AdaC-GOPE, AdaR-GOPE-Var, output
+//!   perturbation), `lin_ucb.rs` (LinUCB: OFUL on the fixed arm set); `design.rs` is the G-optimal
+//!   design solver the GOPE family shares;
+//! * `sim.rs`: the run loop ([`simulate_linear`]) and the experiment cell ([`LinearCell`]).
+//!
+//! # The contract
+//! A linear environment *is* a finite-armed [`crate::finite::Environment`] whose means are
+//! `<theta*, a>`; what makes the setting linear is that policies are built from the arm vectors.
+//! A [`LinearPolicy`] commits to blocks like a finite-armed policy ([`Pull`]): phased algorithms
+//! return a whole block of one arm, and the run loop draws the block's reward sum exactly
+//! (one Normal draw for Gaussian noise), so a phase costs O(support arms). Per-step policies
+//! commit to one round. Rewards are clipped one by one at the policy's [`LinearPolicy::boundary`]
+//! (if any) before they are summed.
+//!
 //! Linear algebra uses `nalgebra` (Cholesky for solves and log-determinants, the symmetric
 //! eigendecomposition for `V^{-1/2}` and for the span of non-spanning arm sets).
+//!
+//! # Adding an algorithm or an environment
+//! One file here implementing [`LinearPolicyConfig`] + [`LinearPolicy`] (or [`LinearEnvConfig`]),
+//! a `mod`/`pub use` line below, one entry in [`crate::registry`].
 
-pub mod design;
-pub mod env;
-pub mod gope;
+mod adac_gope;
+mod design;
+mod gaussian;
+mod lin_ucb;
+mod sim;
 
-pub use design::{Design, DesignOptions, DesignSolver, Span, g_optimal};
-pub use env::{LinearConfig, LinearEnv, LinearInstance};
-pub use gope::{
-    GopeConfig, GopeConstants, NoiseCalibration, NoisePlacement, PhaseLength, PhasePlan,
-    PhaseRelease, PhasedElimination, per_arm_sums_privacy_term, phase_length,
+pub use adac_gope::{
+    ADAC_GOPE, ADAR_GOPE_VAR, GOPE, GOPE_OUTPUT_PERTURBATION, GopeConfig, GopeConstants,
+    NoiseCalibration, NoisePlacement, PhaseLength, PhasePlan, PhaseRelease, PhasedElimination,
+    chi2_tail, delta_kl, per_arm_sums_privacy_term, phase_length,
 };
+pub use design::{
+    Design, DesignOptions, DesignSolver, Span, g_optimal, info_matrix, leverages, ln_det,
+};
+pub use gaussian::{LINEAR, LinearConfig, LinearEnv, LinearInstance, unit_sphere};
+pub use lin_ucb::{LIN_UCB, LinUcb, LinUcbConfig};
+pub use sim::{LinearCell, simulate_linear};
+
+use crate::error::Result;
+use crate::finite::{Environment, Pull};
+use crate::privacy::{PrivacyGuarantee, RewardBoundary};
+use nalgebra::DVector;
+use std::fmt::Debug;
+
+/// A validated linear-bandit environment description (one `[env]` table).
+pub trait LinearEnvConfig: Send + Sync + Debug {
+    /// Registry kind.
+    fn kind(&self) -> &'static str;
+    /// Draw what every run shares (e.g. a random instance) from the master seed; called once by
+    /// the planner.
+    fn instantiate(&mut self, master_seed: u64) -> Result<()>;
+    /// The arm vectors and the reward environment of run `run`.
+    fn build(
+        &self,
+        master_seed: u64,
+        run: u64,
+    ) -> Result<(Vec<DVector<f64>>, Box<dyn Environment>)>;
+    /// Instance facts for the manifest.
+    fn describe(&self) -> serde_json::Value;
+}
+
+/// A linear-bandit policy for one run.
+pub trait LinearPolicy: Send + Debug {
+    /// The privacy claim.
+    fn guarantee(&self) -> PrivacyGuarantee;
+    /// The boundary every reward is clipped to before it enters a statistic (`None`: no
+    /// clipping).
+    fn boundary(&self) -> Option<RewardBoundary>;
+    /// The next commitment; `t` = rounds played. Calling it again before the commitment is
+    /// observed in full returns the rest of it.
+    ///
+    /// # Errors
+    /// A numerical failure of the algorithm (e.g. a singular design).
+    fn choose(&mut self, t: u64) -> Result<Pull>;
+    /// The sum of `n` rewards of `arm`, inside the current commitment (each clipped at the
+    /// boundary).
+    fn observe_batch(&mut self, arm: usize, n: u64, sum: f64);
+}
+
+/// A validated linear-bandit policy configuration (one cell of a sweep).
+pub trait LinearPolicyConfig: Send + Sync + Debug {
+    /// Registry kind.
+    fn kind(&self) -> &'static str;
+    /// Label `kind(p=v,...)`; keys the policy's random streams.
+    fn label(&self) -> String;
+    /// Numeric parameters identifying the cell.
+    fn params(&self) -> Vec<(&'static str, f64)>;
+    /// The privacy claim.
+    fn guarantee(&self) -> PrivacyGuarantee;
+    /// Facts for the manifest.
+    fn describe(&self) -> serde_json::Value {
+        serde_json::Value::Null
+    }
+    /// Build the policy for one run on `arms`; `seed` is the run's policy seed.
+    fn build(&self, arms: &[DVector<f64>], seed: u64) -> Result<Box<dyn LinearPolicy>>;
+}

@@ -18,7 +18,7 @@
 //! [`super::run_jobs`] switches to this path by itself as soon as one cell reports a group
 //! ([`Cell::group`]), so callers need not change.
 
-use super::{Cell, CellRuns, CheckpointGrid};
+use super::{Cell, CellRuns};
 use crate::error::Result;
 use rayon::prelude::*;
 use std::fmt::Debug;
@@ -28,9 +28,11 @@ use std::sync::Arc;
 pub trait CellGroup: Send + Sync + Debug {
     /// Number of member cells.
     fn members(&self) -> usize;
-    /// Run number `run` of every member; write member `m`'s metric at each checkpoint into
-    /// `out[m]` (each of length = number of checkpoints).
-    fn run_group(&self, run: u64, grid: &CheckpointGrid, out: &mut [Vec<f64>]) -> Result<()>;
+    /// Values one run of a member produces.
+    fn width(&self) -> usize;
+    /// Run number `run` of every member; write member `m`'s values into `out[m]` (each of
+    /// length [`CellGroup::width`]).
+    fn run_group(&self, run: u64, out: &mut [Vec<f64>]) -> Result<()>;
 }
 
 /// A cell's place in a group.
@@ -53,10 +55,8 @@ enum Unit {
 pub fn run_grouped(
     cells: &[Box<dyn Cell>],
     runs: u64,
-    grid: &CheckpointGrid,
     progress: &(dyn Fn() + Sync),
 ) -> Vec<CellRuns> {
-    let n_cp = grid.points().len();
     let mut units: Vec<Unit> = vec![];
     for (ci, c) in cells.iter().enumerate() {
         match c.group() {
@@ -89,14 +89,14 @@ pub fn run_grouped(
             let (u, r) = ((j / runs) as usize, j % runs);
             match &units[u] {
                 Unit::Single(ci) => {
-                    let mut out = vec![0.0; n_cp];
-                    let res = cells[*ci].run(r, grid, &mut out).map(|()| out);
+                    let mut out = vec![0.0; cells[*ci].width()];
+                    let res = cells[*ci].run(r, &mut out).map(|()| out);
                     progress();
                     vec![(*ci, res)]
                 }
                 Unit::Group(g, members) => {
-                    let mut out = vec![vec![0.0; n_cp]; members.len()];
-                    let res = g.run_group(r, grid, &mut out);
+                    let mut out = vec![vec![0.0; g.width()]; members.len()];
+                    let res = g.run_group(r, &mut out);
                     let mut v = vec![];
                     for (m, row) in out.into_iter().enumerate() {
                         let Some(ci) = members[m] else { continue };

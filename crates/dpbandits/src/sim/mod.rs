@@ -1,25 +1,18 @@
-//! The simulator: checkpoint grids, the finite-armed run loop, and deterministic parallel jobs.
+//! The setting-neutral simulator: checkpoint grids, experiment cells and deterministic parallel
+//! jobs. Each setting's own run loop lives in its folder (`finite/sim.rs`, `linear/sim.rs`,
+//! `contextual/sim.rs`, `bai/sim.rs`).
 //!
 //! # Memory
 //! Regret is recorded only on a [`CheckpointGrid`] (log-spaced by default, plus any horizons a
 //! figure needs), so a run's memory does not depend on the horizon `T`.
-//!
-//! # Episode fast path
-//! With [`SimMode::Episodes`] (the default) a policy that commits to an arm for `L` rounds is
-//! advanced by one [`Environment::pull_sum`] (an exact draw of the sum of `L` rewards) and one
-//! [`Policy::observe_batch`]. Pseudo-regret inside the episode is deterministic given the arm, so
-//! checkpoints that fall inside an episode are still exact. [`SimMode::Steps`] is the plain
-//! step-by-step loop, kept for testing the fast path against (see `tests/fast_path.rs`).
 //!
 //! # Parallelism and reproducibility
 //! [`run_jobs`] enumerates jobs `(cell, run)`, runs them with rayon and collects results in job
 //! order (the `rand` crate's `rayon-monte-carlo` pattern). Each job seeds its own generators from
 //! its coordinates, so results are byte-identical for any thread count.
 
-use crate::env::Environment;
 use crate::error::{Error, Result};
-use crate::policy::Policy;
-use crate::privacy::{PrivacyGuarantee, RewardBoundary};
+use crate::privacy::PrivacyGuarantee;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::fmt::Debug;
@@ -112,50 +105,6 @@ impl CheckpointGrid {
     }
 }
 
-/// Play `policy` against `env` up to the grid's horizon and write the cumulative pseudo-regret
-/// at each checkpoint into `out` (length = number of checkpoints).
-///
-/// `clip_each`: in episode mode, when the environment can emit rewards outside the policy's
-/// privacy boundary, the episode sum is built from individually clipped rewards (O(L)) instead of
-/// one exact draw, so the sensitivity argument holds for the fast path too.
-pub fn simulate_finite(
-    env: &mut dyn Environment,
-    policy: &mut dyn Policy,
-    grid: &CheckpointGrid,
-    mode: SimMode,
-    clip_each: Option<RewardBoundary>,
-    out: &mut [f64],
-) {
-    let cps = grid.points();
-    assert_eq!(out.len(), cps.len());
-    let horizon = grid.horizon();
-    let (mut t, mut regret, mut ci) = (0u64, 0.0f64, 0usize);
-    while t < horizon {
-        let pull = policy.choose(t);
-        let steps = match mode {
-            SimMode::Episodes => pull.steps.clamp(1, horizon - t),
-            SimMode::Steps => 1,
-        };
-        let arm = pull.arm;
-        while ci < cps.len() && cps[ci] <= t + steps {
-            out[ci] = regret + env.regret(arm, t, cps[ci] - t);
-            ci += 1;
-        }
-        regret += env.regret(arm, t, steps);
-        if steps == 1 {
-            let r = env.pull(arm, t);
-            policy.observe(arm, r);
-        } else {
-            let sum = match clip_each {
-                Some(b) => (0..steps).map(|i| b.clip(env.pull(arm, t + i))).sum(),
-                None => env.pull_sum(arm, t, steps),
-            };
-            policy.observe_batch(arm, steps, sum);
-        }
-        t += steps;
-    }
-}
-
 /// One configuration of an experiment (an environment and a policy with fixed parameters) that
 /// can produce independent runs.
 pub trait Cell: Send + Sync + Debug {
@@ -171,8 +120,11 @@ pub trait Cell: Send + Sync + Debug {
     fn describe(&self) -> serde_json::Value {
         serde_json::Value::Null
     }
-    /// Run number `run`; write the metric at each checkpoint into `out`.
-    fn run(&self, run: u64, grid: &CheckpointGrid, out: &mut [f64]) -> Result<()>;
+    /// Number of values one run produces (the checkpoints of a regret curve; the outcome fields
+    /// of a BAI run).
+    fn width(&self) -> usize;
+    /// Run number `run`; write its [`Cell::width`] values into `out`.
+    fn run(&self, run: u64, out: &mut [f64]) -> Result<()>;
     /// The group this cell is simulated with (common random numbers, one job per group and run;
     /// see [`CellGroup`]). `None` (the default): one job per (cell, run).
     fn group(&self) -> Option<GroupMember> {
@@ -180,29 +132,23 @@ pub trait Cell: Send + Sync + Debug {
     }
 }
 
-/// Results of all runs of one cell: `values[run][checkpoint]`, or the error that stopped it.
+/// Results of all runs of one cell: `values[run][i]`, or the error that stopped it.
 pub type CellRuns = Result<Vec<Vec<f64>>>;
 
 /// Run every `(cell, run)` job in parallel on the current rayon pool. `progress` is called once
 /// per finished job. Results are in cell order, runs in run order, independent of thread count.
 /// A failing job makes only its own cell fail; the other cells are kept.
-pub fn run_jobs(
-    cells: &[Box<dyn Cell>],
-    runs: u64,
-    grid: &CheckpointGrid,
-    progress: &(dyn Fn() + Sync),
-) -> Vec<CellRuns> {
+pub fn run_jobs(cells: &[Box<dyn Cell>], runs: u64, progress: &(dyn Fn() + Sync)) -> Vec<CellRuns> {
     if cells.iter().any(|c| c.group().is_some()) {
-        return run_grouped(cells, runs, grid, progress);
+        return run_grouped(cells, runs, progress);
     }
-    let n_cp = grid.points().len();
     let jobs = cells.len() as u64 * runs;
     let results: Vec<Result<Vec<f64>>> = (0..jobs)
         .into_par_iter()
         .map(|j| {
             let (c, r) = ((j / runs) as usize, j % runs);
-            let mut out = vec![0.0; n_cp];
-            let res = cells[c].run(r, grid, &mut out).map(|()| out);
+            let mut out = vec![0.0; cells[c].width()];
+            let res = cells[c].run(r, &mut out).map(|()| out);
             progress();
             res
         })

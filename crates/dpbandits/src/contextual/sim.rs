@@ -1,0 +1,164 @@
+//! The contextual run loop and experiment cells.
+//!
+//! Every `[[policy]]` configuration of a contextual experiment is one cell, and
+//! all of them form one [`CellGroup`], simulated one run per job on common random numbers
+//! ([`simulate_contextual`]): each round's decision set and reward noise are generated once and
+//! shared by all policies. A cell run alone ([`Cell::run`]) gives exactly the numbers it gets in
+//! the group (its randomness depends only on the master seed, the run and its own label).
+
+use super::{ContextualEnvConfig, ContextualEnvironment, ContextualPolicy, ContextualPolicyConfig};
+use crate::error::Result;
+use crate::privacy::PrivacyGuarantee;
+use crate::rng;
+use crate::sim::{Cell, CellGroup, CheckpointGrid, GroupMember};
+use serde_json::json;
+use std::sync::Arc;
+
+/// All policies of a contextual experiment on one environment.
+#[derive(Debug)]
+pub struct ContextualGroup {
+    env: Box<dyn ContextualEnvConfig>,
+    policies: Vec<Box<dyn ContextualPolicyConfig>>,
+    grid: Arc<CheckpointGrid>,
+    master_seed: u64,
+}
+
+impl ContextualGroup {
+    /// A group; the environment must be instantiated already.
+    pub fn new(
+        env: Box<dyn ContextualEnvConfig>,
+        policies: Vec<Box<dyn ContextualPolicyConfig>>,
+        grid: Arc<CheckpointGrid>,
+        master_seed: u64,
+    ) -> Self {
+        ContextualGroup {
+            env,
+            policies,
+            grid,
+            master_seed,
+        }
+    }
+
+    /// One cell per policy, all simulated in this group.
+    pub fn cells(self: &Arc<Self>) -> Vec<Box<dyn Cell>> {
+        (0..self.policies.len())
+            .map(|index| {
+                Box::new(ContextualCell {
+                    group: self.clone(),
+                    index,
+                }) as Box<dyn Cell>
+            })
+            .collect()
+    }
+
+    /// Policy seed of member `m` in run `run` (keyed by its label, not its position).
+    pub fn policy_seed(&self, m: usize, run: u64) -> u64 {
+        rng::policy_seed(self.master_seed, &self.policies[m].label(), run)
+    }
+
+    /// Run `run` of the members `which`, writing member `which[i]`'s regret into `out[i]`.
+    pub fn run_members(&self, which: &[usize], run: u64, out: &mut [Vec<f64>]) -> Result<()> {
+        let grid = &self.grid;
+        let mut env = self.env.build(self.master_seed, run)?;
+        let d = self.env.dim();
+        let mut pols = which
+            .iter()
+            .map(|&m| self.policies[m].build(d, grid.horizon(), self.policy_seed(m, run)))
+            .collect::<Result<Vec<_>>>()?;
+        simulate_contextual(env.as_mut(), &mut pols, grid, out);
+        Ok(())
+    }
+}
+
+impl CellGroup for ContextualGroup {
+    fn members(&self) -> usize {
+        self.policies.len()
+    }
+    fn width(&self) -> usize {
+        self.grid.points().len()
+    }
+    fn run_group(&self, run: u64, out: &mut [Vec<f64>]) -> Result<()> {
+        let all: Vec<usize> = (0..self.policies.len()).collect();
+        self.run_members(&all, run, out)
+    }
+}
+
+/// One policy configuration of a contextual experiment.
+#[derive(Debug)]
+pub struct ContextualCell {
+    group: Arc<ContextualGroup>,
+    index: usize,
+}
+
+impl Cell for ContextualCell {
+    fn label(&self) -> String {
+        self.group.policies[self.index].label()
+    }
+    fn kind(&self) -> &'static str {
+        self.group.policies[self.index].kind()
+    }
+    fn params(&self) -> Vec<(&'static str, f64)> {
+        self.group.policies[self.index].params()
+    }
+    fn guarantee(&self) -> PrivacyGuarantee {
+        self.group.policies[self.index].guarantee()
+    }
+    fn describe(&self) -> serde_json::Value {
+        json!({
+            "simulation_path": "step by step; all policies of the file driven on the same decision sets and reward noise (common random numbers), one job per run",
+        })
+    }
+    fn width(&self) -> usize {
+        self.group.grid.points().len()
+    }
+    fn run(&self, run: u64, out: &mut [f64]) -> Result<()> {
+        let mut rows = vec![vec![0.0; out.len()]];
+        self.group.run_members(&[self.index], run, &mut rows)?;
+        out.copy_from_slice(&rows[0]);
+        Ok(())
+    }
+    fn group(&self) -> Option<GroupMember> {
+        Some(GroupMember {
+            group: self.group.clone(),
+            index: self.index,
+        })
+    }
+}
+
+/// Play every policy against the same environment stream up to the grid's horizon; `out[p]`
+/// receives policy `p`'s cumulative pseudo-regret at each checkpoint.
+///
+/// Each round: the environment draws `A_t` and `eta_t` once; every policy chooses, is charged
+/// `best - mean(a)`, and observes `mean(a) + eta_t`.
+pub fn simulate_contextual(
+    env: &mut dyn ContextualEnvironment,
+    policies: &mut [Box<dyn ContextualPolicy>],
+    grid: &CheckpointGrid,
+    out: &mut [Vec<f64>],
+) {
+    assert_eq!(policies.len(), out.len());
+    let cps = grid.points();
+    let horizon = grid.horizon();
+    let mut regret = vec![0.0f64; policies.len()];
+    let mut ci = 0usize;
+    for t in 0..horizon {
+        env.next_round(t);
+        let actions = env.actions();
+        let means = env.means();
+        let best = env.best_mean();
+        let eta = env.noise();
+        for (p, reg) in policies.iter_mut().zip(regret.iter_mut()) {
+            let i = p.choose(t, &actions);
+            let m = means[i];
+            *reg += best - m;
+            p.observe(&actions, i, m + eta);
+        }
+        // Checkpoints are 1-based round counts: after round index t, t + 1 rounds are played.
+        while ci < cps.len() && cps[ci] == t + 1 {
+            for (row, &r) in out.iter_mut().zip(&regret) {
+                row[ci] = r;
+            }
+            ci += 1;
+        }
+    }
+}

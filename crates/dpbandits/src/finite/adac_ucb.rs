@@ -1,0 +1,484 @@
+//! AdaC-UCB: rho-zCDP UCB with adaptive (doubling) episodes and forgetting, and its non-private
+//! counterpart "UCB with adaptive episodes and forgetting".
+//!
+//! # Algorithm
+//! Azize & Basu (2024), "Concentrated Differential Privacy for Bandits", Algorithm 4 (App. C),
+//! index Eq. (14); our spec `zcdp-bandits.md` §2.
+//! 1. Pull every arm once (each single pull is the arm's first episode).
+//! 2. Each episode `l` starts at round `t_l`; for every arm the index is
+//!    `I_a = mu~_a + sqrt((1/(2 n_a) + 1/(rho n_a^2)) beta ln t_l)`, where `mu~_a` is the *released*
+//!    noisy mean of the arm's last episode and `n_a` its sample count (see [`InitCount`]).
+//! 3. Play `a_l = argmax I_a` (ties: lowest index) for `N_{a_l}` rounds, doubling its count.
+//! 4. At the end of the episode release `mu~ = mean of the L new rewards + N(0, 1/(2 rho L^2))` and
+//!    forget the arm's older samples.
+//!
+//! The non-private counterpart (`kind = "adaptive_ucb"`, spec §2.7) is the same schedule with
+//! `rho = inf`: no noise and no `1/(rho n^2)` term. It is built from the same code, so the two differ
+//! only by the privacy mechanism.
+//!
+//! # Privacy
+//! * Notion: rho-Interactive zCDP (Def. 4), central trust model, reward-level adjacency.
+//! * Mechanism: the mean of one episode's `L` rewards, clipped to [0, 1] (sensitivity `1/L`), plus
+//!   Gaussian noise of variance `1/(2 rho n^2)` with `n <= L` (Thm 18, Eq. 14). The mechanism is
+//!   calibrated by [`GaussianMechanism::for_zcdp`] (rounded up).
+//! * Composition: episodes use disjoint rewards and their boundaries depend only on released
+//!   statistics (doubling), so Lemma 1 with App. D-B gives rho overall, not rho per episode; the
+//!   index is post-processing (Lemmas 3-4).
+//! * Each released mean is sampled once when its episode ends and cached ([`NoisyMean`]); the index
+//!   recomputes only the public bonus (spec §2.5).
+//!
+//! # Parameters
+//! `rho > 0` (inf = non-private limit), `beta > 0` (theory needs beta > 3; the paper's experiments
+//! use 1), `init_count` (`literal` | `actual`), `boundary` (`clip` | `reject`).
+
+use super::{Episode, Policy, PolicyConfig, Pull, argmax};
+use crate::config::{AlgorithmInfo, Setting};
+use crate::error::{Result, check};
+use crate::privacy::{
+    BoundaryMode, Budget, GaussianMechanism, NoisyMean, PrivacyGuarantee, REWARD_ADJACENCY,
+    RewardBoundary, TrustModel,
+};
+use crate::rng::{SimRng, Stream, stream_rng};
+use serde::Deserialize;
+
+/// Registry record of `adaptive_ucb`.
+pub const ADAPTIVE_UCB: AlgorithmInfo = AlgorithmInfo {
+    kind: "adaptive_ucb",
+    name: "UCB with adaptive episodes and forgetting",
+    setting: Setting::FiniteArmed,
+    reference: "Azize & Basu 2024, Sec. VII-A baseline (AdaC-UCB with rho = inf; spec zcdp §2.7)",
+    privacy: "none",
+    example: "beta = 1.0",
+    source: file!(),
+    doc: include_str!("adac_ucb.rs"),
+};
+
+/// Registry record of `adac_ucb`.
+pub const ADAC_UCB: AlgorithmInfo = AlgorithmInfo {
+    kind: "adac_ucb",
+    name: "AdaC-UCB",
+    setting: Setting::FiniteArmed,
+    reference: "Azize & Basu 2024, Algorithm 4, Eq. (14)",
+    privacy: "rho-Interactive zCDP (central), Gaussian mechanism per (arm, episode)",
+    example: "rho = 1.0",
+    source: file!(),
+    doc: include_str!("adac_ucb.rs"),
+};
+
+/// Which sample count the index uses right after initialisation (spec zcdp §2.6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InitCount {
+    /// `n_a = N_a / 2` as printed in Eq. (14): 0.5 after the single initial pull (more noise and a
+    /// larger bonus for the first episode; conservative). Default.
+    #[default]
+    Literal,
+    /// `n_a` = the actual size of the last episode (1 after initialisation), as in App. D.
+    Actual,
+}
+
+/// `kind = "adac_ucb"` (private) or `kind = "adaptive_ucb"` (non-private counterpart).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdaCUcbConfig {
+    /// zCDP budget; `inf` (or the `adaptive_ucb` kind) is the non-private limit.
+    pub rho: f64,
+    /// Optimism parameter beta (default 1, as in the paper's experiments).
+    #[serde(default = "one")]
+    pub beta: f64,
+    /// Sample count after initialisation.
+    #[serde(default)]
+    pub init_count: InitCount,
+    /// What to do with rewards outside [0, 1].
+    #[serde(default)]
+    pub boundary: BoundaryMode,
+    /// Set by the registry: whether this is the non-private `adaptive_ucb` entry.
+    #[serde(skip)]
+    pub non_private_kind: bool,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+impl AdaCUcbConfig {
+    /// A private configuration with the paper's defaults (beta = 1, literal count, clip).
+    pub fn private(rho: f64) -> Self {
+        AdaCUcbConfig {
+            rho,
+            beta: 1.0,
+            init_count: InitCount::Literal,
+            boundary: BoundaryMode::Clip,
+            non_private_kind: false,
+        }
+    }
+
+    /// The non-private counterpart (beta = 1).
+    pub fn non_private() -> Self {
+        AdaCUcbConfig {
+            non_private_kind: true,
+            ..Self::private(f64::INFINITY)
+        }
+    }
+
+    /// Check every parameter.
+    pub fn validate(&self) -> Result<()> {
+        check::budget("rho", self.rho)?;
+        check::positive("beta", self.beta)?;
+        if self.non_private_kind && self.rho.is_finite() {
+            return Err(crate::error::Error::param(
+                "rho",
+                self.rho,
+                "no rho for the non-private adaptive_ucb (use kind = \"adac_ucb\")",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl PolicyConfig for AdaCUcbConfig {
+    fn kind(&self) -> &'static str {
+        if self.non_private_kind {
+            ADAPTIVE_UCB.kind
+        } else {
+            ADAC_UCB.kind
+        }
+    }
+    fn params(&self) -> Vec<(&'static str, f64)> {
+        let mut p = vec![];
+        if !self.non_private_kind {
+            p.push(("rho", self.rho));
+        }
+        if self.beta != 1.0 {
+            p.push(("beta", self.beta));
+        }
+        p
+    }
+    fn guarantee(&self) -> PrivacyGuarantee {
+        guarantee(self.rho, self.boundary, self.init_count)
+    }
+    fn build(&self, k: usize, seed: u64) -> Result<Box<dyn Policy>> {
+        Ok(Box::new(AdaCUcb::new(k, self.clone(), seed)?))
+    }
+}
+
+fn guarantee(rho: f64, mode: BoundaryMode, init: InitCount) -> PrivacyGuarantee {
+    if rho.is_infinite() {
+        return PrivacyGuarantee::non_private();
+    }
+    PrivacyGuarantee {
+        notion: "rho-Interactive zCDP (Azize & Basu 2024, Def. 4; Thm 12)".into(),
+        model: TrustModel::Central,
+        adjacency: REWARD_ADJACENCY.into(),
+        budget: Budget::Zcdp { rho },
+        mechanism: format!(
+            "Gaussian mechanism on each (arm, episode) mean of rewards clipped to [0,1]: \
+             sigma^2 = 1/(2 rho n^2) (Eq. 14, Thm 18), n = {} ; released once per episode and cached; \
+             disjoint episodes compose in parallel (Lemma 1, App. D-B)",
+            match init {
+                InitCount::Literal =>
+                    "N_a/2 (literal Eq. 14; n = 0.5 after the initial pull, conservative)",
+                InitCount::Actual => "episode length (App. D)",
+            }
+        ),
+        boundary: Some(RewardBoundary::unit(mode)),
+    }
+}
+
+/// AdaC-UCB state (also the non-private counterpart when `rho = inf`).
+#[derive(Debug, Clone)]
+pub struct AdaCUcb {
+    cfg: AdaCUcbConfig,
+    boundary: RewardBoundary,
+    /// N_a: total pulls.
+    pulls: Vec<u64>,
+    /// Released (cached) statistic of each arm's last episode.
+    released: Vec<Option<NoisyMean>>,
+    /// Public bonus coefficient `(1/(2n) + 1/(rho n^2)) beta` of each arm.
+    bonus_coeff: Vec<f64>,
+    episode: Option<Episode>,
+    noise: SimRng,
+    releases: u64,
+}
+
+impl AdaCUcb {
+    /// AdaC-UCB on `k >= 1` arms; `seed` keys its noise stream.
+    pub fn new(k: usize, cfg: AdaCUcbConfig, seed: u64) -> Result<Self> {
+        check::at_least("K", k as u64, 1)?;
+        cfg.validate()?;
+        Ok(AdaCUcb {
+            boundary: RewardBoundary::unit(cfg.boundary),
+            cfg,
+            pulls: vec![0; k],
+            released: vec![None; k],
+            bonus_coeff: vec![f64::INFINITY; k],
+            episode: None,
+            noise: stream_rng(seed, Stream::Noise, &[]),
+            releases: 0,
+        })
+    }
+
+    /// The cached released mean of every arm (`None` before its first episode ends).
+    pub fn released_means(&self) -> Vec<Option<f64>> {
+        self.released.iter().map(|m| m.map(|m| m.value())).collect()
+    }
+
+    /// Released statistics with their noise scale and sample count.
+    pub fn released(&self) -> &[Option<NoisyMean>] {
+        &self.released
+    }
+
+    /// How many private statistics have been released so far (one per finished episode).
+    pub fn releases(&self) -> u64 {
+        self.releases
+    }
+
+    /// Total pulls of each arm.
+    pub fn pulls(&self) -> &[u64] {
+        &self.pulls
+    }
+
+    /// The count `n_a` used in the index after an episode of length `len` ending at total `pulls`.
+    fn index_count(&self, len: u64, pulls: u64) -> f64 {
+        match self.cfg.init_count {
+            InitCount::Literal => pulls as f64 / 2.0,
+            InitCount::Actual => len as f64,
+        }
+    }
+
+    fn finish_episode(&mut self, ep: Episode) {
+        let a = ep.arm;
+        self.pulls[a] += ep.len;
+        let n = self.index_count(ep.len, self.pulls[a]);
+        self.released[a] = Some(if self.is_private() {
+            // Calibrate for sensitivity 1/n with n <= L: at least the noise the true sensitivity
+            // 1/L needs.
+            let mech = GaussianMechanism::for_zcdp(self.boundary.width() / n, self.cfg.rho)
+                .expect("rho validated, n > 0");
+            mech.release_mean(ep.sum, ep.len, &self.boundary, &mut self.noise)
+        } else {
+            NoisyMean::non_private(ep.sum, ep.len)
+        });
+        let rho_term = if self.cfg.rho.is_infinite() {
+            0.0
+        } else {
+            1.0 / (self.cfg.rho * n * n)
+        };
+        self.bonus_coeff[a] = (1.0 / (2.0 * n) + rho_term) * self.cfg.beta;
+        self.releases += 1;
+        self.episode = None;
+    }
+
+    /// Whether a privacy mechanism is applied (rho finite). The non-private counterpart has no
+    /// privacy boundary: it neither clips nor adds noise, exactly like the paper's baseline.
+    fn is_private(&self) -> bool {
+        self.cfg.rho.is_finite()
+    }
+
+    fn record(&mut self, arm: usize, n: u64, sum: f64) {
+        let ep = self.episode.as_mut().expect("observe without a chosen arm");
+        if ep.record(arm, n, sum) {
+            let ep = *ep;
+            self.finish_episode(ep);
+        }
+    }
+}
+
+impl Policy for AdaCUcb {
+    fn num_arms(&self) -> usize {
+        self.pulls.len()
+    }
+    fn guarantee(&self) -> PrivacyGuarantee {
+        guarantee(self.cfg.rho, self.cfg.boundary, self.cfg.init_count)
+    }
+    fn boundary(&self) -> Option<RewardBoundary> {
+        self.is_private().then_some(self.boundary)
+    }
+    fn choose(&mut self, t: u64) -> Pull {
+        if let Some(ep) = self.episode {
+            return ep.remaining();
+        }
+        let (arm, len) =
+            if let Some(a) = self.released.iter().position(Option::is_none) {
+                (a, 1)
+            } else {
+                // t_l = t + 1 (1-based index of the episode's first round).
+                let log_t = ((t + 1) as f64).ln();
+                let a =
+                    argmax(self.released.iter().zip(&self.bonus_coeff).map(|(m, &c)| {
+                        m.map_or(f64::INFINITY, |m| m.value()) + (c * log_t).sqrt()
+                    }));
+                (a, self.pulls[a])
+            };
+        self.episode = Some(Episode::start(arm, len));
+        Pull { arm, steps: len }
+    }
+    fn observe(&mut self, arm: usize, reward: f64) {
+        let r = if self.is_private() {
+            self.boundary.clip(reward)
+        } else {
+            reward
+        };
+        self.record(arm, 1, r);
+    }
+    fn observe_batch(&mut self, arm: usize, n: u64, sum: f64) {
+        let s = if self.is_private() {
+            self.boundary.clip_sum(sum, n)
+        } else {
+            sum
+        };
+        self.record(arm, n, s);
+    }
+}
+
+impl crate::config::Config for AdaCUcbConfig {
+    fn validate(&mut self) -> crate::error::Result<()> {
+        AdaCUcbConfig::validate(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run_steps(p: &mut AdaCUcb, rewards: impl Fn(usize, u64) -> f64, horizon: u64) {
+        for t in 0..horizon {
+            let pull = p.choose(t);
+            p.observe(pull.arm, rewards(pull.arm, t));
+        }
+    }
+
+    /// Spec §8 T7: episode lengths double, counts are powers of two, init pulls each arm once.
+    #[test]
+    fn episode_structure() {
+        let mut p = AdaCUcb::new(3, AdaCUcbConfig::private(1.0), 1).unwrap();
+        let mut lens = vec![];
+        let mut t = 0;
+        while t < 10_000 {
+            let pull = p.choose(t);
+            let before = p.pulls()[pull.arm];
+            lens.push((pull.arm, pull.steps, before));
+            p.observe_batch(pull.arm, pull.steps, 0.5 * pull.steps as f64);
+            t += pull.steps;
+        }
+        assert_eq!(&lens[..3], &[(0, 1, 0), (1, 1, 0), (2, 1, 0)]);
+        for &(_, steps, before) in &lens[3..] {
+            assert_eq!(steps, before, "an episode doubles the count");
+        }
+        for &n in p.pulls() {
+            assert!(n.is_power_of_two(), "{n}");
+        }
+        let bound = 3 * ((10_000f64).log2().floor() as usize + 1);
+        assert!(lens.len() <= bound);
+        assert_eq!(p.releases() as usize, lens.len());
+    }
+
+    /// Spec §8 T4: the released mean of an arm changes only when that arm finishes an episode,
+    /// never while choosing or observing inside an episode.
+    #[test]
+    fn released_statistic_is_never_resampled() {
+        let mut p = AdaCUcb::new(2, AdaCUcbConfig::private(0.1), 9).unwrap();
+        let mut t = 0u64;
+        while t < 5000 {
+            let pull = p.choose(t);
+            let before = p.released_means();
+            // choosing again inside the episode releases nothing
+            for _ in 0..3 {
+                assert_eq!(p.choose(t), pull);
+                assert_eq!(p.released_means(), before);
+            }
+            for i in 0..pull.steps {
+                let rel = p.releases();
+                p.observe(pull.arm, ((t + i) % 2) as f64);
+                let after = p.released_means();
+                for a in 0..2 {
+                    if a != pull.arm || i + 1 < pull.steps {
+                        assert_eq!(after[a], before[a], "arm {a} re-sampled at t={}", t + i);
+                    }
+                }
+                if i + 1 < pull.steps {
+                    assert_eq!(p.releases(), rel);
+                }
+            }
+            t += pull.steps;
+        }
+    }
+
+    /// Noise calibration: each released mean has sigma^2 = 1/(2 rho n^2) (spec §2.3, T1), never less
+    /// than the true sensitivity 1/L requires (T2).
+    #[test]
+    fn released_noise_is_calibrated() {
+        for (init, n_first) in [(InitCount::Literal, 0.5), (InitCount::Actual, 1.0)] {
+            let rho = 0.5;
+            let cfg = AdaCUcbConfig {
+                init_count: init,
+                ..AdaCUcbConfig::private(rho)
+            };
+            let mut p = AdaCUcb::new(2, cfg, 3).unwrap();
+            run_steps(&mut p, |_, _| 1.0, 2);
+            let s = p.released()[0].unwrap();
+            assert_eq!(s.samples(), 1);
+            let want = 1.0 / (2.0 * rho * n_first * n_first);
+            assert!((s.sigma().powi(2) - want).abs() < 1e-12 * want);
+            run_steps(&mut p, |_, _| 1.0, 200);
+            for s in p.released().iter().flatten() {
+                let l = s.samples() as f64;
+                let n = if s.samples() == 1 { n_first } else { l };
+                assert!((s.sigma().powi(2) - 1.0 / (2.0 * rho * n * n)).abs() < 1e-12);
+                // realised zCDP loss of the release at the true sensitivity 1/L
+                assert!((1.0 / l).powi(2) / (2.0 * s.sigma().powi(2)) <= rho);
+            }
+        }
+    }
+
+    /// The index uses cached means plus the public bonus of Eq. (14).
+    #[test]
+    fn index_formula() {
+        let mut p = AdaCUcb::new(2, AdaCUcbConfig::non_private(), 0).unwrap();
+        // init: arm 0 gets 1.0, arm 1 gets 0.0; then arm 0 (higher mean, same bonus)
+        run_steps(&mut p, |a, _| if a == 0 { 1.0 } else { 0.0 }, 2);
+        assert_eq!(p.choose(2), Pull { arm: 0, steps: 1 });
+        // literal count after init: n = 0.5, bonus coeff = 1/(2 * 0.5) = 1
+        assert!((p.bonus_coeff[1] - 1.0).abs() < 1e-15);
+    }
+
+    /// Rewards outside [0, 1] are clipped before they enter a released statistic, on both paths
+    /// (per reward, and per episode sum); the non-private counterpart does not clip.
+    #[test]
+    fn rewards_are_clipped_at_the_privacy_boundary() {
+        // rho huge: the noise (sd ~ 1e-6) does not hide the clipping.
+        let mut p = AdaCUcb::new(2, AdaCUcbConfig::private(1e12), 5).unwrap();
+        run_steps(&mut p, |a, _| if a == 0 { 7.0 } else { -3.0 }, 2);
+        let m = p.released_means();
+        assert!(
+            (m[0].unwrap() - 1.0).abs() < 1e-4 && m[1].unwrap().abs() < 1e-4,
+            "{m:?}"
+        );
+        let pull = p.choose(2);
+        p.observe_batch(pull.arm, pull.steps, 100.0 * pull.steps as f64);
+        assert!((p.released_means()[pull.arm].unwrap() - 1.0).abs() < 1e-4);
+        assert_eq!(p.boundary(), Some(RewardBoundary::unit(BoundaryMode::Clip)));
+        let mut np = AdaCUcb::new(2, AdaCUcbConfig::non_private(), 5).unwrap();
+        run_steps(&mut np, |_, _| 7.0, 2);
+        assert_eq!(np.released_means(), vec![Some(7.0), Some(7.0)]);
+        assert_eq!(np.boundary(), None);
+    }
+
+    #[test]
+    fn bad_config() {
+        assert!(AdaCUcb::new(0, AdaCUcbConfig::private(1.0), 0).is_err());
+        for rho in [0.0, -1.0, f64::NAN] {
+            let e = AdaCUcb::new(2, AdaCUcbConfig::private(rho), 0)
+                .unwrap_err()
+                .to_string();
+            assert!(e.starts_with("rho = "), "{e}");
+        }
+        let e = AdaCUcbConfig {
+            beta: -1.0,
+            ..AdaCUcbConfig::private(1.0)
+        }
+        .validate()
+        .unwrap_err();
+        assert!(e.to_string().contains("beta = -1"));
+    }
+}

@@ -1,0 +1,132 @@
+//! kl-UCB for Bernoulli (and [0, 1]-bounded) rewards.
+//!
+//! # Algorithm
+//! Garivier & Cappe (2011), "The KL-UCB algorithm for bounded stochastic bandits and beyond",
+//! Eq. (2): pull each arm once, then
+//! `argmax_a max{q : N_a kl(mu_hat_a, q) <= ln t + c ln ln t}` (c = 0 by default, as in their
+//! experiments; c = 3 in the theorem). The index is solved by [`crate::math::kl::kl_upper`].
+//!
+//! # Privacy
+//! None: a non-private baseline.
+//!
+//! # Parameters
+//! `c` (finite, >= 0, default 0: the `c ln ln t` term of the exploration function).
+
+use super::{ArmStats, Policy, PolicyConfig, Pull};
+use crate::config::{AlgorithmInfo, Setting};
+use crate::error::{Error, Result, check};
+use crate::math::kl::kl_upper;
+use crate::privacy::PrivacyGuarantee;
+use serde::Deserialize;
+
+/// Registry record of `kl_ucb`.
+pub const KL_UCB: AlgorithmInfo = AlgorithmInfo {
+    kind: "kl_ucb",
+    name: "kl-UCB",
+    setting: Setting::FiniteArmed,
+    reference: "Garivier & Cappe 2011, Eq. (2)",
+    privacy: "none",
+    example: "",
+    source: file!(),
+    doc: include_str!("kl_ucb.rs"),
+};
+
+/// `kind = "kl_ucb"`; `c` (default 0, >= 0) weights the `ln ln t` term.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KlUcbConfig {
+    /// Weight of `ln ln t` in the exploration level.
+    #[serde(default)]
+    pub c: f64,
+}
+
+impl PolicyConfig for KlUcbConfig {
+    fn kind(&self) -> &'static str {
+        KL_UCB.kind
+    }
+    fn params(&self) -> Vec<(&'static str, f64)> {
+        if self.c == 0.0 {
+            vec![]
+        } else {
+            vec![("c", self.c)]
+        }
+    }
+    fn guarantee(&self) -> PrivacyGuarantee {
+        PrivacyGuarantee::non_private()
+    }
+    fn build(&self, k: usize, _seed: u64) -> Result<Box<dyn Policy>> {
+        Ok(Box::new(KlUcb::new(k, self.c)?))
+    }
+}
+
+/// kl-UCB state.
+#[derive(Debug, Clone)]
+pub struct KlUcb {
+    c: f64,
+    stats: ArmStats,
+}
+
+impl KlUcb {
+    /// kl-UCB on `k >= 1` arms.
+    pub fn new(k: usize, c: f64) -> Result<Self> {
+        check::at_least("K", k as u64, 1)?;
+        if !(c.is_finite() && c >= 0.0) {
+            return Err(Error::param("c", c, "a finite number >= 0"));
+        }
+        Ok(KlUcb {
+            c,
+            stats: ArmStats::new(k),
+        })
+    }
+}
+
+impl Policy for KlUcb {
+    fn num_arms(&self) -> usize {
+        self.stats.len()
+    }
+    fn guarantee(&self) -> PrivacyGuarantee {
+        PrivacyGuarantee::non_private()
+    }
+    fn choose(&mut self, t: u64) -> Pull {
+        if let Some(a) = self.stats.first_unplayed() {
+            return Pull { arm: a, steps: 1 };
+        }
+        let lt = (t.max(1) as f64).ln();
+        let level = if self.c > 0.0 && lt > 1.0 {
+            lt + self.c * lt.ln()
+        } else {
+            lt
+        };
+        // Exact argmax with pruning: Pinsker's inequality kl(p, q) >= 2 (q - p)^2 gives
+        // u(p, d) <= p + sqrt(d / 2), so an arm whose bound does not beat the best index found so
+        // far cannot be the (lowest-index) argmax and its index need not be solved.
+        let (mut arm, mut best) = (0, f64::NEG_INFINITY);
+        for (a, (&p, &inv)) in self
+            .stats
+            .means()
+            .iter()
+            .zip(self.stats.inv_pulls())
+            .enumerate()
+        {
+            let d = level * inv;
+            if p + (d / 2.0).sqrt() <= best {
+                continue;
+            }
+            let u = kl_upper(p, d);
+            if u > best {
+                best = u;
+                arm = a;
+            }
+        }
+        Pull { arm, steps: 1 }
+    }
+    fn observe(&mut self, arm: usize, reward: f64) {
+        self.stats.record(arm, reward.clamp(0.0, 1.0));
+    }
+}
+
+impl crate::config::Config for KlUcbConfig {
+    fn validate(&mut self) -> crate::error::Result<()> {
+        KlUcb::new(1, self.c).map(drop)
+    }
+}

@@ -1,0 +1,366 @@
+//! Finite-armed stochastic bandits: the setting's traits, its environments, its policies and its
+//! run loop.
+//!
+//! # Layout
+//! * this file: the traits [`Environment`] / [`EnvConfig`] (environments) and [`Policy`] /
+//!   [`PolicyConfig`] (algorithms), and the small shared pieces ([`Pull`], [`Episode`],
+//!   [`ArmStats`], [`argmax`]);
+//! * one file per environment: `bernoulli.rs`, `gaussian.rs`, `beta.rs`, `piecewise.rs`;
+//! * one file per paper algorithm family, named after it: `adac_ucb.rs` (AdaC-UCB and its
+//!   non-private counterpart), `adap_ucb.rs` (AdaP-UCB, AdaP-KLUCB), `dp_se.rs`, `dp_ts.rs`,
+//!   `ldp_ucb.rs`, `kl_ucb_cf.rs`, `ldp.rs`, `sw_ucb.rs`, `d_ucb.rs`, `ucb1.rs`, `kl_ucb.rs`,
+//!   `thompson.rs`;
+//! * `sim.rs`: the run loop ([`simulate_finite`]) and the experiment cell ([`FiniteCell`]).
+//!
+//! # Environments
+//! An [`Environment`] owns one generator per arm (seeded by [`crate::rng::arm_rng`] below the run's
+//! environment seed): the k-th reward of an arm does not depend on which policy is playing (common
+//! random numbers in step mode). [`Environment::pull_sum`] draws the *sum* of `n` consecutive
+//! rewards of one arm exactly from its distribution: Binomial for Bernoulli arms, Normal for
+//! unclipped Gaussian arms. Environments without a closed form (clipped Gaussian, Beta) fall back
+//! to `n` single draws, which is exact too, only O(n). Environments with time-varying means
+//! (piecewise-stationary) override [`Environment::mean`] and [`Environment::regret`]; the
+//! simulator only uses these two to measure pseudo-regret.
+//!
+//! # The `Policy` contract
+//! * [`Policy::choose`] returns a [`Pull`]: an arm and the number of consecutive rounds the policy
+//!   *commits* to it. Per-step policies commit to 1 round. Episodic policies (AdaC-UCB and its
+//!   non-private counterpart) commit to a whole episode, whose length depends only on public data
+//!   (spec zcdp §1.8 condition (i), §8 T5). Calling `choose` again in the middle of an episode
+//!   returns the same arm with the remaining length, so a plain step-by-step loop works for every
+//!   policy.
+//! * [`Policy::observe`] feeds one reward of the arm actually played (it may differ from the one
+//!   recommended under the interactive protocol of spec zcdp §1.7).
+//! * [`Policy::observe_batch`] feeds the *sum* of `n` rewards of one committed arm at once: the
+//!   episode fast path of the simulator (O(episodes) per run).
+//! * Policies own their generators (policy stream and noise stream, see [`crate::rng`]); hot-path
+//!   calls never allocate and never fail. Validation happens in the constructors.
+//! * Ties in an argmax go to the **lowest arm index**. That rule is part of the reproducibility
+//!   contract.
+//!
+//! # Adding a policy or an environment
+//! One file in this folder with a `...Config` struct (serde, `deny_unknown_fields`) implementing
+//! [`PolicyConfig`] (or [`EnvConfig`]), and the policy implementing [`Policy`] (or the environment
+//! implementing [`Environment`]); a `mod` and a `pub use` line here; then one entry in
+//! [`crate::registry`]. The conformance suite picks it up from the registry.
+
+mod adac_ucb;
+mod adap_ucb;
+mod bernoulli;
+mod beta;
+mod d_ucb;
+mod dp_se;
+mod dp_ts;
+mod gaussian;
+mod kl_ucb;
+mod kl_ucb_cf;
+mod ldp;
+mod ldp_ucb;
+mod piecewise;
+mod sim;
+mod sw_ucb;
+mod thompson;
+mod ucb1;
+mod window;
+
+pub use adac_ucb::{ADAC_UCB, ADAPTIVE_UCB, AdaCUcb, AdaCUcbConfig, InitCount};
+pub use adap_ucb::{ADAP_KLUCB, ADAP_UCB, AdaP, AdaPConfig, AdaPIndex};
+pub use bernoulli::{BERNOULLI, Bernoulli, BernoulliConfig};
+pub use beta::{BETA, BetaArms, BetaConfig};
+pub use d_ucb::{D_UCB, DUcb, DUcbConfig};
+pub use dp_se::{DP_SE, DpSe, DpSeConfig};
+pub use dp_ts::{DP_TS, DpTs, DpTsConfig};
+pub use gaussian::{GAUSSIAN, Gaussian, GaussianConfig};
+pub use kl_ucb::{KL_UCB, KlUcb, KlUcbConfig};
+pub use kl_ucb_cf::{CfConfig, CfLearner, KL_UCB_CF, SW_KLUCB_CF, cf_index, f_safe, theory_window};
+pub use ldp::{LDP, Ldp, LdpConfig, ldp_guarantee};
+pub use ldp_ucb::{LDP_UCB, LdpUcb, LdpUcbConfig, LocalMechanism};
+pub use piecewise::{
+    CORRUPT_BERNOULLI, FeedbackChannel, PIECEWISE_BERNOULLI, PiecewiseBernoulli, PiecewiseConfig,
+    RandomSegments,
+};
+pub use sim::{FiniteCell, simulate_finite};
+pub use sw_ucb::{SW_KL_UCB, SW_UCB, SwKlUcbConfig, SwUcb, SwUcbConfig};
+pub use thompson::{THOMPSON, ThompsonConfig, ThompsonSampling};
+pub use ucb1::{UCB1, Ucb1, Ucb1Config};
+pub use window::SlidingWindow;
+
+use crate::error::Result;
+use crate::privacy::{PrivacyGuarantee, RewardBoundary};
+use std::fmt::Debug;
+
+/// A finite-armed stochastic environment for one run.
+pub trait Environment: Send + Debug {
+    /// Number of arms K.
+    fn num_arms(&self) -> usize;
+
+    /// Mean reward of `arm` at round `t` (0-based).
+    fn mean(&self, arm: usize, t: u64) -> f64;
+
+    /// Highest mean at round `t`.
+    fn best_mean(&self, t: u64) -> f64;
+
+    /// Draw the reward of `arm` at round `t`.
+    fn pull(&mut self, arm: usize, t: u64) -> f64;
+
+    /// Draw the sum of the rewards of `n` consecutive pulls of `arm` starting at round `t`.
+    /// Default: `n` single pulls.
+    fn pull_sum(&mut self, arm: usize, t: u64, n: u64) -> f64 {
+        (0..n).map(|i| self.pull(arm, t + i)).sum()
+    }
+
+    /// Pseudo-regret of playing `arm` for rounds `t .. t + n`. Default: stationary means.
+    fn regret(&self, arm: usize, t: u64, n: u64) -> f64 {
+        (self.best_mean(t) - self.mean(arm, t)) * n as f64
+    }
+}
+
+/// A validated environment description, able to build a fresh [`Environment`] for each run.
+pub trait EnvConfig: Send + Sync + Debug {
+    /// Registry id (`bernoulli`, `gaussian`, ...).
+    fn kind(&self) -> &'static str;
+    /// Number of arms.
+    fn num_arms(&self) -> usize;
+    /// Interval that contains every reward this environment can emit (may be infinite).
+    fn reward_range(&self) -> (f64, f64);
+    /// Initial means, for display.
+    fn means(&self) -> Vec<f64>;
+    /// Build the environment of one run; `seed` is the run's environment seed.
+    fn build(&self, seed: u64) -> Result<Box<dyn Environment>>;
+    /// Called once by the planner with the experiment's horizon, before any run: environments
+    /// with time structure place or check their breakpoints here. Default: nothing to do.
+    fn set_horizon(&mut self, _horizon: u64) -> Result<()> {
+        Ok(())
+    }
+    /// Instance facts for the manifest (e.g. generated segments). Default: none.
+    fn describe(&self) -> serde_json::Value {
+        serde_json::Value::Null
+    }
+}
+
+/// One generator per arm ([`crate::rng::arm_rng`]): the k-th reward of an arm does not depend on
+/// the other arms or on the policy.
+pub fn arm_rngs(seed: u64, k: usize) -> Vec<crate::rng::SimRng> {
+    (0..k).map(|a| crate::rng::arm_rng(seed, a)).collect()
+}
+
+/// The largest mean.
+pub(crate) fn best(means: &[f64]) -> f64 {
+    means.iter().copied().fold(f64::NEG_INFINITY, f64::max)
+}
+
+/// An arm and how many consecutive rounds the policy commits to it (>= 1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pull {
+    /// The arm.
+    pub arm: usize,
+    /// Committed rounds (>= 1).
+    pub steps: u64,
+}
+
+/// A finite-armed bandit policy for one run.
+pub trait Policy: Send + Debug {
+    /// Number of arms.
+    fn num_arms(&self) -> usize;
+
+    /// The privacy claim of this policy.
+    fn guarantee(&self) -> PrivacyGuarantee;
+
+    /// Choose the next arm; `t` is the number of rounds already played (0-based round index).
+    fn choose(&mut self, t: u64) -> Pull;
+
+    /// Observe the reward of one round of `arm`.
+    fn observe(&mut self, arm: usize, reward: f64);
+
+    /// Observe the sum of `n` consecutive rewards of `arm`, all inside a commitment returned by
+    /// `choose`.
+    ///
+    /// # Panics
+    /// The default implementation accepts only `n == 1`; a policy that commits to more than one
+    /// round must override it.
+    fn observe_batch(&mut self, arm: usize, n: u64, sum: f64) {
+        assert_eq!(
+            n, 1,
+            "this policy does not commit to episodes; observe rewards one at a time"
+        );
+        self.observe(arm, sum);
+    }
+
+    /// The reward boundary the privacy argument assumes (`None` for non-private policies).
+    fn boundary(&self) -> Option<RewardBoundary> {
+        self.guarantee().boundary
+    }
+}
+
+/// A validated policy configuration (one cell of a sweep) that builds a fresh policy per run.
+pub trait PolicyConfig: Send + Sync + Debug {
+    /// Registry id, equal to the config `kind` (e.g. `adac_ucb`).
+    fn kind(&self) -> &'static str;
+    /// Numeric parameters that identify this cell (e.g. `[("rho", 0.1)]`), used in labels and
+    /// figure axes.
+    fn params(&self) -> Vec<(&'static str, f64)>;
+    /// The privacy claim of the policies this config builds.
+    fn guarantee(&self) -> PrivacyGuarantee;
+    /// Build the policy for `k` arms; `seed` is the run's policy seed (policies derive their
+    /// policy and noise streams from it).
+    fn build(&self, k: usize, seed: u64) -> Result<Box<dyn Policy>>;
+    /// Label `kind(p1=v1,p2=v2)`; used in outputs and to key random streams.
+    fn label(&self) -> String {
+        let p = self.params();
+        if p.is_empty() {
+            self.kind().to_string()
+        } else {
+            let inner: Vec<String> = p.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            format!("{}({})", self.kind(), inner.join(","))
+        }
+    }
+}
+
+/// An episode in progress: the arm a policy committed to, the episode's length, and the rewards
+/// seen so far. Shared by the episodic policies (AdaC-UCB, AdaP-UCB/KLUCB), whose episodes end
+/// exactly when `len` rewards of the committed arm have been observed.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Episode {
+    /// The committed arm.
+    pub arm: usize,
+    /// Committed rounds.
+    pub len: u64,
+    /// Rounds observed so far.
+    pub done: u64,
+    /// Sum of the (clipped) rewards observed so far.
+    pub sum: f64,
+}
+
+impl Episode {
+    /// A new episode of `len` rounds of `arm`.
+    pub fn start(arm: usize, len: u64) -> Self {
+        Episode {
+            arm,
+            len,
+            done: 0,
+            sum: 0.0,
+        }
+    }
+
+    /// The commitment still to be played.
+    pub fn remaining(&self) -> Pull {
+        Pull {
+            arm: self.arm,
+            steps: self.len - self.done,
+        }
+    }
+
+    /// Add `n` rewards of `arm` summing to `sum`; returns whether the episode is now complete.
+    ///
+    /// # Panics
+    /// If `arm` is not the committed arm or the episode would run past its length (a caller that
+    /// breaks the `Policy` contract).
+    pub fn record(&mut self, arm: usize, n: u64, sum: f64) -> bool {
+        assert_eq!(
+            self.arm, arm,
+            "observed arm {arm} inside an episode of arm {}",
+            self.arm
+        );
+        assert!(
+            self.done + n <= self.len,
+            "observed past the end of the episode"
+        );
+        self.sum += sum;
+        self.done += n;
+        self.done == self.len
+    }
+}
+
+/// Per-arm pull counts and empirical means, with the cached `1/N_a` that index policies need.
+/// Updating is O(1) per observation and never allocates.
+#[derive(Debug, Clone)]
+pub struct ArmStats {
+    pulls: Vec<u64>,
+    sums: Vec<f64>,
+    means: Vec<f64>,
+    inv_pulls: Vec<f64>,
+}
+
+impl ArmStats {
+    /// Statistics of `k` unplayed arms (`1/N = inf`).
+    pub fn new(k: usize) -> Self {
+        ArmStats {
+            pulls: vec![0; k],
+            sums: vec![0.0; k],
+            means: vec![0.0; k],
+            inv_pulls: vec![f64::INFINITY; k],
+        }
+    }
+    /// Number of arms.
+    pub fn len(&self) -> usize {
+        self.pulls.len()
+    }
+    /// Whether there are no arms.
+    pub fn is_empty(&self) -> bool {
+        self.pulls.is_empty()
+    }
+    /// Add one reward of `arm`.
+    #[inline]
+    pub fn record(&mut self, arm: usize, reward: f64) {
+        self.pulls[arm] += 1;
+        self.sums[arm] += reward;
+        let n = self.pulls[arm] as f64;
+        self.means[arm] = self.sums[arm] / n;
+        self.inv_pulls[arm] = 1.0 / n;
+    }
+    /// The first arm never played, if any (initialisation rounds of index policies).
+    #[inline]
+    pub fn first_unplayed(&self) -> Option<usize> {
+        self.pulls.iter().position(|&n| n == 0)
+    }
+    /// Pull counts.
+    pub fn pulls(&self) -> &[u64] {
+        &self.pulls
+    }
+    /// Empirical means (0 for unplayed arms).
+    pub fn means(&self) -> &[f64] {
+        &self.means
+    }
+    /// `1/N_a` (inf for unplayed arms).
+    pub fn inv_pulls(&self) -> &[f64] {
+        &self.inv_pulls
+    }
+}
+
+/// Index of the maximum of `values`; ties go to the lowest index. NaN is never chosen over a number.
+#[inline]
+pub fn argmax(values: impl IntoIterator<Item = f64>) -> usize {
+    let mut best = 0;
+    let mut best_v = f64::NEG_INFINITY;
+    for (i, v) in values.into_iter().enumerate() {
+        if v > best_v {
+            best = i;
+            best_v = v;
+        }
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{ArmStats, argmax};
+
+    #[test]
+    fn arm_stats() {
+        let mut s = ArmStats::new(2);
+        assert_eq!(s.first_unplayed(), Some(0));
+        s.record(0, 1.0);
+        s.record(0, 0.0);
+        assert_eq!(s.first_unplayed(), Some(1));
+        assert_eq!(s.means()[0], 0.5);
+        assert_eq!(s.inv_pulls()[0], 0.5);
+        assert_eq!(s.pulls(), &[2, 0]);
+    }
+
+    #[test]
+    fn argmax_lowest_index_on_ties() {
+        assert_eq!(argmax([1.0, 3.0, 3.0]), 1);
+        assert_eq!(argmax([f64::NAN, 0.0]), 1);
+        assert_eq!(argmax([f64::INFINITY, f64::INFINITY]), 0);
+    }
+}

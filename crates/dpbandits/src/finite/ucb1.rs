@@ -1,0 +1,119 @@
+//! UCB1: upper confidence bounds for bounded rewards.
+//!
+//! # Algorithm
+//! Auer, Cesa-Bianchi & Fischer (2002), "Finite-time analysis of the multiarmed bandit problem",
+//! Fig. 1 (UCB1). Pull each arm once, then `argmax_a mu_hat_a + sqrt(alpha ln t / N_a)` where `t` is
+//! the number of rounds played; `alpha = 2` is UCB1 as published.
+//!
+//! # Privacy
+//! None: a non-private baseline.
+//!
+//! # Parameters
+//! `alpha` (finite, > 0, default 2: the exploration constant).
+
+use super::{ArmStats, Policy, PolicyConfig, Pull, argmax};
+use crate::config::{AlgorithmInfo, Setting};
+use crate::error::{Result, check};
+use crate::privacy::PrivacyGuarantee;
+use serde::Deserialize;
+
+/// Registry record of `ucb1`.
+pub const UCB1: AlgorithmInfo = AlgorithmInfo {
+    kind: "ucb1",
+    name: "UCB1",
+    setting: Setting::FiniteArmed,
+    reference: "Auer, Cesa-Bianchi & Fischer 2002, Fig. 1",
+    privacy: "none",
+    example: "",
+    source: file!(),
+    doc: include_str!("ucb1.rs"),
+};
+
+/// `kind = "ucb1"`; `alpha` (default 2, > 0) scales the exploration bonus.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Ucb1Config {
+    /// Exploration constant (bonus `sqrt(alpha ln t / N)`).
+    #[serde(default = "two")]
+    pub alpha: f64,
+}
+
+fn two() -> f64 {
+    2.0
+}
+
+impl Default for Ucb1Config {
+    fn default() -> Self {
+        Ucb1Config { alpha: 2.0 }
+    }
+}
+
+impl PolicyConfig for Ucb1Config {
+    fn kind(&self) -> &'static str {
+        UCB1.kind
+    }
+    fn params(&self) -> Vec<(&'static str, f64)> {
+        if self.alpha == 2.0 {
+            vec![]
+        } else {
+            vec![("alpha", self.alpha)]
+        }
+    }
+    fn guarantee(&self) -> PrivacyGuarantee {
+        PrivacyGuarantee::non_private()
+    }
+    fn build(&self, k: usize, _seed: u64) -> Result<Box<dyn Policy>> {
+        Ok(Box::new(Ucb1::new(k, self.alpha)?))
+    }
+}
+
+/// UCB1 state.
+#[derive(Debug, Clone)]
+pub struct Ucb1 {
+    alpha: f64,
+    stats: ArmStats,
+}
+
+impl Ucb1 {
+    /// UCB1 on `k >= 1` arms.
+    pub fn new(k: usize, alpha: f64) -> Result<Self> {
+        check::at_least("K", k as u64, 1)?;
+        check::positive("alpha", alpha)?;
+        Ok(Ucb1 {
+            alpha,
+            stats: ArmStats::new(k),
+        })
+    }
+}
+
+impl Policy for Ucb1 {
+    fn num_arms(&self) -> usize {
+        self.stats.len()
+    }
+    fn guarantee(&self) -> PrivacyGuarantee {
+        PrivacyGuarantee::non_private()
+    }
+    fn choose(&mut self, t: u64) -> Pull {
+        if let Some(a) = self.stats.first_unplayed() {
+            return Pull { arm: a, steps: 1 };
+        }
+        let c = self.alpha * (t.max(1) as f64).ln();
+        let s = &self.stats;
+        let arm = argmax(
+            s.means()
+                .iter()
+                .zip(s.inv_pulls())
+                .map(|(&m, &inv)| m + (c * inv).sqrt()),
+        );
+        Pull { arm, steps: 1 }
+    }
+    fn observe(&mut self, arm: usize, reward: f64) {
+        self.stats.record(arm, reward);
+    }
+}
+
+impl crate::config::Config for Ucb1Config {
+    fn validate(&mut self) -> crate::error::Result<()> {
+        crate::error::check::positive("alpha", self.alpha).map(drop)
+    }
+}

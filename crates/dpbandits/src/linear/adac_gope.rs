@@ -1,0 +1,965 @@
+//! G-optimal phased elimination (GOPE) and its rho-zCDP versions: AdaC-GOPE (noise on the
+//! intermediate statistic), AdaR-GOPE-Var (noise on each per-arm sum of rewards) and output
+//! perturbation.
+//!
+//! # Algorithm
+//! Azize & Basu (2024), "Concentrated Differential Privacy for Bandits", Algorithm 2 (AdaC-GOPE),
+//! phase length Eq. (4), design Eq. (5); spec `zcdp-bandits.md` §3. Phase `l = 1, 2, ...` on the
+//! surviving arms `A_l` (`A_1` = all K arms):
+//! 1. G-optimal design `pi_l` on `A_l` ([`super::design`]; support `S_l`, `|S_l| <= r(r+1)/2`).
+//! 2. `beta_l = 2^-l`, `delta_{K,l} = delta / (K l (l+1))` (K = initial number of arms),
+//!    `c_l = 8r/beta_l^2 ln(4/delta_{K,l}) + 2r/beta_l sqrt(2/rho f(r, delta_{K,l}))`,
+//!    `f(r, x) = r + 2 sqrt(r ln(2/x)) + 2 ln(2/x)` (Eq. 4, [`phase_length`]).
+//! 3. Play each `a in S_l` exactly `T_l(a) = ceil(c_l pi_l(a))` times, in blocks in support order;
+//!    the phase ends after `T_l = sum_a T_l(a)` rounds (`t_{l+1} = t_l + T_l`, spec §3.8).
+//! 4. Least squares on this phase's rewards only: `V_l = sum_a T_l(a) a a^T`,
+//!    `theta^_l = V_l^{-1} sum_t a_t r_t`.
+//! 5. Release `theta~_l` (see *Noise placements*), cached for the phase.
+//! 6. Keep `a` iff `max_{b in A_l} <theta~_l, b - a> <= 2 beta_l`. One survivor: commit to it.
+//!
+//! `r` is the dimension of the span of `A_l`: when the survivors stop spanning `R^d` everything runs
+//! in coordinates of an orthonormal basis of their span and `r` replaces `d` (spec §3.8 proposal).
+//!
+//! # Noise placements ([`NoisePlacement`], spec §3.7)
+//! * `gope` ([`NoisePlacement::None`]): non-private; `c_l` without the privacy term and
+//!   `theta~ = theta^` — the `rho -> inf` limit of Algorithm 2 (spec §3.6 "PaperLimit", default);
+//!   `constants = "textbook"` uses `c_l = 2r/beta_l^2 ln(1/delta_{K,l})` instead
+//!   (Lattimore & Szepesvári Alg. 12 as recalled by the spec, [X]).
+//! * `adac_gope` ([`NoisePlacement::Intermediate`], Algorithm 2 Step 4, App. E-C3):
+//!   `theta~ = theta^ + V^{-1/2} N`, `N ~ N(0, sigma^2 I_r)`, `V^{-1/2}` the symmetric inverse
+//!   square root (eigendecomposition). Calibration ([`NoiseCalibration`], spec §3.4):
+//!   `literal`: `sigma^2 = 2r/(rho c_l)` as printed; `safe` (default):
+//!   `sigma^2 = 2/rho max(r/c_l, g_l^2)`, `g_l^2 = max_{b in A_l} b^T V_l^{-1} b`, which equals
+//!   `literal` for an exact design and never under-noises an approximate one.
+//! * `adar_gope_var` ([`NoisePlacement::PerArmSums`], App. E-C2 and App. H, "AdaC-GOPE-Var" in
+//!   the legend of Fig. 5): `theta~ = theta^ + V^{-1} sum_{a in S_l} a xi_a`,
+//!   `xi_a ~ N(0, 2/rho)` i.i.d.; the zCDP form of the concurrent private GOPEs (Hanna et al. 2022;
+//!   Li, Zhou & Ji 2022), which add noise to each per-arm sum of rewards.
+//! * `gope_output_perturbation` ([`NoisePlacement::Output`], App. E-C1): `theta~ = theta^ + N`,
+//!   `sigma^2 = 2/rho max_{a in S_l} ||V_l^{-1} a||_2^2` (spec §3.7 [D]; private, no regret
+//!   guarantee in the paper).
+//!
+//! # Phase lengths ([`PhaseLength`])
+//! Eq. (4) is the phase length that makes AdaC-GOPE's released estimate `beta_l`-accurate on every
+//! surviving arm with probability `>= 1 - delta_{K,l}` (Thm 13, Cor. 1; spec §3.5): its privacy
+//! term bounds `|<V^{-1/2} N, a>| <= ||N|| ||a||_{V^{-1}}` with the chi-square tail `f(r, .)` of
+//! Lemma 10 and `g_l^2 <= r/c_l`. The paper does not state a phase length for AdaR-GOPE-Var
+//! (spec §3.7 [A]). We give each variant the phase length its **own** noise needs for the same
+//! guarantee (`phase_length = "own"`, the default), derived by the same two steps: the Var noise
+//! is `eta = V^{-1} A xi` with `A = [a_s]_{s in S_l}` and `xi ~ N(0, 2/rho I_{|S_l|})`, so
+//! `|<eta, a>| = |<xi, A^T V^{-1} a>| <= ||xi|| ||A^T V^{-1} a||`, `||xi||^2 <= (2/rho) f(|S_l|, delta_{K,l})`
+//! with probability `1 - delta_{K,l}/2` (Lemma 10 in `|S_l|` dimensions), and
+//! `||A^T V^{-1} a||^2 = sum_s <s, V^{-1} a>^2 <= |S_l| g_l^4 <= |S_l| (r/c_l)^2` (Cauchy–Schwarz).
+//! The noise part is `<= beta_l/2` as soon as
+//! `c_l >= 2r/beta_l sqrt(2/rho |S_l| f(|S_l|, delta_{K,l}))`
+//! ([`per_arm_sums_privacy_term`]), which replaces Eq. (4)'s privacy term; the non-private term is
+//! unchanged. With the concurrent works' support `|S_l| = O(d)` this is the `d^2` privacy term the
+//! paper attributes to them (App. E-C2; Hanna et al. 2022, Eq. 18), against AdaC-GOPE's `d`.
+//! `phase_length = "eq4"` keeps Eq. (4) for AdaR-GOPE-Var too (the spec's literal reading: "only
+//! Step 4 changes"); the variant then has no accuracy guarantee of its own. GOPE, AdaC-GOPE and
+//! output perturbation always use Eq. (4) (for them `own` is Eq. (4)).
+//!
+//! # Privacy
+//! * Notion: rho-Interactive zCDP (Def. 4), central trust model, reward-level adjacency; rewards
+//!   must lie in `[-1, 1]` (Assumption 1).
+//! * Sensitivities (one reward changes by at most 2): `phi_l = V_l^{-1/2} sum a_t r_t` moves by
+//!   `2 ||a_j||_{V_l^{-1}} <= 2 g_l` (App. D-C); the vector of per-arm sums by 2 (App. E-C2);
+//!   `theta^_l` by `2 ||V_l^{-1} a_j||_2` (App. E-C1). Each is released with the Gaussian mechanism
+//!   (Thm 18, `sigma^2 = s^2/(2 rho)`, rounded up by [`GaussianMechanism::for_zcdp`]);
+//!   `theta~_l` and the elimination are post-processing (Lemmas 3-4).
+//! * Composition: phase boundaries `T_l(a)` are functions of public data and earlier releases; each
+//!   reward enters exactly one phase's release; so Lemma 1 with App. D-B gives rho overall.
+//! * One release per completed phase, sampled once and cached in [`PhaseRelease`]; an unfinished
+//!   (truncated) last phase releases nothing.
+//! * Reward boundary: `clip_rewards = true` (default) clips every reward to `[-1, 1]` before it
+//!   enters a statistic, so the guarantee holds for any environment. `clip_rewards = false` is the
+//!   paper's reproduction mode (its Gaussian rewards are unbounded; no clipping is mentioned, spec
+//!   §6 fidelity notes): the guarantee then holds **only** if every reward lies in `[-1, 1]`, and
+//!   the reported guarantee says so.
+//!
+//! # Parameters
+//! `rho > 0` (inf = non-private limit; not allowed for `gope`), `delta in (0, 1)` (default 0.001,
+//! the paper's experiments), `noise_calibration` (`safe` | `literal`, AdaC-GOPE only),
+//! `constants` (`paper_limit` | `textbook`, GOPE only), `clip_rewards` (default true),
+//! `design_tolerance` (default 1e-3), `design_max_iterations` (default 200000), `design_solver`
+//! (`away_steps` default: support `<= r(r+1)/2`; `frank_wolfe`: plain FW with full support, the
+//! paper's likely implementation, for reproducing Figure 5).
+
+use super::design::{Design, DesignOptions, Span, g_optimal};
+use super::{LinearPolicy, LinearPolicyConfig};
+use crate::config::{AlgorithmInfo, Setting};
+use crate::error::{Error, Result, check};
+use crate::finite::Pull;
+use crate::privacy::{
+    BoundaryMode, Budget, GaussianMechanism, PrivacyGuarantee, REWARD_ADJACENCY, RewardBoundary,
+    TrustModel,
+};
+use crate::rng::SimRng;
+use nalgebra::{DMatrix, DVector};
+use rand_distr::{Distribution, StandardNormal};
+use serde::{Deserialize, Serialize};
+
+/// Registry record of `gope`.
+pub const GOPE: AlgorithmInfo = AlgorithmInfo {
+    kind: "gope",
+    name: "GOPE (G-optimal phased elimination)",
+    setting: Setting::Linear,
+    reference: "Azize & Basu 2024, Sec. VII baseline: Algorithm 2 with rho = inf (spec zcdp §3.6); Lattimore & Szepesvari 2020, Alg. 12",
+    privacy: "none",
+    example: "delta = 0.001",
+    source: file!(),
+    doc: include_str!("adac_gope.rs"),
+};
+
+/// Registry record of `adac_gope`.
+pub const ADAC_GOPE: AlgorithmInfo = AlgorithmInfo {
+    kind: "adac_gope",
+    name: "AdaC-GOPE",
+    setting: Setting::Linear,
+    reference: "Azize & Basu 2024, Algorithm 2, Eq. (4)-(5), App. D-C, E",
+    privacy: "rho-Interactive zCDP (central), Gaussian noise V^(-1/2) N on the phase statistic, once per phase",
+    example: "rho = 1.0\ndelta = 0.001",
+    source: file!(),
+    doc: include_str!("adac_gope.rs"),
+};
+
+/// Registry record of `adar_gope_var`.
+pub const ADAR_GOPE_VAR: AlgorithmInfo = AlgorithmInfo {
+    kind: "adar_gope_var",
+    name: "AdaR-GOPE-Var (noise on each per-arm sum of rewards)",
+    setting: Setting::Linear,
+    reference: "Azize & Basu 2024, App. E-C2 and App. H (Fig. 5); zCDP form of Hanna et al. 2022 / Li, Zhou & Ji 2022; phase length derived for its noise (Thm 13 steps, linear/gope.rs), phase_length = \"eq4\" for Eq. (4)",
+    privacy: "rho-Interactive zCDP (central), Gaussian noise N(0, 2/rho) on each per-arm reward sum, once per phase",
+    example: "rho = 1.0\ndelta = 0.001",
+    source: file!(),
+    doc: include_str!("adac_gope.rs"),
+};
+
+/// Registry record of `gope_output_perturbation`.
+pub const GOPE_OUTPUT_PERTURBATION: AlgorithmInfo = AlgorithmInfo {
+    kind: "gope_output_perturbation",
+    name: "GOPE with output perturbation",
+    setting: Setting::Linear,
+    reference: "Azize & Basu 2024, App. E-C1 (calibration derived in spec zcdp §3.7)",
+    privacy: "rho-Interactive zCDP (central), Gaussian noise on theta^ with sensitivity 2 max ||V^(-1) a||, once per phase",
+    example: "rho = 1.0\ndelta = 0.001",
+    source: file!(),
+    doc: include_str!("adac_gope.rs"),
+};
+
+/// Where the privacy noise enters (spec §3.7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NoisePlacement {
+    /// No noise: non-private GOPE.
+    #[default]
+    None,
+    /// AdaC-GOPE: on `phi = V^{-1/2} sum a_t r_t` (App. E-C3).
+    Intermediate,
+    /// AdaR-GOPE-Var: on each per-arm sum of rewards (App. E-C2, App. H).
+    PerArmSums,
+    /// Output perturbation: on `theta^` (App. E-C1).
+    Output,
+}
+
+impl NoisePlacement {
+    /// Registry kind of the policy using this placement.
+    pub fn kind(self) -> &'static str {
+        match self {
+            NoisePlacement::None => GOPE.kind,
+            NoisePlacement::Intermediate => ADAC_GOPE.kind,
+            NoisePlacement::PerArmSums => ADAR_GOPE_VAR.kind,
+            NoisePlacement::Output => GOPE_OUTPUT_PERTURBATION.kind,
+        }
+    }
+}
+
+/// AdaC-GOPE noise calibration (spec §3.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NoiseCalibration {
+    /// `sigma^2 = 2/rho max(r/c_l, g_l^2)`: never under-noises an approximate design (default).
+    #[default]
+    Safe,
+    /// `sigma^2 = 2r/(rho c_l)` exactly as printed in Algorithm 2.
+    Literal,
+}
+
+/// Which phase length `c_l` a variant uses (module docs, *Phase lengths*).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PhaseLength {
+    /// The phase length the variant's own noise needs for the Thm 13 guarantee (default):
+    /// Eq. (4) for AdaC-GOPE, GOPE and output perturbation; Eq. (4) with
+    /// [`per_arm_sums_privacy_term`] for AdaR-GOPE-Var.
+    #[default]
+    Own,
+    /// Eq. (4) for every variant (AdaR-GOPE-Var then has AdaC-GOPE's phases; spec §3.7 [A]).
+    Eq4,
+}
+
+/// Non-private phase constants (spec §3.6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GopeConstants {
+    /// `8r/beta^2 ln(4/delta_{K,l})`: the rho -> inf limit of Eq. (4) (default).
+    #[default]
+    PaperLimit,
+    /// `2r/beta^2 ln(1/delta_{K,l})` (textbook GOPE, [X]).
+    Textbook,
+}
+
+/// Configuration of every GOPE variant (the registry sets [`GopeConfig::placement`]).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GopeConfig {
+    /// zCDP budget (inf = non-private limit).
+    pub rho: f64,
+    /// Failure probability delta in (0, 1).
+    #[serde(default = "default_delta")]
+    pub delta: f64,
+    /// AdaC-GOPE calibration.
+    #[serde(default)]
+    pub noise_calibration: NoiseCalibration,
+    /// Non-private constants (GOPE only).
+    #[serde(default)]
+    pub constants: GopeConstants,
+    /// Clip every reward to [-1, 1] before it enters a statistic.
+    #[serde(default = "yes")]
+    pub clip_rewards: bool,
+    /// Design stopping tolerance eps: stop at `g <= (1 + eps) r`.
+    #[serde(default = "default_tol")]
+    pub design_tolerance: f64,
+    /// Design iteration cap.
+    #[serde(default = "default_iters")]
+    pub design_max_iterations: usize,
+    /// Design solver variant (`away_steps` default, `frank_wolfe` = plain FW, full support).
+    #[serde(default)]
+    pub design_solver: super::design::DesignSolver,
+    /// Phase length (`own` default; `eq4` only for AdaR-GOPE-Var, where it differs).
+    #[serde(default)]
+    pub phase_length: PhaseLength,
+    /// Set by the registry.
+    #[serde(skip)]
+    pub placement: NoisePlacement,
+}
+
+fn default_delta() -> f64 {
+    1e-3
+}
+fn yes() -> bool {
+    true
+}
+fn default_tol() -> f64 {
+    1e-3
+}
+fn default_iters() -> usize {
+    200_000
+}
+
+impl GopeConfig {
+    /// A configuration with the defaults for `placement` and budget `rho`.
+    pub fn new(placement: NoisePlacement, rho: f64) -> Self {
+        GopeConfig {
+            rho,
+            delta: default_delta(),
+            noise_calibration: NoiseCalibration::Safe,
+            constants: GopeConstants::PaperLimit,
+            clip_rewards: true,
+            design_tolerance: default_tol(),
+            design_max_iterations: default_iters(),
+            design_solver: super::design::DesignSolver::AwaySteps,
+            phase_length: PhaseLength::Own,
+            placement,
+        }
+    }
+
+    /// Non-private GOPE.
+    pub fn gope() -> Self {
+        Self::new(NoisePlacement::None, f64::INFINITY)
+    }
+
+    /// Check every parameter.
+    pub fn validate(&self) -> Result<()> {
+        check::budget("rho", self.rho)?;
+        check::open_unit("delta", self.delta)?;
+        self.design_options().validate()?;
+        if self.placement == NoisePlacement::None && self.rho.is_finite() {
+            return Err(Error::param(
+                "rho",
+                self.rho,
+                "no rho for the non-private gope (use kind = \"adac_gope\")",
+            ));
+        }
+        if self.placement != NoisePlacement::PerArmSums && self.phase_length != PhaseLength::Own {
+            return Err(Error::param(
+                "phase_length",
+                "\"eq4\"",
+                format!(
+                    "\"own\" for {} (its own phase length is Eq. (4); only adar_gope_var has a choice)",
+                    self.kind()
+                ),
+            ));
+        }
+        if self.placement != NoisePlacement::None && self.constants != GopeConstants::PaperLimit {
+            return Err(Error::param(
+                "constants",
+                "\"textbook\"",
+                "\"paper_limit\" (textbook constants exist only for the non-private gope)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Design solver options.
+    pub fn design_options(&self) -> DesignOptions {
+        DesignOptions {
+            tolerance: self.design_tolerance,
+            max_iterations: self.design_max_iterations,
+            solver: self.design_solver,
+        }
+    }
+
+    /// Registry kind.
+    pub fn kind(&self) -> &'static str {
+        self.placement.kind()
+    }
+
+    /// Numeric parameters identifying the configuration.
+    pub fn params(&self) -> Vec<(&'static str, f64)> {
+        let mut p = vec![];
+        if self.placement != NoisePlacement::None {
+            p.push(("rho", self.rho));
+        }
+        if self.delta != default_delta() {
+            p.push(("delta", self.delta));
+        }
+        p
+    }
+
+    /// `kind(p=v,...)`, plus `-literal`/`-textbook`/`-fw`/`-eq4` markers for non-default choices
+    /// that change the algorithm.
+    pub fn label(&self) -> String {
+        let mut kind = self.kind().to_string();
+        if self.placement == NoisePlacement::Intermediate
+            && self.noise_calibration == NoiseCalibration::Literal
+        {
+            kind.push_str("-literal");
+        }
+        if self.constants == GopeConstants::Textbook {
+            kind.push_str("-textbook");
+        }
+        if self.design_solver == super::design::DesignSolver::FrankWolfe {
+            kind.push_str("-fw");
+        }
+        if self.phase_length == PhaseLength::Eq4 {
+            kind.push_str("-eq4");
+        }
+        let p = self.params();
+        if p.is_empty() {
+            kind
+        } else {
+            let inner: Vec<String> = p.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            format!("{kind}({})", inner.join(","))
+        }
+    }
+
+    /// Whether any noise is added.
+    pub fn is_private(&self) -> bool {
+        self.placement != NoisePlacement::None && self.rho.is_finite()
+    }
+
+    /// The reward boundary `[-1, 1]` when clipping.
+    pub fn boundary(&self) -> Option<RewardBoundary> {
+        self.clip_rewards.then_some(RewardBoundary {
+            lo: -1.0,
+            hi: 1.0,
+            mode: BoundaryMode::Clip,
+        })
+    }
+
+    /// The privacy claim.
+    pub fn guarantee(&self) -> PrivacyGuarantee {
+        if !self.is_private() {
+            return PrivacyGuarantee::non_private();
+        }
+        let mechanism = match self.placement {
+            NoisePlacement::Intermediate => format!(
+                "Gaussian mechanism on phi_l = V_l^(-1/2) sum a_t r_t (L2 sensitivity 2 g_l), once per phase: \
+                 theta~ = theta^ + V_l^(-1/2) N, N ~ N(0, sigma^2 I), sigma^2 = {} (Algorithm 2 Step 4, Eq. 4, Thm 18, App. D-C); \
+                 disjoint phases compose in parallel (Lemma 1, App. D-B)",
+                match self.noise_calibration {
+                    NoiseCalibration::Safe => "2/rho max(d/c_l, g_l^2) (safe calibration, spec zcdp §3.4)",
+                    NoiseCalibration::Literal => "2d/(rho c_l) (literal; under-noises if the design is only approximately G-optimal)",
+                }
+            ),
+            NoisePlacement::PerArmSums => "Gaussian mechanism on the vector of per-arm sums of rewards of a phase (L2 sensitivity 2): \
+                 xi_a ~ N(0, 2/rho) per support arm, theta~ = theta^ + V_l^(-1) sum_a a xi_a (App. E-C2, App. H, Thm 18); \
+                 disjoint phases compose in parallel (Lemma 1)"
+                .into(),
+            NoisePlacement::Output => "Gaussian mechanism on theta^_l (L2 sensitivity 2 max_a ||V_l^(-1) a||): sigma^2 = 2/rho max_a ||V_l^(-1) a||^2 \
+                 (App. E-C1, Thm 18); disjoint phases compose in parallel (Lemma 1)"
+                .into(),
+            NoisePlacement::None => unreachable!("non-private handled above"),
+        };
+        let notion = if self.clip_rewards {
+            "rho-Interactive zCDP (Azize & Basu 2024, Def. 4; Thm 2)".to_string()
+        } else {
+            "rho-Interactive zCDP (Azize & Basu 2024, Def. 4; Thm 2), CONDITIONAL: rewards are not clipped \
+             (reproduction mode, clip_rewards = false); the guarantee holds only if every reward lies in [-1, 1]"
+                .to_string()
+        };
+        PrivacyGuarantee {
+            notion,
+            model: TrustModel::Central,
+            adjacency: REWARD_ADJACENCY.into(),
+            budget: Budget::Zcdp { rho: self.rho },
+            mechanism,
+            boundary: self.boundary(),
+        }
+    }
+
+    /// Build the policy for one run on `arms`; `seed` keys its noise stream.
+    pub fn build(&self, arms: &[DVector<f64>], seed: u64) -> Result<PhasedElimination> {
+        PhasedElimination::new(arms, self.clone(), seed)
+    }
+}
+
+impl LinearPolicyConfig for GopeConfig {
+    fn kind(&self) -> &'static str {
+        GopeConfig::kind(self)
+    }
+    fn label(&self) -> String {
+        GopeConfig::label(self)
+    }
+    fn params(&self) -> Vec<(&'static str, f64)> {
+        GopeConfig::params(self)
+    }
+    fn guarantee(&self) -> PrivacyGuarantee {
+        GopeConfig::guarantee(self)
+    }
+    fn describe(&self) -> serde_json::Value {
+        let path = if self.clip_rewards {
+            "per-reward draws, each clipped to [-1, 1] (clip_rewards = true: O(T) per run)"
+        } else {
+            "one exact N(n <theta,a>, n sigma^2) draw per (phase, support arm) block (clip_rewards = false)"
+        };
+        serde_json::json!({
+            "simulation_path": path,
+            "clip_rewards": self.clip_rewards,
+            "delta": self.delta,
+            "noise_placement": self.placement,
+            "noise_calibration": self.noise_calibration,
+            "constants": self.constants,
+            "design_tolerance": self.design_tolerance,
+            "design_solver": self.design_solver,
+        })
+    }
+    fn build(&self, arms: &[DVector<f64>], seed: u64) -> Result<Box<dyn LinearPolicy>> {
+        Ok(Box::new(PhasedElimination::new(arms, self.clone(), seed)?))
+    }
+}
+
+/// A phase is a sequence of blocks `(arm, T_l(arm))`; each block is one commitment, and the last
+/// block's observation ends the phase (one release, elimination).
+impl LinearPolicy for PhasedElimination {
+    fn guarantee(&self) -> PrivacyGuarantee {
+        self.cfg.guarantee()
+    }
+    fn boundary(&self) -> Option<RewardBoundary> {
+        self.cfg.boundary()
+    }
+    fn choose(&mut self, _t: u64) -> Result<Pull> {
+        let plan = match &self.current {
+            Some(c) => &c.plan,
+            None => {
+                self.plan_phase()?;
+                &self.current.as_ref().expect("just planned").plan
+            }
+        };
+        let (arm, len) = plan.blocks[self.cursor.0];
+        Ok(Pull {
+            arm,
+            steps: len - self.cursor.1,
+        })
+    }
+    fn observe_batch(&mut self, arm: usize, n: u64, sum: f64) {
+        let Some(cur) = &self.current else { return };
+        let (block_arm, len) = cur.plan.blocks[self.cursor.0];
+        debug_assert_eq!(arm, block_arm, "observed an arm outside the current block");
+        self.cursor.1 += n;
+        self.cursor.2 += sum;
+        if self.cursor.1 >= len {
+            self.sums.push(self.cursor.2);
+            self.cursor = (self.cursor.0 + 1, 0, 0.0);
+            if self.cursor.0 == cur.plan.blocks.len() {
+                let sums = std::mem::take(&mut self.sums);
+                self.finish_phase(&sums);
+                self.sums = sums;
+                self.sums.clear();
+                self.cursor = (0, 0, 0.0);
+            }
+        }
+    }
+}
+
+/// `f(d, x) = d + 2 sqrt(d ln(2/x)) + 2 ln(2/x)` (chi-square tail, Eq. 4, Thm 13).
+pub fn chi2_tail(d: f64, x: f64) -> f64 {
+    let l = (2.0 / x).ln();
+    d + 2.0 * (d * l).sqrt() + 2.0 * l
+}
+
+/// `delta_{K,l} = delta / (K l (l+1))`.
+pub fn delta_kl(delta: f64, k: usize, l: u32) -> f64 {
+    let l = f64::from(l);
+    delta / (k as f64 * l * (l + 1.0))
+}
+
+/// The two terms of `c_l` (Eq. 4) in dimension `r`: (non-private term, privacy term). The privacy
+/// term is 0 for `rho = inf`.
+pub fn phase_length(
+    r: usize,
+    k: usize,
+    l: u32,
+    delta: f64,
+    rho: f64,
+    constants: GopeConstants,
+) -> (f64, f64) {
+    let beta = 0.5f64.powi(l as i32);
+    let dk = delta_kl(delta, k, l);
+    let r = r as f64;
+    let np = match constants {
+        GopeConstants::PaperLimit => 8.0 * r / (beta * beta) * (4.0 / dk).ln(),
+        GopeConstants::Textbook => 2.0 * r / (beta * beta) * (1.0 / dk).ln(),
+    };
+    let pr = if rho.is_infinite() {
+        0.0
+    } else {
+        2.0 * r / beta * (2.0 / rho * chi2_tail(r, dk)).sqrt()
+    };
+    (np, pr)
+}
+
+/// AdaR-GOPE-Var's privacy term of `c_l` in dimension `r` with a design support of `s` arms:
+/// `2r/beta_l sqrt(2/rho s f(s, delta_{K,l}))` (module docs, *Phase lengths*; 0 for `rho = inf`).
+/// A support spans `R^r`, so `s >= r` and the term is never below Eq. (4)'s
+/// `2r/beta_l sqrt(2/rho f(r, delta_{K,l}))` (equal for `s = r = 1`).
+pub fn per_arm_sums_privacy_term(
+    r: usize,
+    s: usize,
+    k: usize,
+    l: u32,
+    delta: f64,
+    rho: f64,
+) -> f64 {
+    if rho.is_infinite() {
+        return 0.0;
+    }
+    let beta = 0.5f64.powi(l as i32);
+    let dk = delta_kl(delta, k, l);
+    let s = s as f64;
+    2.0 * r as f64 / beta * (2.0 / rho * s * chi2_tail(s, dk)).sqrt()
+}
+
+/// What a phase plays: blocks `(arm, pulls)` in order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PhasePlan {
+    /// Phase number l (1-based).
+    pub phase: u32,
+    /// `beta_l = 2^-l`.
+    pub beta: f64,
+    /// `c_l` (Eq. 4) in dimension `rank`.
+    pub c: f64,
+    /// Dimension of the span of the surviving arms.
+    pub rank: usize,
+    /// `(arm, T_l(arm))` for each support arm, ascending arm index. A committed phase has one
+    /// block of `u64::MAX` pulls.
+    pub blocks: Vec<(usize, u64)>,
+    /// Whether this is the final commitment to a single surviving arm.
+    pub commit: bool,
+    /// The design (`None` when committing).
+    pub design: Option<Design>,
+}
+
+impl PhasePlan {
+    /// `T_l = sum_a T_l(a)`.
+    pub fn len(&self) -> u64 {
+        self.blocks
+            .iter()
+            .fold(0u64, |s, &(_, n)| s.saturating_add(n))
+    }
+    /// Whether the phase has no pulls (never: every support arm is pulled at least once).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The statistic released at the end of a phase (cached; never re-sampled).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PhaseRelease {
+    /// Phase number.
+    pub phase: u32,
+    /// Rounds (rewards) the release consumed: `T_l`.
+    pub samples: u64,
+    /// Dimension of the span.
+    pub rank: usize,
+    /// `c_l`.
+    pub c: f64,
+    /// Noise standard deviation of the mechanism (0 when non-private).
+    pub sigma: f64,
+    /// The L2 sensitivity the mechanism was calibrated for.
+    pub calibrated_sensitivity: f64,
+    /// The true L2 sensitivity of the released statistic under the actual `V_l`.
+    pub true_sensitivity: f64,
+    /// Realised zCDP loss `true_sensitivity^2 / (2 sigma^2)` (inf when non-private).
+    pub zcdp_loss: f64,
+    /// `g_l^2 = max_{b in A_l} b^T V_l^{-1} b`.
+    pub g2: f64,
+    /// The released estimate `theta~_l`, in R^d.
+    pub theta: Vec<f64>,
+    /// Survivors after elimination.
+    pub survivors: Vec<usize>,
+}
+
+#[derive(Debug, Clone)]
+struct Current {
+    plan: PhasePlan,
+    /// Coordinates (in the span basis) of every active arm, aligned with `active`.
+    coords: Vec<DVector<f64>>,
+    basis: DMatrix<f64>,
+}
+
+/// One run of a GOPE variant.
+#[derive(Debug, Clone)]
+pub struct PhasedElimination {
+    cfg: GopeConfig,
+    arms: Vec<DVector<f64>>,
+    active: Vec<usize>,
+    phase: u32,
+    current: Option<Current>,
+    releases: Vec<PhaseRelease>,
+    noise: SimRng,
+    /// Position in the current phase: block index, rewards of that block seen, their sum, and
+    /// the sums of the finished blocks (the [`LinearPolicy`] interface).
+    cursor: (usize, u64, f64),
+    sums: Vec<f64>,
+}
+
+impl PhasedElimination {
+    /// A fresh run on `arms` (K >= 1 vectors of one dimension d >= 1).
+    pub fn new(arms: &[DVector<f64>], cfg: GopeConfig, seed: u64) -> Result<Self> {
+        cfg.validate()?;
+        if arms.is_empty() {
+            return Err(Error::param("arms", "[]", "at least one arm"));
+        }
+        let d = arms[0].len();
+        if d == 0 {
+            return Err(Error::param("d", 0, "an integer >= 1"));
+        }
+        if let Some(i) = arms.iter().position(|a| a.len() != d) {
+            return Err(Error::param(
+                format!("arms[{i}]"),
+                format!("(dimension {})", arms[i].len()),
+                format!("dimension {d} like arms[0]"),
+            ));
+        }
+        Ok(PhasedElimination {
+            cfg,
+            arms: arms.to_vec(),
+            active: (0..arms.len()).collect(),
+            phase: 0,
+            current: None,
+            releases: vec![],
+            noise: crate::rng::noise_rng(seed),
+            cursor: (0, 0, 0.0),
+            sums: vec![],
+        })
+    }
+
+    /// Surviving arms.
+    pub fn active(&self) -> &[usize] {
+        &self.active
+    }
+
+    /// Released statistics, one per completed phase.
+    pub fn releases(&self) -> &[PhaseRelease] {
+        &self.releases
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &GopeConfig {
+        &self.cfg
+    }
+
+    /// Plan the next phase (design, `c_l`, `T_l(a)`); depends only on public data and earlier
+    /// releases. Calling it again before [`Self::finish_phase`] returns the same plan.
+    ///
+    /// # Errors
+    /// The design solver failed (numerically singular information matrix).
+    pub fn plan_phase(&mut self) -> Result<PhasePlan> {
+        if let Some(c) = &self.current {
+            return Ok(c.plan.clone());
+        }
+        let l = self.phase + 1;
+        let beta = 0.5f64.powi(l as i32);
+        let act: Vec<DVector<f64>> = self.active.iter().map(|&a| self.arms[a].clone()).collect();
+        let span = Span::of(&act);
+        let r = span.rank();
+        if self.active.len() == 1 || r == 0 {
+            let plan = PhasePlan {
+                phase: l,
+                beta,
+                c: f64::INFINITY,
+                rank: r,
+                blocks: vec![(self.active[0], u64::MAX)],
+                commit: true,
+                design: None,
+            };
+            self.current = Some(Current {
+                plan: plan.clone(),
+                coords: span.coords,
+                basis: span.basis,
+            });
+            return Ok(plan);
+        }
+        let design = g_optimal(&span.coords, self.cfg.design_options())?;
+        let rho = if self.cfg.placement == NoisePlacement::None {
+            f64::INFINITY
+        } else {
+            self.cfg.rho
+        };
+        let k = self.arms.len();
+        let (np, mut pr) = phase_length(r, k, l, self.cfg.delta, rho, self.cfg.constants);
+        if self.cfg.placement == NoisePlacement::PerArmSums
+            && self.cfg.phase_length == PhaseLength::Own
+        {
+            pr = per_arm_sums_privacy_term(r, design.support.len(), k, l, self.cfg.delta, rho);
+        }
+        let c = np + pr;
+        let blocks = design
+            .support
+            .iter()
+            .map(|&i| {
+                (
+                    self.active[i],
+                    (c * design.weights[i]).ceil().max(1.0) as u64,
+                )
+            })
+            .collect();
+        let plan = PhasePlan {
+            phase: l,
+            beta,
+            c,
+            rank: r,
+            blocks,
+            commit: false,
+            design: Some(design),
+        };
+        self.current = Some(Current {
+            plan: plan.clone(),
+            coords: span.coords,
+            basis: span.basis,
+        });
+        Ok(plan)
+    }
+
+    /// End the planned phase with the reward sum of each block (aligned with `plan.blocks`):
+    /// least squares, one private release, elimination.
+    ///
+    /// # Panics
+    /// Without a planned phase, for a committed phase (it never ends), or if `sums` does not match
+    /// the blocks.
+    pub fn finish_phase(&mut self, sums: &[f64]) {
+        let cur = self
+            .current
+            .take()
+            .expect("finish_phase without plan_phase");
+        assert!(!cur.plan.commit, "a committed phase never ends");
+        assert_eq!(sums.len(), cur.plan.blocks.len(), "one sum per block");
+        let r = cur.plan.rank;
+        let pos = |arm: usize| self.active.iter().position(|&a| a == arm).expect("active");
+        let mut v = DMatrix::<f64>::zeros(r, r);
+        let mut b = DVector::<f64>::zeros(r);
+        let support: Vec<&DVector<f64>> = cur
+            .plan
+            .blocks
+            .iter()
+            .map(|&(arm, _)| &cur.coords[pos(arm)])
+            .collect();
+        for ((&(_, n), &s), x) in cur.plan.blocks.iter().zip(sums).zip(&support) {
+            let s = match self.cfg.boundary() {
+                Some(bd) => bd.clip_sum(s, n),
+                None => s,
+            };
+            v.ger(n as f64, x, x, 1.0);
+            b.axpy(s, x, 1.0);
+        }
+        let chol = v
+            .clone()
+            .cholesky()
+            .expect("the support of a design spans its space");
+        let mut theta = chol.solve(&b);
+        let g2 = cur
+            .coords
+            .iter()
+            .map(|x| x.dot(&chol.solve(x)))
+            .fold(0.0, f64::max);
+        let rho = self.cfg.rho;
+        let (sigma, cal_s, true_s) = match self.cfg.placement {
+            _ if !self.cfg.is_private() => (0.0, 0.0, 0.0),
+            NoisePlacement::Intermediate => {
+                let lit = r as f64 / cur.plan.c;
+                let s2 = match self.cfg.noise_calibration {
+                    NoiseCalibration::Safe => lit.max(g2),
+                    NoiseCalibration::Literal => lit,
+                };
+                let cal = 2.0 * s2.sqrt();
+                let mech = GaussianMechanism::for_zcdp(cal, rho).expect("validated");
+                let n = self.gaussian_vec(r, mech.sigma());
+                // V^{-1/2} by the symmetric eigendecomposition of V.
+                let eig = v.clone().symmetric_eigen();
+                let mut inv_sqrt = eig.eigenvectors.clone();
+                for (j, &lam) in eig.eigenvalues.iter().enumerate() {
+                    inv_sqrt.column_mut(j).scale_mut(1.0 / lam.sqrt());
+                }
+                let inv_sqrt = &inv_sqrt * eig.eigenvectors.transpose();
+                theta += &inv_sqrt * n;
+                let true_s = 2.0
+                    * support
+                        .iter()
+                        .map(|x| x.dot(&chol.solve(*x)).sqrt())
+                        .fold(0.0, f64::max);
+                (mech.sigma(), cal, true_s)
+            }
+            NoisePlacement::PerArmSums => {
+                let mech = GaussianMechanism::for_zcdp(2.0, rho).expect("validated");
+                let mut w = DVector::<f64>::zeros(r);
+                for x in &support {
+                    let xi: f64 = StandardNormal.sample(&mut self.noise);
+                    w.axpy(mech.sigma() * xi, x, 1.0);
+                }
+                theta += chol.solve(&w);
+                (mech.sigma(), 2.0, 2.0)
+            }
+            NoisePlacement::Output => {
+                let s = 2.0
+                    * support
+                        .iter()
+                        .map(|x| chol.solve(*x).norm())
+                        .fold(0.0, f64::max);
+                let mech = GaussianMechanism::for_zcdp(s, rho).expect("validated");
+                theta += self.gaussian_vec(r, mech.sigma());
+                (mech.sigma(), s, s)
+            }
+            NoisePlacement::None => unreachable!("not private"),
+        };
+        let zcdp_loss = if sigma > 0.0 {
+            true_s * true_s / (2.0 * sigma * sigma)
+        } else {
+            f64::INFINITY
+        };
+        // Elimination on the released estimate (post-processing).
+        let vals: Vec<f64> = cur.coords.iter().map(|x| x.dot(&theta)).collect();
+        let best = vals.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let survivors: Vec<usize> = self
+            .active
+            .iter()
+            .zip(&vals)
+            .filter(|&(_, &v)| best - v <= 2.0 * cur.plan.beta)
+            .map(|(&a, _)| a)
+            .collect();
+        self.releases.push(PhaseRelease {
+            phase: cur.plan.phase,
+            samples: cur.plan.len(),
+            rank: r,
+            c: cur.plan.c,
+            sigma,
+            calibrated_sensitivity: cal_s,
+            true_sensitivity: true_s,
+            zcdp_loss,
+            g2,
+            theta: (&cur.basis * &theta).iter().copied().collect(),
+            survivors: survivors.clone(),
+        });
+        self.active = survivors;
+        self.phase = cur.plan.phase;
+    }
+
+    fn gaussian_vec(&mut self, r: usize, sigma: f64) -> DVector<f64> {
+        if sigma == 0.0 {
+            return DVector::zeros(r);
+        }
+        DVector::from_fn(r, |_, _| {
+            let z: f64 = StandardNormal.sample(&mut self.noise);
+            sigma * z
+        })
+    }
+}
+
+impl crate::config::Config for GopeConfig {
+    fn validate(&mut self) -> crate::error::Result<()> {
+        GopeConfig::validate(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Spec §3.2 reference values (d = 3, K = 10, delta = 1e-3), to the printed precision.
+    #[test]
+    fn phase_length_reference_values() {
+        let np = [1083.8, 4757.1, 20093.2];
+        let pr = [
+            (1.0, [101.1, 209.9, 429.2]),
+            (0.1, [319.6, 663.7, 1357.1]),
+            (0.01, [1010.7, 2098.8, 4291.6]),
+        ];
+        for l in 1..=3u32 {
+            let (n, _) = phase_length(3, 10, l, 1e-3, f64::INFINITY, GopeConstants::PaperLimit);
+            assert!((n - np[l as usize - 1]).abs() < 0.05, "l={l}: {n}");
+            for (rho, want) in pr {
+                let (n2, p) = phase_length(3, 10, l, 1e-3, rho, GopeConstants::PaperLimit);
+                assert_eq!(n2, n);
+                assert!(
+                    (p - want[l as usize - 1]).abs() < 0.05,
+                    "l={l} rho={rho}: {p}"
+                );
+            }
+        }
+    }
+
+    /// Spec §3.2 / T8: at most 8 phases fit in T = 1e7; c_l decreases in rho towards the limit.
+    #[test]
+    fn schedule_fits_eight_phases() {
+        for rho in [0.01, 0.1, 1.0, f64::INFINITY] {
+            let cum = |n: u32| -> f64 {
+                (1..=n)
+                    .map(|l| {
+                        let (a, b) = phase_length(3, 10, l, 1e-3, rho, GopeConstants::PaperLimit);
+                        a + b
+                    })
+                    .sum()
+            };
+            assert!(cum(7) > 7.5e6 && cum(7) < 7.9e6, "rho={rho}: {}", cum(7));
+            assert!(cum(8) > 1e7);
+        }
+        let c = |rho| phase_length(3, 10, 2, 1e-3, rho, GopeConstants::PaperLimit).1;
+        assert!(c(0.01) > c(0.1) && c(0.1) > c(1.0) && c(1.0) > c(100.0) && c(1e8) < 1.0);
+    }
+
+    #[test]
+    fn bad_config() {
+        let mut c = GopeConfig::new(NoisePlacement::Intermediate, 1.0);
+        c.delta = 1.0;
+        assert!(c.validate().unwrap_err().to_string().contains("delta = 1"));
+        c.delta = 0.0;
+        assert!(c.validate().is_err());
+        c.delta = 0.1;
+        c.rho = -1.0;
+        assert!(c.validate().unwrap_err().to_string().contains("rho = -1"));
+        let mut g = GopeConfig::gope();
+        g.rho = 1.0;
+        assert!(g.validate().is_err());
+    }
+}

@@ -1,0 +1,10 @@
+//! The library's integration tests, in one binary (one link step): the conformance suite over
+//! the registry, the fast-path equivalence tests and the per-setting tests.
+
+// BAI-PENDING mod bai;
+mod conformance;
+mod contextual;
+mod fast_path;
+mod ldp_nonstationary;
+mod linear;
+mod private_baselines;

@@ -1,0 +1,108 @@
+//! The episodic/phased private baselines use the simulator's O(episodes) fast path, and the
+//! fast path agrees with the step loop on what the policy does with the same rewards.
+
+use dpbandits::finite::Bernoulli;
+use dpbandits::finite::simulate_finite;
+use dpbandits::finite::{Policy, PolicyConfig, Pull};
+use dpbandits::privacy::PrivacyGuarantee;
+use dpbandits::registry;
+use dpbandits::sim::{CheckpointGrid, SimMode};
+
+/// Forwards to a policy and counts `choose` calls.
+#[derive(Debug)]
+struct Counting {
+    inner: Box<dyn Policy>,
+    calls: u64,
+}
+
+impl Policy for Counting {
+    fn num_arms(&self) -> usize {
+        self.inner.num_arms()
+    }
+    fn guarantee(&self) -> PrivacyGuarantee {
+        self.inner.guarantee()
+    }
+    fn choose(&mut self, t: u64) -> Pull {
+        self.calls += 1;
+        self.inner.choose(t)
+    }
+    fn observe(&mut self, arm: usize, reward: f64) {
+        self.inner.observe(arm, reward)
+    }
+    fn observe_batch(&mut self, arm: usize, n: u64, sum: f64) {
+        self.inner.observe_batch(arm, n, sum)
+    }
+}
+
+fn config(kind: &str, params: &str) -> Box<dyn PolicyConfig> {
+    let registry::Parse::Finite(parse) = registry::policy(kind).unwrap().parse else {
+        panic!("{kind}: not finite-armed")
+    };
+    parse(toml::from_str(params).unwrap()).unwrap()
+}
+
+/// At T = 1e7 on the paper's instance, AdaP-UCB, AdaP-KLUCB and DP-SE need only a few hundred
+/// `choose` calls (one per episode / block), not T.
+#[test]
+fn phased_policies_use_the_episode_fast_path() {
+    let horizon = 10_000_000;
+    let grid = CheckpointGrid::log(horizon, 10, &[]).unwrap();
+    for (kind, params, max_calls) in [
+        ("adap_ucb", "epsilon = 1.0", 5 * 25),
+        ("adap_klucb", "epsilon = 1.0", 5 * 25),
+        // K blocks per epoch, epochs <= log2(1/min gap) + a few
+        ("dp_se", "epsilon = 1.0\nbeta = 1e-7", 5 * 12 + 1),
+    ] {
+        let cfg = config(kind, params);
+        let mut env = Bernoulli::new(vec![0.75, 0.625, 0.5, 0.375, 0.25], 3).unwrap();
+        let mut p = Counting {
+            inner: cfg.build(5, 4).unwrap(),
+            calls: 0,
+        };
+        let mut out = vec![0.0; grid.points().len()];
+        simulate_finite(&mut env, &mut p, &grid, SimMode::Episodes, None, &mut out);
+        assert!(
+            p.calls <= max_calls,
+            "{kind}: {} choose calls at T = 1e7",
+            p.calls
+        );
+        assert!(out[out.len() - 1] > 0.0 && out[out.len() - 1] < 0.125 * horizon as f64);
+    }
+}
+
+/// Given the same rewards, the fast path (one batch per commitment) and the step loop make the same
+/// decisions: feed a deterministic reward stream (reward of round t is a fixed function of t and
+/// the arm) both ways and compare the arm sequences.
+#[test]
+fn fast_path_and_step_loop_agree() {
+    for (kind, params) in [
+        ("adap_ucb", "epsilon = 1.0"),
+        ("adap_klucb", "epsilon = 1.0"),
+        ("dp_se", "epsilon = 1.0\nbeta = 0.01"),
+    ] {
+        let cfg = config(kind, params);
+        let reward = |arm: usize, t: u64| ((t * 7 + arm as u64 * 3) % 5 < (4 - arm as u64)) as u8;
+        let horizon = 30_000u64;
+        // step loop
+        let mut a = cfg.build(3, 9).unwrap();
+        let mut steps = Vec::with_capacity(horizon as usize);
+        for t in 0..horizon {
+            let arm = a.choose(t).arm;
+            a.observe(arm, f64::from(reward(arm, t)));
+            steps.push(arm);
+        }
+        // fast path
+        let mut b = cfg.build(3, 9).unwrap();
+        let mut fast = Vec::with_capacity(horizon as usize);
+        let mut t = 0;
+        while t < horizon {
+            let pull = b.choose(t);
+            let n = pull.steps.min(horizon - t);
+            let sum: u64 = (t..t + n).map(|s| u64::from(reward(pull.arm, s))).sum();
+            b.observe_batch(pull.arm, n, sum as f64);
+            fast.extend(std::iter::repeat_n(pull.arm, n as usize));
+            t += n;
+        }
+        assert_eq!(steps, fast, "{kind}");
+    }
+}
