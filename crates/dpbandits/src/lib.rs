@@ -4,25 +4,31 @@
 //! to test them on, and a reproducible simulator that reproduces the papers' figures.
 //!
 //! ## Contents
+//! Every setting has the same shape: a folder with its traits in `mod.rs`, one file per
+//! environment, one file per paper algorithm family named after it, and its run loop in `sim.rs`
+//! (`docs/architecture.md`).
+//!
+//! * [`finite`]: K-armed bandits: [`finite::Environment`] / [`finite::Policy`], Bernoulli,
+//!   Gaussian, Beta, piecewise-stationary and corrupt-feedback environments, AdaC-UCB, AdaP-UCB,
+//!   DP-SE, Lazy-DP-TS, LDP-UCB, kl-UCB-CF, the non-private baselines, the episode fast path.
+//! * [`linear`]: linear bandits with a finite arm set: the Gaussian-noise instance, G-optimal
+//!   design, GOPE and its rho-zCDP variants (AdaC-GOPE, AdaR-GOPE-Var, output perturbation),
+//!   LinUCB.
+//! * [`contextual`]: linear contextual bandits: the paper's context generator, feature files,
+//!   OFUL / RS-OFUL / AdaC-OFUL, the common-random-numbers run loop.
+//! * [`bai`]: fixed-confidence best-arm identification under eps-global DP (DP-TT, AdaP-TT,
+//!   AdaP-TT*, DP-SE, EB-TCI), `d_eps`, transportation costs and characteristic times.
 //! * [`privacy`]: budgets, [`privacy::PrivacyGuarantee`], mechanisms with privacy maps
 //!   ([`privacy::GaussianMechanism`] calibrated for rho-zCDP), the reward boundary.
 //!   Accounting: [`privacy::PrivacyAccountant`] (capped, refuses over-budget charges) and budget
 //!   conversions ([`privacy::pure_to_zcdp`], [`privacy::zcdp_to_approx_dp`]).
-//! * [`env`](mod@env): finite-armed environments (Bernoulli, Gaussian with optional clipping, Beta,
-//!   piecewise-stationary and corrupt-feedback Bernoulli) with exact episode sums.
-//! * [`env`]: finite-armed environments (Bernoulli, Gaussian with optional clipping, Beta) with
-//!   exact episode sums.
-//! * [`linear`]: linear bandits with a finite arm set: environment, G-optimal design, GOPE and
-//!   its rho-zCDP variants.
-//! * [`policy`]: the object-safe [`policy::Policy`] trait and the finite-armed policies.
-//! * [`contextual`]: linear contextual bandits: the paper's context generator, feature files,
-//!   OFUL / RS-OFUL / AdaC-OFUL, the common-random-numbers run loop.
-//! * [`sim`]: checkpoint grids, the episode fast path, deterministic parallel runs.
-//! * [`experiment`]: TOML experiment files, sweeps, outputs (manifest, CSV, SVG/PNG plots).
-//! * [`registry`]: every algorithm by its config `kind` and paper name.
-//! * [`bai`]: fixed-confidence best-arm identification under eps-global DP (DP-TT, AdaP-TT,
-//!   AdaP-TT*, EB-TCI), `d_eps`, transportation costs and characteristic times.
-//! * [`rng`]: one master seed, named streams, the portable Xoshiro256++ generator.
+//! * [`sim`]: checkpoint grids, experiment cells, deterministic parallel jobs.
+//! * [`rng`]: one master seed, named seed derivations, the portable Xoshiro256++ generator.
+//! * [`config`]: the records and the config trait every algorithm file uses to describe itself.
+//! * `registry` and `experiment` (feature `experiment`, on by default): every algorithm by its
+//!   config `kind` and paper name; TOML experiment files, sweeps, outputs (manifest, CSV,
+//!   SVG/PNG plots). With `default-features = false` the crate is the core only (no TOML, no
+//!   plotting).
 //!
 //! ## Algorithms
 //!
@@ -44,12 +50,14 @@
 //! | `sw_ucb` | SW-UCB | finite-armed, piecewise-stationary | none | Garivier & Moulines 2011, Sec. 4 | tested |
 //! | `sw_kl_ucb` | SW-kl-UCB | finite-armed, piecewise-stationary | none | SMPyBandits SWklUCB; f of Gajane 2023 | tested |
 //! | `d_ucb` | Discounted UCB | finite-armed, piecewise-stationary | none | Garivier & Moulines 2011, Sec. 3 | tested |
-//! | `dp_tt` | DP-TT | BAI (fixed confidence) | eps-global DP (pure, central) | Jourdan & Azize 2025, Alg. 1 (threshold: our delta-correct Proposal R) | tested, see docs/bai.md |
+//! | `dp_tt` | DP-TT | BAI (fixed confidence) | eps-global DP (pure, central) | Jourdan & Azize 2025, Alg. 1 (threshold: our delta-correct Proposal J) | tested, see docs/bai.md |
 //! | `adap_tt` | AdaP-TT | BAI (fixed confidence) | eps-global DP (pure, central) | Azize et al. 2023; thesis (5.10)-(5.11) | tested |
 //! | `adap_tt_star` | AdaP-TT* | BAI (fixed confidence) | eps-global DP (pure, central) | Azize et al. 2026 (JMLR); thesis (5.14) | tested |
+//! | `dp_se_bai` | DP-SE (fixed-confidence BAI) | BAI (fixed confidence) | eps-global DP (pure, central) | Sajed & Sheffet 2019; Azize thesis (spec dp-bai §4.5) | tested |
 //! | `eb_tci` | EB-TCI (Top Two) | BAI (fixed confidence) | none | Jourdan et al. 2022 | tested |
 //! | `adac_gope` | AdaC-GOPE | linear (finite arm set) | rho-Interactive zCDP, central | Azize & Basu 2024, Alg. 2, Eq. (4)-(5) | calibration-tested |
 //! | `gope` | GOPE (rho -> inf limit of Alg. 2) | linear (finite arm set) | none | Azize & Basu 2024, Sec. VII baseline; Lattimore & Szepesvari Alg. 12 | tested |
+//! | `lin_ucb` | LinUCB (OFUL on a fixed arm set) | linear (finite arm set) | none | Abbasi-Yadkori et al. 2011, Alg. 1 | tested |
 //! | `adar_gope_var` | AdaR-GOPE-Var (noise on per-arm reward sums, own phase length) | linear (finite arm set) | rho-Interactive zCDP, central | Azize & Basu 2024, App. E-C2, App. H | calibration-tested |
 //! | `gope_output_perturbation` | GOPE with output perturbation | linear (finite arm set) | rho-Interactive zCDP, central | Azize & Basu 2024, App. E-C1 | calibration-tested |
 //! | `adac_oful` | AdaC-OFUL | contextual linear | rho-Interactive zCDP, central | Azize & Basu 2024, Alg. 3, Thm 14 | calibration-tested |

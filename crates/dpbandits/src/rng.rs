@@ -182,6 +182,20 @@ pub const POLICY_NOISE: Derivation = Derivation {
     stream: Stream::Noise,
     path: &[],
 };
+/// The inner policy of a wrapper (e.g. the `ldp` wrapper), below the wrapper's run seed.
+pub const POLICY_INNER: Derivation = Derivation {
+    name: "inner policy",
+    parent: "policy run r",
+    stream: Stream::Policy,
+    path: &[Coord::Const(1)],
+};
+/// The coins of the randomized response of arm `a`, below the randomizer's seed.
+pub const RESPONSE_ARM: Derivation = Derivation {
+    name: "randomized response of arm a",
+    parent: "policy run r",
+    stream: Stream::Noise,
+    path: &[Coord::Const(0x5252), Coord::Arm],
+};
 /// Public contexts of run `r` (contextual setting).
 pub const CONTEXT_RUN: Derivation = Derivation {
     name: "contexts of run r",
@@ -252,6 +266,22 @@ pub fn policy_rng(policy_seed: u64) -> SimRng {
 /// A policy's noise generator below its run seed ([`POLICY_NOISE`]).
 pub fn noise_rng(policy_seed: u64) -> SimRng {
     SimRng::seed_from_u64(POLICY_NOISE.seed(policy_seed, Coords::default()))
+}
+
+/// The seed of a wrapper's inner policy ([`POLICY_INNER`]).
+pub fn inner_policy_seed(policy_seed: u64) -> u64 {
+    POLICY_INNER.seed(policy_seed, Coords::default())
+}
+
+/// The coin generator of arm `arm`'s randomized response ([`RESPONSE_ARM`]).
+pub fn response_rng(seed: u64, arm: u64) -> SimRng {
+    SimRng::seed_from_u64(RESPONSE_ARM.seed(
+        seed,
+        Coords {
+            arm,
+            ..Coords::default()
+        },
+    ))
 }
 
 /// The contexts of run `run` ([`CONTEXT_RUN`]).

@@ -80,7 +80,7 @@ use crate::privacy::{
     BoundaryMode, Budget, GaussianMechanism, PrivacyGuarantee, REWARD_ADJACENCY, RewardBoundary,
     TrustModel,
 };
-use crate::rng::{SimRng, Stream, stream_rng};
+use crate::rng::SimRng;
 use nalgebra::{Cholesky, SMatrix, SVector};
 use serde::Deserialize;
 
@@ -464,7 +464,7 @@ where
             gamma: 0.0,
             played: 0,
             tau: 0,
-            noise: stream_rng(seed, Stream::Noise, &[]),
+            noise: crate::rng::noise_rng(seed),
             cfg,
         }
         .with_hot_copies())

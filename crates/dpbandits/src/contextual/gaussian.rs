@@ -209,7 +209,7 @@ impl ContextualEnvConfig for ContextualGaussianConfig {
             "unit_ball": self.unit_ball,
             "reward_noise": format!("N(0, {}^2), one draw per round shared by all actions (common random numbers)", self.noise_sd),
             "theta_star": self.theta_star,
-            "theta_source": if self.theta.is_some() { "given" } else { "uniform on the unit sphere: derive_seed(master_seed, Instance, [0])" },
+            "theta_source": if self.theta.is_some() { "given" } else { "uniform on the unit sphere: derive_seed(master_seed, Instance, [0]) (rng::instance::CONTEXTUAL_THETA)" },
             "seed_derivation": crate::rng::describe(&[crate::rng::CONTEXT_RUN, crate::rng::CONTEXT_REWARD_RUN]),
         })
     }

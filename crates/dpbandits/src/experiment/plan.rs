@@ -86,7 +86,7 @@ impl Plan {
             }
         };
         match &mut env {
-            Env::Finite(e) => e.set_horizon(spec.horizon).at(at_env)?,
+            Env::Finite(e) => e.instantiate(spec.master_seed, spec.horizon).at(at_env)?,
             Env::Linear(e) => e.instantiate(spec.master_seed).at(at_env)?,
             Env::Contextual(e) => e.instantiate(spec.master_seed).at(at_env)?,
         }

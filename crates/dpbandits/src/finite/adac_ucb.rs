@@ -38,7 +38,7 @@ use crate::privacy::{
     BoundaryMode, Budget, GaussianMechanism, NoisyMean, PrivacyGuarantee, REWARD_ADJACENCY,
     RewardBoundary, TrustModel,
 };
-use crate::rng::{SimRng, Stream, stream_rng};
+use crate::rng::SimRng;
 use serde::Deserialize;
 
 /// Registry record of `adaptive_ucb`.
@@ -213,7 +213,7 @@ impl AdaCUcb {
             released: vec![None; k],
             bonus_coeff: vec![f64::INFINITY; k],
             episode: None,
-            noise: stream_rng(seed, Stream::Noise, &[]),
+            noise: crate::rng::noise_rng(seed),
             releases: 0,
         })
     }

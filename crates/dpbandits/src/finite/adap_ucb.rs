@@ -45,7 +45,7 @@ use crate::privacy::{
     BoundaryMode, Budget, LaplaceMechanism, PrivacyGuarantee, REWARD_ADJACENCY, RewardBoundary,
     TrustModel,
 };
-use crate::rng::{SimRng, Stream, stream_rng};
+use crate::rng::SimRng;
 use serde::Deserialize;
 
 /// Registry record of `adap_ucb`.
@@ -191,7 +191,7 @@ impl AdaP {
             last_len: vec![0; k],
             last_scale: vec![0.0; k],
             episode: None,
-            noise: stream_rng(seed, Stream::Noise, &[]),
+            noise: crate::rng::noise_rng(seed),
             releases: 0,
         })
     }

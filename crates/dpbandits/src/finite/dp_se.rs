@@ -43,7 +43,7 @@ use crate::privacy::{
     BoundaryMode, Budget, LaplaceMechanism, PrivacyGuarantee, REWARD_ADJACENCY, RewardBoundary,
     TrustModel,
 };
-use crate::rng::{SimRng, Stream, stream_rng};
+use crate::rng::SimRng;
 use serde::Deserialize;
 
 /// Registry record of `dp_se`.
@@ -164,7 +164,7 @@ impl DpSe {
             done: 0,
             sums: vec![0.0; k],
             released: vec![None; k],
-            noise: stream_rng(seed, Stream::Noise, &[]),
+            noise: crate::rng::noise_rng(seed),
             releases: 0,
         };
         p.r = p.epoch_length();

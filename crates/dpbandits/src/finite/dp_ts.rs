@@ -39,7 +39,7 @@ use crate::privacy::{
     BoundaryMode, Budget, LaplaceMechanism, PrivacyGuarantee, REWARD_ADJACENCY, RewardBoundary,
     TrustModel,
 };
-use crate::rng::{SimRng, Stream, stream_rng};
+use crate::rng::SimRng;
 use rand::RngExt;
 use rand_distr::{Beta, Distribution};
 use serde::Deserialize;
@@ -160,8 +160,8 @@ impl DpTs {
             batch_sum: vec![0.0; k],
             released: vec![None; k],
             pulls: vec![0; k],
-            rng: stream_rng(seed, Stream::Policy, &[]),
-            noise: stream_rng(seed, Stream::Noise, &[]),
+            rng: crate::rng::policy_rng(seed),
+            noise: crate::rng::noise_rng(seed),
         })
     }
 

@@ -40,7 +40,6 @@ use crate::privacy::{
     BoundaryMode, Budget, LocalRandomizer, PerArmChannel, PrivacyGuarantee, RandomizedResponse,
     RewardBoundary, TrustModel, channels_for,
 };
-use crate::rng::{Stream, derive_seed};
 
 /// Registry record of `ldp`.
 pub const LDP: AlgorithmInfo = AlgorithmInfo {
@@ -165,9 +164,7 @@ impl PolicyConfig for LdpConfig {
     fn build(&self, k: usize, seed: u64) -> Result<Box<dyn Policy>> {
         crate::error::check::at_least("K", k as u64, 1)?;
         let channels = channels_for(k, self.epsilon, self.per_arm.as_ref())?;
-        let inner = self
-            .inner
-            .build(k, derive_seed(seed, Stream::Policy, &[1]))?;
+        let inner = self.inner.build(k, crate::rng::inner_policy_seed(seed))?;
         Ok(Box::new(Ldp::new(channels, inner, seed)?.named(&format!(
             "{} on the feedback bits",
             self.inner.kind()

@@ -37,7 +37,7 @@ use crate::error::{Result, check};
 use crate::privacy::{
     BoundaryMode, Budget, LaplaceMechanism, PrivacyGuarantee, RewardBoundary, TrustModel,
 };
-use crate::rng::{SimRng, Stream, stream_rng};
+use crate::rng::SimRng;
 use rand::RngExt;
 use serde::Deserialize;
 
@@ -186,7 +186,7 @@ impl LdpUcb {
             cfg,
             counts: vec![0; k],
             sums: vec![0.0; k],
-            noise: stream_rng(seed, Stream::Noise, &[]),
+            noise: crate::rng::noise_rng(seed),
         })
     }
 

@@ -127,9 +127,11 @@ pub trait EnvConfig: Send + Sync + Debug {
     fn means(&self) -> Vec<f64>;
     /// Build the environment of one run; `seed` is the run's environment seed.
     fn build(&self, seed: u64) -> Result<Box<dyn Environment>>;
-    /// Called once by the planner with the experiment's horizon, before any run: environments
-    /// with time structure place or check their breakpoints here. Default: nothing to do.
-    fn set_horizon(&mut self, _horizon: u64) -> Result<()> {
+    /// Called once by the planner with the experiment's master seed and horizon, before any
+    /// run: environments with a random instance draw it from the master seed
+    /// ([`crate::rng::instance`] paths), environments with time structure place or check their
+    /// breakpoints. Default: nothing to do.
+    fn instantiate(&mut self, _master_seed: u64, _horizon: u64) -> Result<()> {
         Ok(())
     }
     /// Instance facts for the manifest (e.g. generated segments). Default: none.

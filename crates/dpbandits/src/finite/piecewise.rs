@@ -27,7 +27,7 @@ use super::{EnvConfig, Environment};
 use crate::config::{EnvInfo, Setting};
 use crate::error::{Error, Result, check};
 use crate::privacy::{PerArmChannel, RandomizedResponse, channels_for};
-use crate::rng::{SimRng, Stream, stream_rng};
+use crate::rng::SimRng;
 use rand::RngExt;
 use rand_distr::{Binomial, Distribution};
 use serde::Deserialize;
@@ -57,9 +57,6 @@ pub struct RandomSegments {
     pub segments: u64,
     /// Number of arms `K >= 2`.
     pub arms: usize,
-    /// Instance seed (keys `Stream::Instance`).
-    #[serde(default)]
-    pub seed: u64,
     /// Lowest mean (default 0.1).
     #[serde(default = "lo")]
     pub lo: f64,
@@ -134,7 +131,9 @@ impl PiecewiseConfig {
                         "no breakpoints with `random` (its breakpoints are equally spaced)",
                     ));
                 }
-                random_means(r)?
+                // Checked (and K fixed) here; the instance itself is drawn from the master seed
+                // by `EnvConfig::instantiate`.
+                random_means(r, 0)?
             }
             (Some(_), Some(_)) => {
                 return Err(Error::param(
@@ -285,7 +284,7 @@ fn check_increasing(b: &[u64], horizon: u64) -> Result<()> {
     Ok(())
 }
 
-fn random_means(r: &RandomSegments) -> Result<Vec<Vec<f64>>> {
+fn random_means(r: &RandomSegments, master_seed: u64) -> Result<Vec<Vec<f64>>> {
     check::at_least("random.segments", r.segments, 1)?;
     check::at_least("random.arms", r.arms as u64, 2)?;
     check::unit("random.lo", r.lo)?;
@@ -304,7 +303,8 @@ fn random_means(r: &RandomSegments) -> Result<Vec<Vec<f64>>> {
             format!("a number in [0, (hi - lo)/2 = {})", 0.5 * (r.hi - r.lo)),
         ));
     }
-    let mut rng = stream_rng(r.seed, Stream::Instance, &[0x5057]);
+    let mut rng =
+        crate::rng::instance_rng(master_seed, &[crate::rng::instance::PIECEWISE_SEGMENTS]);
     let mut rows: Vec<Vec<f64>> = vec![];
     let mut prev_best = usize::MAX;
     for _ in 0..r.segments {
@@ -357,7 +357,10 @@ impl EnvConfig for PiecewiseConfig {
     fn means(&self) -> Vec<f64> {
         self.rows().first().cloned().unwrap_or_default()
     }
-    fn set_horizon(&mut self, horizon: u64) -> Result<()> {
+    fn instantiate(&mut self, master_seed: u64, horizon: u64) -> Result<()> {
+        if let Some(r) = &self.random {
+            self.rows = random_means(r, master_seed)?;
+        }
         self.resolved = Some(self.resolve(horizon)?);
         Ok(())
     }
@@ -386,7 +389,7 @@ impl EnvConfig for PiecewiseConfig {
                 return Err(Error::param(
                     "horizon",
                     "(not set)",
-                    "set_horizon(T) before building an environment with fractional or random breakpoints",
+                    "instantiate(master_seed, T) before building an environment with fractional or random breakpoints",
                 ));
             }
         };
@@ -440,7 +443,7 @@ impl PiecewiseBernoulli {
             means,
             feedback,
             rngs: (0..k as u64)
-                .map(|a| stream_rng(seed, Stream::Env, &[a]))
+                .map(|a| crate::rng::arm_rng(seed, a as usize))
                 .collect(),
         })
     }
@@ -618,7 +621,7 @@ mod tests {
         );
         let mut c = mk(vec![500, 2_000_000]);
         c.validate().unwrap();
-        let e = c.set_horizon(1_000_000).unwrap_err().to_string();
+        let e = c.instantiate(0, 1_000_000).unwrap_err().to_string();
         assert_eq!(
             e,
             "breakpoints[1] = 2000000: expected a round <= the horizon T = 1000000"
@@ -649,7 +652,6 @@ mod tests {
             random: Some(RandomSegments {
                 segments: 8,
                 arms: 5,
-                seed: 3,
                 lo: 0.1,
                 hi: 0.9,
                 min_gap: 0.2,
@@ -657,7 +659,7 @@ mod tests {
             ..Default::default()
         };
         c.validate().unwrap();
-        c.set_horizon(1000).unwrap();
+        c.instantiate(3, 1000).unwrap();
         let d = c.describe();
         assert_eq!(d["breakpoints"], json!([126, 251, 376, 501, 626, 751, 876]));
         let rows = c.rows().to_vec();

@@ -16,7 +16,7 @@ use super::{Policy, PolicyConfig, Pull, argmax};
 use crate::config::{AlgorithmInfo, Setting};
 use crate::error::{Result, check};
 use crate::privacy::PrivacyGuarantee;
-use crate::rng::{SimRng, Stream, stream_rng};
+use crate::rng::SimRng;
 use rand::RngExt;
 use rand_distr::{Beta, Distribution};
 use serde::Deserialize;
@@ -71,7 +71,7 @@ impl ThompsonSampling {
             successes: vec![0.0; k],
             failures: vec![0.0; k],
             posteriors: vec![Beta::new(1.0, 1.0).expect("valid shapes"); k],
-            rng: stream_rng(seed, Stream::Policy, &[]),
+            rng: crate::rng::policy_rng(seed),
         })
     }
 }

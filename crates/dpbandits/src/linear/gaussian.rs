@@ -199,11 +199,7 @@ impl super::LinearEnvConfig for LinearConfig {
         self.resolved = Some(std::sync::Arc::new(self.instance(master_seed)?));
         Ok(())
     }
-    fn build(
-        &self,
-        master_seed: u64,
-        run: u64,
-    ) -> Result<(Vec<DVector<f64>>, Box<dyn crate::finite::Environment>)> {
+    fn build(&self, master_seed: u64, run: u64) -> Result<super::LinearRun> {
         let inst = match (&self.resolved, self.redraw_per_run) {
             (Some(i), false) => i.clone(),
             _ => std::sync::Arc::new(self.instance_for_run(master_seed, run)?),

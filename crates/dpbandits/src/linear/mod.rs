@@ -50,6 +50,10 @@ use crate::privacy::{PrivacyGuarantee, RewardBoundary};
 use nalgebra::DVector;
 use std::fmt::Debug;
 
+/// What one run of a linear environment consists of: the arm vectors the policy sees and the
+/// reward environment.
+pub type LinearRun = (Vec<DVector<f64>>, Box<dyn Environment>);
+
 /// A validated linear-bandit environment description (one `[env]` table).
 pub trait LinearEnvConfig: Send + Sync + Debug {
     /// Registry kind.
@@ -58,11 +62,7 @@ pub trait LinearEnvConfig: Send + Sync + Debug {
     /// the planner.
     fn instantiate(&mut self, master_seed: u64) -> Result<()>;
     /// The arm vectors and the reward environment of run `run`.
-    fn build(
-        &self,
-        master_seed: u64,
-        run: u64,
-    ) -> Result<(Vec<DVector<f64>>, Box<dyn Environment>)>;
+    fn build(&self, master_seed: u64, run: u64) -> Result<LinearRun>;
     /// Instance facts for the manifest.
     fn describe(&self) -> serde_json::Value;
 }

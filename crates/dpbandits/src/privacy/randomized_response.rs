@@ -29,7 +29,7 @@
 //! clipped (NaN -> 0) *before* the randomizer: the privacy boundary is [0, 1], mode clip.
 
 use crate::error::{Error, Result};
-use crate::rng::{SimRng, Stream, stream_rng};
+use crate::rng::SimRng;
 use rand::RngExt;
 
 /// Binary randomized response with `P(0|0) = p00`, `P(1|1) = p11`.
@@ -203,7 +203,7 @@ impl LocalRandomizer {
     /// One channel per arm; `seed` is the policy's seed.
     pub fn new(channels: Vec<RandomizedResponse>, seed: u64) -> Self {
         let coins = (0..channels.len() as u64)
-            .map(|a| stream_rng(seed, Stream::Noise, &[0x5252, a]))
+            .map(|a| crate::rng::response_rng(seed, a))
             .collect();
         LocalRandomizer { channels, coins }
     }
@@ -343,6 +343,7 @@ impl PerArmChannel {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rng::{Stream, stream_rng};
 
     /// Spec ldp §7.1.1: the likelihood ratios of the calibrated RR are e^eps up to rounding, never
     /// above, over a wide eps range.

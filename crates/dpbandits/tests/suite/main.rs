@@ -2,6 +2,7 @@
 //! the registry, the fast-path equivalence tests and the per-setting tests.
 
 // BAI-PENDING mod bai;
+mod architecture;
 mod conformance;
 mod contextual;
 mod fast_path;
