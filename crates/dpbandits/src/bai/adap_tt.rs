@@ -27,10 +27,11 @@
 //! `lazy` (>= 0, default 0).
 
 use super::top_two::{Challenger, Estimator, Forcing, Leader, StopCost, TopTwoParams};
-use super::{BaiConfig, ThresholdKind, fmt_num, forcing_label};
+use super::{BaiConfig, BaiEngine, ThresholdKind, TopTwo, fmt_num, forcing_label};
 use crate::error::Result;
 use crate::privacy::PrivacyGuarantee;
 use serde::Deserialize;
+use std::sync::Arc;
 
 /// AdaP-TT / AdaP-TT* configuration (`star` selects AdaP-TT*; set by the registry kind).
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
@@ -87,6 +88,30 @@ impl AdapTtConfig {
         }
     }
 
+    /// The Top Two engine parameters.
+    pub fn params(&self) -> TopTwoParams {
+        TopTwoParams {
+            epsilon: self.epsilon,
+            beta: self.beta,
+            estimator: Estimator::Forgetting,
+            leader: Leader::PrivateUcb,
+            challenger: if self.star {
+                Challenger::GaussStar
+            } else {
+                Challenger::SignedGauss
+            },
+            cost: match (self.star, self.threshold) {
+                (true, _) => StopCost::GaussStar,
+                (false, ThresholdKind::Code23) => StopCost::GaussUnit,
+                _ => StopCost::Gauss,
+            },
+            threshold: self.threshold,
+            lazy: self.lazy,
+            forced: self.forced_exploration,
+            forcing_scale: self.forcing_scale,
+        }
+    }
+
     /// Validate.
     ///
     /// # Errors
@@ -98,7 +123,7 @@ impl AdapTtConfig {
             self.threshold
                 .require(&[ThresholdKind::Thesis, ThresholdKind::Code23])?;
         }
-        super::TopTwo::new(self.params(), 2, 0.5).map(drop)
+        TopTwo::new(self.params(), 2, 0.5).map(drop)
     }
 }
 
@@ -120,8 +145,11 @@ impl BaiConfig for AdapTtConfig {
     fn epsilon(&self) -> f64 {
         self.epsilon
     }
-    fn threshold(&self) -> ThresholdKind {
-        self.threshold
+    fn threshold_name(&self) -> &'static str {
+        self.threshold.name()
+    }
+    fn threshold_proved(&self) -> bool {
+        self.threshold.proved()
     }
     fn guarantee(&self) -> PrivacyGuarantee {
         super::pure_dp_guarantee(
@@ -129,26 +157,11 @@ impl BaiConfig for AdapTtConfig {
             "Laplace mechanism, scale 1/(eps N~) (rounded up) on each per-arm phase mean (sensitivity 1/N~), doubling phases with forgetting (Azize et al. 2023, AdaP-TT; thesis Alg. 5.x)",
         )
     }
-    fn params(&self) -> TopTwoParams {
-        TopTwoParams {
-            epsilon: self.epsilon,
-            beta: self.beta,
-            estimator: Estimator::Forgetting,
-            leader: Leader::PrivateUcb,
-            challenger: if self.star {
-                Challenger::GaussStar
-            } else {
-                Challenger::SignedGauss
-            },
-            cost: match (self.star, self.threshold) {
-                (true, _) => StopCost::GaussStar,
-                (false, ThresholdKind::Code23) => StopCost::GaussUnit,
-                _ => StopCost::Gauss,
-            },
-            threshold: self.threshold,
-            lazy: self.lazy,
-            forced: self.forced_exploration,
-            forcing_scale: self.forcing_scale,
-        }
+    fn describe(&self) -> serde_json::Value {
+        serde_json::json!({ "lazy_challenger": self.lazy })
+    }
+    fn prepare(&self, k: usize, delta: f64) -> Result<Arc<dyn BaiEngine>> {
+        self.validate()?;
+        Ok(Arc::new(TopTwo::new(self.params(), k, delta)?))
     }
 }

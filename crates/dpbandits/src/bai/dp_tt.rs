@@ -32,7 +32,7 @@
 //! increments are over disjoint rewards, so by parallel composition over users (adaptive version:
 //! Azize thesis App. C.1.2) their collection is eps-DP; cumulative sums, means, stopping, leader,
 //! challenger, tracking and phase switches (counts only) are post-processing. No decision reads an
-//! unreleased reward (the engine does not even draw them before release).
+//! unreleased reward (the run holds the reward sums it receives in `pending` until the release).
 //!
 //! # Parameters
 //! `epsilon` (> 0, inf = non-private), `eta` (> 0, default 1), `beta` (in (0,1), default 1/2),
@@ -41,10 +41,11 @@
 //! (> 0, default 16).
 
 use super::top_two::{Challenger, Estimator, Forcing, Leader, StopCost, TopTwoParams};
-use super::{BaiConfig, ThresholdKind, fmt_num, forcing_label};
+use super::{BaiConfig, BaiEngine, ThresholdKind, TopTwo, fmt_num, forcing_label};
 use crate::error::Result;
 use crate::privacy::PrivacyGuarantee;
 use serde::Deserialize;
+use std::sync::Arc;
 
 /// DP-TT configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
@@ -105,6 +106,22 @@ impl DpTtConfig {
         }
     }
 
+    /// The Top Two engine parameters.
+    pub fn params(&self) -> TopTwoParams {
+        TopTwoParams {
+            epsilon: self.epsilon,
+            beta: self.beta,
+            estimator: Estimator::Cumulative { eta: self.eta },
+            leader: Leader::EmpiricalBest,
+            challenger: Challenger::Tci,
+            cost: StopCost::DEps,
+            threshold: self.threshold,
+            lazy: self.lazy,
+            forced: self.forced_exploration,
+            forcing_scale: self.forcing_scale,
+        }
+    }
+
     /// Validate.
     ///
     /// # Errors
@@ -116,7 +133,7 @@ impl DpTtConfig {
             ThresholdKind::HHalf,
             ThresholdKind::HArm,
         ])?;
-        super::TopTwo::new(self.params(), 2, 0.5).map(drop)
+        TopTwo::new(self.params(), 2, 0.5).map(drop)
     }
 }
 
@@ -138,8 +155,11 @@ impl BaiConfig for DpTtConfig {
     fn epsilon(&self) -> f64 {
         self.epsilon
     }
-    fn threshold(&self) -> ThresholdKind {
-        self.threshold
+    fn threshold_name(&self) -> &'static str {
+        self.threshold.name()
+    }
+    fn threshold_proved(&self) -> bool {
+        self.threshold.proved()
     }
     fn guarantee(&self) -> PrivacyGuarantee {
         super::pure_dp_guarantee(
@@ -147,18 +167,11 @@ impl BaiConfig for DpTtConfig {
             "Laplace mechanism, scale 1/eps (rounded up) on each per-arm phase increment of the reward sum (sensitivity 1), geometric phases ceil((1+eta)^j), cumulative sums, no forgetting (Jourdan & Azize 2025, Alg. 1)",
         )
     }
-    fn params(&self) -> TopTwoParams {
-        TopTwoParams {
-            epsilon: self.epsilon,
-            beta: self.beta,
-            estimator: Estimator::Cumulative { eta: self.eta },
-            leader: Leader::EmpiricalBest,
-            challenger: Challenger::Tci,
-            cost: StopCost::DEps,
-            threshold: self.threshold,
-            lazy: self.lazy,
-            forced: self.forced_exploration,
-            forcing_scale: self.forcing_scale,
-        }
+    fn describe(&self) -> serde_json::Value {
+        serde_json::json!({ "lazy_challenger": self.lazy })
+    }
+    fn prepare(&self, k: usize, delta: f64) -> Result<Arc<dyn BaiEngine>> {
+        self.validate()?;
+        Ok(Arc::new(TopTwo::new(self.params(), k, delta)?))
     }
 }

@@ -19,10 +19,11 @@
 //! `beta` (default 1/2), `threshold` (`r` or `eb`), `lazy` (no effect: a release after every sample).
 
 use super::top_two::{Challenger, Estimator, Forcing, Leader, StopCost, TopTwoParams};
-use super::{BaiConfig, ThresholdKind, forcing_label};
+use super::{BaiConfig, BaiEngine, ThresholdKind, TopTwo, forcing_label};
 use crate::error::Result;
 use crate::privacy::PrivacyGuarantee;
 use serde::Deserialize;
+use std::sync::Arc;
 
 /// EB-TCI configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
@@ -69,6 +70,22 @@ impl Default for EbTciConfig {
 }
 
 impl EbTciConfig {
+    /// The Top Two engine parameters.
+    pub fn params(&self) -> TopTwoParams {
+        TopTwoParams {
+            epsilon: f64::INFINITY,
+            beta: self.beta,
+            estimator: Estimator::Exact,
+            leader: Leader::EmpiricalBest,
+            challenger: Challenger::Tci,
+            cost: StopCost::DEps,
+            threshold: self.threshold,
+            lazy: 0.0,
+            forced: self.forced_exploration,
+            forcing_scale: self.forcing_scale,
+        }
+    }
+
     /// Validate.
     ///
     /// # Errors
@@ -76,7 +93,7 @@ impl EbTciConfig {
     pub fn validate(&self) -> Result<()> {
         self.threshold
             .require(&[ThresholdKind::R, ThresholdKind::Eb])?;
-        super::TopTwo::new(self.params(), 2, 0.5).map(drop)
+        TopTwo::new(self.params(), 2, 0.5).map(drop)
     }
 }
 
@@ -95,24 +112,20 @@ impl BaiConfig for EbTciConfig {
     fn epsilon(&self) -> f64 {
         f64::INFINITY
     }
-    fn threshold(&self) -> ThresholdKind {
-        self.threshold
+    fn threshold_name(&self) -> &'static str {
+        self.threshold.name()
+    }
+    fn threshold_proved(&self) -> bool {
+        self.threshold.proved()
     }
     fn guarantee(&self) -> PrivacyGuarantee {
         PrivacyGuarantee::non_private()
     }
-    fn params(&self) -> TopTwoParams {
-        TopTwoParams {
-            epsilon: f64::INFINITY,
-            beta: self.beta,
-            estimator: Estimator::Exact,
-            leader: Leader::EmpiricalBest,
-            challenger: Challenger::Tci,
-            cost: StopCost::DEps,
-            threshold: self.threshold,
-            lazy: 0.0,
-            forced: self.forced_exploration,
-            forcing_scale: self.forcing_scale,
-        }
+    fn describe(&self) -> serde_json::Value {
+        serde_json::json!({ "lazy_challenger": 0.0 })
+    }
+    fn prepare(&self, k: usize, delta: f64) -> Result<Arc<dyn BaiEngine>> {
+        self.validate()?;
+        Ok(Arc::new(TopTwo::new(self.params(), k, delta)?))
     }
 }

@@ -9,42 +9,152 @@
 //! * [`threshold`]: stopping thresholds (the delta-correct pair threshold Proposal J is the default
 //!   of DP-TT);
 //! * [`top_two`]: the shared Top Two engine with the exact bulk fast path;
-//! * algorithms: [`dp_tt`] (DP-TT), [`adap_tt`] (AdaP-TT, AdaP-TT*), [`eb_tci`] (non-private EB-TCI).
+//! * algorithms: [`dp_tt`] (DP-TT), [`adap_tt`] (AdaP-TT, AdaP-TT*), [`eb_tci`] (non-private
+//!   EB-TCI), [`dp_se`] (DP-SE, successive elimination);
+//! * [`bernoulli`]: the Bernoulli environment; [`sim`]: the run loop.
+//!
+//! # Shape
+//! As in the other settings, the algorithm and the environment are separate objects: a
+//! [`BaiConfig`] (one `[[algorithm]]` table) is validated, then [`BaiConfig::prepare`]d once per
+//! cell into a shared [`BaiEngine`] (thresholds, caches); each run [`BaiEngine::start`]s a
+//! [`BaiAlgorithm`] (the run state), and [`simulate_bai`] lets it talk to a [`BaiEnvironment`]
+//! through [`BaiStep`] requests of `n` samples of one arm. The environment draws each request's
+//! reward sum exactly, so a new algorithm needs no sampling code and every algorithm of an
+//! experiment sees the same per-arm reward streams.
 
 pub mod adap_tt;
+pub mod bernoulli;
 pub mod charact;
 pub mod divergence;
+pub mod dp_se;
 pub mod dp_tt;
 pub mod eb_tci;
+pub mod sim;
 pub mod threshold;
 pub mod top_two;
 
+pub use bernoulli::BernoulliArms;
 pub use charact::{BaiInstance, Bounds};
+pub use sim::{run_one, run_seeds, simulate_bai};
 pub use threshold::ThresholdKind;
-pub use top_two::{BaiOutcome, Forcing, RunSeeds, TopTwo, TopTwoParams};
+pub use top_two::{Forcing, TopTwo, TopTwoParams};
 
 use crate::error::Result;
 use crate::privacy::PrivacyGuarantee;
+use std::fmt::Debug;
+use std::sync::Arc;
 
-/// A BAI algorithm configuration (one `[[algorithm]]` table), object-safe.
-pub trait BaiConfig: Send + Sync + std::fmt::Debug {
+/// One finished run.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct BaiOutcome {
+    /// Number of samples collected when the stopping rule fired (or the cap).
+    pub tau: u64,
+    /// Recommended arm.
+    pub recommendation: usize,
+    /// Whether the recommendation is the best arm.
+    pub correct: bool,
+    /// Whether the run hit `max_samples` before stopping.
+    pub capped: bool,
+    /// Number of Laplace draws made (privacy releases with noise).
+    pub noise_draws: u64,
+    /// Pulls per arm.
+    pub pulls: Vec<u64>,
+    /// Releases per arm.
+    pub releases: Vec<u64>,
+}
+
+/// What a BAI algorithm wants next.
+///
+/// Requests come in batches (`n` samples of one arm) because every algorithm here commits to
+/// blocks of pulls whose size depends only on released statistics and counts: the environment can
+/// then draw the block's reward sum exactly in one go (e.g. one Binomial), which is what makes
+/// runs of `1e10` samples feasible.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BaiStep {
+    /// Collect `n >= 1` fresh rewards of `arm` (the algorithm commits to all `n`, whatever their
+    /// values: it may not stop in the middle of a request).
+    Sample {
+        /// The arm.
+        arm: usize,
+        /// How many samples (>= 1).
+        n: u64,
+    },
+    /// The stopping rule fired: the run ends with [`BaiAlgorithm::recommendation`].
+    Stop,
+}
+
+/// A fixed-confidence BAI environment for one run (one file per environment, e.g.
+/// [`bernoulli`]).
+///
+/// Separate from the algorithm so that every algorithm faces the same data (common random
+/// numbers: the environment's streams depend on the run, never on the algorithm) and so that a
+/// new algorithm needs no sampling code of its own.
+pub trait BaiEnvironment: Send + Debug {
+    /// Number of arms `K`.
+    fn num_arms(&self) -> usize;
+    /// The best arm (ground truth, used only to score the recommendation).
+    fn best_arm(&self) -> usize;
+    /// Sum of `n` fresh rewards of `arm` (exact, e.g. one Binomial draw for Bernoulli).
+    fn pull_sum(&mut self, arm: usize, n: u64) -> f64;
+}
+
+/// One run of a BAI algorithm (sampling rule + stopping rule + recommendation).
+///
+/// Driven by [`simulate_bai`]: `next`, then (for a `Sample`) exactly one `observe` with the
+/// requested arm, the number of samples actually collected (fewer than requested only when the
+/// run hits its sample cap) and their reward sum. Privacy: an implementation may read the sums
+/// it is given only through its privacy mechanism; every decision (`next`, `recommendation`) must
+/// be a function of released statistics, counts and its own randomness.
+pub trait BaiAlgorithm: Send + Debug {
+    /// Number of arms `K`.
+    fn num_arms(&self) -> usize;
+    /// `t` = samples collected so far. Return `Sample { arm, n }` (`n >= 1`; the algorithm commits
+    /// to `n` samples of `arm` whatever their values) or `Stop`.
+    fn next(&mut self, t: u64) -> BaiStep;
+    /// The sum of the `n` rewards requested by the last `Sample` (`n` may be smaller than
+    /// requested when the sample cap truncates the request; the run then ends).
+    fn observe(&mut self, arm: usize, n: u64, sum: f64);
+    /// Current recommendation (used at `Stop` and when the run hits the sample cap).
+    fn recommendation(&self) -> usize;
+    /// Privacy releases with noise so far (Laplace draws).
+    fn noise_draws(&self) -> u64;
+    /// Releases per arm so far.
+    fn releases(&self) -> Vec<u64>;
+}
+
+/// What all runs of one configuration share (precomputed thresholds, caches), built once per
+/// cell by [`BaiConfig::prepare`] and shared by the parallel runs through an `Arc`.
+pub trait BaiEngine: Send + Sync + Debug {
+    /// A fresh run; `seed` is the run's policy seed: tie-breaks from
+    /// [`crate::rng::policy_rng`]`(seed)`, privacy noise from [`crate::rng::noise_rng`]`(seed)`.
+    fn start(self: Arc<Self>, seed: u64) -> Box<dyn BaiAlgorithm>;
+}
+
+/// A validated BAI configuration (one `[[algorithm]]` table, one cell), object-safe.
+pub trait BaiConfig: Send + Sync + Debug {
     /// Registry kind.
     fn kind(&self) -> &'static str;
     /// Label with every parameter (e.g.
-    /// `dp_tt(eps=0.1,threshold=joint,eta=1,beta=0.5,lazy=0.01,fe=privacy_scaled*16)`).
+    /// `dp_tt(eps=0.1,threshold=joint,eta=1,beta=0.5,lazy=0.01,fe=privacy_scaled*16)`); it keys
+    /// the run's policy seed, so changing it changes the run's streams.
     fn label(&self) -> String;
     /// The privacy budget (`inf` for non-private algorithms).
     fn epsilon(&self) -> f64;
-    /// The stopping threshold used.
-    fn threshold(&self) -> ThresholdKind;
+    /// Name of the stopping threshold / rule (the `threshold` column of `summary.csv`).
+    fn threshold_name(&self) -> &'static str;
+    /// Whether the stopping rule is proved delta-correct.
+    fn threshold_proved(&self) -> bool;
     /// The privacy claim.
     fn guarantee(&self) -> PrivacyGuarantee;
-    /// Engine parameters.
-    fn params(&self) -> TopTwoParams;
-    /// Build for `K` arms and risk `delta`.
-    fn build(&self, k: usize, delta: f64) -> Result<TopTwo> {
-        TopTwo::new(self.params(), k, delta)
+    /// Facts for the manifest (e.g. `{"lazy_challenger": 0.01}`), default `Null`.
+    fn describe(&self) -> serde_json::Value {
+        serde_json::Value::Null
     }
+    /// Precompute for `k` arms and risk `delta`.
+    ///
+    /// # Errors
+    /// Invalid parameters or `(k, delta)`, naming the field.
+    fn prepare(&self, k: usize, delta: f64) -> Result<Arc<dyn BaiEngine>>;
 }
 
 /// How the registry parses a BAI algorithm table.

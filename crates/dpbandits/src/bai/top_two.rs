@@ -12,11 +12,17 @@
 //!    count reaches its next boundary.
 //!
 //! # Fast path (why it is exact)
-//! * **Rewards are drawn at release time.** Decisions never read unreleased rewards, so the sum of
-//!   the `m` rewards an arm collected since its last release is drawn as one `Binomial(m, mu_a)` when
-//!   it is released: the same distribution as summing `m` Bernoulli draws (rewards are i.i.d. and
-//!   independent of the decisions that chose to collect them). Tested against a naive step-by-step
-//!   simulator in `tests/bai.rs` (two-sample KS test).
+//! * **Rewards arrive in batches and wait for their release.** Decisions never read unreleased
+//!   rewards, so the run asks the environment for whole blocks (`Sample { arm, n }`, answered
+//!   with one exact reward sum, e.g. one `Binomial(n, mu_a)`) and keeps the sums collected since
+//!   an arm's last release in `pending[a]`. At the release, `pending[a]` is the sum of the `m`
+//!   fresh rewards since the previous one: the same law as summing `m` Bernoulli draws (rewards
+//!   are i.i.d. and independent of the decisions that chose to collect them). Tested against a
+//!   naive step-by-step simulator in `tests/bai.rs` (two-sample KS test).
+//! * **Split between engine and run.** [`TopTwo`] (parameters, thresholds, `OnceLock` caches) is
+//!   the [`BaiEngine`] shared by all runs of a cell; [`TopTwoRun`] is one run's state. A tracking
+//!   block of `m` rounds giving `lb` pulls to the leader `b` becomes the requests `(b, lb)` and
+//!   `(c, m - lb)` (zero counts skipped), served in turn before anything new is decided.
 //! * **Leader and tracking in bulk.** Between releases the leader is frozen; the number of leader
 //!   pulls in the next `m` rounds has a closed form ([`tracking_block`], tested against the loop).
 //! * **Lazy challenger (`lazy = theta`).** With `theta = 0` (the default) the challenger is
@@ -26,17 +32,19 @@
 //!   the delta-correctness of a threshold proved for any sampling rule (threshold `r`). Its
 //!   stopping-time distribution is compared with `theta = 0` in `tests/bai.rs` (KS test). The
 //!   experiments use `theta = 0.01` (recorded in every output label).
-//! * **Cap.** A run that reaches `max_samples` stops with `capped = true` (reported, never silent).
+//! * **Cap.** The run loop ([`super::simulate_bai`]) truncates the request that reaches
+//!   `max_samples`; the run then drops its outstanding requests, makes its decision if a release
+//!   happened (it may still stop) and otherwise ends with `capped = true` (reported, never
+//!   silent).
 
-use super::charact::BaiInstance;
 use super::divergence::{w_eps, w_gauss, w_gauss_star};
 use super::threshold::{self, ThresholdKind};
+use super::{BaiAlgorithm, BaiEngine, BaiStep};
 use crate::error::{Error, Result, check};
 use crate::privacy::LaplaceMechanism;
-use crate::rng::SimRng;
-use rand::{RngExt, SeedableRng};
-use rand_distr::{Binomial, Distribution};
-use std::sync::OnceLock;
+use crate::rng::{self, SimRng};
+use rand::RngExt;
+use std::sync::{Arc, OnceLock};
 
 /// How released means are built.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -190,36 +198,6 @@ impl<'de> serde::Deserialize<'de> for Forcing {
     }
 }
 
-/// One finished run.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct BaiOutcome {
-    /// Number of samples collected when the stopping rule fired (or the cap).
-    pub tau: u64,
-    /// Recommended arm.
-    pub recommendation: usize,
-    /// Whether the recommendation is the best arm.
-    pub correct: bool,
-    /// Whether the run hit `max_samples` before stopping.
-    pub capped: bool,
-    /// Number of Laplace draws made (privacy releases with noise).
-    pub noise_draws: u64,
-    /// Pulls per arm.
-    pub pulls: Vec<u64>,
-    /// Releases per arm.
-    pub releases: Vec<u64>,
-}
-
-/// Seeds of the three streams of one run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RunSeeds {
-    /// Rewards (one generator per arm is derived from it).
-    pub env: u64,
-    /// Tie-breaks.
-    pub policy: u64,
-    /// Privacy noise.
-    pub noise: u64,
-}
-
 /// Number of leader pulls in the next `m` rounds of beta-tracking for a leader with `l` rounds as
 /// leader and `nl` pulls as leader so far (rule: pull iff `nl <= beta (l + 1)`).
 pub fn tracking_block(mut l: u64, mut nl: u64, beta: f64, mut m: u64) -> u64 {
@@ -238,7 +216,8 @@ pub fn tracking_block(mut l: u64, mut nl: u64, beta: f64, mut m: u64) -> u64 {
     b + f(l + m) - f(l)
 }
 
-/// A ready-to-run Top Two algorithm (parameters plus precomputed thresholds for `K`, `delta`).
+/// A ready-to-run Top Two algorithm (parameters plus precomputed thresholds for `K`, `delta`):
+/// the [`BaiEngine`] shared by all runs of a cell; each run is a [`TopTwoRun`].
 #[derive(Debug)]
 pub struct TopTwo {
     p: TopTwoParams,
@@ -250,6 +229,8 @@ pub struct TopTwo {
     joint: Vec<OnceLock<f64>>,
     /// `eps * scale` of the Laplace mechanism (>= 1 by the upward rounding).
     rho: f64,
+    /// The sensitivity-1 Laplace mechanism of the cumulative estimator.
+    lap: LaplaceMechanism,
     /// Thesis thresholds keyed by (log2 w_a, log2 w_b[, branch]); computed once, shared by runs.
     thesis: Vec<OnceLock<f64>>,
 }
@@ -335,7 +316,8 @@ impl TopTwo {
         } else {
             vec![]
         };
-        let scale = LaplaceMechanism::for_pure_dp(1.0, p.epsilon)?.scale();
+        let lap = LaplaceMechanism::for_pure_dp(1.0, p.epsilon)?;
+        let scale = lap.scale();
         let rho = if p.epsilon.is_finite() {
             (p.epsilon * scale).max(1.0)
         } else {
@@ -349,6 +331,7 @@ impl TopTwo {
             r_table,
             joint,
             rho,
+            lap,
             thesis,
         })
     }
@@ -459,240 +442,6 @@ impl TopTwo {
         }
     }
 
-    /// Run once on `inst` (which must have `K` arms).
-    ///
-    /// # Errors
-    /// `inst` with a different number of arms.
-    pub fn run(&self, inst: &BaiInstance, seeds: RunSeeds, max_samples: u64) -> Result<BaiOutcome> {
-        if inst.k() != self.k {
-            return Err(Error::param(
-                "means",
-                format!("{} arms", inst.k()),
-                format!("{} arms", self.k),
-            ));
-        }
-        let k = self.k;
-        let eps = self.p.epsilon;
-        let mu_true = inst.means();
-        let mut env: Vec<SimRng> = (0..k)
-            .map(|a| {
-                SimRng::seed_from_u64(crate::rng::splitmix64(
-                    seeds.env ^ crate::rng::splitmix64(a as u64 + 1),
-                ))
-            })
-            .collect();
-        let mut prng = SimRng::seed_from_u64(seeds.policy);
-        let mut nrng = SimRng::seed_from_u64(seeds.noise);
-        let lap = LaplaceMechanism::for_pure_dp(1.0, eps)?;
-        let mut n = vec![0u64; k];
-        let mut n_rel = vec![0u64; k];
-        let mut rel = vec![0u64; k];
-        let mut next_b = vec![0u64; k];
-        let mut sum = vec![0.0f64; k];
-        let mut mu = vec![0.0f64; k];
-        let mut w = vec![0.0f64; k];
-        let mut lead_l = vec![0u64; k];
-        let mut lead_n = vec![0u64; k];
-        let mut noise_draws = 0u64;
-        let mut t: u64 = 0;
-
-        // One release of arm a at its current count.
-        let mut release = |a: usize,
-                           n: &[u64],
-                           n_rel: &mut [u64],
-                           rel: &mut [u64],
-                           sum: &mut [f64],
-                           mu: &mut [f64],
-                           w: &mut [f64],
-                           noise_draws: &mut u64|
-         -> Result<()> {
-            let fresh = n[a] - n_rel[a];
-            let s = Binomial::new(fresh, mu_true[a])
-                .map_err(|e| Error::Config(format!("binomial: {e}")))?
-                .sample(&mut env[a]) as f64;
-            rel[a] += 1;
-            match self.p.estimator {
-                Estimator::Cumulative { .. } => {
-                    sum[a] += lap.release(s, &mut nrng);
-                    if lap.scale() > 0.0 {
-                        *noise_draws += 1;
-                    }
-                    w[a] = n[a] as f64;
-                    mu[a] = sum[a] / w[a];
-                }
-                Estimator::Forgetting => {
-                    let m = LaplaceMechanism::for_pure_dp(1.0 / fresh as f64, eps)?;
-                    if m.scale() > 0.0 {
-                        *noise_draws += 1;
-                    }
-                    w[a] = fresh as f64;
-                    mu[a] = m.release(s / fresh as f64, &mut nrng);
-                }
-                Estimator::Exact => {
-                    sum[a] += s;
-                    w[a] = n[a] as f64;
-                    mu[a] = sum[a] / w[a];
-                }
-            }
-            n_rel[a] = n[a];
-            Ok(())
-        };
-
-        for a in 0..k {
-            n[a] = 1;
-            release(
-                a,
-                &n,
-                &mut n_rel,
-                &mut rel,
-                &mut sum,
-                &mut mu,
-                &mut w,
-                &mut noise_draws,
-            )?;
-            next_b[a] = self.boundary_after(rel[a], n[a]);
-        }
-        t += k as u64;
-        let clip = matches!(self.p.cost, StopCost::DEps);
-        let score = |mu: &[f64], a: usize| if clip { mu[a].clamp(0.0, 1.0) } else { mu[a] };
-        loop {
-            // After releases: recommendation, leader, stopping.
-            let rec = {
-                let best = (0..k)
-                    .map(|a| score(&mu, a))
-                    .fold(f64::NEG_INFINITY, f64::max);
-                let ties = (0..k).filter(|&a| score(&mu, a) == best).count();
-                let pick = if ties > 1 {
-                    prng.random_range(0..ties)
-                } else {
-                    0
-                };
-                (0..k)
-                    .filter(|&a| score(&mu, a) == best)
-                    .nth(pick)
-                    .unwrap_or(0)
-            };
-            let mut stop = true;
-            for a in 0..k {
-                if a == rec {
-                    continue;
-                }
-                let stat = self.cost(mu[rec], mu[a], w[rec], w[a]);
-                let thr = self.pair_threshold(rel[rec], w[rec], rel[a], w[a], mu[rec] - mu[a], t);
-                if stat.is_nan() || stat <= thr {
-                    stop = false;
-                    break;
-                }
-            }
-            let capped = !stop && t >= max_samples;
-            if stop || capped {
-                return Ok(BaiOutcome {
-                    tau: t,
-                    recommendation: rec,
-                    correct: rec == inst.best(),
-                    capped,
-                    noise_draws,
-                    pulls: n,
-                    releases: rel,
-                });
-            }
-            let b = match self.p.leader {
-                Leader::EmpiricalBest => rec,
-                Leader::PrivateUcb => {
-                    let idx = |a: usize| {
-                        let (kk, ww) = (rel[a] as f64, w[a]);
-                        mu[a] + (kk / ww).sqrt() + kk / (eps * ww)
-                    };
-                    (0..k).fold(0, |best, a| if idx(a) > idx(best) { a } else { best })
-                }
-            };
-            // Rounds until the next release.
-            loop {
-                let u = (0..k).fold(0, |x, a| if n[a] < n[x] { a } else { x });
-                let target = self.p.forced.target(t, eps, k, self.p.forcing_scale);
-                if (n[u] as f64) < target {
-                    // Exactly the rounds the per-round rule would force on `u` in a row
-                    // (it reads counts only): while `u` stays the first argmin and below target.
-                    let m = self
-                        .forced_run(u, &n, t)
-                        .min(next_b[u] - n[u])
-                        .min(max_samples.saturating_sub(t).max(1));
-                    n[u] += m;
-                    t += m;
-                    if n[u] == next_b[u] {
-                        release(
-                            u,
-                            &n,
-                            &mut n_rel,
-                            &mut rel,
-                            &mut sum,
-                            &mut mu,
-                            &mut w,
-                            &mut noise_draws,
-                        )?;
-                        next_b[u] = self.boundary_after(rel[u], n[u]);
-                        break;
-                    }
-                    if t >= max_samples {
-                        break;
-                    }
-                    continue;
-                }
-                let c = self.challenger(b, &mu, &n, clip);
-                let m_max = if self.p.lazy > 0.0 {
-                    ((self.p.lazy * t as f64).floor() as u64).max(1)
-                } else {
-                    1
-                }
-                .min(max_samples.saturating_sub(t).max(1));
-                let (rem_b, rem_c) = (next_b[b] - n[b], next_b[c] - n[c]);
-                let ok = |m: u64| {
-                    let lb = tracking_block(lead_l[b], lead_n[b], self.p.beta, m);
-                    lb <= rem_b && m - lb <= rem_c
-                };
-                let (mut lo, mut hi) = (1u64, m_max);
-                if !ok(hi) {
-                    while hi - lo > 1 {
-                        let mid = lo + (hi - lo) / 2;
-                        if ok(mid) {
-                            lo = mid;
-                        } else {
-                            hi = mid;
-                        }
-                    }
-                    hi = lo;
-                }
-                let m = hi;
-                let lb = tracking_block(lead_l[b], lead_n[b], self.p.beta, m);
-                lead_l[b] += m;
-                lead_n[b] += lb;
-                n[b] += lb;
-                n[c] += m - lb;
-                t += m;
-                let mut released = false;
-                for a in [b, c] {
-                    if n[a] == next_b[a] {
-                        release(
-                            a,
-                            &n,
-                            &mut n_rel,
-                            &mut rel,
-                            &mut sum,
-                            &mut mu,
-                            &mut w,
-                            &mut noise_draws,
-                        )?;
-                        next_b[a] = self.boundary_after(rel[a], n[a]);
-                        released = true;
-                    }
-                }
-                if released || t >= max_samples {
-                    break;
-                }
-            }
-        }
-    }
-
     /// Number of consecutive rounds, from round `t`, in which the per-round forcing rule pulls
     /// `u` (the first arm of minimal count, below target at `t`): `u` stays the first argmin
     /// while `n_u + i < n_v` for `v < u` and `n_u + i <= n_v` for `v > u`, and stays below target
@@ -760,6 +509,328 @@ impl TopTwo {
     }
 }
 
+impl BaiEngine for TopTwo {
+    fn start(self: Arc<Self>, seed: u64) -> Box<dyn BaiAlgorithm> {
+        Box::new(TopTwoRun::new(self, seed))
+    }
+}
+
+/// One run of a Top Two algorithm: the per-arm state, the run's generators and the requests
+/// still to be served.
+///
+/// Life cycle: every arm is sampled once (each makes its first release); then, after every
+/// release, a *decision* (recommendation with random tie-break, stopping rule, leader); between
+/// decisions, *steps*: a forced block or a tracking block, each turned into one or two
+/// [`BaiStep::Sample`] requests that are served in turn before anything new is decided. Rewards
+/// arrive as sums per request and wait in `pending` until the arm's next release, so no decision
+/// can read an unreleased reward.
+#[derive(Debug)]
+pub struct TopTwoRun {
+    engine: Arc<TopTwo>,
+    /// Pulls per arm.
+    n: Vec<u64>,
+    /// Pulls at the last release.
+    n_rel: Vec<u64>,
+    /// Releases per arm.
+    rel: Vec<u64>,
+    /// Count at which the arm's next release happens.
+    next_b: Vec<u64>,
+    /// Released (noisy) cumulative sums (cumulative and exact estimators).
+    sum: Vec<f64>,
+    /// Released means.
+    mu: Vec<f64>,
+    /// Released weights (counts behind `mu`).
+    w: Vec<f64>,
+    /// Rounds as leader, per arm (beta-tracking).
+    lead_l: Vec<u64>,
+    /// Pulls as leader, per arm.
+    lead_n: Vec<u64>,
+    /// Reward sums collected since the arm's last release (read only by `release`).
+    pending: Vec<f64>,
+    /// Tie-breaks.
+    prng: SimRng,
+    /// Privacy noise.
+    nrng: SimRng,
+    noise_draws: u64,
+    /// Samples collected.
+    t: u64,
+    /// Arms sampled by the initialisation so far.
+    init: usize,
+    /// A release happened since the last decision.
+    decide: bool,
+    /// Current recommendation (last decision).
+    rec: usize,
+    /// Current leader (last decision).
+    leader: usize,
+    /// Outstanding requests of the current block: `queue[q_pos..q_len]`.
+    queue: [(usize, u64); 2],
+    q_pos: usize,
+    q_len: usize,
+    /// The request last handed out (to detect a truncation by the sample cap).
+    last: (usize, u64),
+}
+
+impl TopTwoRun {
+    /// A fresh run with policy seed `seed` (tie-breaks from [`rng::policy_rng`], noise from
+    /// [`rng::noise_rng`]).
+    pub fn new(engine: Arc<TopTwo>, seed: u64) -> Self {
+        let k = engine.k;
+        TopTwoRun {
+            engine,
+            n: vec![0; k],
+            n_rel: vec![0; k],
+            rel: vec![0; k],
+            next_b: vec![1; k],
+            sum: vec![0.0; k],
+            mu: vec![0.0; k],
+            w: vec![0.0; k],
+            lead_l: vec![0; k],
+            lead_n: vec![0; k],
+            pending: vec![0.0; k],
+            prng: rng::policy_rng(seed),
+            nrng: rng::noise_rng(seed),
+            noise_draws: 0,
+            t: 0,
+            init: 0,
+            decide: false,
+            rec: 0,
+            leader: 0,
+            queue: [(0, 0); 2],
+            q_pos: 0,
+            q_len: 0,
+            last: (0, 0),
+        }
+    }
+
+    /// One release of arm `a` at its current count: the pending reward sum enters the estimator
+    /// through the privacy mechanism, then the next boundary is set.
+    fn release(&mut self, a: usize) {
+        let e = &*self.engine;
+        let fresh = self.n[a] - self.n_rel[a];
+        let s = std::mem::take(&mut self.pending[a]);
+        self.rel[a] += 1;
+        match e.p.estimator {
+            Estimator::Cumulative { .. } => {
+                self.sum[a] += e.lap.release(s, &mut self.nrng);
+                if e.lap.scale() > 0.0 {
+                    self.noise_draws += 1;
+                }
+                self.w[a] = self.n[a] as f64;
+                self.mu[a] = self.sum[a] / self.w[a];
+            }
+            Estimator::Forgetting => {
+                self.w[a] = fresh as f64;
+                // Cannot fail: eps was validated by `TopTwo::new` and `1 / fresh` is finite and
+                // positive; a NaN mean would block stopping (reported as capped), not panic.
+                self.mu[a] = match LaplaceMechanism::for_pure_dp(1.0 / fresh as f64, e.p.epsilon) {
+                    Ok(m) => {
+                        if m.scale() > 0.0 {
+                            self.noise_draws += 1;
+                        }
+                        m.release(s / fresh as f64, &mut self.nrng)
+                    }
+                    Err(_) => f64::NAN,
+                };
+            }
+            Estimator::Exact => {
+                self.sum[a] += s;
+                self.w[a] = self.n[a] as f64;
+                self.mu[a] = self.sum[a] / self.w[a];
+            }
+        }
+        self.n_rel[a] = self.n[a];
+        self.next_b[a] = e.boundary_after(self.rel[a], self.n[a]);
+        self.decide = true;
+    }
+
+    fn clip(&self) -> bool {
+        matches!(self.engine.p.cost, StopCost::DEps)
+    }
+
+    fn score(&self, a: usize) -> f64 {
+        if self.clip() {
+            self.mu[a].clamp(0.0, 1.0)
+        } else {
+            self.mu[a]
+        }
+    }
+
+    /// Argmax of the released (clipped) means, ties uniformly at random from the policy stream.
+    fn recommend(&mut self) -> usize {
+        let k = self.engine.k;
+        let best = (0..k)
+            .map(|a| self.score(a))
+            .fold(f64::NEG_INFINITY, f64::max);
+        let ties = (0..k).filter(|&a| self.score(a) == best).count();
+        let pick = if ties > 1 {
+            self.prng.random_range(0..ties)
+        } else {
+            0
+        };
+        (0..k)
+            .filter(|&a| self.score(a) == best)
+            .nth(pick)
+            .unwrap_or(0)
+    }
+
+    /// GLR stopping rule on released statistics: every pair (rec, a) above its threshold.
+    fn stop_check(&self) -> bool {
+        let e = &*self.engine;
+        let (r, mu, w, rel) = (self.rec, &self.mu, &self.w, &self.rel);
+        (0..e.k).filter(|&a| a != r).all(|a| {
+            let stat = e.cost(mu[r], mu[a], w[r], w[a]);
+            let thr = e.pair_threshold(rel[r], w[r], rel[a], w[a], mu[r] - mu[a], self.t);
+            !stat.is_nan() && stat > thr
+        })
+    }
+
+    /// The leader of the coming steps (ties: lowest index for the private UCB).
+    fn leader(&self) -> usize {
+        let e = &*self.engine;
+        match e.p.leader {
+            Leader::EmpiricalBest => self.rec,
+            Leader::PrivateUcb => {
+                let idx = |a: usize| {
+                    let (kk, ww) = (self.rel[a] as f64, self.w[a]);
+                    self.mu[a] + (kk / ww).sqrt() + kk / (e.p.epsilon * ww)
+                };
+                (0..e.k).fold(0, |best, a| if idx(a) > idx(best) { a } else { best })
+            }
+        }
+    }
+
+    /// Hand out the next queued request.
+    fn pop(&mut self) -> BaiStep {
+        let (arm, n) = self.queue[self.q_pos];
+        self.q_pos += 1;
+        self.last = (arm, n);
+        BaiStep::Sample { arm, n }
+    }
+
+    fn push(&mut self, arm: usize, n: u64) {
+        if n > 0 {
+            self.queue[self.q_len] = (arm, n);
+            self.q_len += 1;
+        }
+    }
+
+    /// Forced exploration in bulk: if the least-pulled arm `u` is below target, queue exactly
+    /// the rounds the per-round rule would force on it in a row (it reads counts only), up to its
+    /// next release. Returns whether a block was queued.
+    fn forced_step(&mut self) -> bool {
+        let e = &*self.engine;
+        let n = &self.n;
+        let u = (0..e.k).fold(0, |x, a| if n[a] < n[x] { a } else { x });
+        let target =
+            e.p.forced
+                .target(self.t, e.p.epsilon, e.k, e.p.forcing_scale);
+        if (n[u] as f64) >= target {
+            return false;
+        }
+        let m = e.forced_run(u, n, self.t).min(self.next_b[u] - n[u]);
+        self.push(u, m);
+        true
+    }
+
+    /// A beta-tracking block between leader `b` and the current challenger `c`: `m` rounds
+    /// (1, or `max(1, floor(theta t))` with the lazy challenger), shortened so that neither arm
+    /// passes its next release; `lb` (closed form [`tracking_block`]) go to `b`, `m - lb` to `c`.
+    fn tracking_step(&mut self) {
+        let e = &*self.engine;
+        let b = self.leader;
+        let c = e.challenger(b, &self.mu, &self.n, self.clip());
+        let m_max = if e.p.lazy > 0.0 {
+            ((e.p.lazy * self.t as f64).floor() as u64).max(1)
+        } else {
+            1
+        };
+        let (rem_b, rem_c) = (self.next_b[b] - self.n[b], self.next_b[c] - self.n[c]);
+        let (l0, n0, beta) = (self.lead_l[b], self.lead_n[b], e.p.beta);
+        let ok = |m: u64| {
+            let lb = tracking_block(l0, n0, beta, m);
+            lb <= rem_b && m - lb <= rem_c
+        };
+        let (mut lo, mut hi) = (1u64, m_max);
+        if !ok(hi) {
+            while hi - lo > 1 {
+                let mid = lo + (hi - lo) / 2;
+                if ok(mid) {
+                    lo = mid;
+                } else {
+                    hi = mid;
+                }
+            }
+            hi = lo;
+        }
+        let m = hi;
+        let lb = tracking_block(l0, n0, beta, m);
+        self.lead_l[b] += m;
+        self.lead_n[b] += lb;
+        self.push(b, lb);
+        self.push(c, m - lb);
+    }
+}
+
+impl BaiAlgorithm for TopTwoRun {
+    fn num_arms(&self) -> usize {
+        self.engine.k
+    }
+
+    fn next(&mut self, _t: u64) -> BaiStep {
+        if self.q_pos < self.q_len {
+            return self.pop();
+        }
+        let k = self.engine.k;
+        if self.init < k {
+            self.init += 1;
+            self.last = (self.init - 1, 1);
+            return BaiStep::Sample {
+                arm: self.init - 1,
+                n: 1,
+            };
+        }
+        if self.decide {
+            self.decide = false;
+            self.rec = self.recommend();
+            if self.stop_check() {
+                return BaiStep::Stop;
+            }
+            self.leader = self.leader();
+        }
+        self.q_pos = 0;
+        self.q_len = 0;
+        if !self.forced_step() {
+            self.tracking_step();
+        }
+        self.pop()
+    }
+
+    fn observe(&mut self, arm: usize, n: u64, sum: f64) {
+        self.n[arm] += n;
+        self.t += n;
+        self.pending[arm] += sum;
+        if n < self.last.1 {
+            // Truncated by the sample cap: the run ends after the next decision.
+            self.q_pos = self.q_len;
+        }
+        if self.n[arm] == self.next_b[arm] {
+            self.release(arm);
+        }
+    }
+
+    fn recommendation(&self) -> usize {
+        self.rec
+    }
+
+    fn noise_draws(&self) -> u64 {
+        self.noise_draws
+    }
+
+    fn releases(&self) -> Vec<u64> {
+        self.rel.clone()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -767,12 +838,11 @@ mod tests {
     /// The bulk forced run equals the round-by-round forcing rule.
     #[test]
     fn forced_run_matches_loop() {
-        use crate::bai::BaiConfig;
         use crate::bai::dp_tt::DpTtConfig;
         for &(eps, c) in &[(0.001, 16.0), (0.3, 1.0), (2.0, 16.0)] {
             let mut cfg = DpTtConfig::new(eps);
             cfg.forcing_scale = c;
-            let tt = cfg.build(4, 0.1).unwrap();
+            let tt = TopTwo::new(cfg.params(), 4, 0.1).unwrap();
             for start in [
                 vec![1u64, 1, 1, 1],
                 vec![3, 1, 2, 1],

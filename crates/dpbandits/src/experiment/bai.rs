@@ -19,23 +19,29 @@
 //! ```
 //!
 //! Runs are parallel over (cell, run) with rayon and collected in order: output is byte-identical
-//! for any thread count. Streams: rewards from `Stream::Env` keyed by the run only (common random
-//! numbers across algorithms), tie-breaks and noise keyed by (cell label, run).
+//! for any thread count. Streams: rewards from [`crate::rng::arm_rng`] below
+//! [`crate::rng::env_run_seed`] (keyed by the run and the arm only: common random numbers across
+//! algorithms), tie-breaks and noise below [`crate::rng::policy_seed`] (keyed by the cell label
+//! and the run). Each (cell, run) is [`crate::bai::simulate_bai`] of the cell's engine on
+//! [`crate::bai::BernoulliArms`].
 //!
 //! Outputs: `summary.csv` (one row per (algorithm, eps): stopping-time mean/std/quantiles, error
 //! rate with its one-sided 95% Clopper–Pearson upper bound, `T*_eps`, the lower bound
 //! `T*_eps ln(1/delta)` and the ratio to it, the threshold and whether it is proved),
 //! `manifest.json`, `stopping_time.svg/png` (log-log, lower bound overlaid).
 
-use crate::bai::{BaiConfig, BaiInstance, BaiOutcome, Bounds, RunSeeds, TopTwo};
+use crate::bai::{
+    BaiConfig, BaiEngine, BaiInstance, BaiOutcome, BernoulliArms, Bounds, run_seeds, simulate_bai,
+};
 use crate::error::{Error, Result, ResultExt, check};
 use crate::experiment::plot::{self, PlotSpec, Series};
 use crate::math::stats::Summary;
 use crate::registry::{self, PolicyParser};
-use crate::rng::{Stream, derive_seed, label_hash};
+use crate::rng;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Whether a TOML text is a BAI experiment (`setting = "bai"` at top level).
 pub fn is_bai(text: &str) -> bool {
@@ -87,8 +93,8 @@ pub struct BaiCell {
     pub algorithm: usize,
     /// The configuration.
     pub config: Box<dyn BaiConfig>,
-    /// The built algorithm.
-    pub alg: TopTwo,
+    /// The prepared engine (thresholds and caches shared by the runs).
+    pub engine: Arc<dyn BaiEngine>,
 }
 
 /// A validated BAI experiment.
@@ -216,11 +222,11 @@ impl BaiPlan {
                         t.insert("epsilon".into(), toml::Value::Float(e));
                     }
                     let config = (parser.parse)(t).at(at_k)?;
-                    let alg = config.build(instance.k(), spec.delta).at(at_k)?;
+                    let engine = config.prepare(instance.k(), spec.delta).at(at_k)?;
                     cells.push(BaiCell {
                         algorithm: i,
                         config,
-                        alg,
+                        engine,
                     });
                 }
             }
@@ -254,16 +260,6 @@ impl BaiPlan {
     }
 }
 
-/// Seeds of run `run` of a cell with label `label`.
-pub fn run_seeds(master: u64, label: &str, run: u64) -> RunSeeds {
-    let h = label_hash(label);
-    RunSeeds {
-        env: derive_seed(master, Stream::Env, &[run]),
-        policy: derive_seed(master, Stream::Policy, &[h, run]),
-        noise: derive_seed(master, Stream::Noise, &[h, run]),
-    }
-}
-
 /// All outcomes: `result[cell][run]`.
 pub type BaiResults = Vec<Result<Vec<BaiOutcome>>>;
 
@@ -276,12 +272,12 @@ pub fn run(plan: &BaiPlan, progress: &(dyn Fn() + Sync)) -> BaiResults {
         .into_par_iter()
         .map(|j| {
             let (c, r) = ((j / runs) as usize, j % runs);
-            let seeds = run_seeds(plan.spec.master_seed, &labels[c], r);
-            let res = plan.cells[c]
-                .alg
-                .run(&plan.instance, seeds, plan.spec.max_samples);
+            let (es, ps) = run_seeds(plan.spec.master_seed, &labels[c], r);
+            let mut env = BernoulliArms::new(&plan.instance, es);
+            let mut alg = plan.cells[c].engine.clone().start(ps);
+            let res = simulate_bai(&mut env, alg.as_mut(), plan.spec.max_samples);
             progress();
-            res
+            Ok(res)
         })
         .collect();
     let mut it = all.into_iter();
@@ -381,8 +377,8 @@ pub fn rows(plan: &BaiPlan, results: &BaiResults) -> Vec<std::result::Result<Bai
                 algorithm: c.config.kind().into(),
                 label: c.config.label(),
                 epsilon: eps,
-                threshold: c.config.threshold().name().into(),
-                threshold_proved: c.config.threshold().proved(),
+                threshold: c.config.threshold_name().into(),
+                threshold_proved: c.config.threshold_proved(),
                 runs: r.len() as u64,
                 capped,
                 tau,
@@ -462,7 +458,7 @@ pub fn write_outputs(plan: &BaiPlan, results: &BaiResults, out: &Path) -> Result
                 c.config.kind(),
                 c.config.label(),
                 g(c.config.epsilon()),
-                c.config.threshold().name(),
+                c.config.threshold_name(),
                 e.replace('"', "'")
             )),
         }
@@ -474,15 +470,20 @@ pub fn write_outputs(plan: &BaiPlan, results: &BaiResults, out: &Path) -> Result
         .cells
         .iter()
         .map(|c| {
-            serde_json::json!({
+            let mut v = serde_json::json!({
                 "label": c.config.label(),
                 "kind": c.config.kind(),
                 "epsilon": g(c.config.epsilon()),
-                "threshold": c.config.threshold().name(),
-                "threshold_proved_delta_correct": c.config.threshold().proved(),
-                "lazy_challenger": c.alg.params().lazy,
+                "threshold": c.config.threshold_name(),
+                "threshold_proved_delta_correct": c.config.threshold_proved(),
                 "guarantee": c.config.guarantee(),
-            })
+            });
+            if let serde_json::Value::Object(facts) = c.config.describe() {
+                for (key, x) in facts {
+                    v[key] = x;
+                }
+            }
+            v
         })
         .collect();
     let bounds: Vec<serde_json::Value> = plan
@@ -499,12 +500,13 @@ pub fn write_outputs(plan: &BaiPlan, results: &BaiResults, out: &Path) -> Result
         "rustc": env!("DPB_RUSTC_VERSION"),
         "master_seed": plan.spec.master_seed,
         "generator": "Xoshiro256PlusPlus (rand_xoshiro), seeds derived with SplitMix64 from master_seed",
+        "seed_derivation": rng::describe(&[rng::ENV_RUN, rng::ENV_ARM, rng::POLICY_RUN, rng::POLICY_OWN, rng::POLICY_NOISE]),
         "setting": "bai",
         "spec": plan.spec,
         "best_arm": plan.instance.best(),
         "characteristic_times": bounds,
         "threshold_note": "DP-TT's exact threshold (Jourdan & Azize 2025, Eq. (8)) was not recovered; 'joint' (default) is our delta-correct pair threshold Proposal J (bai::threshold docs), 'r' the delta-correct Proposal R of spec dp-bai 3.5.2, 'h_half'/'h_arm'/'eb'/'code23' are heuristics (not proved), 'thesis' are the AdaP-TT thresholds of Azize's thesis with s = 2",
-        "simulation": "exact Binomial reward sums at release time; stopping checked after each release; lazy_challenger = theta > 0 recomputes the challenger at least every max(1, floor(theta t)) rounds and after each release (0 = every round)",
+        "simulation": "algorithms request blocks of n samples of one arm, answered with one exact Binomial(n, mu_a) reward sum from the arm's stream; Top Two algorithms hold the sums until the arm's next release and check stopping after each release; lazy_challenger = theta > 0 recomputes the challenger at least every max(1, floor(theta t)) rounds and after each release (0 = every round)",
         "cells": cells,
         "errors": rows.iter().zip(&plan.cells).filter_map(|(r, c)| r.as_ref().err().map(|e| format!("{}: {e}", c.config.label()))).collect::<Vec<_>>(),
     });
@@ -515,7 +517,8 @@ pub fn write_outputs(plan: &BaiPlan, results: &BaiResults, out: &Path) -> Result
     )
     .map_err(io(&mpath))?;
 
-    // Plot: mean stopping time vs eps per algorithm configuration (label without eps).
+    // Plot: mean stopping time vs eps per algorithm configuration (label without eps; a label
+    // whose only parameter is eps, e.g. `dp_se_bai(eps=0.1)`, becomes its kind).
     let eps_lo = plan
         .spec
         .epsilon
@@ -529,7 +532,8 @@ pub fn write_outputs(plan: &BaiPlan, results: &BaiResults, out: &Path) -> Result
         let name = c
             .config
             .label()
-            .replace(&format!("eps={},", g(c.config.epsilon())), "");
+            .replace(&format!("eps={},", g(c.config.epsilon())), "")
+            .replace(&format!("(eps={})", g(c.config.epsilon())), "");
         let pts: Vec<(f64, f64, f64, f64)> = if c.config.epsilon().is_infinite() {
             vec![
                 (eps_lo, r.tau.mean, r.tau.q05, r.tau.q95),

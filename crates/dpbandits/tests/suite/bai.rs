@@ -5,10 +5,10 @@ use dpbandits::bai::PRIVATE_FORCING_SCALE;
 use dpbandits::bai::divergence::w_eps;
 use dpbandits::bai::threshold::{JointArm, joint_level, joint_threshold};
 use dpbandits::bai::{
-    BaiConfig, BaiInstance, RunSeeds, ThresholdKind, adap_tt::AdapTtConfig, dp_tt::DpTtConfig,
-    eb_tci::EbTciConfig,
+    BaiConfig, BaiInstance, BernoulliArms, ThresholdKind, adap_tt::AdapTtConfig, dp_tt::DpTtConfig,
+    eb_tci::EbTciConfig, run_one, simulate_bai,
 };
-use dpbandits::experiment::bai::{BaiPlan, clopper_pearson_upper, run_seeds};
+use dpbandits::experiment::bai::{BaiPlan, clopper_pearson_upper};
 use dpbandits::math::stats::{Summary, ks_critical, ks_statistic};
 use dpbandits::privacy::LaplaceMechanism;
 use dpbandits::rng::{SimRng, Stream, stream_rng};
@@ -129,14 +129,14 @@ fn engine_taus(
     runs: u64,
     tag: &str,
 ) -> Vec<f64> {
-    let alg = cfg.build(inst.k(), delta).unwrap();
+    let eng = cfg.prepare(inst.k(), delta).unwrap();
     (0..runs)
-        .map(|r| alg.run(inst, run_seeds(99, tag, r), u64::MAX).unwrap().tau as f64)
+        .map(|r| run_one(&eng, inst, 99, tag, r, u64::MAX).tau as f64)
         .collect()
 }
 
-/// The engine (Binomial sums at release, stopping only after releases, closed-form tracking,
-/// theta = 0) against the naive simulator: two-sample KS test on 300 + 300 stopping times at
+/// The engine (Binomial sums per request held until the release, stopping only after releases,
+/// closed-form tracking, theta = 0) against the naive simulator: two-sample KS test on 300 + 300 stopping times at
 /// level 1e-4 (false-failure rate 1e-4 if the distributions are equal). It fails if, e.g., the
 /// Binomial batching used the wrong count or the stopping check after releases missed stops.
 #[test]
@@ -200,9 +200,9 @@ fn lazy_challenger_matches_exact() {
 #[test]
 fn privacy_mechanics() {
     let inst = BaiInstance::new(vec![0.95, 0.9, 0.9, 0.9, 0.5]).unwrap();
-    let alg = DpTtConfig::new(0.5).build(5, 0.01).unwrap();
+    let eng = DpTtConfig::new(0.5).prepare(5, 0.01).unwrap();
     for r in 0..20 {
-        let o = alg.run(&inst, run_seeds(3, "pm", r), u64::MAX).unwrap();
+        let o = run_one(&eng, &inst, 3, "pm", r, u64::MAX);
         assert_eq!(o.noise_draws, o.releases.iter().sum::<u64>());
         for a in 0..5 {
             // k releases happen at counts 1, 2, ..., 2^(k-1) <= N_a < 2^k.
@@ -217,11 +217,7 @@ fn privacy_mechanics() {
     }
     // Non-private EB-TCI draws no noise; the guarantee says so.
     let e = EbTciConfig::default();
-    let o = e
-        .build(5, 0.01)
-        .unwrap()
-        .run(&inst, run_seeds(3, "np", 0), u64::MAX)
-        .unwrap();
+    let o = run_one(&e.prepare(5, 0.01).unwrap(), &inst, 3, "np", 0, u64::MAX);
     assert_eq!(o.noise_draws, 0);
     assert!(!e.guarantee().is_private());
     assert!(
@@ -232,22 +228,21 @@ fn privacy_mechanics() {
     );
 }
 
-/// Deterministic for a seed; the cap is reported.
+/// Deterministic for a seed; the cap is reported (the truncated request ends the run at exactly
+/// `max_samples`).
 #[test]
 fn reproducible_and_capped() {
     let inst = BaiInstance::new(vec![0.75, 0.7, 0.7]).unwrap();
-    let alg = DpTtConfig::new(0.01).build(3, 0.01).unwrap();
-    let s = RunSeeds {
-        env: 1,
-        policy: 2,
-        noise: 3,
+    let eng = DpTtConfig::new(0.01).prepare(3, 0.01).unwrap();
+    let once = |cap: u64| {
+        let mut env = BernoulliArms::new(&inst, 1);
+        let mut alg = eng.clone().start(2);
+        simulate_bai(&mut env, alg.as_mut(), cap)
     };
-    assert_eq!(
-        alg.run(&inst, s, u64::MAX).unwrap(),
-        alg.run(&inst, s, u64::MAX).unwrap()
-    );
-    let o = alg.run(&inst, s, 1000).unwrap();
-    assert!(o.capped && o.tau >= 1000 && o.tau < 2000);
+    assert_eq!(once(u64::MAX), once(u64::MAX));
+    let o = once(1000);
+    assert!(o.capped && o.tau == 1000, "{o:?}");
+    assert_eq!(o.pulls.iter().sum::<u64>(), 1000);
 }
 
 /// Error rate <= delta for DP-TT (threshold R) and AdaP-TT (thesis thresholds) on both instances
@@ -270,12 +265,10 @@ fn error_rate_below_delta() {
             let mut a = AdapTtConfig::new(eps, false);
             a.lazy = 0.01;
             for cfg in [&d as &dyn BaiConfig, &a] {
-                let alg = cfg.build(5, 0.1).unwrap();
+                let eng = cfg.prepare(5, 0.1).unwrap();
                 let mut errors = 0;
                 for r in 0..150 {
-                    let o = alg
-                        .run(&inst, run_seeds(11, &cfg.label(), r), 1 << 40)
-                        .unwrap();
+                    let o = run_one(&eng, &inst, 11, &cfg.label(), r, 1 << 40);
                     assert!(!o.capped);
                     errors += u32::from(!o.correct);
                 }
@@ -363,12 +356,10 @@ fn joint_threshold_bounds_the_null() {
 fn dp_tt_needs_fewer_samples_than_adap_tt() {
     let inst = BaiInstance::new(vec![0.95, 0.9, 0.9, 0.9, 0.5]).unwrap();
     let stats = |cfg: &dyn BaiConfig| {
-        let alg = cfg.build(5, 0.01).unwrap();
+        let eng = cfg.prepare(5, 0.01).unwrap();
         let mut taus: Vec<f64> = (0..100)
             .map(|r| {
-                let o = alg
-                    .run(&inst, run_seeds(21, &cfg.label(), r), 1 << 40)
-                    .unwrap();
+                let o = run_one(&eng, &inst, 21, &cfg.label(), r, 1 << 40);
                 assert!(!o.capped && o.correct, "{}: {o:?}", cfg.label());
                 o.tau as f64
             })
@@ -451,6 +442,11 @@ kind = "dp_tt"
             "kind = \"dp_tt\"",
             "kind = \"adap_tt\"\nthreshold = \"joint\"",
             "threshold = \"joint\"",
+        ),
+        (
+            "kind = \"dp_tt\"",
+            "kind = \"dp_se_bai\"\nthreshold = \"joint\"",
+            "unknown field `threshold`",
         ),
     ];
     for (from, to, want) in cases {

@@ -1,0 +1,148 @@
+//! The BAI run loop: one [`BaiAlgorithm`] against one [`BaiEnvironment`], with a sample cap.
+//!
+//! The loop owns the clock and the counts, so an algorithm cannot misreport its stopping time
+//! or its pulls, and the cap is applied the same way to every algorithm: a request is truncated
+//! to the samples left, and once the cap is reached the algorithm is asked once more (a release
+//! made by the last, truncated, request may fire its stopping rule; otherwise the run is
+//! reported `capped`, never hidden).
+
+use super::bernoulli::BernoulliArms;
+use super::{BaiAlgorithm, BaiEngine, BaiEnvironment, BaiInstance, BaiOutcome, BaiStep};
+use crate::rng;
+use std::sync::Arc;
+
+/// Run `alg` on `env` until it stops or `max_samples` samples have been collected.
+///
+/// Each `Sample { arm, n }` is truncated to `max_samples - t`, answered with
+/// `env.pull_sum(arm, n)` and passed to `alg.observe`. At `Stop` the outcome carries
+/// `alg.recommendation()`; when `t >= max_samples` and the algorithm asks for more samples, the
+/// outcome is `capped` (with the current recommendation). A request of `n = 0` (a contract
+/// violation) is treated as one sample, so the loop always progresses.
+///
+/// # Panics
+/// If `env` and `alg` disagree on the number of arms (checked once, before the loop: a wiring
+/// error, not a run-time condition).
+pub fn simulate_bai(
+    env: &mut dyn BaiEnvironment,
+    alg: &mut dyn BaiAlgorithm,
+    max_samples: u64,
+) -> BaiOutcome {
+    let k = env.num_arms();
+    assert_eq!(
+        k,
+        alg.num_arms(),
+        "simulate_bai: the environment has {k} arms, the algorithm {}",
+        alg.num_arms()
+    );
+    let mut pulls = vec![0u64; k];
+    let mut t = 0u64;
+    let capped = loop {
+        match alg.next(t) {
+            BaiStep::Stop => break false,
+            BaiStep::Sample { arm, n } => {
+                if t >= max_samples {
+                    break true;
+                }
+                let n = n.max(1).min(max_samples - t);
+                let sum = env.pull_sum(arm, n);
+                pulls[arm] += n;
+                t += n;
+                alg.observe(arm, n, sum);
+            }
+        }
+    };
+    let recommendation = alg.recommendation();
+    BaiOutcome {
+        tau: t,
+        recommendation,
+        correct: recommendation == env.best_arm(),
+        capped,
+        noise_draws: alg.noise_draws(),
+        pulls,
+        releases: alg.releases(),
+    }
+}
+
+/// Seeds of run `run` of the algorithm labelled `label`: `(environment seed, policy seed)`,
+/// from [`rng::env_run_seed`]`(master, run)` (shared by every algorithm: common random numbers)
+/// and [`rng::policy_seed`]`(master, label, run)`.
+pub fn run_seeds(master: u64, label: &str, run: u64) -> (u64, u64) {
+    (
+        rng::env_run_seed(master, run),
+        rng::policy_seed(master, label, run),
+    )
+}
+
+/// One run of a prepared engine on Bernoulli arms: [`run_seeds`], [`BernoulliArms`],
+/// [`BaiEngine::start`], [`simulate_bai`] (what the experiment runner does per (cell, run)).
+pub fn run_one(
+    engine: &Arc<dyn BaiEngine>,
+    instance: &BaiInstance,
+    master: u64,
+    label: &str,
+    run: u64,
+    max_samples: u64,
+) -> BaiOutcome {
+    let (es, ps) = run_seeds(master, label, run);
+    let mut env = BernoulliArms::new(instance, es);
+    let mut alg = engine.clone().start(ps);
+    simulate_bai(&mut env, alg.as_mut(), max_samples)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A scripted algorithm: asks for 3 samples of arm 0, then 5 of arm 1, then stops.
+    #[derive(Debug, Default)]
+    struct Script {
+        step: usize,
+        seen: Vec<(usize, u64)>,
+    }
+
+    impl BaiAlgorithm for Script {
+        fn num_arms(&self) -> usize {
+            2
+        }
+        fn next(&mut self, _t: u64) -> BaiStep {
+            self.step += 1;
+            match self.step {
+                1 => BaiStep::Sample { arm: 0, n: 3 },
+                2 => BaiStep::Sample { arm: 1, n: 5 },
+                _ => BaiStep::Stop,
+            }
+        }
+        fn observe(&mut self, arm: usize, n: u64, _sum: f64) {
+            self.seen.push((arm, n));
+        }
+        fn recommendation(&self) -> usize {
+            1
+        }
+        fn noise_draws(&self) -> u64 {
+            0
+        }
+        fn releases(&self) -> Vec<u64> {
+            vec![0, 0]
+        }
+    }
+
+    #[test]
+    fn loop_counts_and_caps() {
+        let inst = BaiInstance::new(vec![0.2, 0.8]).unwrap();
+        let mut env = BernoulliArms::new(&inst, 1);
+        let mut s = Script::default();
+        let o = simulate_bai(&mut env, &mut s, 100);
+        assert_eq!((o.tau, o.capped, o.correct), (8, false, true));
+        assert_eq!(o.pulls, vec![3, 5]);
+        // Cap 4: the second request is truncated to 1 sample, the run is capped at 4.
+        let mut s = Script::default();
+        let o = simulate_bai(&mut env, &mut s, 4);
+        assert_eq!(s.seen, vec![(0, 3), (1, 1)]);
+        assert_eq!((o.tau, o.pulls.clone()), (4, vec![3, 1]));
+        // Asked once more after the cap: Stop wins (not capped).
+        assert!(!o.capped);
+        let mut s = Script::default();
+        let o = simulate_bai(&mut env, &mut s, 3);
+        assert!(o.capped && o.tau == 3);
+    }
+}
