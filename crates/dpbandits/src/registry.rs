@@ -25,9 +25,8 @@ pub enum Parse {
     Linear(fn(toml::Table) -> Result<Box<dyn LinearPolicyConfig>>),
     /// A contextual linear policy.
     Contextual(fn(toml::Table) -> Result<Box<dyn ContextualPolicyConfig>>),
-    /// A fixed-confidence BAI algorithm; `private` ones get one cell per `epsilon` of the
-    /// experiment.
-    Bai(bai::BaiParser),
+    /// A fixed-confidence BAI algorithm.
+    Bai(fn(toml::Table) -> Result<Box<dyn bai::BaiConfig>>),
 }
 
 impl std::fmt::Debug for Parse {
@@ -77,7 +76,7 @@ impl PolicyEntry {
             Parse::Finite(f) => Built::Finite(f(t)?),
             Parse::Linear(f) => Built::Linear(f(t)?),
             Parse::Contextual(f) => Built::Contextual(f(t)?),
-            Parse::Bai(p) => Built::Bai((p.parse)(t)?),
+            Parse::Bai(f) => Built::Bai(f(t)?),
         })
     }
     /// The entry's example configuration, parsed.
@@ -85,14 +84,8 @@ impl PolicyEntry {
     /// # Errors
     /// If the example does not parse (a registry bug; the conformance suite checks it).
     pub fn example(&self) -> Result<Built> {
-        let mut t: toml::Table =
+        let t: toml::Table =
             toml::from_str(self.info.example).map_err(|e| Error::Config(e.to_string()))?;
-        if let Parse::Bai(p) = self.parse
-            && p.private
-            && !t.contains_key("epsilon")
-        {
-            t.insert("epsilon".into(), toml::Value::Float(1.0));
-        }
         self.build(t)
     }
     /// The `# Parameters` section of the algorithm's module documentation.
@@ -111,8 +104,8 @@ pub enum EnvParse {
     Linear(fn(toml::Table) -> Result<Box<dyn LinearEnvConfig>>),
     /// A contextual environment.
     Contextual(fn(toml::Table) -> Result<Box<dyn ContextualEnvConfig>>),
-    /// A BAI instance.
-    Bai(fn(toml::Table) -> Result<bai::BaiInstance>),
+    /// A fixed-confidence BAI problem.
+    Bai(fn(toml::Table) -> Result<Box<dyn bai::BaiEnvConfig>>),
 }
 
 impl std::fmt::Debug for EnvParse {
@@ -197,6 +190,10 @@ fn finite<T: Config + PolicyConfig + 'static>(t: toml::Table) -> Result<Box<dyn 
 }
 
 fn finite_env<T: Config + EnvConfig + 'static>(t: toml::Table) -> Result<Box<dyn EnvConfig>> {
+    Ok(Box::new(parse::<T>(t)?))
+}
+
+fn bai<T: Config + bai::BaiConfig + 'static>(t: toml::Table) -> Result<Box<dyn bai::BaiConfig>> {
     Ok(Box::new(parse::<T>(t)?))
 }
 
@@ -369,10 +366,21 @@ pub static POLICIES: &[PolicyEntry] = &[
         info: &finite::D_UCB,
         parse: Parse::Finite(finite::<finite::DUcbConfig>),
     },
-    // BAI-PENDING PolicyEntry { info: &bai::DP_TT, parse: Parse::Bai(bai::dp_tt::PARSER) },
-    // BAI-PENDING PolicyEntry { info: &bai::ADAP_TT, parse: Parse::Bai(bai::adap_tt::PARSER) },
-    // BAI-PENDING PolicyEntry { info: &bai::ADAP_TT_STAR, parse: Parse::Bai(bai::adap_tt::PARSER_STAR) },
-    // BAI-PENDING PolicyEntry { info: &bai::EB_TCI, parse: Parse::Bai(bai::eb_tci::PARSER) },
+    PolicyEntry { info: &bai::DP_TT, parse: Parse::Bai(bai::<bai::DpTtConfig>) },
+    PolicyEntry {
+        info: &bai::ADAP_TT,
+        parse: Parse::Bai(|t| {
+            Ok(Box::new(parse_kind::<bai::AdapTtConfig>(t, &[], &[], |c| c.star = false)?))
+        }),
+    },
+    PolicyEntry {
+        info: &bai::ADAP_TT_STAR,
+        parse: Parse::Bai(|t| {
+            Ok(Box::new(parse_kind::<bai::AdapTtConfig>(t, &[], &[], |c| c.star = true)?))
+        }),
+    },
+    PolicyEntry { info: &bai::DP_SE_BAI, parse: Parse::Bai(bai::<bai::DpSeBaiConfig>) },
+    PolicyEntry { info: &bai::EB_TCI, parse: Parse::Bai(bai::<bai::EbTciConfig>) },
     PolicyEntry {
         info: &linear::GOPE,
         parse: Parse::Linear(|t| gope(t, NoisePlacement::None, false)),
@@ -448,7 +456,10 @@ pub static ENVIRONMENTS: &[EnvEntry] = &[
         info: &contextual::CONTEXTUAL_FILE,
         parse: EnvParse::Contextual(contextual_env::<contextual::ContextualFileConfig>),
     },
-    // BAI-PENDING EnvEntry { info: &bai::BAI_BERNOULLI, parse: EnvParse::Bai(bai::parse_instance) },
+    EnvEntry {
+        info: &bai::BAI_BERNOULLI,
+        parse: EnvParse::Bai(|t| Ok(Box::new(parse::<bai::BaiBernoulliConfig>(t)?))),
+    },
 ];
 
 /// Look up an algorithm by kind.

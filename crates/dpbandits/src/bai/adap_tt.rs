@@ -32,6 +32,32 @@ use crate::error::Result;
 use crate::privacy::PrivacyGuarantee;
 use serde::Deserialize;
 use std::sync::Arc;
+use crate::config::{AlgorithmInfo, Setting};
+
+/// Registry record of `adap_tt`.
+pub const ADAP_TT: AlgorithmInfo = AlgorithmInfo {
+    kind: "adap_tt",
+    name: "AdaP-TT",
+    setting: Setting::Bai,
+    reference: "Azize, Jourdan, Al Marjani & Basu 2023 (NeurIPS); thesis Sec. 5.4.1-5.4.2, thresholds (5.10)-(5.11)",
+    privacy: "eps-global DP (pure, central), Laplace 1/(eps N) per phase mean, doubling phases with forgetting",
+    example: "epsilon = 1.0",
+    source: file!(),
+    doc: include_str!("adap_tt.rs"),
+};
+
+/// Registry record of `adap_tt_star`.
+pub const ADAP_TT_STAR: AlgorithmInfo = AlgorithmInfo {
+    kind: "adap_tt_star",
+    name: "AdaP-TT*",
+    setting: Setting::Bai,
+    reference: "Azize, Jourdan, Al Marjani & Basu 2026 (JMLR); thesis Sec. 5.4.3, threshold (5.14)",
+    privacy: "eps-global DP (pure, central), Laplace 1/(eps N) per phase mean, doubling phases with forgetting",
+    example: "epsilon = 1.0",
+    source: file!(),
+    doc: include_str!("adap_tt.rs"),
+};
+
 
 /// AdaP-TT / AdaP-TT* configuration (`star` selects AdaP-TT*; set by the registry kind).
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
@@ -129,7 +155,11 @@ impl AdapTtConfig {
 
 impl BaiConfig for AdapTtConfig {
     fn kind(&self) -> &'static str {
-        if self.star { "adap_tt_star" } else { "adap_tt" }
+        if self.star {
+            ADAP_TT_STAR.kind
+        } else {
+            ADAP_TT.kind
+        }
     }
     fn label(&self) -> String {
         format!(
@@ -163,5 +193,11 @@ impl BaiConfig for AdapTtConfig {
     fn prepare(&self, k: usize, delta: f64) -> Result<Arc<dyn BaiEngine>> {
         self.validate()?;
         Ok(Arc::new(TopTwo::new(self.params(), k, delta)?))
+    }
+}
+
+impl crate::config::Config for AdapTtConfig {
+    fn validate(&mut self) -> crate::error::Result<()> {
+        AdapTtConfig::validate(self)
     }
 }

@@ -14,7 +14,82 @@
 //! of an arm is therefore common to all algorithms only in law, not pathwise, when they batch
 //! differently.)
 
-use super::BaiEnvironment;
+use super::{BaiEnvConfig, BaiEnvironment};
+use crate::config::{EnvInfo, Setting};
+use crate::error::{Result, check};
+use serde::Deserialize;
+
+/// Registry record of the `bai_bernoulli` environment.
+pub const BAI_BERNOULLI: EnvInfo = EnvInfo {
+    kind: "bai_bernoulli",
+    setting: Setting::Bai,
+    description: "fixed-confidence BAI on Bernoulli arms with the given means (unique best arm) and risk delta; exact Binomial sums per request",
+    source: file!(),
+};
+
+/// `[env]` with `kind = "bai_bernoulli"`: the means and the risk of a fixed-confidence problem.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BaiBernoulliConfig {
+    /// Bernoulli means in (0, 1), unique best arm.
+    pub means: Vec<f64>,
+    /// Risk delta in (0, 1).
+    pub delta: f64,
+    /// The validated instance.
+    #[serde(skip)]
+    instance: Option<BaiInstance>,
+}
+
+impl BaiBernoulliConfig {
+    /// A problem.
+    ///
+    /// # Errors
+    /// See [`BaiInstance::new`]; delta in (0, 1).
+    pub fn new(means: Vec<f64>, delta: f64) -> Result<Self> {
+        let mut c = BaiBernoulliConfig {
+            means,
+            delta,
+            instance: None,
+        };
+        crate::config::Config::validate(&mut c)?;
+        Ok(c)
+    }
+}
+
+impl crate::config::Config for BaiBernoulliConfig {
+    fn validate(&mut self) -> Result<()> {
+        check::open_unit("delta", self.delta)?;
+        self.instance = Some(BaiInstance::new(self.means.clone())?);
+        Ok(())
+    }
+}
+
+impl BaiEnvConfig for BaiBernoulliConfig {
+    fn kind(&self) -> &'static str {
+        BAI_BERNOULLI.kind
+    }
+    fn instance(&self) -> &BaiInstance {
+        self.instance
+            .as_ref()
+            .expect("a BaiBernoulliConfig is validated when it is made")
+    }
+    fn delta(&self) -> f64 {
+        self.delta
+    }
+    fn build(&self, env_seed: u64) -> Box<dyn BaiEnvironment> {
+        Box::new(BernoulliArms::new(self.instance(), env_seed))
+    }
+    fn describe(&self) -> serde_json::Value {
+        serde_json::json!({
+            "kind": BAI_BERNOULLI.kind,
+            "means": self.means,
+            "arms": self.means.len(),
+            "best_arm": self.instance().best(),
+            "delta": self.delta,
+            "seed_derivation": crate::rng::describe(&[crate::rng::ENV_RUN, crate::rng::ENV_ARM]),
+        })
+    }
+}
 use super::charact::BaiInstance;
 use crate::rng::{SimRng, arm_rng};
 use rand::RngExt;

@@ -46,6 +46,20 @@ use crate::privacy::{LaplaceMechanism, PrivacyGuarantee};
 use crate::rng::{self, SimRng};
 use serde::Deserialize;
 use std::sync::Arc;
+use crate::config::{AlgorithmInfo, Setting};
+
+/// Registry record of `dp_se_bai`.
+pub const DP_SE_BAI: AlgorithmInfo = AlgorithmInfo {
+    kind: "dp_se_bai",
+    name: "DP-SE for fixed-confidence BAI (private successive elimination)",
+    setting: Setting::Bai,
+    reference: "Sajed & Sheffet 2019 (ICML), DP-SE converted to fixed-confidence BAI: Azize thesis / spec dp-bai §4.5",
+    privacy: "eps-global DP (pure, central), Laplace 1/(eps R_e) per (arm, epoch) mean, fresh samples per epoch",
+    example: "epsilon = 1.0",
+    source: file!(),
+    doc: include_str!("dp_se.rs"),
+};
+
 
 /// DP-SE (fixed-confidence BAI) configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
@@ -72,7 +86,7 @@ impl DpSeBaiConfig {
 
 impl BaiConfig for DpSeBaiConfig {
     fn kind(&self) -> &'static str {
-        "dp_se_bai"
+        DP_SE_BAI.kind
     }
     fn label(&self) -> String {
         format!("dp_se_bai(eps={})", fmt_num(self.epsilon))
@@ -310,6 +324,13 @@ impl BaiAlgorithm for DpSeRun {
 
     fn releases(&self) -> Vec<u64> {
         self.rel.clone()
+    }
+}
+
+
+impl crate::config::Config for DpSeBaiConfig {
+    fn validate(&mut self) -> crate::error::Result<()> {
+        DpSeBaiConfig::validate(self)
     }
 }
 

@@ -46,6 +46,20 @@ use crate::error::Result;
 use crate::privacy::PrivacyGuarantee;
 use serde::Deserialize;
 use std::sync::Arc;
+use crate::config::{AlgorithmInfo, Setting};
+
+/// Registry record of `dp_tt`.
+pub const DP_TT: AlgorithmInfo = AlgorithmInfo {
+    kind: "dp_tt",
+    name: "DP-TT (Differentially Private Top Two)",
+    setting: Setting::Bai,
+    reference: "Jourdan & Azize 2025 (NeurIPS), Alg. 1; threshold: our delta-correct pair threshold Proposal J (default; the paper's Eq. (8) was not recovered), spec dp-bai 3.5.2 Proposal R as `r`",
+    privacy: "eps-global DP (pure, central), Laplace 1/eps per phase increment, geometric phases, no forgetting",
+    example: "epsilon = 1.0",
+    source: file!(),
+    doc: include_str!("dp_tt.rs"),
+};
+
 
 /// DP-TT configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
@@ -139,7 +153,7 @@ impl DpTtConfig {
 
 impl BaiConfig for DpTtConfig {
     fn kind(&self) -> &'static str {
-        "dp_tt"
+        DP_TT.kind
     }
     fn label(&self) -> String {
         format!(
@@ -173,5 +187,11 @@ impl BaiConfig for DpTtConfig {
     fn prepare(&self, k: usize, delta: f64) -> Result<Arc<dyn BaiEngine>> {
         self.validate()?;
         Ok(Arc::new(TopTwo::new(self.params(), k, delta)?))
+    }
+}
+
+impl crate::config::Config for DpTtConfig {
+    fn validate(&mut self) -> crate::error::Result<()> {
+        DpTtConfig::validate(self)
     }
 }

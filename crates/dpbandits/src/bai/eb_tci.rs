@@ -24,6 +24,20 @@ use crate::error::Result;
 use crate::privacy::PrivacyGuarantee;
 use serde::Deserialize;
 use std::sync::Arc;
+use crate::config::{AlgorithmInfo, Setting};
+
+/// Registry record of `eb_tci`.
+pub const EB_TCI: AlgorithmInfo = AlgorithmInfo {
+    kind: "eb_tci",
+    name: "EB-TCI (non-private Top Two)",
+    setting: Setting::Bai,
+    reference: "Jourdan, Degenne, Baudry, de Heide & Kaufmann 2022 (NeurIPS), EB leader + TCI challenger",
+    privacy: "none",
+    example: "",
+    source: file!(),
+    doc: include_str!("eb_tci.rs"),
+};
+
 
 /// EB-TCI configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
@@ -99,7 +113,7 @@ impl EbTciConfig {
 
 impl BaiConfig for EbTciConfig {
     fn kind(&self) -> &'static str {
-        "eb_tci"
+        EB_TCI.kind
     }
     fn label(&self) -> String {
         format!(
@@ -127,5 +141,11 @@ impl BaiConfig for EbTciConfig {
     fn prepare(&self, k: usize, delta: f64) -> Result<Arc<dyn BaiEngine>> {
         self.validate()?;
         Ok(Arc::new(TopTwo::new(self.params(), k, delta)?))
+    }
+}
+
+impl crate::config::Config for EbTciConfig {
+    fn validate(&mut self) -> crate::error::Result<()> {
+        EbTciConfig::validate(self)
     }
 }

@@ -4,14 +4,18 @@
 //! stopping time, its recommendation and whether it is wrong ([`BaiOutcome`]). Spec:
 //! `dp-bai.md` (Jourdan & Azize 2025 "Optimal BAI under DP"; Azize et al. 2023/2026; Azize thesis).
 //!
-//! * [`divergence`]: `d_eps`, its signed versions (closed form for Bernoulli) and transportation costs;
-//! * [`charact`]: characteristic times `T*_KL`, `T*_eps`, `T*_{eps,beta}`, `T*_TV`, validated instances;
-//! * [`threshold`]: stopping thresholds (the delta-correct pair threshold Proposal J is the default
-//!   of DP-TT);
-//! * [`top_two`]: the shared Top Two engine with the exact bulk fast path;
-//! * algorithms: [`dp_tt`] (DP-TT), [`adap_tt`] (AdaP-TT, AdaP-TT*), [`eb_tci`] (non-private
-//!   EB-TCI), [`dp_se`] (DP-SE, successive elimination);
-//! * [`bernoulli`]: the Bernoulli environment; [`sim`]: the run loop.
+//! # Layout
+//! * this file: the traits [`BaiEnvConfig`] / [`BaiEnvironment`] (problems) and [`BaiConfig`] /
+//!   [`BaiEngine`] / [`BaiAlgorithm`] (algorithms);
+//! * one file per environment: `bernoulli.rs` (`bai_bernoulli`);
+//! * one file per paper algorithm family: `dp_tt.rs` (DP-TT), `adap_tt.rs` (AdaP-TT, AdaP-TT*),
+//!   `dp_se.rs` (DP-SE, successive elimination), `eb_tci.rs` (non-private EB-TCI); `top_two.rs` is
+//!   the Top Two engine the first three families share;
+//! * `divergence.rs` (`d_eps`, its signed versions, transportation costs), `charact.rs`
+//!   (characteristic times `T*_KL`, `T*_eps`, `T*_{eps,beta}`, `T*_TV`, validated instances),
+//!   `threshold.rs` (stopping thresholds; the delta-correct pair threshold Proposal J is the
+//!   default of DP-TT);
+//! * `sim.rs`: the run loop ([`simulate_bai`]) and the experiment cell ([`BaiCell`]).
 //!
 //! # Shape
 //! As in the other settings, the algorithm and the environment are separate objects: a
@@ -22,22 +26,30 @@
 //! reward sum exactly, so a new algorithm needs no sampling code and every algorithm of an
 //! experiment sees the same per-arm reward streams.
 
-pub mod adap_tt;
-pub mod bernoulli;
-pub mod charact;
-pub mod divergence;
-pub mod dp_se;
-pub mod dp_tt;
-pub mod eb_tci;
-pub mod sim;
-pub mod threshold;
-pub mod top_two;
+mod adap_tt;
+mod bernoulli;
+mod charact;
+mod divergence;
+mod dp_se;
+mod dp_tt;
+mod eb_tci;
+mod sim;
+mod threshold;
+mod top_two;
 
-pub use bernoulli::BernoulliArms;
-pub use charact::{BaiInstance, Bounds};
-pub use sim::{run_one, run_seeds, simulate_bai};
-pub use threshold::ThresholdKind;
-pub use top_two::{Forcing, TopTwo, TopTwoParams};
+pub use adap_tt::{ADAP_TT, ADAP_TT_STAR, AdapTtConfig};
+pub use bernoulli::{BAI_BERNOULLI, BaiBernoulliConfig, BernoulliArms};
+pub use charact::*;
+pub use divergence::*;
+pub use dp_se::{DP_SE_BAI, DpSeBai, DpSeBaiConfig, DpSeRun};
+pub use dp_tt::{DP_TT, DpTtConfig};
+pub use eb_tci::{EB_TCI, EbTciConfig};
+pub use sim::{BaiCell, OUTCOME_FIELDS, run_one, run_seeds, simulate_bai};
+pub use threshold::*;
+pub use top_two::{
+    Challenger, Estimator, Forcing, Leader, StopCost, TopTwo, TopTwoParams, TopTwoRun,
+    tracking_block,
+};
 
 use crate::error::Result;
 use crate::privacy::PrivacyGuarantee;
@@ -81,6 +93,23 @@ pub enum BaiStep {
     },
     /// The stopping rule fired: the run ends with [`BaiAlgorithm::recommendation`].
     Stop,
+}
+
+/// A validated fixed-confidence BAI problem (one `[env]` table): the arms' distributions, for
+/// the characteristic times and the lower bound, and the risk `delta` every algorithm of the
+/// experiment is asked to meet.
+pub trait BaiEnvConfig: Send + Sync + Debug {
+    /// Registry kind.
+    fn kind(&self) -> &'static str;
+    /// The instance (Bernoulli means, unique best arm).
+    fn instance(&self) -> &BaiInstance;
+    /// The risk delta in (0, 1).
+    fn delta(&self) -> f64;
+    /// The environment of one run; `env_seed` is the run's environment seed
+    /// ([`crate::rng::env_run_seed`]).
+    fn build(&self, env_seed: u64) -> Box<dyn BaiEnvironment>;
+    /// Facts for the manifest.
+    fn describe(&self) -> serde_json::Value;
 }
 
 /// A fixed-confidence BAI environment for one run (one file per environment, e.g.
@@ -155,21 +184,6 @@ pub trait BaiConfig: Send + Sync + Debug {
     /// # Errors
     /// Invalid parameters or `(k, delta)`, naming the field.
     fn prepare(&self, k: usize, delta: f64) -> Result<Arc<dyn BaiEngine>>;
-}
-
-/// How the registry parses a BAI algorithm table.
-#[derive(Clone, Copy)]
-pub struct BaiParser {
-    /// Parse one table (with `epsilon` inserted by the experiment for private algorithms).
-    pub parse: fn(toml::Table) -> Result<Box<dyn BaiConfig>>,
-    /// Whether the algorithm takes `epsilon` (private) or not.
-    pub private: bool,
-}
-
-impl std::fmt::Debug for BaiParser {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "BaiParser(private: {})", self.private)
-    }
 }
 
 pub(crate) fn fmt_num(x: f64) -> String {

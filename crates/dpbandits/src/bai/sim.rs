@@ -7,8 +7,14 @@
 //! reported `capped`, never hidden).
 
 use super::bernoulli::BernoulliArms;
-use super::{BaiAlgorithm, BaiEngine, BaiEnvironment, BaiInstance, BaiOutcome, BaiStep};
+use super::{
+    BaiAlgorithm, BaiConfig, BaiEngine, BaiEnvConfig, BaiEnvironment, BaiInstance, BaiOutcome,
+    BaiStep,
+};
+use crate::error::{Result, ResultExt};
+use crate::privacy::PrivacyGuarantee;
 use crate::rng;
+use crate::sim::Cell;
 use std::sync::Arc;
 
 /// Run `alg` on `env` until it stops or `max_samples` samples have been collected.
@@ -87,6 +93,104 @@ pub fn run_one(
     let mut env = BernoulliArms::new(instance, es);
     let mut alg = engine.clone().start(ps);
     simulate_bai(&mut env, alg.as_mut(), max_samples)
+}
+
+
+/// The values one BAI run writes into its job row, in this order: stopping time (samples
+/// collected), recommended arm, whether it is the best arm (1/0), whether the run hit the sample
+/// cap (1/0), Laplace draws made. All are integers below 2^53, exact in `f64`.
+pub const OUTCOME_FIELDS: [&str; 5] = ["tau", "recommendation", "correct", "capped", "noise_draws"];
+
+/// A BAI experiment cell: one algorithm configuration (one `epsilon`) on one problem.
+#[derive(Debug)]
+pub struct BaiCell {
+    config: Box<dyn BaiConfig>,
+    engine: Arc<dyn BaiEngine>,
+    env: Arc<dyn BaiEnvConfig>,
+    master_seed: u64,
+    max_samples: u64,
+    label: String,
+}
+
+impl BaiCell {
+    /// A cell: prepares the configuration's engine (thresholds, caches) for the problem once.
+    ///
+    /// # Errors
+    /// The configuration does not fit the problem (e.g. too few arms).
+    pub fn new(
+        config: Box<dyn BaiConfig>,
+        env: Arc<dyn BaiEnvConfig>,
+        master_seed: u64,
+        max_samples: u64,
+    ) -> Result<Self> {
+        let engine = config
+            .prepare(env.instance().k(), env.delta())
+            .at(|| config.label())?;
+        Ok(BaiCell {
+            label: config.label(),
+            config,
+            engine,
+            env,
+            master_seed,
+            max_samples,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &dyn BaiConfig {
+        self.config.as_ref()
+    }
+
+    /// Run `run` ([`run_seeds`]: environment seed by run, policy seed by label and run).
+    pub fn outcome(&self, run: u64) -> BaiOutcome {
+        let (es, ps) = run_seeds(self.master_seed, &self.label, run);
+        let mut env = self.env.build(es);
+        let mut alg = self.engine.clone().start(ps);
+        simulate_bai(env.as_mut(), alg.as_mut(), self.max_samples)
+    }
+}
+
+impl Cell for BaiCell {
+    fn label(&self) -> String {
+        self.label.clone()
+    }
+    fn kind(&self) -> &'static str {
+        self.config.kind()
+    }
+    fn params(&self) -> Vec<(&'static str, f64)> {
+        vec![("epsilon", self.config.epsilon())]
+    }
+    fn guarantee(&self) -> PrivacyGuarantee {
+        self.config.guarantee()
+    }
+    fn describe(&self) -> serde_json::Value {
+        let mut v = serde_json::json!({
+            "threshold": self.config.threshold_name(),
+            "threshold_proved_delta_correct": self.config.threshold_proved(),
+            "simulation_path": "requests of n samples of one arm answered with one exact reward-sum draw; stopping checked after each release; runs that reach the horizon (the sample cap) stop as capped",
+        });
+        if let serde_json::Value::Object(facts) = self.config.describe() {
+            for (key, x) in facts {
+                v[key] = x;
+            }
+        }
+        v
+    }
+    fn width(&self) -> usize {
+        OUTCOME_FIELDS.len()
+    }
+    fn run(&self, run: u64, out: &mut [f64]) -> Result<()> {
+        let o = self.outcome(run);
+        let row = [
+            o.tau as f64,
+            o.recommendation as f64,
+            f64::from(u8::from(o.correct)),
+            f64::from(u8::from(o.capped)),
+            o.noise_draws as f64,
+        ];
+        out.copy_from_slice(&row);
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@
 //!    ([`crate::sim::run_jobs`]), byte-identical for any thread count.
 //! 4. [`write_outputs`] writes `manifest.json`, `summary.csv` and the plots.
 
+mod bai;
 mod comparison;
 mod figures;
 pub mod ldp_figures;
@@ -17,6 +18,7 @@ mod plan;
 pub mod plot;
 mod spec;
 
+pub use bai::BaiRow;
 pub use comparison::{BudgetRow, ComparisonSpec, budget_row};
 pub use figures::FigureSpec;
 pub use output::{Outcome, run, write_outputs};

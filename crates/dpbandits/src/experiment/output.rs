@@ -69,6 +69,9 @@ fn csv_field(s: &str) -> String {
 /// the manifest). Output bytes depend only on the plan and its results (no timestamps), so two
 /// runs with the same seed give identical folders whatever the thread count.
 pub fn write_outputs(plan: &Plan, outcome: &Outcome, dir: &Path) -> Result<Vec<PathBuf>> {
+    if plan.setting == crate::config::Setting::Bai {
+        return super::bai::write_outputs(plan, outcome, dir);
+    }
     std::fs::create_dir_all(dir).map_err(io(dir))?;
     let mut files = vec![];
     let summaries = outcome.summaries();

@@ -5,6 +5,7 @@ use crate::config::Setting;
 use crate::contextual::{ContextualGroup, ContextualPolicyConfig};
 use crate::error::{Error, Result, ResultExt};
 use crate::finite::{EnvConfig, FiniteCell};
+use crate::bai::BaiCell;
 use crate::linear::LinearCell;
 use crate::registry::{self, Built, EnvParse};
 use crate::sim::{Cell, CheckpointGrid};
@@ -24,6 +25,9 @@ pub struct Plan {
     pub cells: Vec<Box<dyn Cell>>,
     /// Environment facts for the manifest.
     pub env_info: serde_json::Value,
+    /// BAI: characteristic times and lower bounds for every `epsilon` of the cells, plus
+    /// `eps = inf` last (empty in the regret settings).
+    pub bounds: Vec<crate::bai::Bounds>,
 }
 
 /// The `[env]` table, parsed for its setting.
@@ -31,6 +35,7 @@ enum Env {
     Finite(Box<dyn EnvConfig>),
     Linear(Box<dyn crate::linear::LinearEnvConfig>),
     Contextual(Box<dyn crate::contextual::ContextualEnvConfig>),
+    Bai(Box<dyn crate::bai::BaiEnvConfig>),
 }
 
 impl Plan {
@@ -76,19 +81,21 @@ impl Plan {
             EnvParse::Finite(parse) => Env::Finite(parse(t).at(at_env)?),
             EnvParse::Linear(parse) => Env::Linear(parse(t).at(at_env)?),
             EnvParse::Contextual(parse) => Env::Contextual(parse(t).at(at_env)?),
-            #[allow(unreachable_patterns)]
-            _ => {
-                return Err(Error::param(
-                    "env.kind",
-                    format!("\"{kind}\""),
-                    "an environment of a regret setting",
-                ));
-            }
+            EnvParse::Bai(parse) => Env::Bai(parse(t).at(at_env)?),
         };
         match &mut env {
             Env::Finite(e) => e.instantiate(spec.master_seed, spec.horizon).at(at_env)?,
             Env::Linear(e) => e.instantiate(spec.master_seed).at(at_env)?,
             Env::Contextual(e) => e.instantiate(spec.master_seed).at(at_env)?,
+            Env::Bai(_) => {
+                if !spec.figure.is_empty() || spec.comparison.is_some() {
+                    return Err(Error::param(
+                        "figure",
+                        "(given)",
+                        "no [[figure]] or [comparison] in a BAI experiment (its figure is the stopping time against epsilon)",
+                    ));
+                }
+            }
         }
 
         // The one planner loop: every [[policy]] table, every sweep point, in file order.
@@ -110,6 +117,10 @@ impl Plan {
             }
         }
 
+        let bounds = match &env {
+            Env::Bai(e) => bai_bounds(e.as_ref(), &built)?,
+            _ => vec![],
+        };
         let (cells, env_info) = cells(env, built, &spec, &grid)?;
         let mut seen = std::collections::HashSet::new();
         for c in &cells {
@@ -125,6 +136,7 @@ impl Plan {
             grid,
             cells,
             env_info,
+            bounds,
             spec,
         };
         for (i, f) in plan.spec.figure.iter().enumerate() {
@@ -220,7 +232,43 @@ fn cells(
             ));
             Ok((group.cells(), info))
         }
+        Env::Bai(env) => {
+            let env: Arc<dyn crate::bai::BaiEnvConfig> = Arc::from(env);
+            let mut cells: Vec<Box<dyn Cell>> = vec![];
+            for (i, b) in built {
+                let Built::Bai(cfg) = b else {
+                    return Err(wrong(i));
+                };
+                let kind = cfg.kind();
+                let cell = BaiCell::new(cfg, env.clone(), spec.master_seed, spec.horizon)
+                    .at(|| format!("policy[{i}] ({kind})"))?;
+                cells.push(Box::new(cell));
+            }
+            Ok((cells, env.describe()))
+        }
     }
+}
+
+/// The characteristic times of a BAI problem for every `epsilon` of its cells (in first-seen
+/// order), then `eps = inf`.
+fn bai_bounds(
+    env: &dyn crate::bai::BaiEnvConfig,
+    built: &[(usize, Built)],
+) -> Result<Vec<crate::bai::Bounds>> {
+    let mut eps: Vec<f64> = vec![];
+    for (_, b) in built {
+        if let Built::Bai(c) = b
+            && c.epsilon().is_finite()
+            && !eps.contains(&c.epsilon())
+        {
+            eps.push(c.epsilon());
+        }
+    }
+    eps.push(f64::INFINITY);
+    eps.iter()
+        .map(|&e| crate::bai::Bounds::compute(env.instance(), e, env.delta()))
+        .collect::<Result<Vec<_>>>()
+        .at(|| "env".into())
 }
 
 fn entry_kind(t: &toml::Table) -> String {

@@ -96,8 +96,52 @@ pub fn ks_critical(n: usize, m: usize, alpha: f64) -> f64 {
     c * ((n + m) as f64 / (n as f64 * m as f64)).sqrt()
 }
 
+/// One-sided upper `1 - alpha` Clopper–Pearson bound for a binomial proportion (`x` of `n`).
+pub fn clopper_pearson_upper(x: u64, n: u64, alpha: f64) -> f64 {
+    if n == 0 {
+        return 1.0;
+    }
+    if x >= n {
+        return 1.0;
+    }
+    // P(Bin(n, p) <= x) is decreasing in p; find p with it equal to alpha.
+    let cdf = |p: f64| -> f64 {
+        let (lp, lq) = (p.ln(), (-p).ln_1p());
+        let mut lc = 0.0; // ln C(n, i)
+        let mut terms = Vec::with_capacity(x as usize + 1);
+        for i in 0..=x {
+            if i > 0 {
+                lc += ((n - i + 1) as f64).ln() - (i as f64).ln();
+            }
+            terms.push(lc + i as f64 * lp + (n - i) as f64 * lq);
+        }
+        let m = terms.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        (m + terms.iter().map(|t| (t - m).exp()).sum::<f64>().ln()).exp()
+    };
+    let (mut lo, mut hi) = (x as f64 / n as f64, 1.0);
+    for _ in 0..100 {
+        let mid = 0.5 * (lo + hi);
+        if cdf(mid) > alpha {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    hi
+}
+
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn clopper_pearson() {
+        use super::clopper_pearson_upper;
+        // Known values: 0 of 1000 -> 1 - 0.05^(1/1000) = 0.002991; 5 of 100 -> 0.1024 (one-sided 95%).
+        assert!((clopper_pearson_upper(0, 1000, 0.05) - 0.002_991).abs() < 2e-6);
+        assert!((clopper_pearson_upper(5, 100, 0.05) - 0.1024).abs() < 5e-4);
+        assert_eq!(clopper_pearson_upper(3, 3, 0.05), 1.0);
+    }
+
     use super::*;
 
     #[test]

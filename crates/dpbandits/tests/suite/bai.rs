@@ -2,13 +2,14 @@
 //! rates, bad input.
 
 use dpbandits::bai::PRIVATE_FORCING_SCALE;
-use dpbandits::bai::divergence::w_eps;
-use dpbandits::bai::threshold::{JointArm, joint_level, joint_threshold};
+use dpbandits::bai::w_eps;
+use dpbandits::bai::{JointArm, joint_level, joint_threshold};
 use dpbandits::bai::{
-    BaiConfig, BaiInstance, BernoulliArms, ThresholdKind, adap_tt::AdapTtConfig, dp_tt::DpTtConfig,
-    eb_tci::EbTciConfig, run_one, simulate_bai,
+    BaiConfig, BaiInstance, BernoulliArms, ThresholdKind, AdapTtConfig, DpTtConfig,
+    EbTciConfig, run_one, simulate_bai,
 };
-use dpbandits::experiment::bai::{BaiPlan, clopper_pearson_upper};
+use dpbandits::experiment::Plan;
+use dpbandits::math::stats::clopper_pearson_upper;
 use dpbandits::math::stats::{Summary, ks_critical, ks_statistic};
 use dpbandits::privacy::LaplaceMechanism;
 use dpbandits::rng::{SimRng, Stream, stream_rng};
@@ -385,17 +386,19 @@ fn dp_tt_needs_fewer_samples_than_adap_tt() {
 #[test]
 fn bad_input_is_named() {
     let base = r#"
-setting = "bai"
 name = "x"
 master_seed = 1
 runs = 2
+horizon = 1_000_000
+[env]
+kind = "bai_bernoulli"
 delta = 0.01
 means = [0.9, 0.5]
-epsilon = [1.0]
-[[algorithm]]
+[[policy]]
 kind = "dp_tt"
+epsilon = [1.0]
 "#;
-    assert!(BaiPlan::from_toml(base).is_ok());
+    assert!(Plan::from_toml(base).is_ok());
     let cases = [
         ("means = [0.9, 0.5]", "means = [0.9, 1.0]", "means[1] = 1"),
         (
@@ -408,8 +411,9 @@ kind = "dp_tt"
             "means = [0.9, -0.1]",
             "means[1] = -0.1",
         ),
-        ("epsilon = [1.0]", "epsilon = [0.0]", "epsilon[0] = 0"),
-        ("epsilon = [1.0]", "epsilon = [nan]", "epsilon[0] = NaN"),
+        ("epsilon = [1.0]", "epsilon = [0.0]", "epsilon = 0"),
+        ("epsilon = [1.0]", "epsilon = [nan]", "epsilon = NaN"),
+        ("epsilon = [1.0]", "", "epsilon = (missing)"),
         ("delta = 0.01", "delta = 1.0", "delta = 1"),
         ("delta = 0.01", "delta = 0.0", "delta = 0"),
         (
@@ -427,7 +431,11 @@ kind = "dp_tt"
             "kind = \"dp_tt\"\nbeta = 1.5",
             "beta = 1.5",
         ),
-        ("kind = \"dp_tt\"", "kind = \"ucb1\"", "not a BAI algorithm"),
+        (
+            "kind = \"dp_tt\"",
+            "kind = \"ucb1\"",
+            "'ucb1' is a finite-armed algorithm, but env 'bai_bernoulli' is best-arm identification",
+        ),
         (
             "kind = \"dp_tt\"",
             "kind = \"dp_tt\"\nforced_exploration = \"often\"",
@@ -450,7 +458,7 @@ kind = "dp_tt"
         ),
     ];
     for (from, to, want) in cases {
-        let e = BaiPlan::from_toml(&base.replace(from, to))
+        let e = Plan::from_toml(&base.replace(from, to))
             .unwrap_err()
             .to_string();
         assert!(e.contains(want), "{to}: {e}");

@@ -1,7 +1,7 @@
 //! The library's integration tests, in one binary (one link step): the conformance suite over
 //! the registry, the fast-path equivalence tests and the per-setting tests.
 
-// BAI-PENDING mod bai;
+mod bai;
 mod architecture;
 mod conformance;
 mod contextual;
