@@ -41,7 +41,7 @@ enum Command {
         /// Run the embedded default experiment (experiments/fig4a.toml).
         #[arg(long, conflicts_with = "file")]
         default: bool,
-        /// Output folder (default: results/<name>).
+        /// Output folder (default: `results/<name>`).
         #[arg(long)]
         out: Option<PathBuf>,
         /// Worker threads (default: all cores). Results do not depend on it.

@@ -366,21 +366,40 @@ pub static POLICIES: &[PolicyEntry] = &[
         info: &finite::D_UCB,
         parse: Parse::Finite(finite::<finite::DUcbConfig>),
     },
-    PolicyEntry { info: &bai::DP_TT, parse: Parse::Bai(bai::<bai::DpTtConfig>) },
+    PolicyEntry {
+        info: &bai::DP_TT,
+        parse: Parse::Bai(bai::<bai::DpTtConfig>),
+    },
     PolicyEntry {
         info: &bai::ADAP_TT,
         parse: Parse::Bai(|t| {
-            Ok(Box::new(parse_kind::<bai::AdapTtConfig>(t, &[], &[], |c| c.star = false)?))
+            Ok(Box::new(parse_kind::<bai::AdapTtConfig>(
+                t,
+                &[],
+                &[],
+                |c| c.star = false,
+            )?))
         }),
     },
     PolicyEntry {
         info: &bai::ADAP_TT_STAR,
         parse: Parse::Bai(|t| {
-            Ok(Box::new(parse_kind::<bai::AdapTtConfig>(t, &[], &[], |c| c.star = true)?))
+            Ok(Box::new(parse_kind::<bai::AdapTtConfig>(
+                t,
+                &[],
+                &[],
+                |c| c.star = true,
+            )?))
         }),
     },
-    PolicyEntry { info: &bai::DP_SE_BAI, parse: Parse::Bai(bai::<bai::DpSeBaiConfig>) },
-    PolicyEntry { info: &bai::EB_TCI, parse: Parse::Bai(bai::<bai::EbTciConfig>) },
+    PolicyEntry {
+        info: &bai::DP_SE_BAI,
+        parse: Parse::Bai(bai::<bai::DpSeBaiConfig>),
+    },
+    PolicyEntry {
+        info: &bai::EB_TCI,
+        parse: Parse::Bai(bai::<bai::EbTciConfig>),
+    },
     PolicyEntry {
         info: &linear::GOPE,
         parse: Parse::Linear(|t| gope(t, NoisePlacement::None, false)),

@@ -275,3 +275,33 @@ fn bad_command_line_gives_clear_errors() {
     let o = run(&["frobnicate"]);
     assert_eq!(o.status.code(), Some(2));
 }
+
+/// A newcomer finds every algorithm by its paper name in one step: `list` prints, for every
+/// registry kind, its paper name and a source file that exists, and its parameters.
+#[test]
+fn list_reports_an_existing_source_file_for_every_kind() {
+    let o = run(&["list"]);
+    assert!(o.status.success());
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    let lines: Vec<&str> = out.lines().collect();
+    let mut sources = 0;
+    for l in &lines {
+        let Some(path) = l.trim().strip_prefix("source:") else {
+            continue;
+        };
+        let path = path.trim();
+        assert!(repo().join(path).is_file(), "list reports {path}, which does not exist");
+        sources += 1;
+    }
+    for kind in [
+        "adac_ucb", "adac_gope", "lin_ucb", "adac_oful", "dp_tt", "dp_se_bai", "bai_bernoulli",
+        "linear", "contextual_gaussian",
+    ] {
+        assert!(
+            lines.iter().any(|l| l.trim_start().starts_with(&format!("{kind} "))),
+            "list does not show {kind}"
+        );
+    }
+    assert!(sources >= 30, "only {sources} source lines");
+    assert!(out.contains("parameters: `rho > 0`"), "parameters of adac_ucb not shown");
+}

@@ -28,11 +28,11 @@
 
 use super::top_two::{Challenger, Estimator, Forcing, Leader, StopCost, TopTwoParams};
 use super::{BaiConfig, BaiEngine, ThresholdKind, TopTwo, fmt_num, forcing_label};
+use crate::config::{AlgorithmInfo, Setting};
 use crate::error::Result;
 use crate::privacy::PrivacyGuarantee;
 use serde::Deserialize;
 use std::sync::Arc;
-use crate::config::{AlgorithmInfo, Setting};
 
 /// Registry record of `adap_tt`.
 pub const ADAP_TT: AlgorithmInfo = AlgorithmInfo {
@@ -57,7 +57,6 @@ pub const ADAP_TT_STAR: AlgorithmInfo = AlgorithmInfo {
     source: file!(),
     doc: include_str!("adap_tt.rs"),
 };
-
 
 /// AdaP-TT / AdaP-TT* configuration (`star` selects AdaP-TT*; set by the registry kind).
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]

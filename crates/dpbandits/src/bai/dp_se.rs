@@ -41,12 +41,12 @@
 //! `epsilon` (> 0, inf = non-private; required). `delta` comes from the experiment.
 
 use super::{BaiAlgorithm, BaiConfig, BaiEngine, BaiStep, fmt_num};
+use crate::config::{AlgorithmInfo, Setting};
 use crate::error::{Error, Result, check};
 use crate::privacy::{LaplaceMechanism, PrivacyGuarantee};
 use crate::rng::{self, SimRng};
 use serde::Deserialize;
 use std::sync::Arc;
-use crate::config::{AlgorithmInfo, Setting};
 
 /// Registry record of `dp_se_bai`.
 pub const DP_SE_BAI: AlgorithmInfo = AlgorithmInfo {
@@ -59,7 +59,6 @@ pub const DP_SE_BAI: AlgorithmInfo = AlgorithmInfo {
     source: file!(),
     doc: include_str!("dp_se.rs"),
 };
-
 
 /// DP-SE (fixed-confidence BAI) configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
@@ -326,7 +325,6 @@ impl BaiAlgorithm for DpSeRun {
         self.rel.clone()
     }
 }
-
 
 impl crate::config::Config for DpSeBaiConfig {
     fn validate(&mut self) -> crate::error::Result<()> {

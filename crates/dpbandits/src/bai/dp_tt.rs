@@ -42,11 +42,11 @@
 
 use super::top_two::{Challenger, Estimator, Forcing, Leader, StopCost, TopTwoParams};
 use super::{BaiConfig, BaiEngine, ThresholdKind, TopTwo, fmt_num, forcing_label};
+use crate::config::{AlgorithmInfo, Setting};
 use crate::error::Result;
 use crate::privacy::PrivacyGuarantee;
 use serde::Deserialize;
 use std::sync::Arc;
-use crate::config::{AlgorithmInfo, Setting};
 
 /// Registry record of `dp_tt`.
 pub const DP_TT: AlgorithmInfo = AlgorithmInfo {
@@ -59,7 +59,6 @@ pub const DP_TT: AlgorithmInfo = AlgorithmInfo {
     source: file!(),
     doc: include_str!("dp_tt.rs"),
 };
-
 
 /// DP-TT configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]

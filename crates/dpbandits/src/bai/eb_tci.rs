@@ -20,11 +20,11 @@
 
 use super::top_two::{Challenger, Estimator, Forcing, Leader, StopCost, TopTwoParams};
 use super::{BaiConfig, BaiEngine, ThresholdKind, TopTwo, forcing_label};
+use crate::config::{AlgorithmInfo, Setting};
 use crate::error::Result;
 use crate::privacy::PrivacyGuarantee;
 use serde::Deserialize;
 use std::sync::Arc;
-use crate::config::{AlgorithmInfo, Setting};
 
 /// Registry record of `eb_tci`.
 pub const EB_TCI: AlgorithmInfo = AlgorithmInfo {
@@ -37,7 +37,6 @@ pub const EB_TCI: AlgorithmInfo = AlgorithmInfo {
     source: file!(),
     doc: include_str!("eb_tci.rs"),
 };
-
 
 /// EB-TCI configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]

@@ -113,7 +113,7 @@ pub trait BaiEnvConfig: Send + Sync + Debug {
 }
 
 /// A fixed-confidence BAI environment for one run (one file per environment, e.g.
-/// [`bernoulli`]).
+/// [`BernoulliArms`]).
 ///
 /// Separate from the algorithm so that every algorithm faces the same data (common random
 /// numbers: the environment's streams depend on the run, never on the algorithm) and so that a

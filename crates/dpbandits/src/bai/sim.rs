@@ -95,7 +95,6 @@ pub fn run_one(
     simulate_bai(&mut env, alg.as_mut(), max_samples)
 }
 
-
 /// The values one BAI run writes into its job row, in this order: stopping time (samples
 /// collected), recommended arm, whether it is the best arm (1/0), whether the run hit the sample
 /// cap (1/0), Laplace draws made. All are integers below 2^53, exact in `f64`.

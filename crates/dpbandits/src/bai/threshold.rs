@@ -66,7 +66,7 @@
 //! Why it helps: `C^A` pays `ln(1/delta)` once (about 0.74x Proposal R's pair sum, any eps);
 //! `C^TV` lets the better-sampled arm's noise enter with weight `m/n <= 1` and the two Laplace
 //! sums partly cancel (0.5x-0.6x R at eps = 0.001). Values are pinned in this module's tests.
-//! A Monte-Carlo check of `P(V > C) <= delta'` is in `tests/bai.rs`
+//! A Monte-Carlo check of `P(V > C) <= delta'` is in `tests/suite/bai.rs`
 //! (`joint_threshold_bounds_the_null`).
 
 use crate::error::{Error, Result};

@@ -18,7 +18,7 @@
 //!   an arm's last release in `pending[a]`. At the release, `pending[a]` is the sum of the `m`
 //!   fresh rewards since the previous one: the same law as summing `m` Bernoulli draws (rewards
 //!   are i.i.d. and independent of the decisions that chose to collect them). Tested against a
-//!   naive step-by-step simulator in `tests/bai.rs` (two-sample KS test).
+//!   naive step-by-step simulator in `tests/suite/bai.rs` (two-sample KS test).
 //! * **Split between engine and run.** [`TopTwo`] (parameters, thresholds, `OnceLock` caches) is
 //!   the [`BaiEngine`] shared by all runs of a cell; [`TopTwoRun`] is one run's state. A tracking
 //!   block of `m` rounds giving `lb` pulls to the leader `b` becomes the requests `(b, lb)` and
@@ -30,7 +30,7 @@
 //!   release and at least every `max(1, floor(theta t))` rounds. This is a (documented) variant:
 //!   it changes only which challenger gets each of a block of pulls, never the privacy argument or
 //!   the delta-correctness of a threshold proved for any sampling rule (threshold `r`). Its
-//!   stopping-time distribution is compared with `theta = 0` in `tests/bai.rs` (KS test). The
+//!   stopping-time distribution is compared with `theta = 0` in `tests/suite/bai.rs` (KS test). The
 //!   experiments use `theta = 0.01` (recorded in every output label).
 //! * **Cap.** The run loop ([`super::simulate_bai`]) truncates the request that reaches
 //!   `max_samples`; the run then drops its outstanding requests, makes its decision if a release

@@ -13,7 +13,7 @@
 //! # Adding an algorithm or an environment
 //! One file here implementing [`ContextualPolicyConfig`] + [`ContextualPolicy`] (or
 //! [`ContextualEnvConfig`] + [`ContextualEnvironment`]), a `mod`/`pub use` line above, one entry in
-//! [`crate::registry`].
+//! `crate::registry` (feature `experiment`).
 //!
 //! # The setting
 //! Every round `t` the environment reveals a public decision set `A_t` of `k_t` actions in `R^d`

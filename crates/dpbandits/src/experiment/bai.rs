@@ -86,7 +86,9 @@ fn threshold(c: &dyn Cell) -> (String, bool) {
     let d = c.describe();
     (
         d["threshold"].as_str().unwrap_or("?").to_string(),
-        d["threshold_proved_delta_correct"].as_bool().unwrap_or(false),
+        d["threshold_proved_delta_correct"]
+            .as_bool()
+            .unwrap_or(false),
     )
 }
 
@@ -255,7 +257,12 @@ pub fn write_outputs(plan: &Plan, outcome: &Outcome, out: &Path) -> Result<Vec<P
 
     // Plot: mean stopping time vs eps per algorithm configuration (label without eps; a label
     // whose only parameter is eps, e.g. `dp_se_bai(eps=0.1)`, becomes its kind).
-    let finite = || plan.bounds.iter().map(|b| b.epsilon).filter(|e| e.is_finite());
+    let finite = || {
+        plan.bounds
+            .iter()
+            .map(|b| b.epsilon)
+            .filter(|e| e.is_finite())
+    };
     let eps_lo = finite().fold(f64::INFINITY, f64::min);
     let eps_hi = finite().fold(0.0, f64::max);
     let mut series: Vec<Series> = vec![];

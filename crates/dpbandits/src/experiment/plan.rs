@@ -1,11 +1,11 @@
 //! From a spec to buildable cells: one planner loop for every setting.
 
 use super::ExperimentSpec;
+use crate::bai::BaiCell;
 use crate::config::Setting;
 use crate::contextual::{ContextualGroup, ContextualPolicyConfig};
 use crate::error::{Error, Result, ResultExt};
 use crate::finite::{EnvConfig, FiniteCell};
-use crate::bai::BaiCell;
 use crate::linear::LinearCell;
 use crate::registry::{self, Built, EnvParse};
 use crate::sim::{Cell, CheckpointGrid};

@@ -181,7 +181,7 @@ impl DpSe {
         )
     }
 
-    /// `R_e` (rounded up; capped at [`FOREVER`]).
+    /// `R_e` (rounded up; capped at `FOREVER`).
     pub fn epoch_length(&self) -> u64 {
         let delta = 0.5f64.powi(self.epoch as i32);
         let (l8, l4) = self.logs();

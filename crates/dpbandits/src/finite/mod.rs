@@ -42,7 +42,7 @@
 //! One file in this folder with a `...Config` struct (serde, `deny_unknown_fields`) implementing
 //! [`PolicyConfig`] (or [`EnvConfig`]), and the policy implementing [`Policy`] (or the environment
 //! implementing [`Environment`]); a `mod` and a `pub use` line here; then one entry in
-//! [`crate::registry`]. The conformance suite picks it up from the registry.
+//! `crate::registry` (feature `experiment`). The conformance suite picks it up from the registry.
 
 mod adac_ucb;
 mod adap_ucb;

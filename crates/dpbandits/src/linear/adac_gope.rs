@@ -128,7 +128,7 @@ pub const ADAR_GOPE_VAR: AlgorithmInfo = AlgorithmInfo {
     kind: "adar_gope_var",
     name: "AdaR-GOPE-Var (noise on each per-arm sum of rewards)",
     setting: Setting::Linear,
-    reference: "Azize & Basu 2024, App. E-C2 and App. H (Fig. 5); zCDP form of Hanna et al. 2022 / Li, Zhou & Ji 2022; phase length derived for its noise (Thm 13 steps, linear/gope.rs), phase_length = \"eq4\" for Eq. (4)",
+    reference: "Azize & Basu 2024, App. E-C2 and App. H (Fig. 5); zCDP form of Hanna et al. 2022 / Li, Zhou & Ji 2022; phase length derived for its noise (Thm 13 steps, linear/adac_gope.rs), phase_length = \"eq4\" for Eq. (4)",
     privacy: "rho-Interactive zCDP (central), Gaussian noise N(0, 2/rho) on each per-arm reward sum, once per phase",
     example: "rho = 1.0\ndelta = 0.001",
     source: file!(),
@@ -194,7 +194,7 @@ pub enum PhaseLength {
     /// [`per_arm_sums_privacy_term`] for AdaR-GOPE-Var.
     #[default]
     Own,
-    /// Eq. (4) for every variant (AdaR-GOPE-Var then has AdaC-GOPE's phases; spec §3.7 [A]).
+    /// Eq. (4) for every variant (AdaR-GOPE-Var then has AdaC-GOPE's phases; spec §3.7 \[A\]).
     Eq4,
 }
 
@@ -205,7 +205,7 @@ pub enum GopeConstants {
     /// `8r/beta^2 ln(4/delta_{K,l})`: the rho -> inf limit of Eq. (4) (default).
     #[default]
     PaperLimit,
-    /// `2r/beta^2 ln(1/delta_{K,l})` (textbook GOPE, [X]).
+    /// `2r/beta^2 ln(1/delta_{K,l})` (textbook GOPE, \[X\]).
     Textbook,
 }
 

@@ -51,7 +51,7 @@ pub struct LinearConfig {
     #[serde(default = "one")]
     pub sigma: f64,
     /// Draw the random parts of the instance (arms and/or theta not given) afresh for every run
-    /// instead of once per experiment (default false, the spec's proposal §6 [A]).
+    /// instead of once per experiment (default false, the spec's proposal §6 \[A\]).
     #[serde(default)]
     pub redraw_per_run: bool,
     /// The once-per-experiment instance, drawn by [`super::LinearEnvConfig::instantiate`].

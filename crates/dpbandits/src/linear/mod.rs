@@ -24,7 +24,7 @@
 //!
 //! # Adding an algorithm or an environment
 //! One file here implementing [`LinearPolicyConfig`] + [`LinearPolicy`] (or [`LinearEnvConfig`]),
-//! a `mod`/`pub use` line below, one entry in [`crate::registry`].
+//! a `mod`/`pub use` line below, one entry in `crate::registry` (feature `experiment`).
 
 mod adac_gope;
 mod design;

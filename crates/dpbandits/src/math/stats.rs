@@ -130,7 +130,6 @@ pub fn clopper_pearson_upper(x: u64, n: u64, alpha: f64) -> f64 {
     hi
 }
 
-
 #[cfg(test)]
 mod tests {
     #[test]

@@ -3,11 +3,11 @@
 
 use dpbandits::bai::PRIVATE_FORCING_SCALE;
 use dpbandits::bai::w_eps;
-use dpbandits::bai::{JointArm, joint_level, joint_threshold};
 use dpbandits::bai::{
-    BaiConfig, BaiInstance, BernoulliArms, ThresholdKind, AdapTtConfig, DpTtConfig,
-    EbTciConfig, run_one, simulate_bai,
+    AdapTtConfig, BaiConfig, BaiInstance, BernoulliArms, DpTtConfig, EbTciConfig, ThresholdKind,
+    run_one, simulate_bai,
 };
+use dpbandits::bai::{JointArm, joint_level, joint_threshold};
 use dpbandits::experiment::Plan;
 use dpbandits::math::stats::clopper_pearson_upper;
 use dpbandits::math::stats::{Summary, ks_critical, ks_statistic};

@@ -505,19 +505,35 @@ mod bai {
                 };
                 let (a, b) = (go(), go());
                 assert_eq!(a, b, "{}: same seeds, different outcomes", e.kind());
-                assert!(!a.capped, "{}: capped at 1e9 samples on an easy problem", e.kind());
+                assert!(
+                    !a.capped,
+                    "{}: capped at 1e9 samples on an easy problem",
+                    e.kind()
+                );
                 assert_eq!(a.pulls.iter().sum::<u64>(), a.tau, "{}", e.kind());
                 errors += u32::from(!a.correct);
             }
-            assert!(errors <= 4, "{}: {errors} wrong recommendations of 20", e.kind());
+            assert!(
+                errors <= 4,
+                "{}: {errors} wrong recommendations of 20",
+                e.kind()
+            );
         }
     }
 
     #[test]
     fn edge_cases() {
         for (e, cfg) in entries() {
-            assert!(cfg.prepare(1, 0.1).is_err(), "{}: one arm must be an error", e.kind());
-            assert!(cfg.prepare(2, 0.0).is_err(), "{}: delta = 0 must be an error", e.kind());
+            assert!(
+                cfg.prepare(1, 0.1).is_err(),
+                "{}: one arm must be an error",
+                e.kind()
+            );
+            assert!(
+                cfg.prepare(2, 0.0).is_err(),
+                "{}: delta = 0 must be an error",
+                e.kind()
+            );
             // A cap of one sample ends the run at once, capped, with a valid recommendation.
             let engine = cfg.prepare(2, 0.1).unwrap();
             let env = BaiBernoulliConfig::new(vec![0.6, 0.4], 0.1).unwrap();

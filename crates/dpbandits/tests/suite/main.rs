@@ -1,8 +1,8 @@
 //! The library's integration tests, in one binary (one link step): the conformance suite over
 //! the registry, the fast-path equivalence tests and the per-setting tests.
 
-mod bai;
 mod architecture;
+mod bai;
 mod conformance;
 mod contextual;
 mod fast_path;
