@@ -75,25 +75,26 @@ def main(path):
         q = ma / mb
         return q, 2 * q * math.sqrt((sa / ma) ** 2 + (sb / mb) ** 2)
 
+    # (column title, denominator, with 2 se, numerator)
     others = [
-        ("AdaP-TT(thesis), c=16 (± 2 se)", "adap_tt:thesis:c16", True),
-        ("same, c=1", "adap_tt:thesis:c1", False),
-        ("AdaP-TT*(thesis)", "adap_tt_star:thesis:c16", False),
-        ("DP-SE (± 2 se)", "dp_se_bai", True),
-        ("DP-TT(r)", "dp_tt:r:c16", False),
+        ("DP-TT(joint) / AdaP-TT(thesis), c=16 (± 2 se)", "adap_tt:thesis:c16", True, ref),
+        ("same, c=1", "adap_tt:thesis:c1", False, "dp_tt:joint:c1"),
+        ("DP-TT(joint) / AdaP-TT*(thesis)", "adap_tt_star:thesis:c16", False, ref),
+        ("DP-TT(joint) / DP-SE (± 2 se)", "dp_se_bai", True, ref),
+        ("DP-TT(joint) / DP-TT(r)", "dp_tt:r:c16", False, ref),
     ]
-    head = ["eps"] + [f"DP-TT(joint) / {n}" for n, _, _ in others]
+    head = ["eps"] + [n for n, _, _, _ in others]
     head += ["DP-TT(joint) / EB-TCI(r)", "DP-TT(h_half) / AdaP-TT(code23)"]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for e in eps:
         a = cell[(ref, e)]
         out = [f"{float(e):.3g}"]
-        for _, c, se in others:
-            if (c, e) not in cell:
+        for _, c, se, num in others:
+            if (c, e) not in cell or (num, e) not in cell:
                 out.append("")
                 continue
-            q, s = ratio(a, cell[(c, e)])
+            q, s = ratio(cell[(num, e)], cell[(c, e)])
             out.append(f"{q:.3f} ± {s:.3f}" if se else f"{q:.2f}")
         out.append(f"{ratio(a, eb)[0]:.2f}" if eb else "")
         h, c23 = cell.get(("dp_tt:h_half:c16", e)), cell.get(("adap_tt:code23:c16", e))

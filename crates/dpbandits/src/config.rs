@@ -80,6 +80,17 @@ pub trait Config: DeserializeOwned {
     fn validate(&mut self) -> Result<()>;
 }
 
+/// The label `kind(p1=v1,p2=v2)` of a configuration (just `kind` without parameters): used in
+/// outputs and to key the policy's random streams ([`crate::rng::POLICY_RUN`]).
+pub fn label(kind: &str, params: &[(&str, f64)]) -> String {
+    if params.is_empty() {
+        kind.to_string()
+    } else {
+        let inner: Vec<String> = params.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        format!("{kind}({})", inner.join(","))
+    }
+}
+
 /// The `# Parameters` section of a module documentation (the `//!` lines after the heading up to
 /// the next heading), joined into one paragraph; empty if there is none.
 pub fn parameters_section(doc: &str) -> String {

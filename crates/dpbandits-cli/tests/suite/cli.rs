@@ -290,18 +290,33 @@ fn list_reports_an_existing_source_file_for_every_kind() {
             continue;
         };
         let path = path.trim();
-        assert!(repo().join(path).is_file(), "list reports {path}, which does not exist");
+        assert!(
+            repo().join(path).is_file(),
+            "list reports {path}, which does not exist"
+        );
         sources += 1;
     }
     for kind in [
-        "adac_ucb", "adac_gope", "lin_ucb", "adac_oful", "dp_tt", "dp_se_bai", "bai_bernoulli",
-        "linear", "contextual_gaussian",
+        "adac_ucb",
+        "adac_gope",
+        "lin_ucb",
+        "adac_oful",
+        "dp_tt",
+        "dp_se_bai",
+        "bai_bernoulli",
+        "linear",
+        "contextual_gaussian",
     ] {
         assert!(
-            lines.iter().any(|l| l.trim_start().starts_with(&format!("{kind} "))),
+            lines
+                .iter()
+                .any(|l| l.trim_start().starts_with(&format!("{kind} "))),
             "list does not show {kind}"
         );
     }
     assert!(sources >= 30, "only {sources} source lines");
-    assert!(out.contains("parameters: `rho > 0`"), "parameters of adac_ucb not shown");
+    assert!(
+        out.contains("parameters: `rho > 0`"),
+        "parameters of adac_ucb not shown"
+    );
 }

@@ -42,7 +42,10 @@ fn smoke_linear_runs_and_writes_every_figure() {
     assert_eq!(m["environment"]["dim"], 3);
     assert_eq!(m["errors"].as_array().unwrap().len(), 0);
     let pols = m["policies"].as_array().unwrap();
-    assert_eq!(pols.len(), 6);
+    assert_eq!(pols.len(), 7);
+    // LinUCB (added in one file + one registry line) runs beside the GOPE family.
+    let lin = pols.iter().find(|p| p["kind"] == "lin_ucb").unwrap();
+    assert_eq!(lin["privacy_summary"], "non-private");
     // Both phase-length readings of AdaR-GOPE-Var, told apart by their labels.
     for label in ["adar_gope_var(rho=1)", "adar_gope_var-eq4(rho=1)"] {
         assert!(pols.iter().any(|p| p["label"] == label), "{label} missing");

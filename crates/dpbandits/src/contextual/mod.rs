@@ -133,12 +133,6 @@ pub trait ContextualPolicyConfig: Send + Sync + Debug {
     fn build(&self, d: usize, horizon: u64, seed: u64) -> Result<Box<dyn ContextualPolicy>>;
     /// Label `kind(p=v,...)`.
     fn label(&self) -> String {
-        let p = self.params();
-        if p.is_empty() {
-            self.kind().to_string()
-        } else {
-            let inner: Vec<String> = p.iter().map(|(k, v)| format!("{k}={v}")).collect();
-            format!("{}({})", self.kind(), inner.join(","))
-        }
+        crate::config::label(self.kind(), &self.params())
     }
 }

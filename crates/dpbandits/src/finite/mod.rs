@@ -208,13 +208,7 @@ pub trait PolicyConfig: Send + Sync + Debug {
     fn build(&self, k: usize, seed: u64) -> Result<Box<dyn Policy>>;
     /// Label `kind(p1=v1,p2=v2)`; used in outputs and to key random streams.
     fn label(&self) -> String {
-        let p = self.params();
-        if p.is_empty() {
-            self.kind().to_string()
-        } else {
-            let inner: Vec<String> = p.iter().map(|(k, v)| format!("{k}={v}")).collect();
-            format!("{}({})", self.kind(), inner.join(","))
-        }
+        crate::config::label(self.kind(), &self.params())
     }
 }
 

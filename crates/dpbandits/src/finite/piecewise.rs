@@ -669,8 +669,12 @@ mod tests {
             assert_ne!(b, prev);
             prev = b;
         }
+        // The instance follows the master seed: the same seed redraws it, another one does not.
         let mut c2 = c.clone();
         c2.validate().unwrap();
+        c2.instantiate(3, 1000).unwrap();
         assert_eq!(c2.rows(), &rows[..]);
+        c2.instantiate(4, 1000).unwrap();
+        assert_ne!(c2.rows(), &rows[..]);
     }
 }

@@ -355,13 +355,7 @@ impl GopeConfig {
         if self.phase_length == PhaseLength::Eq4 {
             kind.push_str("-eq4");
         }
-        let p = self.params();
-        if p.is_empty() {
-            kind
-        } else {
-            let inner: Vec<String> = p.iter().map(|(k, v)| format!("{k}={v}")).collect();
-            format!("{kind}({})", inner.join(","))
-        }
+        crate::config::label(&kind, &self.params())
     }
 
     /// Whether any noise is added.

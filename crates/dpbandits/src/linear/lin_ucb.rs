@@ -96,15 +96,6 @@ impl LinearPolicyConfig for LinUcbConfig {
     fn kind(&self) -> &'static str {
         LIN_UCB.kind
     }
-    fn label(&self) -> String {
-        let p = self.params();
-        if p.is_empty() {
-            self.kind().into()
-        } else {
-            let inner: Vec<String> = p.iter().map(|(k, v)| format!("{k}={v}")).collect();
-            format!("{}({})", self.kind(), inner.join(","))
-        }
-    }
     fn params(&self) -> Vec<(&'static str, f64)> {
         let d = LinUcbConfig::default();
         [

@@ -90,7 +90,9 @@ pub trait LinearPolicyConfig: Send + Sync + Debug {
     /// Registry kind.
     fn kind(&self) -> &'static str;
     /// Label `kind(p=v,...)`; keys the policy's random streams.
-    fn label(&self) -> String;
+    fn label(&self) -> String {
+        crate::config::label(self.kind(), &self.params())
+    }
     /// Numeric parameters identifying the cell.
     fn params(&self) -> Vec<(&'static str, f64)>;
     /// The privacy claim.
