@@ -8,22 +8,6 @@ use dpbandits::sim::CheckpointGrid;
 use nalgebra::DVector;
 use std::hint::black_box;
 
-/// Play a GOPE-family configuration on `inst` (environment seed `es`, policy seed `ps`) and return
-/// the policy, for its releases.
-fn simulate_linear(
-    inst: &dpbandits::linear::LinearInstance,
-    cfg: &dpbandits::linear::GopeConfig,
-    es: u64,
-    ps: u64,
-    grid: &dpbandits::sim::CheckpointGrid,
-    out: &mut [f64],
-) -> dpbandits::Result<dpbandits::linear::PhasedElimination> {
-    let mut env = inst.env(es);
-    let mut p = cfg.build(inst.arms(), ps)?;
-    dpbandits::linear::simulate_linear(&mut env, &mut p, grid, out)?;
-    Ok(p)
-}
-
 fn arms(k: usize, d: usize) -> Vec<DVector<f64>> {
     let mut rng = stream_rng(1, Stream::Instance, &[0]);
     (0..k)
@@ -55,7 +39,7 @@ fn bench(c: &mut Criterion) {
     c.bench_function("adac_gope run T=1e7 K=10 d=3", |b| {
         b.iter(|| {
             run += 1;
-            simulate_linear(&inst, &cfg, run, run, &grid, &mut out).unwrap();
+            cfg.simulate(&inst, run, run, &grid, &mut out).unwrap();
         })
     });
 }

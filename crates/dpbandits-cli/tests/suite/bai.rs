@@ -1,15 +1,6 @@
 //! CLI: the BAI smoke experiment (thread-count invariance) and `dpbandits bounds`.
 
-use std::path::PathBuf;
-use std::process::Command;
-
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_dpbandits"))
-}
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+use crate::{bin, repo as root};
 
 #[test]
 fn smoke_bai_is_thread_invariant() {

@@ -1,15 +1,7 @@
 //! CLI integration tests: smoke experiments, thread-count invariance, bad input.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_dpbandits"))
-}
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+use crate::{bin, repo};
+use std::process::Output;
 
 fn run(args: &[&str]) -> Output {
     bin()

@@ -1,17 +1,12 @@
 //! The equal-privacy comparison through the CLI: the smoke experiment runs, its manifest records
 //! the budget conversions, the comparison table lists every policy, and unequal budgets are refused.
 
-use std::path::PathBuf;
-use std::process::Command;
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+use crate::{bin, repo};
 
 #[test]
 fn smoke_compare_runs_and_records_the_conversion() {
     let out = tempfile::tempdir().unwrap();
-    let st = Command::new(env!("CARGO_BIN_EXE_dpbandits"))
+    let st = bin()
         .arg("run")
         .arg(repo().join("experiments/smoke/compare.toml"))
         .arg("--out")
@@ -77,7 +72,7 @@ fn unequal_budgets_are_refused() {
         .replace("rho = 0.5", "rho = 1.0");
     let f = dir.path().join("bad.toml");
     std::fs::write(&f, text).unwrap();
-    let st = Command::new(env!("CARGO_BIN_EXE_dpbandits"))
+    let st = bin()
         .arg("run")
         .arg(&f)
         .arg("--out")

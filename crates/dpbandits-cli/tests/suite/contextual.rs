@@ -1,11 +1,7 @@
 //! The contextual smoke experiment through the CLI, thread-count invariance, and a bad feature file.
 
+use crate::bin;
 use std::path::Path;
-use std::process::Command;
-
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_dpbandits"))
-}
 
 fn smoke() -> String {
     format!(

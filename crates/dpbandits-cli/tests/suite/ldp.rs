@@ -1,11 +1,11 @@
 //! Issue 6: the LDP / non-stationary smoke experiment through the CLI.
 
+use crate::bin;
 use std::path::Path;
-use std::process::Command;
 
 fn run(out: &Path, threads: &str) {
     let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments/smoke/ldp.toml");
-    let o = Command::new(env!("CARGO_BIN_EXE_dpbandits"))
+    let o = bin()
         .args([
             "run",
             file.to_str().unwrap(),
@@ -66,10 +66,7 @@ fn smoke_ldp_runs_and_is_reproducible() {
 
 #[test]
 fn list_shows_the_new_algorithms_and_environments() {
-    let o = Command::new(env!("CARGO_BIN_EXE_dpbandits"))
-        .arg("list")
-        .output()
-        .unwrap();
+    let o = bin().arg("list").output().unwrap();
     let s = String::from_utf8_lossy(&o.stdout);
     for k in [
         "kl_ucb_cf",

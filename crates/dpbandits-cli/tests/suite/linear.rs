@@ -1,12 +1,12 @@
 //! The linear-bandit smoke experiment through the CLI (issue 3).
 
-use std::process::Command;
+use crate::bin;
 
 #[test]
 fn smoke_linear_runs_and_writes_every_figure() {
     let dir = tempfile::tempdir().unwrap();
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-    let out = Command::new(env!("CARGO_BIN_EXE_dpbandits"))
+    let out = bin()
         .args([
             "run",
             "experiments/smoke/linear.toml",
@@ -68,7 +68,7 @@ fn smoke_linear_runs_and_writes_every_figure() {
 
     // Same seed, one thread: byte-identical outputs.
     let dir2 = tempfile::tempdir().unwrap();
-    let st = Command::new(env!("CARGO_BIN_EXE_dpbandits"))
+    let st = bin()
         .args([
             "run",
             "experiments/smoke/linear.toml",
@@ -105,11 +105,7 @@ fn bad_linear_input_is_reported() {
         "name = 'bad'\nmaster_seed = 1\nhorizon = 10\nruns = 1\n[env]\nkind = 'linear'\narms = [[1.0, 0.0], [1.0]]\n[[policy]]\nkind = 'gope'\n",
     )
     .unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_dpbandits"))
-        .args(["run", "--quiet"])
-        .arg(&f)
-        .output()
-        .unwrap();
+    let out = bin().args(["run", "--quiet"]).arg(&f).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("arms[1] = [1.0]"), "{err}");

@@ -1,9 +1,22 @@
 //! The CLI's integration tests, in one binary: smoke experiments of every setting, thread-count
 //! invariance, bad input, `list` and `bounds`.
 
+use std::path::PathBuf;
+use std::process::Command;
+
 mod bai;
 mod cli;
 mod compare;
 mod contextual;
 mod ldp;
 mod linear;
+
+/// The `dpbandits` binary under test.
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_dpbandits"))
+}
+
+/// The workspace root (experiment files are named relative to it).
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}

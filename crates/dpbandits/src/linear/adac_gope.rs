@@ -417,6 +417,26 @@ impl GopeConfig {
     pub fn build(&self, arms: &[DVector<f64>], seed: u64) -> Result<PhasedElimination> {
         PhasedElimination::new(arms, self.clone(), seed)
     }
+
+    /// Play one run on `instance` ([`super::simulate_linear`] with environment seed `env_seed` and
+    /// policy seed `policy_seed`), writing the regret at the grid's checkpoints into `out`, and
+    /// return the policy for its releases.
+    ///
+    /// # Errors
+    /// As [`PhasedElimination::new`] and the design solver.
+    pub fn simulate(
+        &self,
+        instance: &super::LinearInstance,
+        env_seed: u64,
+        policy_seed: u64,
+        grid: &crate::sim::CheckpointGrid,
+        out: &mut [f64],
+    ) -> Result<PhasedElimination> {
+        let mut env = instance.env(env_seed);
+        let mut p = self.build(instance.arms(), policy_seed)?;
+        super::simulate_linear(&mut env, &mut p, grid, out)?;
+        Ok(p)
+    }
 }
 
 impl LinearPolicyConfig for GopeConfig {

@@ -14,22 +14,6 @@ use dpbandits::sim::CheckpointGrid;
 use nalgebra::{DMatrix, DVector};
 use rand::RngExt;
 
-/// Play a GOPE-family configuration on `inst` (environment seed `es`, policy seed `ps`) and return
-/// the policy, for its releases.
-fn simulate_linear(
-    inst: &dpbandits::linear::LinearInstance,
-    cfg: &dpbandits::linear::GopeConfig,
-    es: u64,
-    ps: u64,
-    grid: &dpbandits::sim::CheckpointGrid,
-    out: &mut [f64],
-) -> dpbandits::Result<dpbandits::linear::PhasedElimination> {
-    let mut env = inst.env(es);
-    let mut p = cfg.build(inst.arms(), ps)?;
-    dpbandits::linear::simulate_linear(&mut env, &mut p, grid, out)?;
-    Ok(p)
-}
-
 fn random_arms(k: usize, d: usize, seed: u64) -> Vec<DVector<f64>> {
     let mut rng = stream_rng(seed, Stream::Instance, &[k as u64, d as u64]);
     (0..k)
@@ -310,7 +294,9 @@ fn rho_infinity_recovers_gope() {
     };
     for run in 0..5u64 {
         let mut base = vec![0.0; n];
-        let pb = simulate_linear(&inst, &gope, run, 100 + run, &grid, &mut base).unwrap();
+        let pb = gope
+            .simulate(&inst, run, 100 + run, &grid, &mut base)
+            .unwrap();
         for placement in [
             NoisePlacement::Intermediate,
             NoisePlacement::PerArmSums,
@@ -321,7 +307,7 @@ fn rho_infinity_recovers_gope() {
                 ..GopeConfig::new(placement, f64::INFINITY)
             };
             let mut out = vec![0.0; n];
-            let p = simulate_linear(&inst, &cfg, run, 999, &grid, &mut out).unwrap();
+            let p = cfg.simulate(&inst, run, 999, &grid, &mut out).unwrap();
             assert_eq!(out, base, "{placement:?} run {run}");
             assert_eq!(p.releases().len(), pb.releases().len());
             for (a, b) in p.releases().iter().zip(pb.releases()) {
@@ -334,7 +320,7 @@ fn rho_infinity_recovers_gope() {
             ..GopeConfig::new(NoisePlacement::Intermediate, 1e12)
         };
         let mut out = vec![0.0; n];
-        simulate_linear(&inst, &big, run, 7, &grid, &mut out).unwrap();
+        big.simulate(&inst, run, 7, &grid, &mut out).unwrap();
         let rel = (out[n - 1] - base[n - 1]).abs() / base[n - 1];
         assert!(rel < 1e-3, "rho = 1e12: relative difference {rel}");
     }
@@ -354,7 +340,7 @@ fn gope_finds_the_best_arm_and_regret_flattens() {
             clip_rewards: false,
             ..GopeConfig::new(NoisePlacement::Intermediate, 0.1)
         };
-        let p = simulate_linear(&inst, &cfg, run, run, &grid, &mut out).unwrap();
+        let p = cfg.simulate(&inst, run, run, &grid, &mut out).unwrap();
         for r in p.releases() {
             assert!(r.survivors.contains(&best), "run {run} phase {}", r.phase);
         }
@@ -392,7 +378,7 @@ fn non_spanning_arm_sets_work_in_their_span() {
     assert!((plan.c - np - pr).abs() < 1e-9);
     let grid = CheckpointGrid::log(3_000_000, 20, &[]).unwrap();
     let mut out = vec![0.0; grid.points().len()];
-    let p = simulate_linear(&inst, &cfg, 3, 4, &grid, &mut out).unwrap();
+    let p = cfg.simulate(&inst, 3, 4, &grid, &mut out).unwrap();
     assert_eq!(p.active(), &[0], "best arm: <theta, a> = 0.5");
 }
 
@@ -416,7 +402,7 @@ fn clipping_and_the_reported_guarantee() {
     let inst = reference_instance();
     let grid = CheckpointGrid::log(50_000, 10, &[]).unwrap();
     let mut out = vec![0.0; grid.points().len()];
-    let p = simulate_linear(&inst, &cfg, 1, 2, &grid, &mut out).unwrap();
+    let p = cfg.simulate(&inst, 1, 2, &grid, &mut out).unwrap();
     assert!(!p.releases().is_empty());
 }
 
@@ -595,8 +581,8 @@ fn fig5_adac_gope_beats_var_most_at_high_privacy() {
         let mut diffs = vec![];
         for run in 0..runs {
             let (mut a, mut b) = ([0.0], [0.0]);
-            simulate_linear(&inst, &c, run, 10_000 + run, &grid, &mut a).unwrap();
-            simulate_linear(&inst, &v, run, 20_000 + run, &grid, &mut b).unwrap();
+            c.simulate(&inst, run, 10_000 + run, &grid, &mut a).unwrap();
+            v.simulate(&inst, run, 20_000 + run, &grid, &mut b).unwrap();
             diffs.push(b[0] - a[0]);
         }
         let m = diffs.iter().sum::<f64>() / runs as f64;
@@ -651,8 +637,8 @@ fn fig5_paired_difference() {
             let (mut mc, mut mv) = (0.0, 0.0);
             for run in 0..runs {
                 let (mut a, mut b) = (vec![0.0; 3], vec![0.0; 3]);
-                simulate_linear(&inst, &c, run, 10_000 + run, &grid, &mut a).unwrap();
-                simulate_linear(&inst, &v, run, 20_000 + run, &grid, &mut b).unwrap();
+                c.simulate(&inst, run, 10_000 + run, &grid, &mut a).unwrap();
+                v.simulate(&inst, run, 20_000 + run, &grid, &mut b).unwrap();
                 mc += a[2] / runs as f64;
                 mv += b[2] / runs as f64;
                 diffs.push(b[2] - a[2]);
