@@ -28,16 +28,30 @@ pub const BAI_BERNOULLI: EnvInfo = EnvInfo {
 };
 
 /// `[env]` with `kind = "bai_bernoulli"`: the means and the risk of a fixed-confidence problem.
+/// Deserializing validates (the instance is always there).
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(try_from = "RawBaiBernoulli")]
 pub struct BaiBernoulliConfig {
     /// Bernoulli means in (0, 1), unique best arm.
     pub means: Vec<f64>,
     /// Risk delta in (0, 1).
     pub delta: f64,
-    /// The validated instance.
-    #[serde(skip)]
-    instance: Option<BaiInstance>,
+    instance: BaiInstance,
+}
+
+/// The table as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBaiBernoulli {
+    means: Vec<f64>,
+    delta: f64,
+}
+
+impl TryFrom<RawBaiBernoulli> for BaiBernoulliConfig {
+    type Error = crate::error::Error;
+    fn try_from(r: RawBaiBernoulli) -> Result<Self> {
+        BaiBernoulliConfig::new(r.means, r.delta)
+    }
 }
 
 impl BaiBernoulliConfig {
@@ -46,20 +60,18 @@ impl BaiBernoulliConfig {
     /// # Errors
     /// See [`BaiInstance::new`]; delta in (0, 1).
     pub fn new(means: Vec<f64>, delta: f64) -> Result<Self> {
-        let mut c = BaiBernoulliConfig {
+        check::open_unit("delta", delta)?;
+        Ok(BaiBernoulliConfig {
+            instance: BaiInstance::new(means.clone())?,
             means,
             delta,
-            instance: None,
-        };
-        crate::config::Config::validate(&mut c)?;
-        Ok(c)
+        })
     }
 }
 
 impl crate::config::Config for BaiBernoulliConfig {
     fn validate(&mut self) -> Result<()> {
-        check::open_unit("delta", self.delta)?;
-        self.instance = Some(BaiInstance::new(self.means.clone())?);
+        // Checked when made (`new`, or deserialization through it).
         Ok(())
     }
 }
@@ -69,9 +81,7 @@ impl BaiEnvConfig for BaiBernoulliConfig {
         BAI_BERNOULLI.kind
     }
     fn instance(&self) -> &BaiInstance {
-        self.instance
-            .as_ref()
-            .expect("a BaiBernoulliConfig is validated when it is made")
+        &self.instance
     }
     fn delta(&self) -> f64 {
         self.delta
