@@ -174,6 +174,21 @@ fn run_plan(
     for f in &files {
         println!("{}", f.display());
     }
+    if plan.setting == Setting::Bai {
+        let capped = outcome
+            .cells
+            .iter()
+            .flatten()
+            .flatten()
+            .filter(|row| dpbandits::bai::OutcomeRow::from_row(row).capped)
+            .count();
+        if capped > 0 {
+            eprintln!(
+                "warning: {capped} runs hit the sample cap (horizon = {}); counted in the 'capped' column",
+                plan.spec.horizon
+            );
+        }
+    }
     let errors = outcome.errors(plan);
     if errors.is_empty() {
         Ok(ExitCode::SUCCESS)

@@ -44,7 +44,7 @@ pub use divergence::*;
 pub use dp_se::{DP_SE_BAI, DpSeBai, DpSeBaiConfig, DpSeRun};
 pub use dp_tt::{DP_TT, DpTtConfig};
 pub use eb_tci::{EB_TCI, EbTciConfig};
-pub use sim::{BaiCell, OUTCOME_FIELDS, run_one, run_seeds, simulate_bai};
+pub use sim::{BaiCell, OUTCOME_FIELDS, OutcomeRow, run_one, run_seeds, simulate_bai};
 pub use threshold::*;
 pub use top_two::{
     Challenger, Estimator, Forcing, Leader, StopCost, TopTwo, TopTwoParams, TopTwoRun,

@@ -100,6 +100,45 @@ pub fn run_one(
 /// cap (1/0), Laplace draws made. All are integers below 2^53, exact in `f64`.
 pub const OUTCOME_FIELDS: [&str; 5] = ["tau", "recommendation", "correct", "capped", "noise_draws"];
 
+/// One BAI run as stored in its job row ([`OUTCOME_FIELDS`], in that order).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct OutcomeRow {
+    /// Samples collected.
+    pub tau: f64,
+    /// Recommended arm.
+    pub recommendation: usize,
+    /// Whether the recommendation is the best arm.
+    pub correct: bool,
+    /// Whether the run hit the sample cap.
+    pub capped: bool,
+    /// Laplace draws made.
+    pub noise_draws: f64,
+}
+
+impl OutcomeRow {
+    /// The row of an outcome.
+    pub fn of(o: &BaiOutcome) -> [f64; 5] {
+        [
+            o.tau as f64,
+            o.recommendation as f64,
+            f64::from(u8::from(o.correct)),
+            f64::from(u8::from(o.capped)),
+            o.noise_draws as f64,
+        ]
+    }
+
+    /// Read a row written by [`OutcomeRow::of`].
+    pub fn from_row(r: &[f64]) -> Self {
+        OutcomeRow {
+            tau: r[0],
+            recommendation: r[1] as usize,
+            correct: r[2] == 1.0,
+            capped: r[3] == 1.0,
+            noise_draws: r[4],
+        }
+    }
+}
+
 /// A BAI experiment cell: one algorithm configuration (one `epsilon`) on one problem.
 #[derive(Debug)]
 pub struct BaiCell {
@@ -179,15 +218,7 @@ impl Cell for BaiCell {
         OUTCOME_FIELDS.len()
     }
     fn run(&self, run: u64, out: &mut [f64]) -> Result<()> {
-        let o = self.outcome(run);
-        let row = [
-            o.tau as f64,
-            o.recommendation as f64,
-            f64::from(u8::from(o.correct)),
-            f64::from(u8::from(o.capped)),
-            o.noise_draws as f64,
-        ];
-        out.copy_from_slice(&row);
+        out.copy_from_slice(&OutcomeRow::of(&self.outcome(run)));
         Ok(())
     }
 }
@@ -195,6 +226,25 @@ impl Cell for BaiCell {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn outcome_rows_round_trip() {
+        let o = BaiOutcome {
+            tau: 123_456_789_012,
+            recommendation: 3,
+            correct: false,
+            capped: true,
+            noise_draws: 77,
+            pulls: vec![],
+            releases: vec![],
+        };
+        let r = OutcomeRow::from_row(&OutcomeRow::of(&o));
+        assert_eq!(r.tau, 123_456_789_012.0);
+        assert_eq!(r.recommendation, 3);
+        assert!(!r.correct && r.capped);
+        assert_eq!(r.noise_draws, 77.0);
+        assert_eq!(OUTCOME_FIELDS.len(), OutcomeRow::of(&o).len());
+    }
 
     /// A scripted algorithm: asks for 3 samples of arm 0, then 5 of arm 1, then stops.
     #[derive(Debug, Default)]

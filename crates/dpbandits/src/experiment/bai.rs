@@ -27,7 +27,7 @@
 
 use super::Plan;
 use super::output::Outcome;
-use crate::bai::Bounds;
+use crate::bai::{Bounds, OutcomeRow};
 use crate::error::{Error, Result};
 use crate::experiment::plot::{self, PlotSpec, Series};
 use crate::math::stats::{Summary, clopper_pearson_upper};
@@ -106,12 +106,13 @@ pub fn rows(plan: &Plan, outcome: &Outcome) -> Vec<std::result::Result<BaiRow, S
             let eps = epsilon(c.as_ref());
             let b = bounds_for(plan, eps).ok_or("no characteristic time for this epsilon")?;
             let (threshold, threshold_proved) = threshold(c.as_ref());
-            let mut taus: Vec<f64> = r.iter().map(|o| o[0]).collect();
+            let r: Vec<OutcomeRow> = r.iter().map(|row| OutcomeRow::from_row(row)).collect();
+            let mut taus: Vec<f64> = r.iter().map(|o| o.tau).collect();
             let tau_max = taus.iter().cloned().fold(0.0, f64::max);
             let tau = Summary::of(&mut taus);
-            let capped = r.iter().filter(|o| o[3] == 1.0).count() as u64;
+            let capped = r.iter().filter(|o| o.capped).count() as u64;
             let stopped = r.len() as u64 - capped;
-            let errors = r.iter().filter(|o| o[3] == 0.0 && o[2] == 0.0).count() as u64;
+            let errors = r.iter().filter(|o| !o.capped && !o.correct).count() as u64;
             Ok(BaiRow {
                 algorithm: c.kind().into(),
                 label: c.label(),
@@ -132,7 +133,7 @@ pub fn rows(plan: &Plan, outcome: &Outcome) -> Vec<std::result::Result<BaiRow, S
                 t_star: b.t_eps,
                 lower_bound: b.lower_bound,
                 ratio: tau.mean / b.lower_bound,
-                noise_draws: r.iter().map(|o| o[4]).sum::<f64>() / r.len() as f64,
+                noise_draws: r.iter().map(|o| o.noise_draws).sum::<f64>() / r.len() as f64,
             })
         })
         .collect()

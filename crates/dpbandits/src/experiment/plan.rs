@@ -72,10 +72,10 @@ impl Plan {
             CheckpointGrid::log(spec.horizon, spec.checkpoints.points, &extra)
                 .at(|| "checkpoints".into())?,
         );
-        let kind = env_kind(&spec.env)?;
-        let entry = registry::environment(&kind).at(|| "env".into())?;
+        let env_kind = env_kind(&spec.env)?;
+        let entry = registry::environment(&env_kind).at(|| "env".into())?;
         let setting = entry.info.setting;
-        let at_env = || format!("env ({kind})");
+        let at_env = || format!("env ({env_kind})");
         let t = without_kind(&spec.env);
         let mut env = match entry.parse {
             EnvParse::Finite(parse) => Env::Finite(parse(t).at(at_env)?),
@@ -107,7 +107,7 @@ impl Plan {
                 return Err(Error::Config(format!(
                     "policy[{i}]: '{kind}' is a {} algorithm, but env '{}' is {}",
                     entry.setting(),
-                    entry_kind(&spec.env),
+                    env_kind,
                     setting
                 )));
             }
@@ -269,13 +269,6 @@ fn bai_bounds(
         .map(|&e| crate::bai::Bounds::compute(env.instance(), e, env.delta()))
         .collect::<Result<Vec<_>>>()
         .at(|| "env".into())
-}
-
-fn entry_kind(t: &toml::Table) -> String {
-    t.get("kind")
-        .and_then(|v| v.as_str())
-        .unwrap_or("?")
-        .to_string()
 }
 
 fn env_kind(t: &toml::Table) -> Result<String> {
