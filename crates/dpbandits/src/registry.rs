@@ -165,7 +165,7 @@ fn parse_kind<T: Config>(
     mut t: toml::Table,
     refuse: &[&str],
     defaults: &[(&str, f64)],
-    set: fn(&mut T),
+    set: impl FnOnce(&mut T),
 ) -> Result<T> {
     for &k in refuse {
         if let Some(v) = t.get(k) {
@@ -249,13 +249,12 @@ fn gope(
     private: bool,
 ) -> Result<Box<dyn LinearPolicyConfig>> {
     let defaults: &[(&str, f64)] = if private { &[] } else { &[("rho", INF)] };
-    let set: fn(&mut linear::GopeConfig) = match placement {
-        NoisePlacement::None => |c| c.placement = NoisePlacement::None,
-        NoisePlacement::Intermediate => |c| c.placement = NoisePlacement::Intermediate,
-        NoisePlacement::PerArmSums => |c| c.placement = NoisePlacement::PerArmSums,
-        NoisePlacement::Output => |c| c.placement = NoisePlacement::Output,
-    };
-    Ok(Box::new(parse_kind(t, &[], defaults, set)?))
+    Ok(Box::new(parse_kind(
+        t,
+        &[],
+        defaults,
+        |c: &mut linear::GopeConfig| c.placement = placement,
+    )?))
 }
 
 fn oful(t: toml::Table, kind: OfulKind) -> Result<Box<dyn ContextualPolicyConfig>> {
@@ -264,12 +263,12 @@ fn oful(t: toml::Table, kind: OfulKind) -> Result<Box<dyn ContextualPolicyConfig
         OfulKind::RsOful => (&["rho", "mode", "radius", "lambda0"], &[("rho", INF)]),
         OfulKind::AdacOful => (&[], &[]),
     };
-    let set: fn(&mut OfulConfig) = match kind {
-        OfulKind::Oful => |c| c.kind = OfulKind::Oful,
-        OfulKind::RsOful => |c| c.kind = OfulKind::RsOful,
-        OfulKind::AdacOful => |c| c.kind = OfulKind::AdacOful,
-    };
-    Ok(Box::new(parse_kind(t, refuse, defaults, set)?))
+    Ok(Box::new(parse_kind(
+        t,
+        refuse,
+        defaults,
+        |c: &mut OfulConfig| c.kind = kind,
+    )?))
 }
 
 /// All algorithms.

@@ -174,11 +174,6 @@ impl BaiCell {
         })
     }
 
-    /// The configuration.
-    pub fn config(&self) -> &dyn BaiConfig {
-        self.config.as_ref()
-    }
-
     /// Run `run` ([`run_seeds`]: environment seed by run, policy seed by label and run).
     pub fn outcome(&self, run: u64) -> BaiOutcome {
         let (es, ps) = run_seeds(self.master_seed, &self.label, run);
