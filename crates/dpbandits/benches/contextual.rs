@@ -76,7 +76,7 @@ fn bench(c: &mut Criterion) {
                     features: &f[i * 30..(i + 1) * 30],
                 };
                 let a = p.choose(t, &acts);
-                p.observe(&acts, a, m[i * 10 + a] + e[i]);
+                p.observe(&acts, a, m[i * 10 + a] + e[i]).unwrap();
                 t += 1;
                 black_box(a)
             })

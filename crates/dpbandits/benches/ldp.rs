@@ -26,7 +26,7 @@ fn run(cfg: &dyn PolicyConfig, horizon: u64) -> usize {
     for t in 0..horizon {
         let a = p.choose(t).arm;
         let r = env.pull(a, t);
-        p.observe(a, r);
+        p.observe(a, r).unwrap();
         last = a;
     }
     last

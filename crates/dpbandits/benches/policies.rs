@@ -33,7 +33,7 @@ fn per_step(c: &mut Criterion) {
                 let mut step = |t: &mut u64| {
                     let pull = p.choose(*t);
                     let r = env.pull(pull.arm, *t);
-                    p.observe(pull.arm, r);
+                    p.observe(pull.arm, r).unwrap();
                     *t += 1;
                     pull.arm
                 };
@@ -71,14 +71,7 @@ fn episodic_run(c: &mut Criterion) {
                 let mut env = Bernoulli::new(vec![0.75, 0.625, 0.5, 0.375, 0.25], seed).unwrap();
                 let mut p = cfg.build(5, seed).unwrap();
                 let mut out = vec![0.0; grid.points().len()];
-                simulate_finite(
-                    &mut env,
-                    p.as_mut(),
-                    &grid,
-                    SimMode::Episodes,
-                    None,
-                    &mut out,
-                );
+                simulate_finite(&mut env, p.as_mut(), &grid, SimMode::Episodes, &mut out).unwrap();
                 black_box(out[out.len() - 1])
             });
         });

@@ -1,9 +1,11 @@
 //! One error type for the library.
 //!
-//! Every constructor validates its input and returns [`Result`]; hot-path calls (`choose`,
-//! `observe`) never fail. Messages always name the field, the offending value and what is
-//! allowed, so a user can fix a config file without reading the source
-//! (e.g. `rho = -1: expected a number > 0 (use inf for the non-private limit)`).
+//! Every constructor validates its input and returns [`Result`]. `choose` never fails; `observe`
+//! fails only with [`Error::Boundary`] (a reward the boundary refuses), [`Error::Param`] (a
+//! non-finite reward) or [`Error::Protocol`] (an observation the open commitment does not allow),
+//! and then leaves the policy unchanged. Messages always name the field, the offending value and
+//! what is allowed, so a user can fix a config file without reading the source
+//! (e.g. `rho = -1: expected a number in [1e-9, 1e9], or inf for the non-private limit`).
 
 use std::fmt::Display;
 
@@ -58,6 +60,10 @@ pub enum Error {
         /// Upper end of the boundary.
         hi: f64,
     },
+    /// A call out of order: an observation without an open commitment, of another arm than the
+    /// committed one, or of more rounds than committed. The policy is unchanged.
+    #[error("protocol violation: {0}")]
+    Protocol(String),
     /// Reading or writing a file failed.
     #[error("{path}: {error}")]
     Io {
@@ -102,6 +108,16 @@ impl Error {
     }
 }
 
+/// A number as an error message shows it: plain in the usual range, scientific beyond it (so
+/// `1e308` is not printed with 309 digits).
+pub fn num(v: f64) -> String {
+    if v.is_finite() && v != 0.0 && !(1e-4..1e16).contains(&v.abs()) {
+        format!("{v:e}")
+    } else {
+        format!("{v}")
+    }
+}
+
 /// Extension to attach a location to any fallible result.
 pub trait ResultExt<T> {
     /// Attach `path` (e.g. `policy[1] (adac_ucb)`) to the error, if any.
@@ -118,12 +134,24 @@ impl<T> ResultExt<T> for Result<T> {
 pub mod check {
     use super::{Error, Result};
 
+    /// The smallest privacy budget (rho or epsilon) a configuration accepts. Below it the noise scale
+    /// of the calibrations here (`1/sqrt(rho)`, `1/epsilon`, or a randomized response's
+    /// `1/tanh(epsilon/2)` debiasing) is no longer a meaningful finite number.
+    pub const BUDGET_MIN: f64 = 1e-9;
+    /// The largest finite privacy budget a configuration accepts (use `inf` for the non-private
+    /// limit). Above it `2 rho` and the calibration loops leave the range where they are exact.
+    pub const BUDGET_MAX: f64 = 1e9;
+    /// The largest epsilon of a local randomizer (randomized response, Bernoulli response): its flip
+    /// probability `1/(1 + e^eps)` must stay well above the 2^-53 resolution of a uniform double, or
+    /// the simulated channel is deterministic and the realised loss infinite.
+    pub const LOCAL_EPSILON_MAX: f64 = 20.0;
+
     /// A finite number.
     pub fn finite(field: &str, v: f64) -> Result<f64> {
         if v.is_finite() {
             Ok(v)
         } else {
-            Err(Error::param(field, v, "a finite number"))
+            Err(Error::param(field, super::num(v), "a finite number"))
         }
     }
 
@@ -132,20 +160,73 @@ pub mod check {
         if v.is_finite() && v > 0.0 {
             Ok(v)
         } else {
-            Err(Error::param(field, v, "a finite number > 0"))
+            Err(Error::param(field, super::num(v), "a finite number > 0"))
         }
     }
 
-    /// A privacy parameter: > 0, not NaN; `inf` is allowed and means "no privacy" (the non-private limit).
+    /// A privacy parameter (rho or epsilon) in [`BUDGET_MIN`, `BUDGET_MAX`], or `inf` ("no privacy": the non-private limit). Outside that
+    /// range a calibration is no longer finite and meaningful (the noise scale overflows or
+    /// vanishes in floating point).
     pub fn budget(field: &str, v: f64) -> Result<f64> {
-        if v > 0.0 {
+        if (BUDGET_MIN..=BUDGET_MAX).contains(&v) || v == f64::INFINITY {
             Ok(v)
         } else {
             Err(Error::param(
                 field,
-                v,
-                "a number > 0 (inf gives the non-private limit)",
+                super::num(v),
+                format!(
+                    "a number in [{BUDGET_MIN:e}, {BUDGET_MAX:e}], or inf for the non-private limit"
+                ),
             ))
+        }
+    }
+
+    /// A local randomizer's epsilon in [`crate::privacy::BUDGET_MIN`,
+    /// `crate::privacy::LOCAL_EPSILON_MAX`] (`inf` only where `allow_inf`): beyond that, the flip
+    /// probability `1/(1 + e^eps)` is below the resolution of the simulator's 53-bit uniforms
+    /// and the realised loss would exceed the claim.
+    pub fn local_epsilon(field: &str, v: f64, allow_inf: bool) -> Result<f64> {
+        if (BUDGET_MIN..=LOCAL_EPSILON_MAX).contains(&v) || (allow_inf && v == f64::INFINITY) {
+            Ok(v)
+        } else {
+            Err(Error::param(
+                field,
+                super::num(v),
+                format!(
+                    "a number in [{BUDGET_MIN:e}, {LOCAL_EPSILON_MAX}]{} (a local randomizer's flip \
+                     probability must stay above the 2^-53 resolution of the simulator's uniforms)",
+                    if allow_inf {
+                        ", or inf for the identity channel"
+                    } else {
+                        ""
+                    }
+                ),
+            ))
+        }
+    }
+
+    /// A number of arms in `1..=MAX_ARMS` (memory per arm is allocated up front).
+    pub fn arms(field: &str, k: usize) -> Result<usize> {
+        if (1..=MAX_ARMS).contains(&k) {
+            Ok(k)
+        } else {
+            Err(Error::param(
+                field,
+                k,
+                format!("an integer in 1..={MAX_ARMS}"),
+            ))
+        }
+    }
+
+    /// The largest number of arms (or actions) a policy accepts.
+    pub const MAX_ARMS: usize = 1 << 24;
+
+    /// A reward given through the API: a finite number.
+    pub fn reward(v: f64) -> Result<f64> {
+        if v.is_finite() {
+            Ok(v)
+        } else {
+            Err(Error::param("reward", super::num(v), "a finite number"))
         }
     }
 
@@ -156,7 +237,7 @@ pub mod check {
         } else {
             Err(Error::param(
                 field,
-                v,
+                super::num(v),
                 "a number in the open interval (0, 1)",
             ))
         }
@@ -167,7 +248,7 @@ pub mod check {
         if (0.0..=1.0).contains(&v) {
             Ok(v)
         } else {
-            Err(Error::param(field, v, "a number in [0, 1]"))
+            Err(Error::param(field, super::num(v), "a number in [0, 1]"))
         }
     }
 
@@ -187,7 +268,11 @@ pub mod check {
         if v >= min {
             Ok(v)
         } else {
-            Err(Error::param(field, v, format!("an integer >= {min}")))
+            Err(Error::param(
+                field,
+                v,
+                format!("an integer >= {min}"),
+            ))
         }
     }
 }

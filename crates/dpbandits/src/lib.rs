@@ -99,6 +99,7 @@ pub mod finite;
 pub mod linear;
 pub mod math;
 pub mod privacy;
+pub mod protocol;
 #[cfg(feature = "experiment")]
 pub mod registry;
 pub mod rng;

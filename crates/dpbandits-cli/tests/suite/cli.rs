@@ -184,15 +184,27 @@ fn bad_input_gives_clear_errors() {
     );
     expect_error(
         &BASE.replace("rho = 1.0", "rho = 0.0"),
-        &["policy[0] (adac_ucb)", "rho = 0", "> 0"],
+        &["policy[0] (adac_ucb)", "rho = 0", "[1e-9, 1e9]"],
     );
     expect_error(
         &BASE.replace("rho = 1.0", "rho = -1.0"),
-        &["rho = -1", "> 0"],
+        &["rho = -1", "[1e-9, 1e9]"],
     );
     expect_error(
         &BASE.replace("rho = 1.0", "rho = nan"),
-        &["rho = NaN", "> 0"],
+        &["rho = NaN", "[1e-9, 1e9]"],
+    );
+    // Audit finding C1: rho = 1e308 used to hang (2 rho overflowed, the calibration loop walked
+    // up from sigma = 0); M1: dp_ts at eps = 1e-309 panicked with an infinite Laplace scale.
+    expect_error(
+        &BASE.replace("rho = 1.0", "rho = 1e308"),
+        &["policy[0] (adac_ucb)", "rho = 1e308", "[1e-9, 1e9], or inf"],
+    );
+    expect_error(
+        &BASE
+            .replace("adac_ucb", "dp_ts")
+            .replace("rho = 1.0", "epsilon = 1e-309"),
+        &["policy[0] (dp_ts)", "epsilon = 1e-309", "[1e-9, 1e9]"],
     );
     expect_error(
         &BASE.replace("rho = 1.0", "rho = [0.1, -2.0]"),

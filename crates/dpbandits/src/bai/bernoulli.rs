@@ -137,6 +137,9 @@ impl BernoulliArms {
 }
 
 impl BaiEnvironment for BernoulliArms {
+    fn reward_range(&self) -> (f64, f64) {
+        (0.0, 1.0)
+    }
     fn num_arms(&self) -> usize {
         self.means.len()
     }

@@ -43,7 +43,8 @@
 use super::{BaiAlgorithm, BaiConfig, BaiEngine, BaiStep, fmt_num};
 use crate::config::{AlgorithmInfo, Setting};
 use crate::error::{Error, Result, check};
-use crate::privacy::{LaplaceMechanism, PrivacyGuarantee};
+use crate::privacy::{BoundaryMode, LaplaceMechanism, PrivacyGuarantee, RewardBoundary, RewardSum};
+use crate::protocol::Gate;
 use crate::rng::{self, SimRng};
 use serde::Deserialize;
 use std::sync::Arc;
@@ -173,6 +174,7 @@ impl BaiEngine for DpSeBai {
 /// One run of DP-SE.
 #[derive(Debug)]
 pub struct DpSeRun {
+    gate: Gate,
     engine: Arc<DpSeBai>,
     /// Privacy noise.
     nrng: SimRng,
@@ -203,6 +205,7 @@ impl DpSeRun {
     pub fn new(engine: Arc<DpSeBai>, seed: u64) -> Self {
         let k = engine.k;
         let mut run = DpSeRun {
+            gate: Gate::new(RewardBoundary::unit(BoundaryMode::Clip)),
             nrng: rng::noise_rng(seed),
             active: (0..k).collect(),
             epoch: 0,
@@ -258,12 +261,9 @@ impl DpSeRun {
     }
 }
 
-impl BaiAlgorithm for DpSeRun {
-    fn num_arms(&self) -> usize {
-        self.engine.k
-    }
-
-    fn next(&mut self, _t: u64) -> BaiStep {
+impl DpSeRun {
+    /// The algorithm's next step when no commitment is open.
+    fn step(&mut self) -> BaiStep {
         if self.observed == self.active.len() && !self.truncated {
             self.eliminate();
             if self.active.len() <= 1 {
@@ -282,11 +282,38 @@ impl BaiAlgorithm for DpSeRun {
             n: self.r,
         }
     }
+}
 
-    fn observe(&mut self, arm: usize, n: u64, sum: f64) {
+impl BaiAlgorithm for DpSeRun {
+    fn num_arms(&self) -> usize {
+        self.engine.k
+    }
+
+    fn next(&mut self, _t: u64) -> BaiStep {
+        if let Some(c) = self.gate.open() {
+            return BaiStep::Sample {
+                arm: c.arm,
+                n: c.left,
+            };
+        }
+        let step = self.step();
+        if let BaiStep::Sample { arm, n } = step {
+            self.gate.commit(arm, n);
+        }
+        step
+    }
+
+    fn boundary(&self) -> RewardBoundary {
+        self.gate.boundary()
+    }
+
+    fn observe(&mut self, arm: usize, sum: &RewardSum) -> Result<()> {
+        let (n, mut gate) = (sum.n(), self.gate);
+        let sum = gate.admit_sum(arm, sum)?;
+        self.gate = gate;
         if n < self.r {
             self.truncated = true;
-            return;
+            return Ok(());
         }
         let mean = sum / self.r as f64;
         // A failed calibration (excluded by validation) gives NaN: nothing is eliminated and
@@ -302,6 +329,7 @@ impl BaiAlgorithm for DpSeRun {
         };
         self.rel[arm] += 1;
         self.observed += 1;
+        Ok(())
     }
 
     fn recommendation(&self) -> usize {
@@ -375,15 +403,18 @@ mod tests {
         let means = [0.9, 0.9 - margin + 1e-9, 0.9 - margin - 1e-9];
         for (a, m) in means.iter().enumerate() {
             assert_eq!(run.next(0), BaiStep::Sample { arm: a, n: r });
-            run.observe(a, r, m * r as f64);
+            run.observe(a, &run.boundary().drawn_sum(m * r as f64, r))
+                .unwrap();
         }
         // Decision at the next call: arm 2 removed, epoch 2 starts with |S| = 2.
         let r2 = eng.epoch_len(2, 2);
         assert_eq!(run.next(0), BaiStep::Sample { arm: 0, n: r2 });
         assert_eq!(run.active(), &[0, 1]);
-        run.observe(0, r2, 0.9 * r2 as f64);
+        run.observe(0, &run.boundary().drawn_sum(0.9 * r2 as f64, r2))
+            .unwrap();
         assert_eq!(run.next(0), BaiStep::Sample { arm: 1, n: r2 });
-        run.observe(1, r2, 0.1 * r2 as f64);
+        run.observe(1, &run.boundary().drawn_sum(0.1 * r2 as f64, r2))
+            .unwrap();
         assert_eq!(run.next(0), BaiStep::Stop);
         assert_eq!(run.recommendation(), 0);
         assert_eq!(run.releases(), vec![2, 2, 1]);
@@ -400,7 +431,8 @@ mod tests {
         let r = eng.epoch_len(2, 1);
         for a in 0..2 {
             assert_eq!(run.next(0), BaiStep::Sample { arm: a, n: r });
-            run.observe(a, r, 0.5 * r as f64);
+            run.observe(a, &run.boundary().drawn_sum(0.5 * r as f64, r))
+                .unwrap();
         }
         let before = run.released_means().to_vec();
         assert_eq!(run.noise_draws(), 2);
@@ -414,7 +446,7 @@ mod tests {
         let eng: Arc<dyn BaiEngine> = engine(1.0, 3, 0.05);
         let plain = DpSeBai::new(1.0, 3, 0.05).unwrap();
         for run in 0..20 {
-            let o = run_one(&eng, &inst, 3, "se", run, u64::MAX);
+            let o = run_one(&eng, &inst, 3, "se", run, u64::MAX).unwrap();
             assert!(!o.capped);
             assert_eq!(o.noise_draws, o.releases.iter().sum::<u64>());
             assert_eq!(o.pulls.iter().sum::<u64>(), o.tau);
@@ -445,7 +477,7 @@ mod tests {
             let eng = cfg.prepare(2, 0.1).unwrap();
             let mut errors = 0;
             for r in 0..300 {
-                let o = run_one(&eng, &inst, 17, &cfg.label(), r, 1 << 40);
+                let o = run_one(&eng, &inst, 17, &cfg.label(), r, 1 << 40).unwrap();
                 assert!(!o.capped);
                 errors += u32::from(!o.correct);
             }

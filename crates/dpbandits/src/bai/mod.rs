@@ -52,7 +52,7 @@ pub use top_two::{
 };
 
 use crate::error::Result;
-use crate::privacy::PrivacyGuarantee;
+use crate::privacy::{PrivacyGuarantee, RewardBoundary, RewardSum};
 use std::fmt::Debug;
 use std::sync::Arc;
 
@@ -125,6 +125,11 @@ pub trait BaiEnvironment: Send + Debug {
     fn best_arm(&self) -> usize;
     /// Sum of `n` fresh rewards of `arm` (exact, e.g. one Binomial draw for Bernoulli).
     fn pull_sum(&mut self, arm: usize, n: u64) -> f64;
+    /// An interval containing every reward (sums are drawn whole, so it must lie inside the
+    /// algorithm's boundary). Default: unbounded.
+    fn reward_range(&self) -> (f64, f64) {
+        (f64::NEG_INFINITY, f64::INFINITY)
+    }
 }
 
 /// One run of a BAI algorithm (sampling rule + stopping rule + recommendation).
@@ -140,9 +145,16 @@ pub trait BaiAlgorithm: Send + Debug {
     /// `t` = samples collected so far. Return `Sample { arm, n }` (`n >= 1`; the algorithm commits
     /// to `n` samples of `arm` whatever their values) or `Stop`.
     fn next(&mut self, t: u64) -> BaiStep;
-    /// The sum of the `n` rewards requested by the last `Sample` (`n` may be smaller than
-    /// requested when the sample cap truncates the request; the run then ends).
-    fn observe(&mut self, arm: usize, n: u64, sum: f64);
+    /// The sum of the rewards requested by the last `Sample` (`sum.n()` may be smaller than
+    /// requested when the sample cap truncates the request; the run then ends). Calling `next`
+    /// again before observing returns what is left of the request.
+    ///
+    /// # Errors
+    /// [`crate::protocol`]: another arm, no open request, more samples than requested, or a sum
+    /// built by a boundary wider than [`BaiAlgorithm::boundary`]; the run is then unchanged.
+    fn observe(&mut self, arm: usize, sum: &RewardSum) -> Result<()>;
+    /// The boundary every reward passes (`[0, 1]`, the Bernoulli model of the setting).
+    fn boundary(&self) -> RewardBoundary;
     /// Current recommendation (used at `Stop` and when the run hits the sample cap).
     fn recommendation(&self) -> usize;
     /// Privacy releases with noise so far (Laplace draws).

@@ -11,7 +11,7 @@ use super::{
     BaiAlgorithm, BaiConfig, BaiEngine, BaiEnvConfig, BaiEnvironment, BaiInstance, BaiOutcome,
     BaiStep,
 };
-use crate::error::{Result, ResultExt};
+use crate::error::{Error, Result, ResultExt};
 use crate::privacy::PrivacyGuarantee;
 use crate::rng;
 use crate::sim::Cell;
@@ -25,21 +25,30 @@ use std::sync::Arc;
 /// outcome is `capped` (with the current recommendation). A request of `n = 0` (a contract
 /// violation) is treated as one sample, so the loop always progresses.
 ///
-/// # Panics
-/// If `env` and `alg` disagree on the number of arms (checked once, before the loop: a wiring
-/// error, not a run-time condition).
+/// # Errors
+/// `env` and `alg` disagree on the number of arms, or the environment's reward range is not
+/// inside the algorithm's boundary (its sums are drawn whole, so they could not be admitted
+/// reward by reward); an observation the algorithm refuses.
 pub fn simulate_bai(
     env: &mut dyn BaiEnvironment,
     alg: &mut dyn BaiAlgorithm,
     max_samples: u64,
-) -> BaiOutcome {
+) -> Result<BaiOutcome> {
     let k = env.num_arms();
-    assert_eq!(
-        k,
-        alg.num_arms(),
-        "simulate_bai: the environment has {k} arms, the algorithm {}",
-        alg.num_arms()
-    );
+    if k != alg.num_arms() {
+        return Err(Error::Config(format!(
+            "simulate_bai: the environment has {k} arms, the algorithm {}",
+            alg.num_arms()
+        )));
+    }
+    let boundary = alg.boundary();
+    let (lo, hi) = env.reward_range();
+    if !boundary.contains_range(lo, hi) {
+        return Err(Error::Config(format!(
+            "the environment's rewards in [{lo}, {hi}] are not inside the algorithm's boundary [{}, {}]",
+            boundary.lo, boundary.hi
+        )));
+    }
     let mut pulls = vec![0u64; k];
     let mut t = 0u64;
     let capped = loop {
@@ -50,15 +59,15 @@ pub fn simulate_bai(
                     break true;
                 }
                 let n = n.max(1).min(max_samples - t);
-                let sum = env.pull_sum(arm, n);
+                let sum = boundary.drawn_sum(env.pull_sum(arm, n), n);
                 pulls[arm] += n;
                 t += n;
-                alg.observe(arm, n, sum);
+                alg.observe(arm, &sum)?;
             }
         }
     };
     let recommendation = alg.recommendation();
-    BaiOutcome {
+    Ok(BaiOutcome {
         tau: t,
         recommendation,
         correct: recommendation == env.best_arm(),
@@ -66,7 +75,7 @@ pub fn simulate_bai(
         noise_draws: alg.noise_draws(),
         pulls,
         releases: alg.releases(),
-    }
+    })
 }
 
 /// Seeds of run `run` of the algorithm labelled `label`: `(environment seed, policy seed)`,
@@ -88,7 +97,7 @@ pub fn run_one(
     label: &str,
     run: u64,
     max_samples: u64,
-) -> BaiOutcome {
+) -> Result<BaiOutcome> {
     let (es, ps) = run_seeds(master, label, run);
     let mut env = BernoulliArms::new(instance, es);
     let mut alg = engine.clone().start(ps);
@@ -175,7 +184,10 @@ impl BaiCell {
     }
 
     /// Run `run` ([`run_seeds`]: environment seed by run, policy seed by label and run).
-    pub fn outcome(&self, run: u64) -> BaiOutcome {
+    ///
+    /// # Errors
+    /// As [`simulate_bai`].
+    pub fn outcome(&self, run: u64) -> Result<BaiOutcome> {
         let (es, ps) = run_seeds(self.master_seed, &self.label, run);
         let mut env = self.env.build(es);
         let mut alg = self.engine.clone().start(ps);
@@ -213,7 +225,7 @@ impl Cell for BaiCell {
         OUTCOME_FIELDS.len()
     }
     fn run(&self, run: u64, out: &mut [f64]) -> Result<()> {
-        out.copy_from_slice(&OutcomeRow::of(&self.outcome(run)));
+        out.copy_from_slice(&OutcomeRow::of(&self.outcome(run)?));
         Ok(())
     }
 }
@@ -241,6 +253,8 @@ mod tests {
         assert_eq!(OUTCOME_FIELDS.len(), OutcomeRow::of(&o).len());
     }
 
+    use crate::privacy::{RewardBoundary, RewardSum};
+
     /// A scripted algorithm: asks for 3 samples of arm 0, then 5 of arm 1, then stops.
     #[derive(Debug, Default)]
     struct Script {
@@ -260,8 +274,12 @@ mod tests {
                 _ => BaiStep::Stop,
             }
         }
-        fn observe(&mut self, arm: usize, n: u64, _sum: f64) {
-            self.seen.push((arm, n));
+        fn observe(&mut self, arm: usize, sum: &RewardSum) -> Result<()> {
+            self.seen.push((arm, sum.n()));
+            Ok(())
+        }
+        fn boundary(&self) -> RewardBoundary {
+            RewardBoundary::unit(crate::privacy::BoundaryMode::Clip)
         }
         fn recommendation(&self) -> usize {
             1
@@ -279,18 +297,18 @@ mod tests {
         let inst = BaiInstance::new(vec![0.2, 0.8]).unwrap();
         let mut env = BernoulliArms::new(&inst, 1);
         let mut s = Script::default();
-        let o = simulate_bai(&mut env, &mut s, 100);
+        let o = simulate_bai(&mut env, &mut s, 100).unwrap();
         assert_eq!((o.tau, o.capped, o.correct), (8, false, true));
         assert_eq!(o.pulls, vec![3, 5]);
         // Cap 4: the second request is truncated to 1 sample, the run is capped at 4.
         let mut s = Script::default();
-        let o = simulate_bai(&mut env, &mut s, 4);
+        let o = simulate_bai(&mut env, &mut s, 4).unwrap();
         assert_eq!(s.seen, vec![(0, 3), (1, 1)]);
         assert_eq!((o.tau, o.pulls.clone()), (4, vec![3, 1]));
         // Asked once more after the cap: Stop wins (not capped).
         assert!(!o.capped);
         let mut s = Script::default();
-        let o = simulate_bai(&mut env, &mut s, 3);
+        let o = simulate_bai(&mut env, &mut s, 3).unwrap();
         assert!(o.capped && o.tau == 3);
     }
 }

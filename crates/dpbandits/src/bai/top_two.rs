@@ -41,7 +41,8 @@ use super::divergence::{w_eps, w_gauss, w_gauss_star};
 use super::threshold::{self, ThresholdKind};
 use super::{BaiAlgorithm, BaiEngine, BaiStep};
 use crate::error::{Error, Result, check};
-use crate::privacy::LaplaceMechanism;
+use crate::privacy::{BoundaryMode, LaplaceMechanism, RewardBoundary, RewardSum};
+use crate::protocol::Gate;
 use crate::rng::{self, SimRng};
 use rand::RngExt;
 use std::sync::{Arc, OnceLock};
@@ -526,6 +527,7 @@ impl BaiEngine for TopTwo {
 /// can read an unreleased reward.
 #[derive(Debug)]
 pub struct TopTwoRun {
+    gate: Gate,
     engine: Arc<TopTwo>,
     /// Pulls per arm.
     n: Vec<u64>,
@@ -576,6 +578,7 @@ impl TopTwoRun {
     pub fn new(engine: Arc<TopTwo>, seed: u64) -> Self {
         let k = engine.k;
         TopTwoRun {
+            gate: Gate::new(RewardBoundary::unit(BoundaryMode::Clip)),
             engine,
             n: vec![0; k],
             n_rel: vec![0; k],
@@ -771,12 +774,9 @@ impl TopTwoRun {
     }
 }
 
-impl BaiAlgorithm for TopTwoRun {
-    fn num_arms(&self) -> usize {
-        self.engine.k
-    }
-
-    fn next(&mut self, _t: u64) -> BaiStep {
+impl TopTwoRun {
+    /// The algorithm's next step when no commitment is open.
+    fn step(&mut self) -> BaiStep {
         if self.q_pos < self.q_len {
             return self.pop();
         }
@@ -804,8 +804,35 @@ impl BaiAlgorithm for TopTwoRun {
         }
         self.pop()
     }
+}
 
-    fn observe(&mut self, arm: usize, n: u64, sum: f64) {
+impl BaiAlgorithm for TopTwoRun {
+    fn num_arms(&self) -> usize {
+        self.engine.k
+    }
+
+    fn next(&mut self, _t: u64) -> BaiStep {
+        if let Some(c) = self.gate.open() {
+            return BaiStep::Sample {
+                arm: c.arm,
+                n: c.left,
+            };
+        }
+        let step = self.step();
+        if let BaiStep::Sample { arm, n } = step {
+            self.gate.commit(arm, n);
+        }
+        step
+    }
+
+    fn boundary(&self) -> RewardBoundary {
+        self.gate.boundary()
+    }
+
+    fn observe(&mut self, arm: usize, sum: &RewardSum) -> Result<()> {
+        let (n, mut gate) = (sum.n(), self.gate);
+        let sum = gate.admit_sum(arm, sum)?;
+        self.gate = gate;
         self.n[arm] += n;
         self.t += n;
         self.pending[arm] += sum;
@@ -816,6 +843,7 @@ impl BaiAlgorithm for TopTwoRun {
         if self.n[arm] == self.next_b[arm] {
             self.release(arm);
         }
+        Ok(())
     }
 
     fn recommendation(&self) -> usize {

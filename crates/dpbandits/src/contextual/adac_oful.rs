@@ -80,6 +80,7 @@ use crate::privacy::{
     BoundaryMode, Budget, GaussianMechanism, PrivacyGuarantee, REWARD_ADJACENCY, RewardBoundary,
     TrustModel,
 };
+use crate::protocol::Gate;
 use crate::rng::SimRng;
 use nalgebra::{Cholesky, SMatrix, SVector};
 use serde::Deserialize;
@@ -393,6 +394,7 @@ pub struct OfulPolicy<const D: usize> {
     ff: f64,
     mech: GaussianMechanism,
     clip: bool,
+    gate: Gate,
     /// `V_{t-1} = lambda I + sum a a^T`.
     v: SMatrix<f64, D, D>,
     /// `(1 + C) det V_tau`.
@@ -465,6 +467,11 @@ where
             played: 0,
             tau: 0,
             noise: crate::rng::noise_rng(seed),
+            gate: Gate::new(if cfg.private() && cfg.mode == PrivacyMode::Guaranteed {
+                OFUL_BOUNDARY
+            } else {
+                RewardBoundary::numeric()
+            }),
             cfg,
         }
         .with_hot_copies())
@@ -607,9 +614,15 @@ where
         guarantee(&self.cfg)
     }
 
+    fn boundary(&self) -> RewardBoundary {
+        self.gate.boundary()
+    }
+
     #[inline]
     fn choose(&mut self, _t: u64, actions: &ActionSet<'_>) -> usize {
         debug_assert_eq!(actions.d, D);
+        // A new decision set replaces a round that was never observed.
+        self.gate.abandon();
         if self.needs_update() {
             self.update();
         }
@@ -636,11 +649,22 @@ where
                 }
             }
         }
+        self.gate.commit(best, 1);
         best
     }
 
     #[inline]
-    fn observe(&mut self, actions: &ActionSet<'_>, arm: usize, reward: f64) {
+    fn observe(&mut self, actions: &ActionSet<'_>, arm: usize, reward: f64) -> Result<()> {
+        if actions.d != D || arm >= actions.features.len() / D.max(1) {
+            return Err(Error::Protocol(format!(
+                "observed action {arm} of a decision set of {} actions of dimension {} (the policy has d = {D})",
+                actions.features.len() / actions.d.max(1),
+                actions.d
+            )));
+        }
+        let mut gate = self.gate;
+        let reward = gate.admit(arm, reward)?;
+        self.gate = gate;
         let a = SVector::<f64, D>::from_column_slice(actions.action(arm));
         self.v.ger(1.0, &a, &a, 1.0);
         let r = if self.clip {
@@ -651,6 +675,7 @@ where
         };
         self.episode.axpy(r, &a, 1.0);
         self.played += 1;
+        Ok(())
     }
 }
 

@@ -47,7 +47,7 @@ pub use gaussian::{CONTEXTUAL_GAUSSIAN, ContextualGaussian, ContextualGaussianCo
 pub use sim::{ContextualCell, ContextualGroup, simulate_contextual};
 
 use crate::error::Result;
-use crate::privacy::PrivacyGuarantee;
+use crate::privacy::{PrivacyGuarantee, RewardBoundary};
 use std::fmt::Debug;
 
 /// One round's public decision set: `k` actions of dimension `d`, row-major (`features[i*d + j]`
@@ -115,10 +115,17 @@ pub trait ContextualEnvConfig: Send + Sync + Debug {
 pub trait ContextualPolicy: Send + Debug {
     /// The privacy claim.
     fn guarantee(&self) -> PrivacyGuarantee;
-    /// Choose an action of the decision set; `t` = rounds already played.
+    /// The boundary every reward passes ([`crate::protocol`]).
+    fn boundary(&self) -> RewardBoundary;
+    /// Choose an action of the decision set; `t` = rounds already played. Opens a one-round
+    /// commitment (replacing a round that was never observed: its context is gone).
     fn choose(&mut self, t: u64, actions: &ActionSet<'_>) -> usize;
-    /// Observe the reward of action `arm` of `actions` (the action actually played).
-    fn observe(&mut self, actions: &ActionSet<'_>, arm: usize, reward: f64);
+    /// Observe the reward of the chosen action `arm` of `actions` ([`crate::protocol`]).
+    ///
+    /// # Errors
+    /// [`crate::Error::Protocol`] for another action than the chosen one, no open round, or an
+    /// action outside `actions`; a reward the boundary refuses. The policy is then unchanged.
+    fn observe(&mut self, actions: &ActionSet<'_>, arm: usize, reward: f64) -> Result<()>;
 }
 
 /// A validated contextual policy configuration (one cell).

@@ -65,8 +65,7 @@ impl ContextualGroup {
             .iter()
             .map(|&m| self.policies[m].build(d, grid.horizon(), self.policy_seed(m, run)))
             .collect::<Result<Vec<_>>>()?;
-        simulate_contextual(env.as_mut(), &mut pols, grid, out);
-        Ok(())
+        simulate_contextual(env.as_mut(), &mut pols, grid, out)
     }
 }
 
@@ -130,12 +129,15 @@ impl Cell for ContextualCell {
 ///
 /// Each round: the environment draws `A_t` and `eta_t` once; every policy chooses, is charged
 /// `best - mean(a)`, and observes `mean(a) + eta_t`.
+///
+/// # Errors
+/// An observation a policy refuses (never for the crate's environments and policies).
 pub fn simulate_contextual(
     env: &mut dyn ContextualEnvironment,
     policies: &mut [Box<dyn ContextualPolicy>],
     grid: &CheckpointGrid,
     out: &mut [Vec<f64>],
-) {
+) -> Result<()> {
     assert_eq!(policies.len(), out.len());
     let cps = grid.points();
     let horizon = grid.horizon();
@@ -151,7 +153,7 @@ pub fn simulate_contextual(
             let i = p.choose(t, &actions);
             let m = means[i];
             *reg += best - m;
-            p.observe(&actions, i, m + eta);
+            p.observe(&actions, i, m + eta)?;
         }
         // Checkpoints are 1-based round counts: after round index t, t + 1 rounds are played.
         while ci < cps.len() && cps[ci] == t + 1 {
@@ -161,4 +163,5 @@ pub fn simulate_contextual(
             ci += 1;
         }
     }
+    Ok(())
 }

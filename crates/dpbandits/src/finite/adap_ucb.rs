@@ -39,12 +39,13 @@
 
 use super::{Episode, Policy, PolicyConfig, Pull, argmax};
 use crate::config::{AlgorithmInfo, Setting};
-use crate::error::{Result, check};
+use crate::error::{Error, Result, check};
 use crate::math::kl::kl_upper;
 use crate::privacy::{
     BoundaryMode, Budget, LaplaceMechanism, PrivacyGuarantee, REWARD_ADJACENCY, RewardBoundary,
-    TrustModel,
+    RewardSum, TrustModel,
 };
+use crate::protocol::Gate;
 use crate::rng::SimRng;
 use serde::Deserialize;
 
@@ -174,6 +175,7 @@ pub struct AdaP {
     /// Laplace scale used for each arm's last release.
     last_scale: Vec<f64>,
     episode: Option<Episode>,
+    gate: Gate,
     noise: SimRng,
     releases: u64,
 }
@@ -181,10 +183,12 @@ pub struct AdaP {
 impl AdaP {
     /// AdaP on `k >= 1` arms; `seed` keys its noise stream.
     pub fn new(k: usize, cfg: AdaPConfig, seed: u64) -> Result<Self> {
-        check::at_least("K", k as u64, 1)?;
+        check::arms("K", k)?;
         cfg.validate()?;
+        let boundary = RewardBoundary::unit(cfg.boundary);
         Ok(AdaP {
-            boundary: RewardBoundary::unit(cfg.boundary),
+            gate: Gate::new(boundary),
+            boundary,
             cfg,
             pulls: vec![0; k],
             released: vec![None; k],
@@ -237,25 +241,29 @@ impl AdaP {
         }
     }
 
-    fn finish_episode(&mut self, ep: Episode) {
+    fn finish_episode(&mut self, ep: Episode) -> Result<()> {
         let a = ep.arm;
-        self.pulls[a] += ep.len;
         let l = ep.len as f64;
-        let mech = LaplaceMechanism::for_pure_dp(self.boundary.width() / l, self.cfg.epsilon)
-            .expect("epsilon validated, L >= 1");
-        self.released[a] = Some(mech.release(ep.sum / l, &mut self.noise));
+        let mech = LaplaceMechanism::for_pure_dp(self.boundary.width() / l, self.cfg.epsilon)?;
+        let released = mech.release_mean(&ep.sum, &self.boundary, &mut self.noise)?;
+        self.pulls[a] += ep.len;
+        self.released[a] = Some(released);
         self.last_len[a] = ep.len;
         self.last_scale[a] = mech.scale();
         self.releases += 1;
         self.episode = None;
+        Ok(())
     }
 
-    fn record(&mut self, arm: usize, n: u64, sum: f64) {
-        let ep = self.episode.as_mut().expect("observe without a chosen arm");
-        if ep.record(arm, n, sum) {
+    fn record(&mut self, arm: usize, sum: &RewardSum) -> Result<()> {
+        let Some(ep) = self.episode.as_mut() else {
+            return Err(Error::Protocol("observe without a chosen arm".into()));
+        };
+        if ep.record(arm, sum)? {
             let ep = *ep;
-            self.finish_episode(ep);
+            self.finish_episode(ep)?;
         }
+        Ok(())
     }
 }
 
@@ -266,8 +274,8 @@ impl Policy for AdaP {
     fn guarantee(&self) -> PrivacyGuarantee {
         guarantee(self.cfg.epsilon, self.cfg.boundary)
     }
-    fn boundary(&self) -> Option<RewardBoundary> {
-        self.cfg.epsilon.is_finite().then_some(self.boundary)
+    fn boundary(&self) -> RewardBoundary {
+        self.gate.boundary()
     }
     fn choose(&mut self, t: u64) -> Pull {
         if let Some(ep) = self.episode {
@@ -276,20 +284,27 @@ impl Policy for AdaP {
         let (arm, len) = if let Some(a) = self.released.iter().position(Option::is_none) {
             (a, 1)
         } else {
-            let t_l = (t + 1) as f64;
+            let t_l = t as f64 + 1.0;
             let a = argmax((0..self.pulls.len()).map(|a| self.index(a, t_l)));
             (a, self.pulls[a])
         };
-        self.episode = Some(Episode::start(arm, len));
+        self.episode = Some(Episode::start(arm, len, &self.boundary));
+        self.gate.commit(arm, len);
         Pull { arm, steps: len }
     }
-    fn observe(&mut self, arm: usize, reward: f64) {
-        let r = self.boundary.clip(reward);
-        self.record(arm, 1, r);
+    fn observe(&mut self, arm: usize, reward: f64) -> Result<()> {
+        let mut gate = self.gate;
+        let r = gate.admit(arm, reward)?;
+        self.record(arm, &self.boundary.single(r)?)?;
+        self.gate = gate;
+        Ok(())
     }
-    fn observe_batch(&mut self, arm: usize, n: u64, sum: f64) {
-        let s = self.boundary.clip_sum(sum, n);
-        self.record(arm, n, s);
+    fn observe_batch(&mut self, arm: usize, sum: &RewardSum) -> Result<()> {
+        let mut gate = self.gate;
+        gate.admit_sum(arm, sum)?;
+        self.record(arm, sum)?;
+        self.gate = gate;
+        Ok(())
     }
 }
 
@@ -322,7 +337,11 @@ mod tests {
                 } else {
                     assert_eq!(pull.steps, 1);
                 }
-                p.observe_batch(pull.arm, pull.steps, 0.5 * pull.steps as f64);
+                p.observe_batch(
+                    pull.arm,
+                    &p.boundary().drawn_sum(0.5 * pull.steps as f64, pull.steps),
+                )
+                .unwrap();
                 observed += pull.steps;
                 per_arm[pull.arm] += 1;
                 let (len, scale) = p.last_release(pull.arm);
@@ -350,7 +369,7 @@ mod tests {
             let before = p.released_means().to_vec();
             assert_eq!(p.choose(t), pull);
             let rel = p.releases();
-            p.observe(pull.arm, (t % 2) as f64);
+            p.observe(pull.arm, (t % 2) as f64).unwrap();
             if p.releases() == rel {
                 assert_eq!(p.released_means(), &before[..]);
             } else {
@@ -363,9 +382,9 @@ mod tests {
     fn index_formulas_without_noise() {
         let mut p = AdaP::new(2, AdaPConfig::new(f64::INFINITY, AdaPIndex::Ucb), 0).unwrap();
         p.choose(0);
-        p.observe(0, 1.0);
+        p.observe(0, 1.0).unwrap();
         p.choose(1);
-        p.observe(1, 0.0);
+        p.observe(1, 0.0).unwrap();
         let t_l: f64 = 3.0;
         let want = 1.0 + (3.1 * (2.0 * t_l).ln() / 2.0).sqrt();
         assert!((p.index(0, t_l) - want).abs() < 1e-12);

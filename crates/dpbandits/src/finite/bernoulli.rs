@@ -72,6 +72,9 @@ impl Bernoulli {
 }
 
 impl Environment for Bernoulli {
+    fn reward_range(&self) -> (f64, f64) {
+        (0.0, 1.0)
+    }
     fn num_arms(&self) -> usize {
         self.means.len()
     }

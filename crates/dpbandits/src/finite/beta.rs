@@ -86,6 +86,9 @@ pub struct BetaArms {
 }
 
 impl Environment for BetaArms {
+    fn reward_range(&self) -> (f64, f64) {
+        (0.0, 1.0)
+    }
     fn num_arms(&self) -> usize {
         self.means.len()
     }

@@ -22,6 +22,8 @@ use super::{Policy, PolicyConfig, Pull, argmax};
 use crate::config::{AlgorithmInfo, Setting};
 use crate::error::{Result, check};
 use crate::privacy::PrivacyGuarantee;
+use crate::privacy::RewardBoundary;
+use crate::protocol::Gate;
 use serde::Deserialize;
 
 /// Registry record of `d_ucb`.
@@ -85,9 +87,10 @@ impl PolicyConfig for DUcbConfig {
         PrivacyGuarantee::non_private()
     }
     fn build(&self, k: usize, _seed: u64) -> Result<Box<dyn Policy>> {
-        check::at_least("K", k as u64, 1)?;
+        check::arms("K", k)?;
         self.validate()?;
         Ok(Box::new(DUcb {
+            gate: Gate::new(RewardBoundary::numeric()),
             cfg: self.clone(),
             n: vec![0.0; k],
             s: vec![0.0; k],
@@ -100,6 +103,7 @@ impl PolicyConfig for DUcbConfig {
 /// D-UCB state.
 #[derive(Debug, Clone)]
 pub struct DUcb {
+    gate: Gate,
     cfg: DUcbConfig,
     /// Discounted count of each arm as of the end of round `last[a]`.
     n: Vec<f64>,
@@ -131,6 +135,41 @@ impl Policy for DUcb {
         PrivacyGuarantee::non_private()
     }
     fn choose(&mut self, t: u64) -> Pull {
+        if let Some(c) = self.gate.open() {
+            return Pull {
+                arm: c.arm,
+                steps: c.left,
+            };
+        }
+        let pull = self.decide(t);
+        self.gate.commit(pull.arm, pull.steps);
+        pull
+    }
+    fn observe(&mut self, arm: usize, reward: f64) -> Result<()> {
+        let reward = self.gate.admit(arm, reward)?;
+        let r = if reward.is_nan() {
+            0.0
+        } else {
+            reward.clamp(0.0, 1.0)
+        };
+        let t = self.t;
+        let decay = if self.n[arm] == 0.0 {
+            0.0
+        } else {
+            self.cfg.gamma.powf((t - self.last[arm]) as f64)
+        };
+        self.n[arm] = self.n[arm] * decay + 1.0;
+        self.s[arm] = self.s[arm] * decay + r;
+        self.last[arm] = t;
+        Ok(())
+    }
+    fn boundary(&self) -> RewardBoundary {
+        self.gate.boundary()
+    }
+}
+impl DUcb {
+    /// The algorithm's choice when no commitment is open.
+    fn decide(&mut self, t: u64) -> Pull {
         self.t = t;
         if let Some(a) = self.n.iter().position(|&n| n == 0.0) {
             return Pull { arm: a, steps: 1 };
@@ -151,22 +190,6 @@ impl Policy for DUcb {
                 }),
         );
         Pull { arm, steps: 1 }
-    }
-    fn observe(&mut self, arm: usize, reward: f64) {
-        let r = if reward.is_nan() {
-            0.0
-        } else {
-            reward.clamp(0.0, 1.0)
-        };
-        let t = self.t;
-        let decay = if self.n[arm] == 0.0 {
-            0.0
-        } else {
-            self.cfg.gamma.powf((t - self.last[arm]) as f64)
-        };
-        self.n[arm] = self.n[arm] * decay + 1.0;
-        self.s[arm] = self.s[arm] * decay + r;
-        self.last[arm] = t;
     }
 }
 
@@ -189,6 +212,7 @@ mod tests {
             xi: 0.6,
         };
         let mut p = DUcb {
+            gate: Gate::new(RewardBoundary::numeric()),
             cfg: cfg.clone(),
             n: vec![0.0; 3],
             s: vec![0.0; 3],
@@ -199,7 +223,7 @@ mod tests {
         for t in 0..300u64 {
             let a = p.choose(t).arm;
             let r = ((t * 7) % 3 == 0) as u8 as f64;
-            p.observe(a, r);
+            p.observe(a, r).unwrap();
             hist.push((a, r));
             let now = t + 1;
             let direct: Vec<f64> = (0..3)

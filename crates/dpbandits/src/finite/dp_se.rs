@@ -38,11 +38,12 @@
 
 use super::{Policy, PolicyConfig, Pull};
 use crate::config::{AlgorithmInfo, Setting};
-use crate::error::{Result, check};
+use crate::error::{Error, Result, check};
 use crate::privacy::{
     BoundaryMode, Budget, LaplaceMechanism, PrivacyGuarantee, REWARD_ADJACENCY, RewardBoundary,
-    TrustModel,
+    RewardSum, TrustModel,
 };
+use crate::protocol::Gate;
 use crate::rng::SimRng;
 use serde::Deserialize;
 
@@ -142,9 +143,10 @@ pub struct DpSe {
     /// Pulls done in the current block.
     done: u64,
     /// Reward sums of the current epoch, per arm.
-    sums: Vec<f64>,
+    sums: Vec<RewardSum>,
     /// Cached private means of the last finished epoch (`None` for arms not in it).
     released: Vec<Option<f64>>,
+    gate: Gate,
     noise: SimRng,
     releases: u64,
 }
@@ -152,17 +154,19 @@ pub struct DpSe {
 impl DpSe {
     /// DP-SE on `k >= 1` arms; `seed` keys its noise stream.
     pub fn new(k: usize, cfg: DpSeConfig, seed: u64) -> Result<Self> {
-        check::at_least("K", k as u64, 1)?;
+        check::arms("K", k)?;
         cfg.validate()?;
+        let boundary = RewardBoundary::unit(cfg.boundary);
         let mut p = DpSe {
-            boundary: RewardBoundary::unit(cfg.boundary),
+            gate: Gate::new(boundary),
+            boundary,
             cfg,
             active: (0..k).collect(),
             epoch: 1,
             r: 0,
             pos: 0,
             done: 0,
-            sums: vec![0.0; k],
+            sums: vec![boundary.empty_sum(); k],
             released: vec![None; k],
             noise: crate::rng::noise_rng(seed),
             releases: 0,
@@ -227,14 +231,15 @@ impl DpSe {
         2.0 * (h + c)
     }
 
-    fn end_epoch(&mut self) {
+    fn end_epoch(&mut self) -> Result<()> {
         let r = self.r as f64;
-        let mech = LaplaceMechanism::for_pure_dp(self.boundary.width() / r, self.cfg.epsilon)
-            .expect("epsilon validated, R_e >= 1");
+        let mech = LaplaceMechanism::for_pure_dp(self.boundary.width() / r, self.cfg.epsilon)?;
         self.released.iter_mut().for_each(|m| *m = None);
         for &a in &self.active {
-            self.released[a] = Some(mech.release(self.sums[a] / r, &mut self.noise));
-            self.sums[a] = 0.0;
+            debug_assert_eq!(self.sums[a].n(), self.r);
+            let m = mech.release_mean(&self.sums[a], &self.boundary, &mut self.noise)?;
+            self.released[a] = Some(m);
+            self.sums[a] = self.boundary.empty_sum();
             self.releases += 1;
         }
         let best = self
@@ -250,27 +255,32 @@ impl DpSe {
         self.pos = 0;
         self.done = 0;
         self.r = self.epoch_length();
+        Ok(())
     }
 
-    fn record(&mut self, arm: usize, n: u64, sum: f64) {
+    /// Add rewards the gate admitted (of the committed arm, inside the block).
+    fn record(&mut self, arm: usize, sum: &RewardSum) -> Result<()> {
         if self.active.len() == 1 {
-            return; // committed: nothing more to learn
+            return Ok(()); // committed: nothing more to learn
         }
         let a = self.active[self.pos];
-        assert_eq!(a, arm, "DP-SE observed arm {arm} inside a block of arm {a}");
-        assert!(
-            self.done + n <= self.r,
-            "observed past the end of the block"
-        );
-        self.sums[a] += sum;
-        self.done += n;
+        if a != arm || self.done + sum.n() > self.r {
+            return Err(Error::Protocol(format!(
+                "DP-SE observed {} reward(s) of arm {arm} in a block of arm {a} with {} round(s) left",
+                sum.n(),
+                self.r - self.done
+            )));
+        }
+        self.sums[a].add(sum)?;
+        self.done += sum.n();
         if self.done == self.r {
             self.done = 0;
             self.pos += 1;
             if self.pos == self.active.len() {
-                self.end_epoch();
+                self.end_epoch()?;
             }
         }
+        Ok(())
     }
 }
 
@@ -281,29 +291,44 @@ impl Policy for DpSe {
     fn guarantee(&self) -> PrivacyGuarantee {
         guarantee(self.cfg.epsilon, self.cfg.boundary)
     }
-    fn boundary(&self) -> Option<RewardBoundary> {
-        self.cfg.epsilon.is_finite().then_some(self.boundary)
+    fn boundary(&self) -> RewardBoundary {
+        self.gate.boundary()
     }
     fn choose(&mut self, _t: u64) -> Pull {
-        if self.active.len() == 1 {
-            // Commit to the last arm for ever (the simulator stops at the horizon).
+        if let Some(c) = self.gate.open() {
             return Pull {
-                arm: self.active[0],
-                steps: FOREVER,
+                arm: c.arm,
+                steps: c.left,
             };
         }
-        Pull {
-            arm: self.active[self.pos],
-            steps: self.r - self.done,
-        }
+        let pull = if self.active.len() == 1 {
+            // Commit to the last arm for ever (the simulator stops at the horizon).
+            Pull {
+                arm: self.active[0],
+                steps: FOREVER,
+            }
+        } else {
+            Pull {
+                arm: self.active[self.pos],
+                steps: self.r - self.done,
+            }
+        };
+        self.gate.commit(pull.arm, pull.steps);
+        pull
     }
-    fn observe(&mut self, arm: usize, reward: f64) {
-        let r = self.boundary.clip(reward);
-        self.record(arm, 1, r);
+    fn observe(&mut self, arm: usize, reward: f64) -> Result<()> {
+        let mut gate = self.gate;
+        let r = gate.admit(arm, reward)?;
+        self.record(arm, &self.boundary.single(r)?)?;
+        self.gate = gate;
+        Ok(())
     }
-    fn observe_batch(&mut self, arm: usize, n: u64, sum: f64) {
-        let s = self.boundary.clip_sum(sum, n);
-        self.record(arm, n, s);
+    fn observe_batch(&mut self, arm: usize, sum: &RewardSum) -> Result<()> {
+        let mut gate = self.gate;
+        gate.admit_sum(arm, sum)?;
+        self.record(arm, sum)?;
+        self.gate = gate;
+        Ok(())
     }
 }
 
@@ -339,7 +364,12 @@ mod tests {
             let pull = p.choose(t);
             epoch_pulls[pull.arm] += pull.steps;
             // deterministic "rewards": the mean times the count
-            p.observe_batch(pull.arm, pull.steps, means[pull.arm] * pull.steps as f64);
+            p.observe_batch(
+                pull.arm,
+                &p.boundary()
+                    .drawn_sum(means[pull.arm] * pull.steps as f64, pull.steps),
+            )
+            .unwrap();
             t += pull.steps;
             if p.epoch() != e {
                 for &a in &active {
@@ -371,9 +401,11 @@ mod tests {
         let r = p.epoch_length();
         assert_eq!(r, (32.0 * (16.0 / 1e-3f64).ln() * 4.0).ceil() as u64);
         let a = p.choose(0);
-        p.observe_batch(a.arm, a.steps, a.steps as f64);
+        p.observe_batch(a.arm, &p.boundary().drawn_sum(a.steps as f64, a.steps))
+            .unwrap();
         let b = p.choose(r);
-        p.observe_batch(b.arm, b.steps, 0.0);
+        p.observe_batch(b.arm, &p.boundary().drawn_sum(0.0, b.steps))
+            .unwrap();
         assert_eq!(p.released_means(), &[Some(1.0), Some(0.0)]);
         assert_eq!(p.active(), &[0]);
     }

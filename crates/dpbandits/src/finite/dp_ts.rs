@@ -39,6 +39,7 @@ use crate::privacy::{
     BoundaryMode, Budget, LaplaceMechanism, PrivacyGuarantee, REWARD_ADJACENCY, RewardBoundary,
     TrustModel,
 };
+use crate::protocol::Gate;
 use crate::rng::SimRng;
 use rand::RngExt;
 use rand_distr::{Beta, Distribution};
@@ -132,7 +133,7 @@ fn guarantee(epsilon: f64, mode: BoundaryMode) -> PrivacyGuarantee {
 #[derive(Debug, Clone)]
 pub struct DpTs {
     cfg: DpTsConfig,
-    boundary: RewardBoundary,
+    gate: Gate,
     mech: LaplaceMechanism,
     /// Target size of the batch being collected, per arm.
     batch_size: Vec<u64>,
@@ -148,12 +149,12 @@ pub struct DpTs {
 impl DpTs {
     /// Lazy-DP-TS on `k >= 1` arms; `seed` keys its policy and noise streams.
     pub fn new(k: usize, cfg: DpTsConfig, seed: u64) -> Result<Self> {
-        check::at_least("K", k as u64, 1)?;
+        check::arms("K", k)?;
         cfg.validate()?;
         let boundary = RewardBoundary::unit(cfg.boundary);
         Ok(DpTs {
             mech: LaplaceMechanism::for_pure_dp(boundary.width(), cfg.epsilon)?,
-            boundary,
+            gate: Gate::new(boundary),
             cfg,
             batch_size: vec![1; k],
             batch_count: vec![0; k],
@@ -188,11 +189,17 @@ impl Policy for DpTs {
     fn guarantee(&self) -> PrivacyGuarantee {
         guarantee(self.cfg.epsilon, self.cfg.boundary)
     }
-    fn boundary(&self) -> Option<RewardBoundary> {
-        self.cfg.epsilon.is_finite().then_some(self.boundary)
+    fn boundary(&self) -> RewardBoundary {
+        self.gate.boundary()
     }
     fn choose(&mut self, t: u64) -> Pull {
-        let ln_t = ((t + 1) as f64).ln();
+        if let Some(c) = self.gate.open() {
+            return Pull {
+                arm: c.arm,
+                steps: c.left,
+            };
+        }
+        let ln_t = (t as f64 + 1.0).ln();
         let opt = if self.cfg.epsilon.is_infinite() {
             0.0
         } else {
@@ -210,10 +217,11 @@ impl Policy for DpTs {
                     .sample(rng)
             }
         }));
+        self.gate.commit(arm, 1);
         Pull { arm, steps: 1 }
     }
-    fn observe(&mut self, arm: usize, reward: f64) {
-        let r = self.boundary.clip(reward);
+    fn observe(&mut self, arm: usize, reward: f64) -> Result<()> {
+        let r = self.gate.admit(arm, reward)?;
         self.pulls[arm] += 1;
         self.batch_sum[arm] += r;
         self.batch_count[arm] += 1;
@@ -225,6 +233,7 @@ impl Policy for DpTs {
             self.batch_count[arm] = 0;
             self.batch_size[arm] = o.saturating_mul(2);
         }
+        Ok(())
     }
 }
 
@@ -249,7 +258,7 @@ mod tests {
         for t in 0..5000u64 {
             let a = p.choose(t).arm;
             let before = p.released()[a];
-            p.observe(a, 1.0);
+            p.observe(a, 1.0).unwrap();
             let after = p.released()[a];
             if after != before {
                 sizes[a].push(after.unwrap().1);

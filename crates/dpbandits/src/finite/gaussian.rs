@@ -114,6 +114,9 @@ impl Gaussian {
 }
 
 impl Environment for Gaussian {
+    fn reward_range(&self) -> (f64, f64) {
+        self.cfg.reward_range()
+    }
     fn num_arms(&self) -> usize {
         self.means.len()
     }

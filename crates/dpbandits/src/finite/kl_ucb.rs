@@ -17,6 +17,8 @@ use crate::config::{AlgorithmInfo, Setting};
 use crate::error::{Error, Result, check};
 use crate::math::kl::kl_upper;
 use crate::privacy::PrivacyGuarantee;
+use crate::privacy::RewardBoundary;
+use crate::protocol::Gate;
 use serde::Deserialize;
 
 /// Registry record of `kl_ucb`.
@@ -62,6 +64,7 @@ impl PolicyConfig for KlUcbConfig {
 /// kl-UCB state.
 #[derive(Debug, Clone)]
 pub struct KlUcb {
+    gate: Gate,
     c: f64,
     stats: ArmStats,
 }
@@ -69,11 +72,12 @@ pub struct KlUcb {
 impl KlUcb {
     /// kl-UCB on `k >= 1` arms.
     pub fn new(k: usize, c: f64) -> Result<Self> {
-        check::at_least("K", k as u64, 1)?;
+        check::arms("K", k)?;
         if !(c.is_finite() && c >= 0.0) {
             return Err(Error::param("c", c, "a finite number >= 0"));
         }
         Ok(KlUcb {
+            gate: Gate::new(RewardBoundary::numeric()),
             c,
             stats: ArmStats::new(k),
         })
@@ -88,6 +92,28 @@ impl Policy for KlUcb {
         PrivacyGuarantee::non_private()
     }
     fn choose(&mut self, t: u64) -> Pull {
+        if let Some(c) = self.gate.open() {
+            return Pull {
+                arm: c.arm,
+                steps: c.left,
+            };
+        }
+        let pull = self.decide(t);
+        self.gate.commit(pull.arm, pull.steps);
+        pull
+    }
+    fn observe(&mut self, arm: usize, reward: f64) -> Result<()> {
+        let reward = self.gate.admit(arm, reward)?;
+        self.stats.record(arm, reward.clamp(0.0, 1.0));
+        Ok(())
+    }
+    fn boundary(&self) -> RewardBoundary {
+        self.gate.boundary()
+    }
+}
+impl KlUcb {
+    /// The algorithm's choice when no commitment is open.
+    fn decide(&mut self, t: u64) -> Pull {
         if let Some(a) = self.stats.first_unplayed() {
             return Pull { arm: a, steps: 1 };
         }
@@ -119,9 +145,6 @@ impl Policy for KlUcb {
             }
         }
         Pull { arm, steps: 1 }
-    }
-    fn observe(&mut self, arm: usize, reward: f64) {
-        self.stats.record(arm, reward.clamp(0.0, 1.0));
     }
 }
 

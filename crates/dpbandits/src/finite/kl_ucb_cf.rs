@@ -42,7 +42,9 @@ use super::{Policy, PolicyConfig, Pull, argmax};
 use crate::config::{AlgorithmInfo, Setting};
 use crate::error::{Error, Result, check};
 use crate::math::kl::{kl_lower, kl_upper};
+use crate::privacy::RewardBoundary;
 use crate::privacy::{PerArmChannel, PrivacyGuarantee, RandomizedResponse, channels_for};
+use crate::protocol::Gate;
 use serde::Deserialize;
 
 /// Registry record of `kl_ucb_cf`.
@@ -225,7 +227,7 @@ impl PolicyConfig for CfConfig {
         ldp_guarantee(&ch, self.kind())
     }
     fn build(&self, k: usize, seed: u64) -> Result<Box<dyn Policy>> {
-        check::at_least("K", k as u64, 1)?;
+        check::arms("K", k)?;
         self.validate()?;
         let channels = self.channels_k(k)?;
         let learner = CfLearner::new(channels.clone(), self.window, self.c)?;
@@ -247,6 +249,7 @@ enum Stats {
 /// environments (the channel is then the environment's).
 #[derive(Debug, Clone)]
 pub struct CfLearner {
+    gate: Gate,
     channels: Vec<RandomizedResponse>,
     stats: Stats,
     window: Option<u64>,
@@ -259,7 +262,7 @@ impl CfLearner {
     /// A learner for the given channels (one per arm); `window = None` is kl-UCB-CF.
     pub fn new(channels: Vec<RandomizedResponse>, window: Option<u64>, c: f64) -> Result<Self> {
         let k = channels.len();
-        check::at_least("K", k as u64, 1)?;
+        check::arms("K", k)?;
         if !(c.is_finite() && c >= 0.0) {
             return Err(Error::param("c", c, "a finite number >= 0"));
         }
@@ -271,6 +274,7 @@ impl CfLearner {
             },
         };
         Ok(CfLearner {
+            gate: Gate::new(RewardBoundary::numeric()),
             channels,
             stats,
             window,
@@ -321,13 +325,19 @@ impl Policy for CfLearner {
         PrivacyGuarantee::non_private()
     }
     fn choose(&mut self, t: u64) -> Pull {
-        if let Some(a) = self.counts().iter().position(|&n| n == 0) {
-            return Pull { arm: a, steps: 1 };
+        if let Some(c) = self.gate.open() {
+            return Pull {
+                arm: c.arm,
+                steps: c.left,
+            };
         }
-        let arm = argmax(self.indexes(t).iter().map(|e| e.3));
-        Pull { arm, steps: 1 }
+        let pull = self.decide(t);
+        self.gate.commit(pull.arm, pull.steps);
+        pull
     }
-    fn observe(&mut self, arm: usize, feedback: f64) {
+    fn observe(&mut self, arm: usize, reward: f64) -> Result<()> {
+        let reward = self.gate.admit(arm, reward)?;
+        let feedback = reward;
         let x = if feedback.is_nan() {
             0.0
         } else {
@@ -340,6 +350,20 @@ impl Policy for CfLearner {
             }
             Stats::Window(w) => w.push(arm, x),
         }
+        Ok(())
+    }
+    fn boundary(&self) -> RewardBoundary {
+        self.gate.boundary()
+    }
+}
+impl CfLearner {
+    /// The algorithm's choice when no commitment is open.
+    fn decide(&mut self, t: u64) -> Pull {
+        if let Some(a) = self.counts().iter().position(|&n| n == 0) {
+            return Pull { arm: a, steps: 1 };
+        }
+        let arm = argmax(self.indexes(t).iter().map(|e| e.3));
+        Pull { arm, steps: 1 }
     }
 }
 

@@ -40,6 +40,7 @@ use crate::privacy::{
     BoundaryMode, Budget, LocalRandomizer, PerArmChannel, PrivacyGuarantee, RandomizedResponse,
     RewardBoundary, TrustModel, channels_for,
 };
+use crate::protocol::Gate;
 
 /// Registry record of `ldp`.
 pub const LDP: AlgorithmInfo = AlgorithmInfo {
@@ -162,7 +163,7 @@ impl PolicyConfig for LdpConfig {
         ldp_guarantee(&ch, &format!("{} on the feedback bits", self.inner.kind()))
     }
     fn build(&self, k: usize, seed: u64) -> Result<Box<dyn Policy>> {
-        crate::error::check::at_least("K", k as u64, 1)?;
+        crate::error::check::arms("K", k)?;
         let channels = channels_for(k, self.epsilon, self.per_arm.as_ref())?;
         let inner = self.inner.build(k, crate::rng::inner_policy_seed(seed))?;
         Ok(Box::new(Ldp::new(channels, inner, seed)?.named(&format!(
@@ -196,6 +197,7 @@ pub(crate) fn per_arm_label(pa: &PerArmChannel) -> String {
 /// A locally private learner: user-side randomizer + a learner that sees only the bits.
 #[derive(Debug)]
 pub struct Ldp {
+    gate: Gate,
     randomizer: LocalRandomizer,
     inner: Box<dyn Policy>,
     what: String,
@@ -216,6 +218,7 @@ impl Ldp {
             ));
         }
         Ok(Ldp {
+            gate: Gate::new(RewardBoundary::unit(BoundaryMode::Clip)),
             what: "the inner learner".into(),
             randomizer: LocalRandomizer::new(channels, seed),
             inner,
@@ -247,14 +250,33 @@ impl Policy for Ldp {
         ldp_guarantee(self.randomizer.channels(), &self.what)
     }
     fn choose(&mut self, t: u64) -> Pull {
+        if let Some(c) = self.gate.open() {
+            return Pull {
+                arm: c.arm,
+                steps: c.left,
+            };
+        }
+        let pull = self.decide(t);
+        self.gate.commit(pull.arm, pull.steps);
+        pull
+    }
+    fn observe(&mut self, arm: usize, reward: f64) -> Result<()> {
+        let reward = self.gate.admit(arm, reward)?;
+        let bit = self.randomizer.privatize(arm, reward);
+        self.inner.observe(arm, bit)?;
+        Ok(())
+    }
+    fn boundary(&self) -> RewardBoundary {
+        self.gate.boundary()
+    }
+}
+impl Ldp {
+    /// The algorithm's choice when no commitment is open.
+    fn decide(&mut self, t: u64) -> Pull {
         let p = self.inner.choose(t);
         Pull {
             arm: p.arm,
             steps: 1,
         }
-    }
-    fn observe(&mut self, arm: usize, reward: f64) {
-        let bit = self.randomizer.privatize(arm, reward);
-        self.inner.observe(arm, bit);
     }
 }

@@ -37,6 +37,7 @@ use crate::error::{Result, check};
 use crate::privacy::{
     BoundaryMode, Budget, LaplaceMechanism, PrivacyGuarantee, RewardBoundary, TrustModel,
 };
+use crate::protocol::Gate;
 use crate::rng::SimRng;
 use rand::RngExt;
 use serde::Deserialize;
@@ -90,7 +91,16 @@ impl LdpUcbConfig {
 
     /// Check every parameter.
     pub fn validate(&self) -> Result<()> {
-        check::positive("epsilon", self.epsilon)?;
+        match self.mechanism {
+            // The Bernoulli response flips with probability 1/(1 + e^eps): beyond
+            // LOCAL_EPSILON_MAX the simulated coin is deterministic (and a fair coin was what an
+            // unbounded search used to fall back to: audit finding C2).
+            LocalMechanism::Bernoulli => check::local_epsilon("epsilon", self.epsilon, false)?,
+            LocalMechanism::Laplace => {
+                check::finite("epsilon", self.epsilon)?;
+                check::budget("epsilon", self.epsilon)?
+            }
+        };
         Ok(())
     }
 }
@@ -145,6 +155,8 @@ fn guarantee(epsilon: f64, m: LocalMechanism, mode: BoundaryMode) -> PrivacyGuar
 /// epsilon the margin grows because `1 - p1` is only resolved to 2^-53.
 fn bernoulli_response(epsilon: f64) -> (f64, f64) {
     let mut step = epsilon * 1e-12;
+    // epsilon <= LOCAL_EPSILON_MAX (validated), so p1 < 1 and the first few steps succeed; the
+    // search ends in at most ~45 doublings (at e = 0, the fair coin, whose loss is 0).
     loop {
         let e = (epsilon - step).max(0.0);
         let p0 = 1.0 / (e.exp() + 1.0);
@@ -160,6 +172,7 @@ fn bernoulli_response(epsilon: f64) -> (f64, f64) {
 /// LDP-UCB state.
 #[derive(Debug, Clone)]
 pub struct LdpUcb {
+    gate: Gate,
     cfg: LdpUcbConfig,
     boundary: RewardBoundary,
     laplace: LaplaceMechanism,
@@ -174,11 +187,12 @@ pub struct LdpUcb {
 impl LdpUcb {
     /// LDP-UCB on `k >= 1` arms; `seed` keys the (user-side) randomiser stream.
     pub fn new(k: usize, cfg: LdpUcbConfig, seed: u64) -> Result<Self> {
-        check::at_least("K", k as u64, 1)?;
+        check::arms("K", k)?;
         cfg.validate()?;
         let boundary = RewardBoundary::unit(cfg.boundary);
         let (p0, p1) = bernoulli_response(cfg.epsilon);
         Ok(LdpUcb {
+            gate: Gate::new(RewardBoundary::unit(cfg.boundary)),
             laplace: LaplaceMechanism::for_pure_dp(boundary.width(), cfg.epsilon)?,
             p0,
             p1,
@@ -226,6 +240,30 @@ impl Policy for LdpUcb {
         guarantee(self.cfg.epsilon, self.cfg.mechanism, self.cfg.boundary)
     }
     fn choose(&mut self, t: u64) -> Pull {
+        if let Some(c) = self.gate.open() {
+            return Pull {
+                arm: c.arm,
+                steps: c.left,
+            };
+        }
+        let pull = self.decide(t);
+        self.gate.commit(pull.arm, pull.steps);
+        pull
+    }
+    fn observe(&mut self, arm: usize, reward: f64) -> Result<()> {
+        let reward = self.gate.admit(arm, reward)?;
+        let x = self.privatise(reward);
+        self.counts[arm] += 1;
+        self.sums[arm] += x;
+        Ok(())
+    }
+    fn boundary(&self) -> RewardBoundary {
+        self.gate.boundary()
+    }
+}
+impl LdpUcb {
+    /// The algorithm's choice when no commitment is open.
+    fn decide(&mut self, t: u64) -> Pull {
         let ln_t = (t.max(1) as f64).ln();
         let arm = match self.cfg.mechanism {
             LocalMechanism::Laplace => {
@@ -252,11 +290,6 @@ impl Policy for LdpUcb {
             }
         };
         Pull { arm, steps: 1 }
-    }
-    fn observe(&mut self, arm: usize, reward: f64) {
-        let x = self.privatise(reward);
-        self.counts[arm] += 1;
-        self.sums[arm] += x;
     }
 }
 

@@ -29,12 +29,13 @@
 //!   (spec zcdp §1.8 condition (i), §8 T5). Calling `choose` again in the middle of an episode
 //!   returns the same arm with the remaining length, so a plain step-by-step loop works for every
 //!   policy.
-//! * [`Policy::observe`] feeds one reward of the arm actually played (it may differ from the one
-//!   recommended under the interactive protocol of spec zcdp §1.7).
-//! * [`Policy::observe_batch`] feeds the *sum* of `n` rewards of one committed arm at once: the
-//!   episode fast path of the simulator (O(episodes) per run).
+//! * [`Policy::observe`] feeds one reward of the committed arm; [`Policy::observe_batch`] feeds a
+//!   [`RewardSum`] of `n` rewards of it at once (the episode fast path of the simulator,
+//!   O(episodes) per run). Both follow the one contract of [`crate::protocol`]: off-policy and
+//!   out-of-order observations are refused with [`crate::Error::Protocol`], rewards pass the
+//!   policy's boundary first, and a refused call changes nothing.
 //! * Policies own their generators (policy stream and noise stream, see [`crate::rng`]); hot-path
-//!   calls never allocate and never fail. Validation happens in the constructors.
+//!   calls never allocate. Validation happens in the constructors.
 //! * Ties in an argmax go to the **lowest arm index**. That rule is part of the reproducibility
 //!   contract.
 //!
@@ -85,8 +86,8 @@ pub use thompson::{THOMPSON, ThompsonConfig, ThompsonSampling};
 pub use ucb1::{UCB1, Ucb1, Ucb1Config};
 pub use window::SlidingWindow;
 
-use crate::error::Result;
-use crate::privacy::{PrivacyGuarantee, RewardBoundary};
+use crate::error::{Error, Result};
+use crate::privacy::{PrivacyGuarantee, RewardBoundary, RewardSum};
 use std::fmt::Debug;
 
 /// A finite-armed stochastic environment for one run.
@@ -107,6 +108,13 @@ pub trait Environment: Send + Debug {
     /// Default: `n` single pulls.
     fn pull_sum(&mut self, arm: usize, t: u64, n: u64) -> f64 {
         (0..n).map(|i| self.pull(arm, t + i)).sum()
+    }
+
+    /// An interval that contains every reward this environment can emit. The run loop draws an
+    /// episode's reward sum exactly only when this interval lies inside a private policy's
+    /// boundary; otherwise it admits the rewards one by one. Default: unbounded.
+    fn reward_range(&self) -> (f64, f64) {
+        (f64::NEG_INFINITY, f64::INFINITY)
     }
 
     /// Pseudo-regret of playing `arm` for rounds `t .. t + n`. Default: stationary means.
@@ -169,29 +177,35 @@ pub trait Policy: Send + Debug {
     fn guarantee(&self) -> PrivacyGuarantee;
 
     /// Choose the next arm; `t` is the number of rounds already played (0-based round index).
+    /// While a commitment is open, returns what is left of it.
     fn choose(&mut self, t: u64) -> Pull;
 
-    /// Observe the reward of one round of `arm`.
-    fn observe(&mut self, arm: usize, reward: f64);
-
-    /// Observe the sum of `n` consecutive rewards of `arm`, all inside a commitment returned by
-    /// `choose`.
+    /// Observe the reward of one round of the committed `arm` ([`crate::protocol`]).
     ///
-    /// # Panics
-    /// The default implementation accepts only `n == 1`; a policy that commits to more than one
-    /// round must override it.
-    fn observe_batch(&mut self, arm: usize, n: u64, sum: f64) {
-        assert_eq!(
-            n, 1,
-            "this policy does not commit to episodes; observe rewards one at a time"
-        );
-        self.observe(arm, sum);
+    /// # Errors
+    /// [`Error::Protocol`] (no open commitment, another arm), [`Error::Boundary`] or
+    /// [`Error::Param`] (a reward the boundary refuses); the policy is then unchanged.
+    fn observe(&mut self, arm: usize, reward: f64) -> Result<()>;
+
+    /// Observe the sum of `sum.n()` consecutive rewards of the committed `arm`.
+    ///
+    /// # Errors
+    /// As [`Policy::observe`], and more rounds than the commitment has left, or a sum built by a
+    /// boundary wider than the policy's. The default implementation (policies that commit to one
+    /// round at a time) accepts sums of one reward.
+    fn observe_batch(&mut self, arm: usize, sum: &RewardSum) -> Result<()> {
+        if sum.n() != 1 {
+            return Err(Error::Protocol(format!(
+                "a sum of {} rewards: this policy commits to one round at a time; observe rewards one by one",
+                sum.n()
+            )));
+        }
+        self.observe(arm, sum.sum())
     }
 
-    /// The reward boundary the privacy argument assumes (`None` for non-private policies).
-    fn boundary(&self) -> Option<RewardBoundary> {
-        self.guarantee().boundary
-    }
+    /// The boundary every reward passes: the privacy boundary of a private policy, the numeric
+    /// boundary ([`RewardBoundary::numeric`]) of a non-private one.
+    fn boundary(&self) -> RewardBoundary;
 }
 
 /// A validated policy configuration (one cell of a sweep) that builds a fresh policy per run.
@@ -214,27 +228,25 @@ pub trait PolicyConfig: Send + Sync + Debug {
 
 /// An episode in progress: the arm a policy committed to, the episode's length, and the rewards
 /// seen so far. Shared by the episodic policies (AdaC-UCB, AdaP-UCB/KLUCB), whose episodes end
-/// exactly when `len` rewards of the committed arm have been observed.
+/// exactly when `len` rewards of the committed arm have been observed. The policy's
+/// [`crate::protocol::Gate`] has checked every observation before it reaches the episode.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Episode {
     /// The committed arm.
     pub arm: usize,
     /// Committed rounds.
     pub len: u64,
-    /// Rounds observed so far.
-    pub done: u64,
-    /// Sum of the (clipped) rewards observed so far.
-    pub sum: f64,
+    /// The rewards observed so far, each admitted by the policy's boundary.
+    pub sum: RewardSum,
 }
 
 impl Episode {
-    /// A new episode of `len` rounds of `arm`.
-    pub fn start(arm: usize, len: u64) -> Self {
+    /// A new episode of `len` rounds of `arm`, collecting rewards inside `boundary`.
+    pub fn start(arm: usize, len: u64, boundary: &RewardBoundary) -> Self {
         Episode {
             arm,
             len,
-            done: 0,
-            sum: 0.0,
+            sum: boundary.empty_sum(),
         }
     }
 
@@ -242,28 +254,27 @@ impl Episode {
     pub fn remaining(&self) -> Pull {
         Pull {
             arm: self.arm,
-            steps: self.len - self.done,
+            steps: self.len - self.sum.n(),
         }
     }
 
-    /// Add `n` rewards of `arm` summing to `sum`; returns whether the episode is now complete.
+    /// Add admitted rewards; returns whether the episode is now complete.
     ///
-    /// # Panics
-    /// If `arm` is not the committed arm or the episode would run past its length (a caller that
-    /// breaks the `Policy` contract).
-    pub fn record(&mut self, arm: usize, n: u64, sum: f64) -> bool {
-        assert_eq!(
-            self.arm, arm,
-            "observed arm {arm} inside an episode of arm {}",
-            self.arm
-        );
-        assert!(
-            self.done + n <= self.len,
-            "observed past the end of the episode"
-        );
-        self.sum += sum;
-        self.done += n;
-        self.done == self.len
+    /// # Errors
+    /// [`Error::Protocol`] for another arm, more rewards than are left, or a sum from a wider
+    /// boundary (the gate has already refused all three); the episode is then unchanged.
+    pub fn record(&mut self, arm: usize, sum: &RewardSum) -> Result<bool> {
+        if arm != self.arm || self.sum.n() + sum.n() > self.len {
+            return Err(Error::Protocol(format!(
+                "{} reward(s) of arm {arm} do not fit the episode of arm {} ({} of {} rounds observed)",
+                sum.n(),
+                self.arm,
+                self.sum.n(),
+                self.len
+            )));
+        }
+        self.sum.add(sum)?;
+        Ok(self.sum.n() == self.len)
     }
 }
 

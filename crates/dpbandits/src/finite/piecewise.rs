@@ -470,6 +470,9 @@ impl PiecewiseBernoulli {
 }
 
 impl Environment for PiecewiseBernoulli {
+    fn reward_range(&self) -> (f64, f64) {
+        (0.0, 1.0)
+    }
     fn num_arms(&self) -> usize {
         self.rngs.len()
     }

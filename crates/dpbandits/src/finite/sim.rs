@@ -23,17 +23,20 @@ use std::sync::Arc;
 /// Play `policy` against `env` up to the grid's horizon and write the cumulative pseudo-regret
 /// at each checkpoint into `out` (length = number of checkpoints).
 ///
-/// `clip_each`: in episode mode, when the environment can emit rewards outside the policy's
-/// privacy boundary, the episode sum is built from individually clipped rewards (O(L)) instead of
-/// one exact draw, so the sensitivity argument holds for the fast path too.
+/// In episode mode, when the environment can emit rewards outside a private policy's boundary
+/// ([`Environment::reward_range`]), the episode sum is built from rewards admitted one by one
+/// (O(L)) instead of one exact draw, so the sensitivity argument holds for the fast path too.
+///
+/// # Errors
+/// An observation the policy refuses (a reward outside a `reject` boundary).
 pub fn simulate_finite(
     env: &mut dyn Environment,
     policy: &mut dyn Policy,
     grid: &CheckpointGrid,
     mode: SimMode,
-    clip_each: Option<RewardBoundary>,
     out: &mut [f64],
-) {
+) -> Result<()> {
+    let clip_each = clip_each(env.reward_range(), &policy.guarantee());
     let cps = grid.points();
     assert_eq!(out.len(), cps.len());
     let horizon = grid.horizon();
@@ -52,16 +55,27 @@ pub fn simulate_finite(
         regret += env.regret(arm, t, steps);
         if steps == 1 {
             let r = env.pull(arm, t);
-            policy.observe(arm, r);
+            policy.observe(arm, r)?;
         } else {
             let sum = match clip_each {
-                Some(b) => (0..steps).map(|i| b.clip(env.pull(arm, t + i))).sum(),
-                None => env.pull_sum(arm, t, steps),
+                Some(b) => b.sum_of((0..steps).map(|i| env.pull(arm, t + i)))?,
+                // The environment's range lies inside the policy's boundary (checked by the
+                // cell), so the exact draw of the sum is a sum of admitted rewards.
+                None => policy
+                    .boundary()
+                    .drawn_sum(env.pull_sum(arm, t, steps), steps),
             };
-            policy.observe_batch(arm, steps, sum);
+            policy.observe_batch(arm, &sum)?;
         }
         t += steps;
     }
+    Ok(())
+}
+
+/// The privacy boundary a run must admit rewards through one by one: a private policy's, when the
+/// environment's range is not inside it.
+fn clip_each((lo, hi): (f64, f64), g: &PrivacyGuarantee) -> Option<RewardBoundary> {
+    g.boundary.filter(|b| !b.contains_range(lo, hi))
 }
 
 /// A finite-armed experiment cell: an environment config and a policy config.
@@ -156,14 +170,6 @@ impl Cell for FiniteCell {
         let (es, ps) = self.seeds(run);
         let mut env = self.env.build(es)?;
         let mut policy = self.policy.build(self.env.num_arms(), ps)?;
-        simulate_finite(
-            env.as_mut(),
-            policy.as_mut(),
-            &self.grid,
-            self.mode,
-            self.clip_each,
-            out,
-        );
-        Ok(())
+        simulate_finite(env.as_mut(), policy.as_mut(), &self.grid, self.mode, out)
     }
 }

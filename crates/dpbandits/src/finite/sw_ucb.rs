@@ -28,6 +28,8 @@ use crate::config::{AlgorithmInfo, Setting};
 use crate::error::{Error, Result, check};
 use crate::math::kl::kl_upper;
 use crate::privacy::PrivacyGuarantee;
+use crate::privacy::RewardBoundary;
+use crate::protocol::Gate;
 use serde::Deserialize;
 
 /// Registry record of `sw_ucb`.
@@ -106,9 +108,10 @@ impl PolicyConfig for SwUcbConfig {
         PrivacyGuarantee::non_private()
     }
     fn build(&self, k: usize, _seed: u64) -> Result<Box<dyn Policy>> {
-        check::at_least("K", k as u64, 1)?;
+        check::arms("K", k)?;
         self.validate()?;
         Ok(Box::new(SwUcb {
+            gate: Gate::new(RewardBoundary::numeric()),
             cfg: self.clone(),
             win: SlidingWindow::new(k, self.window)?,
             kl: false,
@@ -154,9 +157,10 @@ impl PolicyConfig for SwKlUcbConfig {
         PrivacyGuarantee::non_private()
     }
     fn build(&self, k: usize, _seed: u64) -> Result<Box<dyn Policy>> {
-        check::at_least("K", k as u64, 1)?;
+        check::arms("K", k)?;
         self.validate()?;
         Ok(Box::new(SwUcb {
+            gate: Gate::new(RewardBoundary::numeric()),
             cfg: SwUcbConfig {
                 window: self.window,
                 b: 1.0,
@@ -172,6 +176,7 @@ impl PolicyConfig for SwKlUcbConfig {
 /// SW-UCB (`kl = false`) or SW-kl-UCB (`kl = true`).
 #[derive(Debug, Clone)]
 pub struct SwUcb {
+    gate: Gate,
     cfg: SwUcbConfig,
     win: SlidingWindow,
     kl: bool,
@@ -186,6 +191,33 @@ impl Policy for SwUcb {
         PrivacyGuarantee::non_private()
     }
     fn choose(&mut self, t: u64) -> Pull {
+        if let Some(c) = self.gate.open() {
+            return Pull {
+                arm: c.arm,
+                steps: c.left,
+            };
+        }
+        let pull = self.decide(t);
+        self.gate.commit(pull.arm, pull.steps);
+        pull
+    }
+    fn observe(&mut self, arm: usize, reward: f64) -> Result<()> {
+        let reward = self.gate.admit(arm, reward)?;
+        let r = if reward.is_nan() {
+            0.0
+        } else {
+            reward.clamp(0.0, 1.0)
+        };
+        self.win.push(arm, r);
+        Ok(())
+    }
+    fn boundary(&self) -> RewardBoundary {
+        self.gate.boundary()
+    }
+}
+impl SwUcb {
+    /// The algorithm's choice when no commitment is open.
+    fn decide(&mut self, t: u64) -> Pull {
         if let Some(a) = self.win.counts().iter().position(|&n| n == 0) {
             return Pull { arm: a, steps: 1 };
         }
@@ -217,14 +249,6 @@ impl Policy for SwUcb {
             )
         };
         Pull { arm, steps: 1 }
-    }
-    fn observe(&mut self, arm: usize, reward: f64) {
-        let r = if reward.is_nan() {
-            0.0
-        } else {
-            reward.clamp(0.0, 1.0)
-        };
-        self.win.push(arm, r);
     }
 }
 

@@ -16,6 +16,8 @@ use super::{Policy, PolicyConfig, Pull, argmax};
 use crate::config::{AlgorithmInfo, Setting};
 use crate::error::{Result, check};
 use crate::privacy::PrivacyGuarantee;
+use crate::privacy::RewardBoundary;
+use crate::protocol::Gate;
 use crate::rng::SimRng;
 use rand::RngExt;
 use rand_distr::{Beta, Distribution};
@@ -56,6 +58,7 @@ impl PolicyConfig for ThompsonConfig {
 /// Beta-Bernoulli Thompson sampling state.
 #[derive(Debug, Clone)]
 pub struct ThompsonSampling {
+    gate: Gate,
     successes: Vec<f64>,
     failures: Vec<f64>,
     /// Posterior of each arm, rebuilt only when that arm is observed.
@@ -66,8 +69,9 @@ pub struct ThompsonSampling {
 impl ThompsonSampling {
     /// Thompson sampling on `k >= 1` arms with its own stream derived from `seed`.
     pub fn new(k: usize, seed: u64) -> Result<Self> {
-        check::at_least("K", k as u64, 1)?;
+        check::arms("K", k)?;
         Ok(ThompsonSampling {
+            gate: Gate::new(RewardBoundary::numeric()),
             successes: vec![0.0; k],
             failures: vec![0.0; k],
             posteriors: vec![Beta::new(1.0, 1.0).expect("valid shapes"); k],
@@ -83,17 +87,19 @@ impl Policy for ThompsonSampling {
     fn guarantee(&self) -> PrivacyGuarantee {
         PrivacyGuarantee::non_private()
     }
-    fn choose(&mut self, _t: u64) -> Pull {
-        let rng = &mut self.rng;
-        let arm = argmax(self.successes.iter().zip(&self.failures).map(|(&s, &f)| {
-            // Both shape parameters are >= 1, so Beta::new cannot fail.
-            Beta::new(s + 1.0, f + 1.0)
-                .expect("shapes >= 1")
-                .sample(rng)
-        }));
-        Pull { arm, steps: 1 }
+    fn choose(&mut self, t: u64) -> Pull {
+        if let Some(c) = self.gate.open() {
+            return Pull {
+                arm: c.arm,
+                steps: c.left,
+            };
+        }
+        let pull = self.decide(t);
+        self.gate.commit(pull.arm, pull.steps);
+        pull
     }
-    fn observe(&mut self, arm: usize, reward: f64) {
+    fn observe(&mut self, arm: usize, reward: f64) -> Result<()> {
+        let reward = self.gate.admit(arm, reward)?;
         let r = reward.clamp(0.0, 1.0);
         // Bernoulli trick (Agrawal & Goyal 2012, Alg. 2); rewards already in {0, 1} need no draw.
         let success = if r == 1.0 {
@@ -111,6 +117,23 @@ impl Policy for ThompsonSampling {
         // Both shape parameters are >= 1, so Beta::new cannot fail.
         self.posteriors[arm] =
             Beta::new(self.successes[arm] + 1.0, self.failures[arm] + 1.0).expect("shapes >= 1");
+        Ok(())
+    }
+    fn boundary(&self) -> RewardBoundary {
+        self.gate.boundary()
+    }
+}
+impl ThompsonSampling {
+    /// The algorithm's choice when no commitment is open.
+    fn decide(&mut self, _t: u64) -> Pull {
+        let rng = &mut self.rng;
+        let arm = argmax(self.successes.iter().zip(&self.failures).map(|(&s, &f)| {
+            // Both shape parameters are >= 1, so Beta::new cannot fail.
+            Beta::new(s + 1.0, f + 1.0)
+                .expect("shapes >= 1")
+                .sample(rng)
+        }));
+        Pull { arm, steps: 1 }
     }
 }
 

@@ -15,6 +15,8 @@ use super::{ArmStats, Policy, PolicyConfig, Pull, argmax};
 use crate::config::{AlgorithmInfo, Setting};
 use crate::error::{Result, check};
 use crate::privacy::PrivacyGuarantee;
+use crate::privacy::RewardBoundary;
+use crate::protocol::Gate;
 use serde::Deserialize;
 
 /// Registry record of `ucb1`.
@@ -70,6 +72,7 @@ impl PolicyConfig for Ucb1Config {
 /// UCB1 state.
 #[derive(Debug, Clone)]
 pub struct Ucb1 {
+    gate: Gate,
     alpha: f64,
     stats: ArmStats,
 }
@@ -77,9 +80,10 @@ pub struct Ucb1 {
 impl Ucb1 {
     /// UCB1 on `k >= 1` arms.
     pub fn new(k: usize, alpha: f64) -> Result<Self> {
-        check::at_least("K", k as u64, 1)?;
+        check::arms("K", k)?;
         check::positive("alpha", alpha)?;
         Ok(Ucb1 {
+            gate: Gate::new(RewardBoundary::numeric()),
             alpha,
             stats: ArmStats::new(k),
         })
@@ -94,6 +98,28 @@ impl Policy for Ucb1 {
         PrivacyGuarantee::non_private()
     }
     fn choose(&mut self, t: u64) -> Pull {
+        if let Some(c) = self.gate.open() {
+            return Pull {
+                arm: c.arm,
+                steps: c.left,
+            };
+        }
+        let pull = self.decide(t);
+        self.gate.commit(pull.arm, pull.steps);
+        pull
+    }
+    fn observe(&mut self, arm: usize, reward: f64) -> Result<()> {
+        let reward = self.gate.admit(arm, reward)?;
+        self.stats.record(arm, reward);
+        Ok(())
+    }
+    fn boundary(&self) -> RewardBoundary {
+        self.gate.boundary()
+    }
+}
+impl Ucb1 {
+    /// The algorithm's choice when no commitment is open.
+    fn decide(&mut self, t: u64) -> Pull {
         if let Some(a) = self.stats.first_unplayed() {
             return Pull { arm: a, steps: 1 };
         }
@@ -106,9 +132,6 @@ impl Policy for Ucb1 {
                 .map(|(&m, &inv)| m + (c * inv).sqrt()),
         );
         Pull { arm, steps: 1 }
-    }
-    fn observe(&mut self, arm: usize, reward: f64) {
-        self.stats.record(arm, reward);
     }
 }
 

@@ -92,8 +92,9 @@ use crate::error::{Error, Result, check};
 use crate::finite::Pull;
 use crate::privacy::{
     BoundaryMode, Budget, GaussianMechanism, PrivacyGuarantee, REWARD_ADJACENCY, RewardBoundary,
-    TrustModel,
+    RewardSum, TrustModel,
 };
+use crate::protocol::Gate;
 use crate::rng::SimRng;
 use nalgebra::{DMatrix, DVector};
 use rand_distr::{Distribution, StandardNormal};
@@ -480,40 +481,55 @@ impl LinearPolicy for PhasedElimination {
     fn guarantee(&self) -> PrivacyGuarantee {
         self.cfg.guarantee()
     }
-    fn boundary(&self) -> Option<RewardBoundary> {
-        self.cfg.boundary()
+    fn boundary(&self) -> RewardBoundary {
+        self.gate.boundary()
     }
     fn choose(&mut self, _t: u64) -> Result<Pull> {
+        if let Some(c) = self.gate.open() {
+            return Ok(Pull {
+                arm: c.arm,
+                steps: c.left,
+            });
+        }
         let plan = match &self.current {
             Some(c) => &c.plan,
             None => {
                 self.plan_phase()?;
-                &self.current.as_ref().expect("just planned").plan
+                &self
+                    .current
+                    .as_ref()
+                    .ok_or_else(|| Error::Protocol("no phase planned".into()))?
+                    .plan
             }
         };
         let (arm, len) = plan.blocks[self.cursor.0];
-        Ok(Pull {
-            arm,
-            steps: len - self.cursor.1,
-        })
+        let steps = len - self.cursor.1.n();
+        self.gate.commit(arm, steps);
+        Ok(Pull { arm, steps })
     }
-    fn observe_batch(&mut self, arm: usize, n: u64, sum: f64) {
-        let Some(cur) = &self.current else { return };
-        let (block_arm, len) = cur.plan.blocks[self.cursor.0];
-        debug_assert_eq!(arm, block_arm, "observed an arm outside the current block");
-        self.cursor.1 += n;
-        self.cursor.2 += sum;
-        if self.cursor.1 >= len {
-            self.sums.push(self.cursor.2);
-            self.cursor = (self.cursor.0 + 1, 0, 0.0);
-            if self.cursor.0 == cur.plan.blocks.len() {
+    fn observe_batch(&mut self, arm: usize, sum: &RewardSum) -> Result<()> {
+        let mut gate = self.gate;
+        gate.admit_sum(arm, sum)?;
+        let Some(cur) = &self.current else {
+            return Err(Error::Protocol("observe without a planned phase".into()));
+        };
+        let (_, len) = cur.plan.blocks[self.cursor.0];
+        let blocks = cur.plan.blocks.len();
+        self.cursor.1.add(sum)?;
+        self.gate = gate;
+        if self.cursor.1.n() >= len {
+            self.sums.push(self.cursor.1);
+            self.cursor = (self.cursor.0 + 1, self.gate.boundary().empty_sum());
+            if self.cursor.0 == blocks {
                 let sums = std::mem::take(&mut self.sums);
-                self.finish_phase(&sums);
+                let done = self.finish_phase(&sums);
                 self.sums = sums;
                 self.sums.clear();
-                self.cursor = (0, 0, 0.0);
+                self.cursor = (0, self.gate.boundary().empty_sum());
+                done?;
             }
         }
+        Ok(())
     }
 }
 
@@ -653,10 +669,11 @@ pub struct PhasedElimination {
     current: Option<Current>,
     releases: Vec<PhaseRelease>,
     noise: SimRng,
-    /// Position in the current phase: block index, rewards of that block seen, their sum, and
+    gate: Gate,
+    /// Position in the current phase: block index and the rewards of that block seen so far, and
     /// the sums of the finished blocks (the [`LinearPolicy`] interface).
-    cursor: (usize, u64, f64),
-    sums: Vec<f64>,
+    cursor: (usize, RewardSum),
+    sums: Vec<RewardSum>,
 }
 
 impl PhasedElimination {
@@ -677,6 +694,15 @@ impl PhasedElimination {
                 format!("dimension {d} like arms[0]"),
             ));
         }
+        if let Some(i) = arms.iter().position(|a| a.iter().any(|x| !x.is_finite())) {
+            return Err(Error::param(
+                format!("arms[{i}]"),
+                format!("{:?}", arms[i].as_slice()),
+                "finite coordinates",
+            ));
+        }
+        crate::error::check::arms("K", arms.len())?;
+        let boundary = cfg.boundary().unwrap_or_else(RewardBoundary::numeric);
         Ok(PhasedElimination {
             cfg,
             arms: arms.to_vec(),
@@ -685,7 +711,8 @@ impl PhasedElimination {
             current: None,
             releases: vec![],
             noise: crate::rng::noise_rng(seed),
-            cursor: (0, 0, 0.0),
+            gate: Gate::new(boundary),
+            cursor: (0, boundary.empty_sum()),
             sums: vec![],
         })
     }
@@ -777,19 +804,44 @@ impl PhasedElimination {
         Ok(plan)
     }
 
-    /// End the planned phase with the reward sum of each block (aligned with `plan.blocks`):
+    /// End the planned phase with the reward sum of each block (aligned with `plan.blocks`; each a
+    /// [`RewardSum`] of exactly the block's length, built by a boundary inside this policy's):
     /// least squares, one private release, elimination.
     ///
-    /// # Panics
-    /// Without a planned phase, for a committed phase (it never ends), or if `sums` does not match
-    /// the blocks.
-    pub fn finish_phase(&mut self, sums: &[f64]) {
+    /// # Errors
+    /// [`Error::Protocol`] without a planned phase, for a committed phase (it never ends), or if
+    /// `sums` does not match the blocks; the policy is then unchanged.
+    pub fn finish_phase(&mut self, sums: &[RewardSum]) -> Result<()> {
+        let Some(planned) = &self.current else {
+            return Err(Error::Protocol("finish_phase without plan_phase".into()));
+        };
+        if planned.plan.commit {
+            return Err(Error::Protocol("a committed phase never ends".into()));
+        }
+        if sums.len() != planned.plan.blocks.len() {
+            return Err(Error::Protocol(format!(
+                "{} sums for a phase of {} blocks (one sum per block)",
+                sums.len(),
+                planned.plan.blocks.len()
+            )));
+        }
+        let bd = self.gate.boundary();
+        for (i, (s, &(arm, n))) in sums.iter().zip(&planned.plan.blocks).enumerate() {
+            if s.n() != n || !s.is_within(&bd) {
+                return Err(Error::Protocol(format!(
+                    "block {i} (arm {arm}) needs a sum of {n} rewards inside [{}, {}]; got {} rewards in [{}, {}]",
+                    bd.lo,
+                    bd.hi,
+                    s.n(),
+                    s.range().0,
+                    s.range().1
+                )));
+            }
+        }
         let cur = self
             .current
             .take()
-            .expect("finish_phase without plan_phase");
-        assert!(!cur.plan.commit, "a committed phase never ends");
-        assert_eq!(sums.len(), cur.plan.blocks.len(), "one sum per block");
+            .ok_or_else(|| Error::Protocol("no phase".into()))?;
         let r = cur.plan.rank;
         let pos = |arm: usize| self.active.iter().position(|&a| a == arm).expect("active");
         let mut v = DMatrix::<f64>::zeros(r, r);
@@ -800,18 +852,17 @@ impl PhasedElimination {
             .iter()
             .map(|&(arm, _)| &cur.coords[pos(arm)])
             .collect();
-        for ((&(_, n), &s), x) in cur.plan.blocks.iter().zip(sums).zip(&support) {
-            let s = match self.cfg.boundary() {
-                Some(bd) => bd.clip_sum(s, n),
-                None => s,
-            };
+        for ((&(_, n), s), x) in cur.plan.blocks.iter().zip(sums).zip(&support) {
+            let s = s.sum();
             v.ger(n as f64, x, x, 1.0);
             b.axpy(s, x, 1.0);
         }
-        let chol = v
-            .clone()
-            .cholesky()
-            .expect("the support of a design spans its space");
+        let chol = v.clone().cholesky().ok_or_else(|| {
+            Error::Config(format!(
+                "phase {}: the information matrix of the design is numerically singular",
+                self.phase
+            ))
+        })?;
         let mut theta = chol.solve(&b);
         let g2 = cur
             .coords
@@ -828,7 +879,7 @@ impl PhasedElimination {
                     NoiseCalibration::Literal => lit,
                 };
                 let cal = 2.0 * s2.sqrt();
-                let mech = GaussianMechanism::for_zcdp(cal, rho).expect("validated");
+                let mech = GaussianMechanism::for_zcdp(cal, rho)?;
                 let n = self.gaussian_vec(r, mech.sigma());
                 // V^{-1/2} by the symmetric eigendecomposition of V.
                 let eig = v.clone().symmetric_eigen();
@@ -846,7 +897,7 @@ impl PhasedElimination {
                 (mech.sigma(), cal, true_s)
             }
             NoisePlacement::PerArmSums => {
-                let mech = GaussianMechanism::for_zcdp(2.0, rho).expect("validated");
+                let mech = GaussianMechanism::for_zcdp(2.0, rho)?;
                 let mut w = DVector::<f64>::zeros(r);
                 for x in &support {
                     let xi: f64 = StandardNormal.sample(&mut self.noise);
@@ -861,7 +912,7 @@ impl PhasedElimination {
                         .iter()
                         .map(|x| chol.solve(*x).norm())
                         .fold(0.0, f64::max);
-                let mech = GaussianMechanism::for_zcdp(s, rho).expect("validated");
+                let mech = GaussianMechanism::for_zcdp(s, rho)?;
                 theta += self.gaussian_vec(r, mech.sigma());
                 (mech.sigma(), s, s)
             }
@@ -897,6 +948,7 @@ impl PhasedElimination {
         });
         self.active = survivors;
         self.phase = cur.plan.phase;
+        Ok(())
     }
 
     fn gaussian_vec(&mut self, r: usize, sigma: f64) -> DVector<f64> {

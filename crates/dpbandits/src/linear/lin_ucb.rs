@@ -26,7 +26,8 @@ use super::{LinearPolicy, LinearPolicyConfig};
 use crate::config::{AlgorithmInfo, Setting};
 use crate::error::{Error, Result, check};
 use crate::finite::{Pull, argmax};
-use crate::privacy::{PrivacyGuarantee, RewardBoundary};
+use crate::privacy::{PrivacyGuarantee, RewardBoundary, RewardSum};
+use crate::protocol::Gate;
 use nalgebra::DVector;
 use serde::Deserialize;
 
@@ -142,6 +143,7 @@ pub struct LinUcb {
     u: Vec<f64>,
     /// Scratch: indices of the arms.
     index: Vec<f64>,
+    gate: Gate,
 }
 
 impl LinUcb {
@@ -177,7 +179,9 @@ impl LinUcb {
         for i in 0..d {
             vinv[i * d + i] = 1.0 / cfg.lambda;
         }
+        check::arms("K", arms.len())?;
         Ok(LinUcb {
+            gate: Gate::new(RewardBoundary::numeric()),
             cfg,
             d,
             index: vec![0.0; arms.len()],
@@ -221,10 +225,16 @@ impl LinearPolicy for LinUcb {
     fn guarantee(&self) -> PrivacyGuarantee {
         PrivacyGuarantee::non_private()
     }
-    fn boundary(&self) -> Option<RewardBoundary> {
-        None
+    fn boundary(&self) -> RewardBoundary {
+        self.gate.boundary()
     }
     fn choose(&mut self, _t: u64) -> Result<Pull> {
+        if let Some(c) = self.gate.open() {
+            return Ok(Pull {
+                arm: c.arm,
+                steps: c.left,
+            });
+        }
         let beta = self.radius();
         for i in 0..self.index.len() {
             let mean: f64 = self
@@ -235,12 +245,21 @@ impl LinearPolicy for LinUcb {
                 .sum();
             self.index[i] = mean + beta * self.quad(i).max(0.0).sqrt();
         }
-        Ok(Pull {
-            arm: argmax(self.index.iter().copied()),
-            steps: 1,
-        })
+        let arm = argmax(self.index.iter().copied());
+        self.gate.commit(arm, 1);
+        Ok(Pull { arm, steps: 1 })
     }
-    fn observe_batch(&mut self, arm: usize, n: u64, sum: f64) {
+    fn observe_batch(&mut self, arm: usize, sum: &RewardSum) -> Result<()> {
+        let n = sum.n();
+        let sum = self.gate.admit_sum(arm, sum)?;
+        self.update(arm, n, sum);
+        Ok(())
+    }
+}
+
+impl LinUcb {
+    /// `n` rank-one updates with arm `arm` and the rewards' sum.
+    fn update(&mut self, arm: usize, n: u64, sum: f64) {
         // One reward per round; a batch of n pulls of one arm is n identical rank-one updates
         // with the rewards' sum (exact for the estimate: V and b only see a a^T n and a sum).
         let d = self.d;
@@ -291,7 +310,7 @@ mod tests {
         let mut v = nalgebra::DMatrix::<f64>::identity(2, 2);
         let mut b = DVector::<f64>::zeros(2);
         for &(i, r) in &plays {
-            p.observe_batch(i, 1, r);
+            p.update(i, 1, r);
             v += &a[i] * a[i].transpose();
             b += &a[i] * r;
         }
@@ -318,7 +337,7 @@ mod tests {
         for t in 0..5000 {
             let a = p.choose(t).unwrap().arm;
             let r = env.pull(a);
-            p.observe_batch(a, 1, r);
+            p.observe_batch(a, &p.boundary().drawn_sum(r, 1)).unwrap();
             pulls[a] += 1;
         }
         assert!(pulls[0] > 4000, "{pulls:?}");

@@ -46,7 +46,7 @@ pub use sim::{LinearCell, simulate_linear};
 
 use crate::error::Result;
 use crate::finite::{Environment, Pull};
-use crate::privacy::{PrivacyGuarantee, RewardBoundary};
+use crate::privacy::{PrivacyGuarantee, RewardBoundary, RewardSum};
 use nalgebra::DVector;
 use std::fmt::Debug;
 
@@ -71,18 +71,23 @@ pub trait LinearEnvConfig: Send + Sync + Debug {
 pub trait LinearPolicy: Send + Debug {
     /// The privacy claim.
     fn guarantee(&self) -> PrivacyGuarantee;
-    /// The boundary every reward is clipped to before it enters a statistic (`None`: no
-    /// clipping).
-    fn boundary(&self) -> Option<RewardBoundary>;
+    /// The boundary every reward passes ([`crate::protocol`]): the privacy boundary of a private
+    /// policy, [`RewardBoundary::numeric`] for a non-private one.
+    fn boundary(&self) -> RewardBoundary;
     /// The next commitment; `t` = rounds played. Calling it again before the commitment is
     /// observed in full returns the rest of it.
     ///
     /// # Errors
     /// A numerical failure of the algorithm (e.g. a singular design).
     fn choose(&mut self, t: u64) -> Result<Pull>;
-    /// The sum of `n` rewards of `arm`, inside the current commitment (each clipped at the
-    /// boundary).
-    fn observe_batch(&mut self, arm: usize, n: u64, sum: f64);
+    /// A sum of rewards of the committed `arm`, inside the current commitment
+    /// ([`crate::protocol`]: off-policy or out-of-order observations are refused and change
+    /// nothing).
+    ///
+    /// # Errors
+    /// [`crate::Error::Protocol`] for another arm, no open commitment, more rounds than are left,
+    /// or a sum built by a boundary wider than [`LinearPolicy::boundary`].
+    fn observe_batch(&mut self, arm: usize, sum: &RewardSum) -> Result<()>;
 }
 
 /// A validated linear-bandit policy configuration (one cell of a sweep).

@@ -36,6 +36,11 @@ pub fn simulate_linear(
     let cps = grid.points();
     assert_eq!(out.len(), cps.len());
     let horizon = grid.horizon();
+    let (lo, hi) = env.reward_range();
+    let clip_each = policy
+        .guarantee()
+        .boundary
+        .filter(|b| !b.contains_range(lo, hi));
     let boundary = policy.boundary();
     let (mut t, mut regret, mut ci) = (0u64, 0.0f64, 0usize);
     while t < horizon {
@@ -52,11 +57,12 @@ pub fn simulate_linear(
             // Truncated or last commitment: nothing after the horizon is released.
             break;
         }
-        let sum = match boundary {
-            Some(b) => (0..steps).map(|i| b.clip(env.pull(arm, t0 + i))).sum(),
-            None => env.pull_sum(arm, t0, steps),
+        let sum = match clip_each {
+            Some(b) => b.sum_of((0..steps).map(|i| env.pull(arm, t0 + i)))?,
+            // The environment's range lies inside the policy's boundary.
+            None => boundary.drawn_sum(env.pull_sum(arm, t0, steps), steps),
         };
-        policy.observe_batch(arm, steps, sum);
+        policy.observe_batch(arm, &sum)?;
     }
     Ok(())
 }

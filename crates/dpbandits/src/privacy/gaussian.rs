@@ -5,9 +5,12 @@
 //! `sigma^2 = s^2 / (2 rho)` is rho-zCDP (Bun & Steinke 2016, Prop. 1.6; Azize & Basu 2024,
 //! Thm 18 with `b = 1/(2 rho)`). The privacy map is `rho(s) = s^2 / (2 sigma^2)`.
 //!
-//! [`GaussianMechanism::for_zcdp`] computes `sigma = s / sqrt(2 rho)` and then moves `sigma` up
-//! one ulp at a time until the map evaluated in floating point is `<= rho` (OpenDP's convention of
-//! rounding towards more privacy), so the stated budget is never exceeded by rounding.
+//! [`GaussianMechanism::for_zcdp`] computes `sigma = s / sqrt(2) / sqrt(rho)` (no intermediate
+//! `2 rho` that could overflow) and then moves `sigma` up one ulp at a time, at most
+//! [`MAX_ROUNDING_STEPS`] times, until the map evaluated in floating point is `<= rho` (OpenDP's
+//! convention of rounding towards more privacy), so the stated budget is never exceeded by
+//! rounding. A `(sensitivity, rho)` pair whose noise scale is not a positive finite double is
+//! refused.
 //!
 //! # Released statistics
 //! [`NoisyMean`] is the only way a private policy in this crate obtains a mean: it can only be built
@@ -15,7 +18,10 @@
 //! holds by construction. Policies cache the released value and never sample it again
 //! (spec zcdp §2.5).
 
-use super::RewardBoundary;
+use super::{RewardBoundary, RewardSum};
+
+/// The most ulps a calibration moves its noise scale up before giving up (it needs one or two).
+pub const MAX_ROUNDING_STEPS: usize = 64;
 use crate::error::{Error, Result};
 use rand::Rng;
 use rand_distr::{Distribution, StandardNormal};
@@ -50,11 +56,24 @@ impl GaussianMechanism {
         if rho.is_infinite() || sensitivity == 0.0 {
             return Ok(GaussianMechanism { sigma: 0.0 });
         }
-        let mut sigma = sensitivity / (2.0 * rho).sqrt();
-        while zcdp_loss(sensitivity, sigma) > rho {
+        let mut sigma = sensitivity / std::f64::consts::SQRT_2 / rho.sqrt();
+        for _ in 0..MAX_ROUNDING_STEPS {
+            if !(sigma.is_finite() && sigma > 0.0) {
+                break;
+            }
+            if zcdp_loss(sensitivity, sigma) <= rho {
+                return Ok(GaussianMechanism { sigma });
+            }
             sigma = sigma.next_up();
         }
-        Ok(GaussianMechanism { sigma })
+        Err(Error::param(
+            "rho",
+            rho,
+            format!(
+                "a budget whose noise scale sensitivity/sqrt(2 rho) (sensitivity {sensitivity}) \
+                 is a positive finite number"
+            ),
+        ))
     }
 
     /// Build from an explicit standard deviation (for variants whose calibration is computed elsewhere).
@@ -90,23 +109,39 @@ impl GaussianMechanism {
         value + self.sigma * z
     }
 
-    /// Release the mean of `n` rewards whose (already clipped) sum is `sum`, under `boundary`.
-    /// The sum is clipped again to `[n lo, n hi]`, so the sensitivity `(hi - lo)/n` holds whatever
-    /// the caller passed.
+    /// Release the mean of the rewards of `sum` (a [`RewardSum`]: every reward already admitted
+    /// by a boundary, so the mean's L2-sensitivity is `(hi - lo)/n` by construction).
+    ///
+    /// # Errors
+    /// A sum of no rewards (its mean is undefined), or a sum whose rewards are not inside
+    /// `boundary` (the range this mechanism's calibration assumed).
     pub fn release_mean(
         &self,
-        sum: f64,
-        n: u64,
+        sum: &RewardSum,
         boundary: &RewardBoundary,
         rng: &mut (impl Rng + ?Sized),
-    ) -> NoisyMean {
-        debug_assert!(n > 0);
-        let mean = boundary.clip_sum(sum, n) / n as f64;
-        NoisyMean {
+    ) -> Result<NoisyMean> {
+        let n = sum.n();
+        if n == 0 {
+            return Err(Error::param(
+                "n",
+                0,
+                "at least one reward in a released mean",
+            ));
+        }
+        if !sum.is_within(boundary) {
+            let (lo, hi) = sum.range();
+            return Err(Error::Protocol(format!(
+                "a sum of rewards in [{lo}, {hi}] cannot be released under the boundary [{}, {}]",
+                boundary.lo, boundary.hi
+            )));
+        }
+        let mean = sum.sum() / n as f64;
+        Ok(NoisyMean {
             value: self.release(mean, rng),
             samples: n,
             sigma: self.sigma,
-        }
+        })
     }
 }
 
@@ -118,7 +153,8 @@ fn zcdp_loss(sensitivity: f64, sigma: f64) -> f64 {
         f64::INFINITY
     } else {
         let r = sensitivity / sigma;
-        r * r / 2.0
+        // (r/2) r equals r^2/2 exactly (halving is exact) and does not overflow for r < 2^512.
+        (0.5 * r) * r
     }
 }
 
@@ -212,13 +248,40 @@ mod tests {
         assert!((ratio - 1.0).abs() < 0.02, "ratio {ratio}");
     }
 
+    /// C3: the sum-based API takes only boundary-built sums: one out-of-range reward moves the
+    /// release by at most (hi - lo)/n, and a sum of no rewards or of a wider range is refused.
     #[test]
-    fn release_mean_clips_the_sum() {
+    fn release_mean_takes_boundary_built_sums() {
         let m = GaussianMechanism::for_zcdp(1.0, f64::INFINITY).unwrap();
         let b = RewardBoundary::unit(BoundaryMode::Clip);
         let mut rng = stream_rng(1, Stream::Noise, &[]);
-        assert_eq!(m.release_mean(7.0, 4, &b, &mut rng).value(), 1.0);
-        assert_eq!(m.release_mean(2.0, 4, &b, &mut rng).value(), 0.5);
+        let zeros = b.sum_of([0.0; 100]).unwrap();
+        let mut one_huge = [0.0; 100];
+        one_huge[0] = 1e6;
+        let huge = b.sum_of(one_huge).unwrap();
+        let r0 = m.release_mean(&zeros, &b, &mut rng).unwrap().value();
+        let r1 = m.release_mean(&huge, &b, &mut rng).unwrap().value();
+        assert_eq!(r0, 0.0);
+        assert!((r1 - r0 - 0.01).abs() < 1e-15, "{r1}");
+        assert!(m.release_mean(&b.empty_sum(), &b, &mut rng).is_err());
+        let wide = RewardBoundary::new(0.0, 2.0, BoundaryMode::Clip).unwrap();
+        let e = m.release_mean(&wide.sum_of([2.0]).unwrap(), &b, &mut rng);
+        assert!(matches!(e, Err(Error::Protocol(_))), "{e:?}");
+    }
+
+    /// C1 / M1: extreme budgets end at once, with an error or a finite calibration.
+    #[test]
+    fn extreme_budgets_end_with_a_finite_scale_or_an_error() {
+        for rho in [1e308, 9e307] {
+            let m = GaussianMechanism::for_zcdp(1.0, rho).unwrap();
+            assert!(m.sigma() > 0.0 && m.sigma().is_finite() && m.zcdp_map(1.0) <= rho);
+        }
+        // 2 rho overflows in the privacy map: refused rather than looping (C1 hung here).
+        if let Ok(m) = GaussianMechanism::for_zcdp(1.0, f64::MAX) {
+            assert!(m.zcdp_map(1.0) <= f64::MAX);
+        }
+        assert!(GaussianMechanism::for_zcdp(1e300, 1e-300).is_err());
+        assert!(GaussianMechanism::for_zcdp(f64::MIN_POSITIVE, f64::MAX).is_err());
     }
 
     proptest! {

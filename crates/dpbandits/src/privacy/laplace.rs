@@ -5,9 +5,16 @@
 //! epsilon-DP (Dwork, McSherry, Nissim & Smith 2006; Dwork & Roth 2014, Thm 3.6). Its privacy map is
 //! `epsilon(s) = s / b`; as zCDP it is `epsilon^2 / 2`-zCDP (Bun & Steinke 2016, Prop. 1.4).
 //!
-//! [`LaplaceMechanism::for_pure_dp`] rounds `b` up (one ulp at a time) until the map evaluated in
-//! floating point is `<= epsilon`.
+//! [`LaplaceMechanism::for_pure_dp`] rounds `b` up (one ulp at a time, a bounded number of times)
+//! until the map evaluated in floating point is `<= epsilon`, and refuses a pair whose scale is not
+//! a positive finite double (`for_pure_dp(f64::MAX, 0.5)`).
+//!
+//! # Security
+//! [`sample_standard_laplace`] is an inverse-CDF sampler on one uniform double: its support is
+//! bounded (about +-37) and its values fall on a grid whose gaps leak (Mironov 2012). It is
+//! **simulation-grade**.
 
+use super::{RewardBoundary, RewardSum};
 use crate::error::{Error, Result};
 use rand::{Rng, RngExt};
 
@@ -42,10 +49,23 @@ impl LaplaceMechanism {
             return Ok(LaplaceMechanism { scale: 0.0 });
         }
         let mut scale = sensitivity / epsilon;
-        while sensitivity / scale > epsilon {
+        for _ in 0..super::gaussian::MAX_ROUNDING_STEPS {
+            if !(scale.is_finite() && scale > 0.0) {
+                break;
+            }
+            if sensitivity / scale <= epsilon {
+                return Ok(LaplaceMechanism { scale });
+            }
             scale = scale.next_up();
         }
-        Ok(LaplaceMechanism { scale })
+        Err(Error::param(
+            "epsilon",
+            epsilon,
+            format!(
+                "a budget whose noise scale sensitivity/epsilon (sensitivity {sensitivity}) is a \
+                 positive finite number"
+            ),
+        ))
     }
 
     /// Build from an explicit scale `b >= 0`.
@@ -78,6 +98,34 @@ impl LaplaceMechanism {
         e * e / 2.0
     }
 
+    /// Release the mean of the rewards of `sum` plus `Lap(b)`: a [`RewardSum`] was built by a
+    /// boundary, so the mean's L1-sensitivity is `(hi - lo)/n` by construction.
+    ///
+    /// # Errors
+    /// A sum of no rewards, or one whose rewards are not inside `boundary`.
+    pub fn release_mean(
+        &self,
+        sum: &RewardSum,
+        boundary: &RewardBoundary,
+        rng: &mut (impl Rng + ?Sized),
+    ) -> Result<f64> {
+        if sum.n() == 0 {
+            return Err(Error::param(
+                "n",
+                0,
+                "at least one reward in a released mean",
+            ));
+        }
+        if !sum.is_within(boundary) {
+            let (lo, hi) = sum.range();
+            return Err(Error::Protocol(format!(
+                "a sum of rewards in [{lo}, {hi}] cannot be released under the boundary [{}, {}]",
+                boundary.lo, boundary.hi
+            )));
+        }
+        Ok(self.release(sum.sum() / sum.n() as f64, rng))
+    }
+
     /// Release `value + Lap(b)` (inverse-CDF sampling from one uniform).
     #[inline]
     pub fn release(&self, value: f64, rng: &mut (impl Rng + ?Sized)) -> f64 {
@@ -102,6 +150,15 @@ mod tests {
     use super::*;
     use crate::rng::{Stream, stream_rng};
     use proptest::prelude::*;
+
+    /// M1: infinite scales are refused.
+    #[test]
+    fn infinite_scales_are_refused() {
+        assert!(LaplaceMechanism::for_pure_dp(f64::MAX, 0.5).is_err());
+        assert!(LaplaceMechanism::for_pure_dp(1.0, 5e-324).is_err());
+        let m = LaplaceMechanism::for_pure_dp(1.0, f64::MAX).unwrap();
+        assert!(m.scale() > 0.0 && m.epsilon_map(1.0) <= f64::MAX);
+    }
 
     #[test]
     fn calibration_and_errors() {

@@ -21,7 +21,7 @@ mod laplace;
 mod randomized_response;
 
 pub use accountant::{PrivacyAccountant, add_up};
-pub use boundary::{BoundaryMode, RewardBoundary};
+pub use boundary::{BoundaryMode, MAX_ABS_REWARD, RewardBoundary, RewardSum};
 pub use conversion::{
     ZcdpConversion, bun_steinke_epsilon, cks_delta, pure_to_zcdp, zcdp_to_approx_dp,
 };
@@ -31,6 +31,8 @@ pub use randomized_response::{LocalRandomizer, PerArmChannel, RandomizedResponse
 pub(crate) use randomized_response::{channels_for, check_channel_spec};
 
 use serde::Serialize;
+
+pub use crate::error::check::{BUDGET_MAX, BUDGET_MIN, LOCAL_EPSILON_MAX};
 
 /// A privacy budget in one of the usual currencies.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]

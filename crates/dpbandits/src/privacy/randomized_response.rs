@@ -80,15 +80,11 @@ impl RandomizedResponse {
     /// so that [`Self::epsilon`] `<= eps`. `eps = inf` gives the identity channel.
     ///
     /// # Errors
-    /// `eps` must be > 0 (inf allowed), not NaN.
+    /// `eps` must be in [`super::BUDGET_MIN`, `super::LOCAL_EPSILON_MAX`], or inf.
     pub fn for_ldp(eps: f64) -> Result<Self> {
-        if eps.is_nan() || eps <= 0.0 {
-            return Err(Error::param(
-                "epsilon",
-                eps,
-                "a number > 0 (inf gives the non-private limit)",
-            ));
-        }
+        // Below BUDGET_MIN, p(eps) rounds to 1/2 (a channel that carries nothing and a debiased
+        // index of -inf); above LOCAL_EPSILON_MAX the flip is below the uniforms' resolution.
+        crate::error::check::local_epsilon("epsilon", eps, true)?;
         if eps.is_infinite() {
             return Ok(Self::identity());
         }
@@ -349,7 +345,7 @@ mod tests {
     /// above, over a wide eps range.
     #[test]
     fn likelihood_ratio_is_exactly_e_eps() {
-        for eps in [1e-3, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 8.0, 30.0] {
+        for eps in [1e-3, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 8.0, 20.0] {
             let rr = RandomizedResponse::for_ldp(eps).unwrap();
             let p = rr.p00();
             assert_eq!(rr.p00(), rr.p11());
@@ -385,12 +381,21 @@ mod tests {
     }
 
     /// Spec ldp §7.1.5 (amended): large eps never reaches p = 1, never NaN; inf is the identity.
+    /// Beyond LOCAL_EPSILON_MAX (flip probability below the uniforms' resolution) and below
+    /// BUDGET_MIN (p rounds to 1/2: an index of -inf) the channel is refused, naming epsilon.
     #[test]
     fn extreme_eps() {
-        for eps in [37.0, 40.0, 800.0, 1e300] {
+        for eps in [1e-9, 15.0, 20.0] {
             let rr = RandomizedResponse::for_ldp(eps).unwrap();
-            assert!(rr.p00() < 1.0 && !rr.p00().is_nan(), "{eps}");
+            assert!(
+                rr.p00() < 1.0 && rr.p00() > 0.5 && !rr.p00().is_nan(),
+                "{eps}"
+            );
             assert!(rr.epsilon() <= eps);
+        }
+        for eps in [1e-17, 5e-324, 20.5, 37.0, 800.0, 1e300] {
+            let e = RandomizedResponse::for_ldp(eps).unwrap_err().to_string();
+            assert!(e.starts_with("epsilon = "), "{e}");
         }
         let id = RandomizedResponse::for_ldp(f64::INFINITY).unwrap();
         assert_eq!((id.p00(), id.p11()), (1.0, 1.0));

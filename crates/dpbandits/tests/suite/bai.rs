@@ -132,7 +132,7 @@ fn engine_taus(
 ) -> Vec<f64> {
     let eng = cfg.prepare(inst.k(), delta).unwrap();
     (0..runs)
-        .map(|r| run_one(&eng, inst, 99, tag, r, u64::MAX).tau as f64)
+        .map(|r| run_one(&eng, inst, 99, tag, r, u64::MAX).unwrap().tau as f64)
         .collect()
 }
 
@@ -203,7 +203,7 @@ fn privacy_mechanics() {
     let inst = BaiInstance::new(vec![0.95, 0.9, 0.9, 0.9, 0.5]).unwrap();
     let eng = DpTtConfig::new(0.5).prepare(5, 0.01).unwrap();
     for r in 0..20 {
-        let o = run_one(&eng, &inst, 3, "pm", r, u64::MAX);
+        let o = run_one(&eng, &inst, 3, "pm", r, u64::MAX).unwrap();
         assert_eq!(o.noise_draws, o.releases.iter().sum::<u64>());
         for a in 0..5 {
             // k releases happen at counts 1, 2, ..., 2^(k-1) <= N_a < 2^k.
@@ -218,7 +218,7 @@ fn privacy_mechanics() {
     }
     // Non-private EB-TCI draws no noise; the guarantee says so.
     let e = EbTciConfig::default();
-    let o = run_one(&e.prepare(5, 0.01).unwrap(), &inst, 3, "np", 0, u64::MAX);
+    let o = run_one(&e.prepare(5, 0.01).unwrap(), &inst, 3, "np", 0, u64::MAX).unwrap();
     assert_eq!(o.noise_draws, 0);
     assert!(!e.guarantee().is_private());
     assert!(
@@ -238,7 +238,7 @@ fn reproducible_and_capped() {
     let once = |cap: u64| {
         let mut env = BernoulliArms::new(&inst, 1);
         let mut alg = eng.clone().start(2);
-        simulate_bai(&mut env, alg.as_mut(), cap)
+        simulate_bai(&mut env, alg.as_mut(), cap).unwrap()
     };
     assert_eq!(once(u64::MAX), once(u64::MAX));
     let o = once(1000);
@@ -269,7 +269,7 @@ fn error_rate_below_delta() {
                 let eng = cfg.prepare(5, 0.1).unwrap();
                 let mut errors = 0;
                 for r in 0..150 {
-                    let o = run_one(&eng, &inst, 11, &cfg.label(), r, 1 << 40);
+                    let o = run_one(&eng, &inst, 11, &cfg.label(), r, 1 << 40).unwrap();
                     assert!(!o.capped);
                     errors += u32::from(!o.correct);
                 }
@@ -360,7 +360,7 @@ fn dp_tt_needs_fewer_samples_than_adap_tt() {
         let eng = cfg.prepare(5, 0.01).unwrap();
         let mut taus: Vec<f64> = (0..100)
             .map(|r| {
-                let o = run_one(&eng, &inst, 21, &cfg.label(), r, 1 << 40);
+                let o = run_one(&eng, &inst, 21, &cfg.label(), r, 1 << 40).unwrap();
                 assert!(!o.capped && o.correct, "{}: {o:?}", cfg.label());
                 o.tau as f64
             })

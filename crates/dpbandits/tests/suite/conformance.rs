@@ -16,7 +16,7 @@ use dpbandits::config::Setting;
 use dpbandits::finite::simulate_finite;
 use dpbandits::finite::{Bernoulli, Environment};
 use dpbandits::finite::{Policy, PolicyConfig};
-use dpbandits::privacy::PrivacyGuarantee;
+use dpbandits::privacy::{BoundaryMode, PrivacyGuarantee};
 use dpbandits::registry::{Built, ENVIRONMENTS, POLICIES, PolicyEntry};
 use dpbandits::sim::{CheckpointGrid, SimMode};
 use std::path::Path;
@@ -241,7 +241,7 @@ fn trajectory(cfg: &dyn PolicyConfig, seed: u64, horizon: u64) -> Vec<usize> {
         .map(|t| {
             let a = p.choose(t).arm;
             let r = env.pull(a, t);
-            p.observe(a, r);
+            p.observe(a, r).unwrap();
             a
         })
         .collect()
@@ -273,14 +273,36 @@ fn finite_no_panic_on_edge_cases() {
             let mut p = cfg.build(k, 3).unwrap();
             let pull = p.choose(0);
             assert!(pull.arm < k && pull.steps >= 1, "{}", e.kind());
-            p.observe(pull.arm, 1.0);
-            // rewards at and beyond the bounds, step by step
+            p.observe(pull.arm, 1.0).unwrap();
+            // rewards at and beyond the bounds, step by step: NaN is always refused, infinity
+            // and 1e300 by the numeric boundary of non-private policies (audit finding: they
+            // used to poison the baselines); a refused reward changes nothing, so the same
+            // commitment is still open and takes the next reward.
             let mut p = cfg.build(k, 4).unwrap();
-            let rewards = [0.0, 1.0, 1.5, -0.5, f64::NAN, f64::INFINITY, 0.5];
+            let rewards = [0.0, 1.0, 1.5, -0.5, f64::NAN, f64::INFINITY, 1e300, 0.5];
             for t in 0..200u64 {
                 let pull = p.choose(t);
                 assert!(pull.arm < k, "{}: arm out of range", e.kind());
-                p.observe(pull.arm, rewards[t as usize % rewards.len()]);
+                let r = rewards[t as usize % rewards.len()];
+                match p.observe(pull.arm, r) {
+                    Ok(()) => assert!(!r.is_nan(), "{}: NaN admitted", e.kind()),
+                    Err(err) => {
+                        let private = p.guarantee().is_private();
+                        assert!(
+                            r.is_nan() || !private || p.boundary().mode == BoundaryMode::Reject,
+                            "{}: reward {r} refused: {err}",
+                            e.kind()
+                        );
+                        assert!(!r.is_finite() || r.abs() > 1.0, "{}: {r} refused", e.kind());
+                        assert_eq!(
+                            p.choose(t),
+                            pull,
+                            "{}: a refused reward changed the state",
+                            e.kind()
+                        );
+                        p.observe(pull.arm, 0.5).unwrap();
+                    }
+                }
             }
             let pull = p.choose(200);
             assert!(pull.arm < k);
@@ -305,14 +327,7 @@ fn finite_easy_instance_best_arm_dominates() {
             let mut env = Bernoulli::new(vec![0.1, 0.9], 1000 + run).unwrap();
             let mut p = cfg.build(2, 2000 + run).unwrap();
             let mut out = vec![0.0; grid.points().len()];
-            simulate_finite(
-                &mut env,
-                p.as_mut(),
-                &grid,
-                SimMode::Episodes,
-                None,
-                &mut out,
-            );
+            simulate_finite(&mut env, p.as_mut(), &grid, SimMode::Episodes, &mut out).unwrap();
             // regret = 0.8 * suboptimal pulls
             let sub = out[out.len() - 1] / 0.8;
             assert!(
@@ -439,7 +454,7 @@ mod contextual {
         let mut e = env.build(3, run).unwrap();
         let mut p = vec![cfg.build(env.dim(), t, run + 7).unwrap()];
         let mut out = vec![vec![0.0; grid.points().len()]];
-        simulate_contextual(e.as_mut(), &mut p, &grid, &mut out);
+        simulate_contextual(e.as_mut(), &mut p, &grid, &mut out).unwrap();
         out[0][grid.points().len() - 1]
     }
 
@@ -501,7 +516,7 @@ mod bai {
                 let go = || {
                     let mut env_run = env.build(1000 + run);
                     let mut alg = engine.clone().start(2000 + run);
-                    simulate_bai(env_run.as_mut(), alg.as_mut(), 1_000_000_000)
+                    simulate_bai(env_run.as_mut(), alg.as_mut(), 1_000_000_000).unwrap()
                 };
                 let (a, b) = (go(), go());
                 assert_eq!(a, b, "{}: same seeds, different outcomes", e.kind());
@@ -537,7 +552,7 @@ mod bai {
             // A cap of one sample ends the run at once, capped, with a valid recommendation.
             let engine = cfg.prepare(2, 0.1).unwrap();
             let env = BaiBernoulliConfig::new(vec![0.6, 0.4], 0.1).unwrap();
-            let o = simulate_bai(env.build(1).as_mut(), engine.start(2).as_mut(), 1);
+            let o = simulate_bai(env.build(1).as_mut(), engine.start(2).as_mut(), 1).unwrap();
             assert!(o.recommendation < 2, "{}", e.kind());
             assert!(o.tau <= 2, "{}: tau {} past a cap of 1", e.kind(), o.tau);
         }

@@ -35,7 +35,7 @@ where
         each(t, &before, p);
         regret += env.best_mean() - env.means()[i];
         let r = env.reward(i);
-        p.observe(&acts, i, r);
+        p.observe(&acts, i, r).unwrap();
     }
     regret
 }
@@ -142,8 +142,8 @@ fn adac_oful_with_infinite_rho_is_rs_oful() {
         let (a1, a2) = (e1.actions(), e2.actions());
         let (i1, i2) = (rs.choose(t, &a1), ad.choose(t, &a2));
         assert_eq!(i1, i2, "round {t}");
-        rs.observe(&a1, i1, e1.reward(i1));
-        ad.observe(&a2, i2, e2.reward(i2));
+        rs.observe(&a1, i1, e1.reward(i1)).unwrap();
+        ad.observe(&a2, i2, e2.reward(i2)).unwrap();
     }
     assert_eq!(rs.theta(), ad.theta());
     assert_eq!(rs.updates(), ad.updates());
@@ -216,7 +216,7 @@ fn noise_calibration_and_cumulative_covariance() {
             if p.updates() == j {
                 break;
             }
-            p.observe(&a, i, 0.0);
+            p.observe(&a, i, 0.0).unwrap();
             t += 1;
         }
         let s = p.released_sum();
@@ -279,27 +279,43 @@ fn privacy_boundary_modes() {
         k: 2,
         features: &acts,
     };
-    let mut cfg = OfulConfig::paper(OfulKind::AdacOful, 1e30);
+    // One-action decision sets, so that the chosen action is the one we want to observe.
+    let (s0, s1) = (
+        ActionSet {
+            d: 3,
+            k: 1,
+            features: &acts[..3],
+        },
+        ActionSet {
+            d: 3,
+            k: 1,
+            features: &acts[3..],
+        },
+    );
+    let play = |p: &mut OfulPolicy<3>, t: u64, set: &ActionSet<'_>, r: f64| {
+        let i = p.choose(t, set);
+        p.observe(set, i, r).unwrap();
+    };
+    let mut cfg = OfulConfig::paper(OfulKind::AdacOful, 1e9);
     let mut g = OfulPolicy::<3>::new(cfg.clone(), 100, 1).unwrap();
-    g.observe(&a, 0, 5.0);
-    g.observe(&a, 1, -3.0);
+    play(&mut g, 0, &s0, 5.0);
+    play(&mut g, 1, &s1, -3.0);
     cfg.mode = PrivacyMode::Reproduction;
     let mut rp = OfulPolicy::<3>::new(cfg.clone(), 100, 1).unwrap();
-    rp.observe(&a, 0, 5.0);
-    rp.observe(&a, 1, -3.0);
-    let a0 = [0u64; 6];
-    let _ = a0;
-    // Force a release by choosing (det grew by far more than 1 + C).
+    play(&mut rp, 0, &s0, 5.0);
+    play(&mut rp, 1, &s1, -3.0);
     let _ = g.choose(2, &a);
     let _ = rp.choose(2, &a);
-    // guaranteed: 2 * (1/2) * 1 + 0.5 * (-1) = 0.5; reproduction: 2 * 5 + 0.5 * (-3) = 8.5.
+    // The choice at t = 1 released the first episode (det grew by far more than 1 + C): the
+    // contribution of a = (2, 0, 0) with r = 5. Guaranteed: 2 * (1/2) * clip(5) = 1;
+    // reproduction: 2 * 5 = 10. (rho = 1e9: noise sd 4.5e-5.)
     assert!(
-        (g.released_sum()[0] - 0.5).abs() < 1e-9,
+        (g.released_sum()[0] - 1.0).abs() < 1e-3,
         "{:?}",
         g.released_sum()
     );
     assert!(
-        (rp.released_sum()[0] - 8.5).abs() < 1e-9,
+        (rp.released_sum()[0] - 10.0).abs() < 1e-3,
         "{:?}",
         rp.released_sum()
     );

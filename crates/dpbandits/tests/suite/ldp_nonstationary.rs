@@ -35,7 +35,7 @@ fn actions(env: &mut dyn Environment, p: &mut dyn Policy, horizon: u64) -> Vec<u
         .map(|t| {
             let a = p.choose(t).arm;
             let r = env.pull(a, t);
-            p.observe(a, r);
+            p.observe(a, r).unwrap();
             a
         })
         .collect()
@@ -79,16 +79,15 @@ fn sw_klucb_cf_with_full_window_equals_kl_ucb_cf() {
 }
 
 /// Spec ldp §7.4.1: with eps = inf (identity channel) SW-KLUCB-CF equals SW-kl-UCB on raw rewards
-/// (same f(t ^ w)); SW-kl-UCB computes its index independently of the CF code. Also at eps = 40,
-/// where p = 1 - 2^-53: a flip has probability 2^-53 per reward, so over these 3 x 8000 rounds the
-/// chance of a difference is < 1e-11.
+/// (same f(t ^ w)); SW-kl-UCB computes its index independently of the CF code. (Finite eps above
+/// `LOCAL_EPSILON_MAX` = 20, where the simulated flip would fall below the uniforms' resolution,
+/// is refused: `bad_input_errors_name_field_and_value`.)
 #[test]
 fn sw_klucb_cf_with_infinite_eps_equals_sw_kl_ucb() {
     let horizon = 8000;
     for w in [1u64, 2, 50, 400, 3000] {
         let raw = SwKlUcbConfig { window: w, c: 3.0 };
         same_actions(&CfConfig::sw_klucb_cf(f64::INFINITY, w), &raw, horizon, 3);
-        same_actions(&CfConfig::sw_klucb_cf(40.0, w), &raw, horizon, 3);
     }
 }
 
@@ -142,8 +141,8 @@ fn decreasing_channel_metamorphic() {
             assert_eq!(b.choose(t).arm, arm, "t = {t}");
             let bit = env.pull(arm, t) > 0.5;
             let f = f64::from(u8::from(dec.respond(bit, &mut coins)));
-            a.observe(arm, f);
-            b.observe(arm, 1.0 - f);
+            a.observe(arm, f).unwrap();
+            b.observe(arm, 1.0 - f).unwrap();
         }
     }
 }
@@ -169,7 +168,7 @@ fn sliding_window_recovers_after_breakpoints() {
             let mut env = rotating(horizon, 40 + run);
             let mut p = cfg.build(3, 50 + run).unwrap();
             let mut out = vec![0.0; 2];
-            simulate_finite(&mut env, p.as_mut(), &grid, SimMode::Steps, None, &mut out);
+            simulate_finite(&mut env, p.as_mut(), &grid, SimMode::Steps, &mut out).unwrap();
             totals[i] += out[1] - out[0];
         }
     }
@@ -213,7 +212,7 @@ proptest! {
             for e in p.indexes(t) {
                 prop_assert!(!e.3.is_nan());
             }
-            p.observe(a, f64::from(rng.random::<bool>()));
+            p.observe(a, f64::from(rng.random::<bool>())).unwrap();
             prop_assert_eq!(p.counts().iter().sum::<u64>(), (t + 1).min(w));
         }
     }
@@ -289,7 +288,25 @@ fn bad_input_errors_name_field_and_value() {
     let e = plan_error(&format!(
         "{HEAD}{ok_env}[[policy]]\nkind = \"kl_ucb_cf\"\nepsilon = 0.0\n"
     ));
-    assert!(e.contains("epsilon = 0: expected a number > 0"), "{e}");
+    assert!(
+        e.contains("epsilon = 0: expected a number in [1e-9, 20]"),
+        "{e}"
+    );
+    // Audit finding C2: LDP-UCB-B at eps = 100 silently became a fair coin; now refused.
+    let e = plan_error(&format!(
+        "{HEAD}{ok_env}[[policy]]\nkind = \"ldp_ucb\"\nmechanism = \"bernoulli\"\nepsilon = 100.0\n"
+    ));
+    assert!(
+        e.contains("epsilon = 100: expected a number in [1e-9, 20]"),
+        "{e}"
+    );
+    let e = plan_error(&format!(
+        "{HEAD}{ok_env}[[policy]]\nkind = \"kl_ucb_cf\"\nepsilon = 40.0\n"
+    ));
+    assert!(
+        e.contains("epsilon = 40: expected a number in [1e-9, 20]"),
+        "{e}"
+    );
 }
 
 /// A corrupt-feedback environment: the step loop sees bits whose mean is g(mu); regret is on the

@@ -4,7 +4,7 @@
 use dpbandits::finite::Bernoulli;
 use dpbandits::finite::simulate_finite;
 use dpbandits::finite::{Policy, PolicyConfig, Pull};
-use dpbandits::privacy::PrivacyGuarantee;
+use dpbandits::privacy::{PrivacyGuarantee, RewardBoundary, RewardSum};
 use dpbandits::registry;
 use dpbandits::sim::{CheckpointGrid, SimMode};
 
@@ -26,11 +26,14 @@ impl Policy for Counting {
         self.calls += 1;
         self.inner.choose(t)
     }
-    fn observe(&mut self, arm: usize, reward: f64) {
+    fn observe(&mut self, arm: usize, reward: f64) -> dpbandits::Result<()> {
         self.inner.observe(arm, reward)
     }
-    fn observe_batch(&mut self, arm: usize, n: u64, sum: f64) {
-        self.inner.observe_batch(arm, n, sum)
+    fn observe_batch(&mut self, arm: usize, sum: &RewardSum) -> dpbandits::Result<()> {
+        self.inner.observe_batch(arm, sum)
+    }
+    fn boundary(&self) -> RewardBoundary {
+        self.inner.boundary()
     }
 }
 
@@ -60,7 +63,7 @@ fn phased_policies_use_the_episode_fast_path() {
             calls: 0,
         };
         let mut out = vec![0.0; grid.points().len()];
-        simulate_finite(&mut env, &mut p, &grid, SimMode::Episodes, None, &mut out);
+        simulate_finite(&mut env, &mut p, &grid, SimMode::Episodes, &mut out).unwrap();
         assert!(
             p.calls <= max_calls,
             "{kind}: {} choose calls at T = 1e7",
@@ -88,7 +91,7 @@ fn fast_path_and_step_loop_agree() {
         let mut steps = Vec::with_capacity(horizon as usize);
         for t in 0..horizon {
             let arm = a.choose(t).arm;
-            a.observe(arm, f64::from(reward(arm, t)));
+            a.observe(arm, f64::from(reward(arm, t))).unwrap();
             steps.push(arm);
         }
         // fast path
@@ -98,8 +101,11 @@ fn fast_path_and_step_loop_agree() {
         while t < horizon {
             let pull = b.choose(t);
             let n = pull.steps.min(horizon - t);
-            let sum: u64 = (t..t + n).map(|s| u64::from(reward(pull.arm, s))).sum();
-            b.observe_batch(pull.arm, n, sum as f64);
+            let sum = b
+                .boundary()
+                .sum_of((t..t + n).map(|s| f64::from(reward(pull.arm, s))))
+                .unwrap();
+            b.observe_batch(pull.arm, &sum).unwrap();
             fast.extend(std::iter::repeat_n(pull.arm, n as usize));
             t += n;
         }
