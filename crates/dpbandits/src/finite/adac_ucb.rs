@@ -95,6 +95,9 @@ pub struct AdaCUcbConfig {
     /// Set by the registry: whether this is the non-private `adaptive_ucb` entry.
     #[serde(skip)]
     pub non_private_kind: bool,
+    /// A deliberately broken variant (auditor mutation tests only; never deserialized).
+    #[serde(skip)]
+    pub(crate) mutant: Option<crate::privacy::AuditMutant>,
 }
 
 fn one() -> f64 {
@@ -110,6 +113,7 @@ impl AdaCUcbConfig {
             init_count: InitCount::Literal,
             boundary: BoundaryMode::Clip,
             non_private_kind: false,
+            mutant: None,
         }
     }
 
@@ -155,7 +159,10 @@ impl PolicyConfig for AdaCUcbConfig {
         p
     }
     fn guarantee(&self) -> PrivacyGuarantee {
-        guarantee(self.rho, self.boundary, self.init_count)
+        crate::privacy::mutant_guarantee(
+            guarantee(self.rho, self.boundary, self.init_count),
+            self.mutant,
+        )
     }
     fn build(&self, k: usize, seed: u64) -> Result<Box<dyn Policy>> {
         Ok(Box::new(AdaCUcb::new(k, self.clone(), seed)?))
@@ -199,6 +206,11 @@ pub struct AdaCUcb {
     episode: Option<Episode>,
     noise: SimRng,
     releases: u64,
+    /// Raw (sum, count, index count) of each arm's last release: read only by the auditor's
+    /// mutants (the correct policy never touches a raw sum after its release).
+    raw: Vec<(f64, u64, f64)>,
+    /// Running sum of every clipped reward of each arm (mutant `ForgetlessReleases` only).
+    all_sums: Vec<f64>,
 }
 
 impl AdaCUcb {
@@ -215,6 +227,8 @@ impl AdaCUcb {
             episode: None,
             noise: crate::rng::noise_rng(seed),
             releases: 0,
+            raw: vec![(0.0, 0, 1.0); k],
+            all_sums: vec![0.0; k],
         })
     }
 
@@ -250,15 +264,14 @@ impl AdaCUcb {
         let a = ep.arm;
         self.pulls[a] += ep.len;
         let n = self.index_count(ep.len, self.pulls[a]);
-        self.released[a] = Some(if self.is_private() {
-            // Calibrate for sensitivity 1/n with n <= L: at least the noise the true sensitivity
-            // 1/L needs.
-            let mech = GaussianMechanism::for_zcdp(self.boundary.width() / n, self.cfg.rho)
-                .expect("rho validated, n > 0");
-            mech.release_mean(ep.sum, ep.len, &self.boundary, &mut self.noise)
-        } else {
-            NoisyMean::non_private(ep.sum, ep.len)
-        });
+        self.all_sums[a] += ep.sum;
+        self.raw[a] = (ep.sum, ep.len, n);
+        if self.cfg.mutant == Some(crate::privacy::AuditMutant::ForgetlessReleases) {
+            // MUTANT: the running mean of every reward of the arm, calibrated as a single release.
+            self.raw[a] = (self.all_sums[a], self.pulls[a], self.pulls[a] as f64);
+        }
+        let (sum, len, n_release) = self.raw[a];
+        self.released[a] = Some(self.release(sum, len, n_release));
         let rho_term = if self.cfg.rho.is_infinite() {
             0.0
         } else {
@@ -267,6 +280,19 @@ impl AdaCUcb {
         self.bonus_coeff[a] = (1.0 / (2.0 * n) + rho_term) * self.cfg.beta;
         self.releases += 1;
         self.episode = None;
+    }
+
+    /// Release the mean of `len` rewards summing to `sum`, calibrated for sensitivity `1/n`.
+    fn release(&mut self, sum: f64, len: u64, n: f64) -> NoisyMean {
+        if self.is_private() {
+            // Calibrate for sensitivity 1/n with n <= L: at least the noise the true sensitivity
+            // 1/L needs.
+            let mech = GaussianMechanism::for_zcdp(self.boundary.width() / n, self.cfg.rho)
+                .expect("rho validated, n > 0");
+            mech.release_mean(sum, len, &self.boundary, &mut self.noise)
+        } else {
+            NoisyMean::non_private(sum, len)
+        }
     }
 
     /// Whether a privacy mechanism is applied (rho finite). The non-private counterpart has no
@@ -289,7 +315,7 @@ impl Policy for AdaCUcb {
         self.pulls.len()
     }
     fn guarantee(&self) -> PrivacyGuarantee {
-        guarantee(self.cfg.rho, self.cfg.boundary, self.cfg.init_count)
+        self.cfg.guarantee()
     }
     fn boundary(&self) -> Option<RewardBoundary> {
         self.is_private().then_some(self.boundary)
@@ -302,6 +328,13 @@ impl Policy for AdaCUcb {
             if let Some(a) = self.released.iter().position(Option::is_none) {
                 (a, 1)
             } else {
+                if self.cfg.mutant == Some(crate::privacy::AuditMutant::ResampleReleases) {
+                    // MUTANT: fresh noise on every index evaluation.
+                    for a in 0..self.released.len() {
+                        let (sum, len, n) = self.raw[a];
+                        self.released[a] = Some(self.release(sum, len, n));
+                    }
+                }
                 // t_l = t + 1 (1-based index of the episode's first round).
                 let log_t = ((t + 1) as f64).ln();
                 let a =

@@ -97,6 +97,9 @@ pub struct AdaPConfig {
     /// Set by the registry from the kind.
     #[serde(skip)]
     pub index: AdaPIndex,
+    /// A deliberately broken variant (auditor mutation tests only; never deserialized).
+    #[serde(skip)]
+    pub(crate) mutant: Option<crate::privacy::AuditMutant>,
 }
 
 fn default_alpha() -> f64 {
@@ -111,6 +114,7 @@ impl AdaPConfig {
             alpha: default_alpha(),
             boundary: BoundaryMode::Clip,
             index,
+            mutant: None,
         }
     }
 
@@ -137,7 +141,7 @@ impl PolicyConfig for AdaPConfig {
         p
     }
     fn guarantee(&self) -> PrivacyGuarantee {
-        guarantee(self.epsilon, self.boundary)
+        crate::privacy::mutant_guarantee(guarantee(self.epsilon, self.boundary), self.mutant)
     }
     fn build(&self, k: usize, seed: u64) -> Result<Box<dyn Policy>> {
         Ok(Box::new(AdaP::new(k, self.clone(), seed)?))
@@ -176,6 +180,10 @@ pub struct AdaP {
     episode: Option<Episode>,
     noise: SimRng,
     releases: u64,
+    /// Raw (sum, count) of each arm's last release: read only by the auditor's mutants.
+    raw: Vec<(f64, u64)>,
+    /// Running sum of every clipped reward of each arm (mutant `ForgetlessReleases` only).
+    all_sums: Vec<f64>,
 }
 
 impl AdaP {
@@ -193,6 +201,8 @@ impl AdaP {
             episode: None,
             noise: crate::rng::noise_rng(seed),
             releases: 0,
+            raw: vec![(0.0, 1); k],
+            all_sums: vec![0.0; k],
         })
     }
 
@@ -240,14 +250,28 @@ impl AdaP {
     fn finish_episode(&mut self, ep: Episode) {
         let a = ep.arm;
         self.pulls[a] += ep.len;
-        let l = ep.len as f64;
-        let mech = LaplaceMechanism::for_pure_dp(self.boundary.width() / l, self.cfg.epsilon)
-            .expect("epsilon validated, L >= 1");
-        self.released[a] = Some(mech.release(ep.sum / l, &mut self.noise));
+        self.all_sums[a] += ep.sum;
+        self.raw[a] = (ep.sum, ep.len);
+        if self.cfg.mutant == Some(crate::privacy::AuditMutant::ForgetlessReleases) {
+            // MUTANT: the running mean of every reward of the arm, calibrated as a single release.
+            self.raw[a] = (self.all_sums[a], self.pulls[a]);
+        }
+        let (sum, len) = self.raw[a];
+        let scale = self.release(a, sum, len);
         self.last_len[a] = ep.len;
-        self.last_scale[a] = mech.scale();
+        self.last_scale[a] = scale;
         self.releases += 1;
         self.episode = None;
+    }
+
+    /// Release the mean of `len` rewards summing to `sum` for arm `a` (Laplace, sensitivity
+    /// `1/len`); returns the noise scale.
+    fn release(&mut self, a: usize, sum: f64, len: u64) -> f64 {
+        let l = len as f64;
+        let mech = LaplaceMechanism::for_pure_dp(self.boundary.width() / l, self.cfg.epsilon)
+            .expect("epsilon validated, L >= 1");
+        self.released[a] = Some(mech.release(sum / l, &mut self.noise));
+        mech.scale()
     }
 
     fn record(&mut self, arm: usize, n: u64, sum: f64) {
@@ -264,7 +288,7 @@ impl Policy for AdaP {
         self.pulls.len()
     }
     fn guarantee(&self) -> PrivacyGuarantee {
-        guarantee(self.cfg.epsilon, self.cfg.boundary)
+        self.cfg.guarantee()
     }
     fn boundary(&self) -> Option<RewardBoundary> {
         self.cfg.epsilon.is_finite().then_some(self.boundary)
@@ -276,6 +300,13 @@ impl Policy for AdaP {
         let (arm, len) = if let Some(a) = self.released.iter().position(Option::is_none) {
             (a, 1)
         } else {
+            if self.cfg.mutant == Some(crate::privacy::AuditMutant::ResampleReleases) {
+                // MUTANT: fresh noise on every index evaluation.
+                for a in 0..self.released.len() {
+                    let (sum, len) = self.raw[a];
+                    self.release(a, sum, len);
+                }
+            }
             let t_l = (t + 1) as f64;
             let a = argmax((0..self.pulls.len()).map(|a| self.index(a, t_l)));
             (a, self.pulls[a])
