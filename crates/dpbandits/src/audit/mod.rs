@@ -56,6 +56,9 @@ pub enum Scenario {
     First,
     /// A user in the middle of the horizon (a late episode), every arm at the top.
     Late,
+    /// User 0 with every arm at the top: arm 0 stays competitive, so it is played again and
+    /// again, and every later release that (wrongly) reuses user 0's reward shows it.
+    FirstTie,
 }
 
 impl Scenario {
@@ -64,6 +67,7 @@ impl Scenario {
         match self {
             Scenario::First => "first",
             Scenario::Late => "late",
+            Scenario::FirstTie => "first_tie",
         }
     }
 
@@ -75,7 +79,12 @@ impl Scenario {
         match s {
             "first" => Ok(Scenario::First),
             "late" => Ok(Scenario::Late),
-            _ => Err(Error::param("scenario", s, "\"first\" or \"late\"")),
+            "first_tie" => Ok(Scenario::FirstTie),
+            _ => Err(Error::param(
+                "scenario",
+                s,
+                "\"first\", \"late\" or \"first_tie\"",
+            )),
         }
     }
 }
@@ -116,7 +125,7 @@ impl Default for AuditOptions {
             confidence: 0.95,
             horizon: None,
             arms: 2,
-            scenarios: vec![Scenario::First, Scenario::Late],
+            scenarios: vec![Scenario::First, Scenario::Late, Scenario::FirstTie],
             events: 3,
             mutant: None,
         }
@@ -159,7 +168,11 @@ impl AuditOptions {
             return Err(Error::param("scenario", "(none)", "at least one scenario"));
         }
         if !(1..=100).contains(&self.events) {
-            return Err(Error::param("events", self.events, "an integer in [1, 100]"));
+            return Err(Error::param(
+                "events",
+                self.events,
+                "an integer in [1, 100]",
+            ));
         }
         Ok(())
     }
@@ -291,7 +304,9 @@ fn scaled_params(params: &toml::Table, m: f64) -> toml::Table {
         return t;
     }
     for (key, power) in [("rho", 2), ("epsilon", 1)] {
-        if let Some(v) = t.get(key).and_then(|v| v.as_float().or(v.as_integer().map(|i| i as f64)))
+        if let Some(v) = t
+            .get(key)
+            .and_then(|v| v.as_float().or(v.as_integer().map(|i| i as f64)))
         {
             t.insert(key.into(), toml::Value::Float(v / m.powi(power)));
         }
@@ -543,6 +558,7 @@ pub fn audit(kind: &str, params: &toml::Table, opts: &AuditOptions) -> Result<Au
                 (b, 0)
             }
             Scenario::Late => (vec![hi; opts.arms], horizon / 2),
+            Scenario::FirstTie => (vec![hi; opts.arms], 0),
         };
         let tables = [hi, lo].map(|v| RewardTable {
             background: background.clone(),

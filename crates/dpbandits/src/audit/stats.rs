@@ -57,7 +57,11 @@ impl Event {
             Op::Ge => ">=",
             Op::Le => "<=",
         };
-        let dir = if self.swapped { "P[.|D']/P[.|D]" } else { "P[.|D]/P[.|D']" };
+        let dir = if self.swapped {
+            "P[.|D']/P[.|D]"
+        } else {
+            "P[.|D]/P[.|D']"
+        };
         format!("{} {op} {} ({dir})", names[self.feature], self.value)
     }
 }
@@ -229,7 +233,10 @@ mod tests {
         assert!(!ev.is_empty());
         let b = evaluate(&ev, &d, &d2, &[0.0, 0.5], 0.05, &names);
         let b0 = b[0].as_ref().unwrap();
-        assert!(b0.eps_lower_bound > 1.6 && b0.eps_lower_bound < 9f64.ln(), "{b0:?}");
+        assert!(
+            b0.eps_lower_bound > 1.6 && b0.eps_lower_bound < 9f64.ln(),
+            "{b0:?}"
+        );
         // a large delta removes most of the evidence
         assert!(b[1].as_ref().unwrap().eps_lower_bound < b0.eps_lower_bound);
     }

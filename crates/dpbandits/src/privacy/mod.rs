@@ -153,7 +153,10 @@ pub(crate) fn mutant_guarantee(
     mutant: Option<AuditMutant>,
 ) -> PrivacyGuarantee {
     if let Some(m) = mutant {
-        g.notion = format!("AUDIT MUTANT {m:?} (deliberately broken, NOT private): {}", g.notion);
+        g.notion = format!(
+            "AUDIT MUTANT {m:?} (deliberately broken, NOT private): {}",
+            g.notion
+        );
         g.mechanism = format!("AUDIT MUTANT {m:?}: {}", g.mechanism);
     }
     g
