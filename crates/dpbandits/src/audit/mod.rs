@@ -31,7 +31,7 @@
 //! `noise_multiplier = m` builds the audited policy with the budget whose noise is `m` times the
 //! claimed one (zCDP: `rho / m^2`; pure and local DP: `epsilon / m`) while the claim stays the
 //! original: with `m < 1` the policy under-noises and a powerful audit fails it. The code mutants
-//! of the mutation tests ([`crate::privacy::AuditMutant`]) are reachable only from this module's
+//! of the mutation tests (`privacy::AuditMutant`, crate-private) are reachable only from this module's
 //! crate-internal tests.
 
 pub mod stats;
