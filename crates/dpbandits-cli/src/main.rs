@@ -3,6 +3,8 @@
 //! * `dpbandits run <file.toml> [--out DIR] [--threads N] [--runs N] [--quiet]`
 //! * `dpbandits run --default` runs the embedded default experiment (the paper's Figure 4(a)).
 //! * `dpbandits list` shows every algorithm with its paper reference and privacy claim.
+//! * `dpbandits audit KIND --param rho=0.5 [--runs N] [--seed S] [--delta D ...]
+//!   [--noise-multiplier M] [--json FILE]`: the empirical privacy auditor (`docs/privacy.md`).
 //!
 //! Errors are printed with their whole chain and exit code 2.
 
@@ -16,6 +18,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
+mod audit;
 mod bounds;
 
 /// The experiment run by `dpbandits run --default`: the paper's finite-armed Figure 4(a).
@@ -59,6 +62,9 @@ enum Command {
     },
     /// List algorithms and environments with their references and privacy claims.
     List,
+    /// Empirical privacy audit of a private kind: a lower bound on epsilon from neighbouring
+    /// reward tables (docs/privacy.md). Exit code 1 when the bound exceeds the claim.
+    Audit(audit::AuditArgs),
     /// Characteristic times and the lower bound of fixed-confidence BAI under eps-global DP.
     Bounds {
         /// Bernoulli means, comma-separated, each in (0, 1), unique best arm.
@@ -90,6 +96,7 @@ fn real_main() -> Result<ExitCode> {
             list();
             Ok(ExitCode::SUCCESS)
         }
+        Command::Audit(args) => audit::audit(args),
         Command::Bounds {
             means,
             epsilon,

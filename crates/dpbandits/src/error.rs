@@ -268,11 +268,7 @@ pub mod check {
         if v >= min {
             Ok(v)
         } else {
-            Err(Error::param(
-                field,
-                v,
-                format!("an integer >= {min}"),
-            ))
+            Err(Error::param(field, v, format!("an integer >= {min}")))
         }
     }
 }

@@ -89,6 +89,8 @@
 #![deny(missing_docs)]
 #![deny(missing_debug_implementations)]
 
+#[cfg(feature = "experiment")]
+pub mod audit;
 pub mod bai;
 pub mod config;
 pub mod contextual;

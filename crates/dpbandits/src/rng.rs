@@ -211,6 +211,22 @@ pub const CONTEXT_REWARD_RUN: Derivation = Derivation {
     path: &[Coord::Const(0), Coord::Run],
 };
 
+/// Policy seed of audit run `r` on the table `D` of a privacy audit (`crate::audit`), keyed by
+/// the audited configuration's label and scenario.
+pub const AUDIT_RUN_D: Derivation = Derivation {
+    name: "audit run r on table D",
+    parent: "master_seed",
+    stream: Stream::Policy,
+    path: &[Coord::Const(0x4155_4449_5400), Coord::Label, Coord::Run],
+};
+/// Policy seed of audit run `r` on the neighbouring table `D'` (independent of [`AUDIT_RUN_D`]).
+pub const AUDIT_RUN_D2: Derivation = Derivation {
+    name: "audit run r on table D'",
+    parent: "master_seed",
+    stream: Stream::Policy,
+    path: &[Coord::Const(0x4155_4449_5401), Coord::Label, Coord::Run],
+};
+
 /// Instance paths below `master_seed` on [`Stream::Instance`]: random parts of a problem instance,
 /// drawn once per experiment (or per run, where an environment says so).
 pub mod instance {
@@ -266,6 +282,20 @@ pub fn policy_rng(policy_seed: u64) -> SimRng {
 /// A policy's noise generator below its run seed ([`POLICY_NOISE`]).
 pub fn noise_rng(policy_seed: u64) -> SimRng {
     SimRng::seed_from_u64(POLICY_NOISE.seed(policy_seed, Coords::default()))
+}
+
+/// The policy seed of audit run `run` of `label` on table `D` (`neighbour = false`,
+/// [`AUDIT_RUN_D`]) or `D'` ([`AUDIT_RUN_D2`]).
+pub fn audit_seed(master: u64, label: &str, neighbour: bool, run: u64) -> u64 {
+    let d = if neighbour { AUDIT_RUN_D2 } else { AUDIT_RUN_D };
+    d.seed(
+        master,
+        Coords {
+            run,
+            label,
+            ..Coords::default()
+        },
+    )
 }
 
 /// The seed of a wrapper's inner policy ([`POLICY_INNER`]).

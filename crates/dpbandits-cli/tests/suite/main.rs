@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
+mod audit;
 mod bai;
 mod cli;
 mod compare;

@@ -96,6 +96,9 @@ pub struct AdaCUcbConfig {
     /// Set by the registry: whether this is the non-private `adaptive_ucb` entry.
     #[serde(skip)]
     pub non_private_kind: bool,
+    /// A deliberately broken variant (auditor mutation tests only; never deserialized).
+    #[serde(skip)]
+    pub(crate) mutant: Option<crate::privacy::AuditMutant>,
 }
 
 fn one() -> f64 {
@@ -111,6 +114,7 @@ impl AdaCUcbConfig {
             init_count: InitCount::Literal,
             boundary: BoundaryMode::Clip,
             non_private_kind: false,
+            mutant: None,
         }
     }
 
@@ -156,7 +160,10 @@ impl PolicyConfig for AdaCUcbConfig {
         p
     }
     fn guarantee(&self) -> PrivacyGuarantee {
-        guarantee(self.rho, self.boundary, self.init_count)
+        crate::privacy::mutant_guarantee(
+            guarantee(self.rho, self.boundary, self.init_count),
+            self.mutant,
+        )
     }
     fn build(&self, k: usize, seed: u64) -> Result<Box<dyn Policy>> {
         Ok(Box::new(AdaCUcb::new(k, self.clone(), seed)?))
@@ -201,6 +208,11 @@ pub struct AdaCUcb {
     gate: Gate,
     noise: SimRng,
     releases: u64,
+    /// Raw (sum, count, index count) of each arm's last release: read only by the auditor's
+    /// mutants (the correct policy never touches a raw sum after its release).
+    raw: Vec<(RewardSum, f64)>,
+    /// Running sum of every clipped reward of each arm (mutant `ForgetlessReleases` only).
+    all_sums: Vec<RewardSum>,
 }
 
 impl AdaCUcb {
@@ -209,12 +221,13 @@ impl AdaCUcb {
         check::arms("K", k)?;
         cfg.validate()?;
         let boundary = RewardBoundary::unit(cfg.boundary);
+        let gate_boundary = if cfg.rho.is_finite() {
+            boundary
+        } else {
+            RewardBoundary::numeric()
+        };
         Ok(AdaCUcb {
-            gate: Gate::new(if cfg.rho.is_finite() {
-                boundary
-            } else {
-                RewardBoundary::numeric()
-            }),
+            gate: Gate::new(gate_boundary),
             boundary,
             cfg,
             pulls: vec![0; k],
@@ -223,6 +236,8 @@ impl AdaCUcb {
             episode: None,
             noise: crate::rng::noise_rng(seed),
             releases: 0,
+            raw: vec![(gate_boundary.empty_sum(), 1.0); k],
+            all_sums: vec![gate_boundary.empty_sum(); k],
         })
     }
 
@@ -256,17 +271,16 @@ impl AdaCUcb {
 
     fn finish_episode(&mut self, ep: Episode) -> Result<()> {
         let a = ep.arm;
-        let n = self.index_count(ep.len, self.pulls[a] + ep.len);
-        let released = if self.is_private() {
-            // Calibrate for sensitivity 1/n with n <= L: at least the noise the true sensitivity
-            // 1/L needs.
-            let mech = GaussianMechanism::for_zcdp(self.boundary.width() / n, self.cfg.rho)?;
-            mech.release_mean(&ep.sum, &self.boundary, &mut self.noise)?
-        } else {
-            NoisyMean::non_private(ep.sum.sum(), ep.len)
-        };
         self.pulls[a] += ep.len;
-        self.released[a] = Some(released);
+        let n = self.index_count(ep.len, self.pulls[a]);
+        self.all_sums[a].add(&ep.sum)?;
+        self.raw[a] = (ep.sum, n);
+        if self.cfg.mutant == Some(crate::privacy::AuditMutant::ForgetlessReleases) {
+            // MUTANT: the running mean of every reward of the arm, calibrated as a single release.
+            self.raw[a] = (self.all_sums[a], self.pulls[a] as f64);
+        }
+        let (sum, n_release) = self.raw[a];
+        self.released[a] = Some(self.release(&sum, n_release)?);
         let rho_term = if self.cfg.rho.is_infinite() {
             0.0
         } else {
@@ -276,6 +290,18 @@ impl AdaCUcb {
         self.releases += 1;
         self.episode = None;
         Ok(())
+    }
+
+    /// Release the mean of the rewards of `sum`, calibrated for sensitivity `1/n`.
+    fn release(&mut self, sum: &RewardSum, n: f64) -> Result<NoisyMean> {
+        if self.is_private() {
+            // Calibrate for sensitivity 1/n with n <= L: at least the noise the true sensitivity
+            // 1/L needs.
+            let mech = GaussianMechanism::for_zcdp(self.boundary.width() / n, self.cfg.rho)?;
+            mech.release_mean(sum, &self.boundary, &mut self.noise)
+        } else {
+            Ok(NoisyMean::non_private(sum.sum(), sum.n()))
+        }
     }
 
     /// Whether a privacy mechanism is applied (rho finite). The non-private counterpart has no
@@ -303,7 +329,7 @@ impl Policy for AdaCUcb {
         self.pulls.len()
     }
     fn guarantee(&self) -> PrivacyGuarantee {
-        guarantee(self.cfg.rho, self.cfg.boundary, self.cfg.init_count)
+        self.cfg.guarantee()
     }
     fn boundary(&self) -> RewardBoundary {
         self.gate.boundary()
@@ -316,6 +342,15 @@ impl Policy for AdaCUcb {
             if let Some(a) = self.released.iter().position(Option::is_none) {
                 (a, 1)
             } else {
+                if self.cfg.mutant == Some(crate::privacy::AuditMutant::ResampleReleases) {
+                    // MUTANT: fresh noise on every index evaluation.
+                    for a in 0..self.released.len() {
+                        let (sum, n) = self.raw[a];
+                        if let Ok(m) = self.release(&sum, n) {
+                            self.released[a] = Some(m);
+                        }
+                    }
+                }
                 // t_l = t + 1 (1-based index of the episode's first round).
                 let log_t = (t as f64 + 1.0).ln();
                 let a =

@@ -98,6 +98,9 @@ pub struct AdaPConfig {
     /// Set by the registry from the kind.
     #[serde(skip)]
     pub index: AdaPIndex,
+    /// A deliberately broken variant (auditor mutation tests only; never deserialized).
+    #[serde(skip)]
+    pub(crate) mutant: Option<crate::privacy::AuditMutant>,
 }
 
 fn default_alpha() -> f64 {
@@ -112,6 +115,7 @@ impl AdaPConfig {
             alpha: default_alpha(),
             boundary: BoundaryMode::Clip,
             index,
+            mutant: None,
         }
     }
 
@@ -138,7 +142,7 @@ impl PolicyConfig for AdaPConfig {
         p
     }
     fn guarantee(&self) -> PrivacyGuarantee {
-        guarantee(self.epsilon, self.boundary)
+        crate::privacy::mutant_guarantee(guarantee(self.epsilon, self.boundary), self.mutant)
     }
     fn build(&self, k: usize, seed: u64) -> Result<Box<dyn Policy>> {
         Ok(Box::new(AdaP::new(k, self.clone(), seed)?))
@@ -178,6 +182,10 @@ pub struct AdaP {
     gate: Gate,
     noise: SimRng,
     releases: u64,
+    /// Raw (sum, count) of each arm's last release: read only by the auditor's mutants.
+    raw: Vec<RewardSum>,
+    /// Running sum of every clipped reward of each arm (mutant `ForgetlessReleases` only).
+    all_sums: Vec<RewardSum>,
 }
 
 impl AdaP {
@@ -197,6 +205,8 @@ impl AdaP {
             episode: None,
             noise: crate::rng::noise_rng(seed),
             releases: 0,
+            raw: vec![boundary.empty_sum(); k],
+            all_sums: vec![boundary.empty_sum(); k],
         })
     }
 
@@ -243,16 +253,29 @@ impl AdaP {
 
     fn finish_episode(&mut self, ep: Episode) -> Result<()> {
         let a = ep.arm;
-        let l = ep.len as f64;
-        let mech = LaplaceMechanism::for_pure_dp(self.boundary.width() / l, self.cfg.epsilon)?;
-        let released = mech.release_mean(&ep.sum, &self.boundary, &mut self.noise)?;
         self.pulls[a] += ep.len;
-        self.released[a] = Some(released);
+        self.all_sums[a].add(&ep.sum)?;
+        self.raw[a] = ep.sum;
+        if self.cfg.mutant == Some(crate::privacy::AuditMutant::ForgetlessReleases) {
+            // MUTANT: the running mean of every reward of the arm, calibrated as a single release.
+            self.raw[a] = self.all_sums[a];
+        }
+        let sum = self.raw[a];
+        let scale = self.release(a, &sum)?;
         self.last_len[a] = ep.len;
-        self.last_scale[a] = mech.scale();
+        self.last_scale[a] = scale;
         self.releases += 1;
         self.episode = None;
         Ok(())
+    }
+
+    /// Release the mean of the rewards of `sum` for arm `a` (Laplace, sensitivity `1/n`);
+    /// returns the noise scale.
+    fn release(&mut self, a: usize, sum: &RewardSum) -> Result<f64> {
+        let l = sum.n() as f64;
+        let mech = LaplaceMechanism::for_pure_dp(self.boundary.width() / l, self.cfg.epsilon)?;
+        self.released[a] = Some(mech.release_mean(sum, &self.boundary, &mut self.noise)?);
+        Ok(mech.scale())
     }
 
     fn record(&mut self, arm: usize, sum: &RewardSum) -> Result<()> {
@@ -272,7 +295,7 @@ impl Policy for AdaP {
         self.pulls.len()
     }
     fn guarantee(&self) -> PrivacyGuarantee {
-        guarantee(self.cfg.epsilon, self.cfg.boundary)
+        self.cfg.guarantee()
     }
     fn boundary(&self) -> RewardBoundary {
         self.gate.boundary()
@@ -284,6 +307,13 @@ impl Policy for AdaP {
         let (arm, len) = if let Some(a) = self.released.iter().position(Option::is_none) {
             (a, 1)
         } else {
+            if self.cfg.mutant == Some(crate::privacy::AuditMutant::ResampleReleases) {
+                // MUTANT: fresh noise on every index evaluation.
+                for a in 0..self.released.len() {
+                    let sum = self.raw[a];
+                    let _ = self.release(a, &sum);
+                }
+            }
             let t_l = t as f64 + 1.0;
             let a = argmax((0..self.pulls.len()).map(|a| self.index(a, t_l)));
             (a, self.pulls[a])

@@ -130,8 +130,31 @@ pub fn clopper_pearson_upper(x: u64, n: u64, alpha: f64) -> f64 {
     hi
 }
 
+/// One-sided lower `1 - alpha` Clopper–Pearson bound for a binomial proportion (`x` of `n`):
+/// `1 - clopper_pearson_upper(n - x, n, alpha)` (the lower bound of `p` is one minus the upper
+/// bound of `1 - p`).
+pub fn clopper_pearson_lower(x: u64, n: u64, alpha: f64) -> f64 {
+    if n == 0 || x == 0 {
+        return 0.0;
+    }
+    (1.0 - clopper_pearson_upper(n - x.min(n), n, alpha)).max(0.0)
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn clopper_pearson_lower_bound() {
+        use super::clopper_pearson_lower;
+        // 1000 of 1000 -> 0.05^(1/1000) = 0.997009; 95 of 100 -> 1 - 0.1024 (mirror of 5 of 100).
+        assert!((clopper_pearson_lower(1000, 1000, 0.05) - 0.997_009).abs() < 2e-6);
+        assert!((clopper_pearson_lower(95, 100, 0.05) - (1.0 - 0.1024)).abs() < 5e-4);
+        assert_eq!(clopper_pearson_lower(0, 10, 0.05), 0.0);
+        // coverage by simulation-free check: the bound is below the estimate.
+        for x in [1u64, 10, 50, 99] {
+            assert!(clopper_pearson_lower(x, 100, 0.01) < x as f64 / 100.0);
+        }
+    }
+
     #[test]
     fn clopper_pearson() {
         use super::clopper_pearson_upper;

@@ -132,3 +132,34 @@ impl PrivacyGuarantee {
 
 /// Adjacency used by all central-model bandit guarantees in this crate.
 pub const REWARD_ADJACENCY: &str = "reward-level: reward tables (equivalently, observed reward sequences) differing in one user's rewards (Azize & Basu 2024, Def. 4; Table DP / View DP, Prop. 1)";
+
+/// Deliberately broken variants of a few private policies, used only by the mutation tests of
+/// the privacy auditor (`crate::audit`). The field that holds one is `#[serde(skip)]` and
+/// crate-private, so no experiment file, configuration or public API can build a mutant, and a
+/// mutated policy's guarantee says it is a mutant ([`mutant_guarantee`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AuditMutant {
+    /// "Noise re-sampled inside an episode": every index evaluation re-draws the released
+    /// statistics from the raw episode sums (fresh noise each time) instead of reusing the cached
+    /// release.
+    ResampleReleases,
+    /// "Budget split across fewer episodes than the algorithm uses": each release is the running
+    /// mean of *all* the arm's rewards so far (every reward enters every later release of its
+    /// arm), each calibrated with the whole budget as if it were the only release.
+    ForgetlessReleases,
+}
+
+/// The guarantee of a (possibly) mutated policy: a mutant never reports a normal guarantee.
+pub(crate) fn mutant_guarantee(
+    mut g: PrivacyGuarantee,
+    mutant: Option<AuditMutant>,
+) -> PrivacyGuarantee {
+    if let Some(m) = mutant {
+        g.notion = format!(
+            "AUDIT MUTANT {m:?} (deliberately broken, NOT private): {}",
+            g.notion
+        );
+        g.mechanism = format!("AUDIT MUTANT {m:?}: {}", g.mechanism);
+    }
+    g
+}

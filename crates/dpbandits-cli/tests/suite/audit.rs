@@ -1,0 +1,104 @@
+//! `dpbandits audit`: table on stdout, JSON file, exit codes, clear errors.
+
+use super::bin;
+
+#[test]
+fn audit_prints_a_table_and_writes_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("audit.json");
+    let out = bin()
+        .args(["audit", "adap_ucb", "--param", "epsilon=1", "--runs", "400"])
+        .args(["--threads", "1", "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("eps_lower_bound") && stdout.contains("verdict: pass"),
+        "{stdout}"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["kind"], "adap_ucb");
+    assert_eq!(v["claimed"], 1.0);
+    assert_eq!(v["runs"], 400);
+    assert_eq!(v["verdict"], "pass");
+    let lb = v["eps_lower_bound"].as_f64().unwrap();
+    assert!((0.0..=1.0).contains(&lb), "{lb}");
+    for f in [
+        "params",
+        "delta",
+        "confidence",
+        "seconds",
+        "event",
+        "results",
+    ] {
+        assert!(v.get(f).is_some(), "{f}");
+    }
+    // same seed, other thread count: same bounds
+    let json2 = dir.path().join("audit2.json");
+    let out = bin()
+        .args(["audit", "adap_ucb", "--param", "epsilon=1", "--runs", "400"])
+        .args(["--threads", "2", "--json"])
+        .arg(&json2)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let v2: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json2).unwrap()).unwrap();
+    assert_eq!(v["results"], v2["results"]);
+}
+
+#[test]
+fn under_noised_policy_fails_with_exit_code_1() {
+    let out = bin()
+        .args([
+            "audit",
+            "adap_ucb",
+            "--param",
+            "epsilon=1",
+            "--runs",
+            "2000",
+        ])
+        .args(["--noise-multiplier", "0.1", "--scenario", "first"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("verdict: FAIL"), "{stdout}");
+}
+
+#[test]
+fn audit_errors_name_the_field() {
+    for (args, want) in [
+        (vec!["audit", "ucb1"], "private kind"),
+        (vec!["audit", "nope"], "kind = \"nope\""),
+        (vec!["audit", "adap_ucb"], "epsilon"),
+        (
+            vec!["audit", "adap_ucb", "--param", "epsilon=1", "--runs", "3"],
+            "runs = 3",
+        ),
+        (
+            vec![
+                "audit",
+                "adap_ucb",
+                "--param",
+                "epsilon=1",
+                "--scenario",
+                "x",
+            ],
+            "scenario",
+        ),
+        (vec!["audit", "adap_ucb", "--param", "epsilon"], "param"),
+    ] {
+        let out = bin().args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}

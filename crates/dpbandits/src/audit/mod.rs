@@ -1,0 +1,739 @@
+//! `dpbandits audit`: an empirical privacy auditor (in the spirit of Google's DP stochastic
+//! tester), feature `experiment`.
+//!
+//! # Method
+//! For a private kind and its parameters, the auditor builds two neighbouring reward tables
+//! ([`table`]): every row (user) equal to a background row except one target row, whose rewards
+//! are all at the top of the kind's reward boundary in `D` and all at the bottom in `D'`. It runs
+//! the policy `runs` times on each table with independent policy seeds
+//! ([`crate::rng::audit_seed`]), records features of each run's public output (the action at
+//! every round, pulls per arm, the arm of each commitment (episode) and its length, for BAI also
+//! the stopping time, the recommendation and the cap), and turns the two empirical output
+//! distributions into a lower bound on epsilon ([`stats`]): events are selected on the first
+//! half of the runs, evaluated on the second half with one-sided Clopper–Pearson bounds,
+//! Bonferroni-corrected over the events evaluated, both directions and the scenarios.
+//!
+//! # Scenarios (worst cases)
+//! * [`Scenario::First`]: the target is user 0, the first reward any policy releases (an
+//!   initialisation pull or the first episode, the largest sensitivity); the background gives
+//!   arm 0 the bottom reward and every other arm the top one, so the first release of arm 0
+//!   decides whether arm 0 is played again (its threshold is positioned by the other arms).
+//! * [`Scenario::Late`]: the target is a user in the middle of the horizon (a late episode, where
+//!   an episodic policy's sensitivity is `1/L`); every background reward at the top.
+//!
+//! # The claim
+//! Pure DP (central or local): `epsilon` at every delta. zCDP: the CKS 2020 conversion
+//! ([`crate::privacy::zcdp_to_approx_dp`], the tightest in the crate) at each stated delta
+//! (default `1e-5`). The verdict is `pass` when the lower bound is at most the claim at every
+//! delta. An empirical lower bound can refute a claim, never prove one.
+//!
+//! # Power knob and mutants
+//! `noise_multiplier = m` builds the audited policy with the budget whose noise is `m` times the
+//! claimed one (zCDP: `rho / m^2`; pure and local DP: `epsilon / m`) while the claim stays the
+//! original: with `m < 1` the policy under-noises and a powerful audit fails it. The code mutants
+//! of the mutation tests (`privacy::AuditMutant`, crate-private) are reachable only from this module's
+//! crate-internal tests.
+
+pub mod stats;
+pub mod table;
+
+use crate::bai::{BaiStep, simulate_bai};
+use crate::contextual::ContextualEnvironment;
+use crate::error::{Error, Result};
+use crate::privacy::{AuditMutant, Budget, PrivacyGuarantee, ZcdpConversion, zcdp_to_approx_dp};
+use crate::registry::{self, Built};
+use crate::rng;
+use rayon::prelude::*;
+use serde::Serialize;
+use stats::EventBound;
+use table::{RewardTable, TableBai, TableContextual, TableEnv};
+
+/// Where the neighbouring tables differ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scenario {
+    /// User 0 (the first release), arm 0 at the bottom, the other arms at the top.
+    First,
+    /// A user in the middle of the horizon (a late episode), every arm at the top.
+    Late,
+    /// User 0 with every arm at the top: arm 0 stays competitive, so it is played again and
+    /// again, and every later release that (wrongly) reuses user 0's reward shows it.
+    FirstTie,
+}
+
+impl Scenario {
+    /// Name, as on the command line.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Scenario::First => "first",
+            Scenario::Late => "late",
+            Scenario::FirstTie => "first_tie",
+        }
+    }
+
+    /// Parse a name.
+    ///
+    /// # Errors
+    /// An unknown name.
+    pub fn parse(s: &str) -> Result<Self> {
+        match s {
+            "first" => Ok(Scenario::First),
+            "late" => Ok(Scenario::Late),
+            "first_tie" => Ok(Scenario::FirstTie),
+            _ => Err(Error::param(
+                "scenario",
+                s,
+                "\"first\", \"late\" or \"first_tie\"",
+            )),
+        }
+    }
+}
+
+/// Options of one audit.
+#[derive(Debug, Clone)]
+pub struct AuditOptions {
+    /// Runs per table and scenario (half select the events, half evaluate them); >= 20.
+    pub runs: u64,
+    /// Master seed.
+    pub seed: u64,
+    /// Deltas at which the bound and the claim are computed; empty: `[1e-5]` for zCDP kinds,
+    /// `[0]` for pure and local DP.
+    pub deltas: Vec<f64>,
+    /// Noise scale relative to the claimed one (1 = the claimed policy; < 1 under-noises).
+    pub noise_multiplier: f64,
+    /// Confidence of the lower bound, in (0, 1).
+    pub confidence: f64,
+    /// Horizon (finite, linear, contextual) or sample cap (BAI); `None`: the setting's default.
+    pub horizon: Option<u64>,
+    /// Number of arms (>= 2).
+    pub arms: usize,
+    /// Scenarios; each gets its own runs.
+    pub scenarios: Vec<Scenario>,
+    /// Events evaluated per scenario.
+    pub events: usize,
+    /// A deliberately broken policy (crate-internal mutation tests only).
+    pub(crate) mutant: Option<AuditMutant>,
+}
+
+impl Default for AuditOptions {
+    fn default() -> Self {
+        AuditOptions {
+            runs: 4000,
+            seed: 20240917,
+            deltas: vec![],
+            noise_multiplier: 1.0,
+            confidence: 0.95,
+            horizon: None,
+            arms: 2,
+            scenarios: vec![Scenario::First, Scenario::Late, Scenario::FirstTie],
+            events: 3,
+            mutant: None,
+        }
+    }
+}
+
+impl AuditOptions {
+    fn validate(&self) -> Result<()> {
+        if self.runs < 20 {
+            return Err(Error::param("runs", self.runs, "an integer >= 20"));
+        }
+        if !(self.noise_multiplier.is_finite() && self.noise_multiplier > 0.0) {
+            return Err(Error::param(
+                "noise_multiplier",
+                self.noise_multiplier,
+                "a finite number > 0 (1 = the claimed noise; < 1 under-noises)",
+            ));
+        }
+        if !(self.confidence > 0.0 && self.confidence < 1.0) {
+            return Err(Error::param(
+                "confidence",
+                self.confidence,
+                "a number in the open interval (0, 1)",
+            ));
+        }
+        for &d in &self.deltas {
+            if !(0.0..1.0).contains(&d) {
+                return Err(Error::param("delta", d, "a number in [0, 1)"));
+            }
+        }
+        if let Some(h) = self.horizon
+            && !(2..=1_000_000).contains(&h)
+        {
+            return Err(Error::param("horizon", h, "an integer in [2, 1000000]"));
+        }
+        if !(2..=16).contains(&self.arms) {
+            return Err(Error::param("arms", self.arms, "an integer in [2, 16]"));
+        }
+        if self.scenarios.is_empty() {
+            return Err(Error::param("scenario", "(none)", "at least one scenario"));
+        }
+        if !(1..=100).contains(&self.events) {
+            return Err(Error::param(
+                "events",
+                self.events,
+                "an integer in [1, 100]",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `pass` when the lower bound is at most the claim at every delta.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// No evidence against the claim.
+    Pass,
+    /// The claim is refuted (at the stated confidence).
+    Fail,
+}
+
+/// One (scenario, delta) result.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct AuditRow {
+    /// Scenario.
+    pub scenario: Scenario,
+    /// Delta.
+    pub delta: f64,
+    /// The claimed epsilon at `delta`.
+    pub claimed: f64,
+    /// The empirical lower bound.
+    pub eps_lower_bound: f64,
+    /// The event that gave the bound (none: no event passed selection).
+    pub event: Option<EventBound>,
+    /// `pass` or `fail`.
+    pub verdict: Verdict,
+}
+
+/// The result of one audit (serialised as the JSON output).
+#[derive(Debug, Clone, Serialize)]
+pub struct AuditReport {
+    /// Kind.
+    pub kind: String,
+    /// Parameters as given.
+    pub params: serde_json::Value,
+    /// The claimed budget.
+    pub budget: String,
+    /// The claimed guarantee's notion.
+    pub notion: String,
+    /// Noise relative to the claimed one.
+    pub noise_multiplier: f64,
+    /// The code mutant audited, if any (tests only).
+    pub mutant: Option<String>,
+    /// Delta of the row closest to failing (largest bound minus claim).
+    pub delta: f64,
+    /// Claim of that row.
+    pub claimed: f64,
+    /// Bound of that row.
+    pub eps_lower_bound: f64,
+    /// Scenario of that row.
+    pub scenario: Scenario,
+    /// Event of that row.
+    pub event: Option<String>,
+    /// Confidence of every bound at once (all scenarios and deltas).
+    pub confidence: f64,
+    /// Runs per table and scenario.
+    pub runs: u64,
+    /// Horizon (or BAI sample cap).
+    pub horizon: u64,
+    /// Number of arms.
+    pub arms: usize,
+    /// Master seed.
+    pub seed: u64,
+    /// `fail` if any row fails.
+    pub verdict: Verdict,
+    /// Wall-clock seconds.
+    pub seconds: f64,
+    /// Every (scenario, delta).
+    pub results: Vec<AuditRow>,
+}
+
+/// The claimed epsilon of `g` at `delta`.
+///
+/// # Errors
+/// A non-private guarantee.
+pub fn claimed_epsilon(g: &PrivacyGuarantee, delta: f64) -> Result<f64> {
+    Ok(match g.budget {
+        Budget::PureDp { epsilon } => epsilon,
+        Budget::Zcdp { rho } => {
+            if delta <= 0.0 {
+                f64::INFINITY
+            } else {
+                zcdp_to_approx_dp(rho, delta, ZcdpConversion::Cks2020)?
+            }
+        }
+        Budget::ApproxDp { epsilon, delta: d0 } => {
+            if delta >= d0 {
+                epsilon
+            } else {
+                f64::INFINITY
+            }
+        }
+        _ => {
+            return Err(Error::param(
+                "kind",
+                "(non-private)",
+                "a private kind (`dpbandits list` shows the privacy claim of each)",
+            ));
+        }
+    })
+}
+
+fn guarantee(b: &Built) -> PrivacyGuarantee {
+    match b {
+        Built::Finite(c) => c.guarantee(),
+        Built::Linear(c) => c.guarantee(),
+        Built::Contextual(c) => c.guarantee(),
+        Built::Bai(c) => c.guarantee(),
+    }
+}
+
+fn label(b: &Built) -> String {
+    match b {
+        Built::Finite(c) => c.label(),
+        Built::Linear(c) => c.label(),
+        Built::Contextual(c) => c.label(),
+        Built::Bai(c) => c.label(),
+    }
+}
+
+/// The table with the budget scaled so that the noise is `m` times the claimed one.
+fn scaled_params(params: &toml::Table, m: f64) -> toml::Table {
+    let mut t = params.clone();
+    if m == 1.0 {
+        return t;
+    }
+    for (key, power) in [("rho", 2), ("epsilon", 1)] {
+        if let Some(v) = t
+            .get(key)
+            .and_then(|v| v.as_float().or(v.as_integer().map(|i| i as f64)))
+        {
+            t.insert(key.into(), toml::Value::Float(v / m.powi(power)));
+        }
+    }
+    t
+}
+
+/// Default horizon (or sample cap) of a setting.
+fn default_horizon(b: &Built) -> u64 {
+    match b {
+        Built::Finite(_) | Built::Contextual(_) => 128,
+        Built::Linear(_) => 512,
+        Built::Bai(_) => 2048,
+    }
+}
+
+/// What one run is reduced to: a fixed-width vector of integer features, and their names.
+struct Shape {
+    horizon: u64,
+    arms: usize,
+}
+
+/// Commitment features recorded per run.
+const COMMITMENTS: usize = 16;
+
+impl Shape {
+    /// `arm@t` for every round, `pulls[a]`, `commitment[j].arm`, `commitment[j].len`,
+    /// `commitments` (regret settings); BAI: the same over sample requests, plus `tau`,
+    /// `recommendation`, `capped`.
+    fn names(&self, bai: bool) -> Vec<String> {
+        let mut n: Vec<String> = vec![];
+        if !bai {
+            n.extend((0..self.horizon).map(|t| format!("arm@{t}")));
+        }
+        n.extend((0..self.arms).map(|a| format!("pulls[{a}]")));
+        n.extend((0..COMMITMENTS).map(|j| format!("commitment[{j}].arm")));
+        n.extend((0..COMMITMENTS).map(|j| format!("commitment[{j}].len")));
+        n.push("commitments".into());
+        if bai {
+            n.extend(["tau".into(), "recommendation".into(), "capped".into()]);
+        }
+        n
+    }
+
+    /// Features of a run from its commitments `(arm, length)`.
+    fn features(&self, commitments: &[(usize, u64)], bai: bool) -> Vec<i64> {
+        let mut f = vec![];
+        if !bai {
+            let start = f.len();
+            for &(a, l) in commitments {
+                f.extend(std::iter::repeat_n(a as i64, l as usize));
+            }
+            f.truncate(start + self.horizon as usize);
+        }
+        let mut pulls = vec![0i64; self.arms];
+        for &(a, l) in commitments {
+            pulls[a] += l as i64;
+        }
+        f.extend(pulls);
+        for j in 0..COMMITMENTS {
+            f.push(commitments.get(j).map_or(-1, |c| c.0 as i64));
+        }
+        for j in 0..COMMITMENTS {
+            f.push(commitments.get(j).map_or(-1, |c| c.1 as i64));
+        }
+        f.push(commitments.len() as i64);
+        f
+    }
+}
+
+/// One run of `built` on `table`; the features of its output.
+fn run_once(
+    built: &Built,
+    table: &RewardTable,
+    shape: &Shape,
+    seed: u64,
+    delta_bai: f64,
+    engine: Option<&std::sync::Arc<dyn crate::bai::BaiEngine>>,
+) -> Result<Vec<i64>> {
+    let horizon = shape.horizon;
+    let k = shape.arms;
+    let mut commitments: Vec<(usize, u64)> = vec![];
+    match built {
+        Built::Finite(cfg) => {
+            let mut policy = cfg.build(k, seed)?;
+            let mut env = TableEnv(table.clone());
+            let mut t = 0;
+            while t < horizon {
+                let pull = policy.choose(t);
+                let steps = pull.steps.clamp(1, horizon - t);
+                let sum = crate::finite::Environment::pull_sum(&mut env, pull.arm, t, steps);
+                feed_finite(policy.as_mut(), pull.arm, steps, sum)?;
+                commitments.push((pull.arm, steps));
+                t += steps;
+            }
+        }
+        Built::Linear(cfg) => {
+            let arms: Vec<nalgebra::DVector<f64>> = (0..k)
+                .map(|i| nalgebra::DVector::from_fn(k, |j, _| if i == j { 1.0 } else { 0.0 }))
+                .collect();
+            let mut policy = cfg.build(&arms, seed)?;
+            let mut t = 0;
+            while t < horizon {
+                let pull = policy.choose(t)?;
+                let steps = pull.steps.clamp(1, horizon - t);
+                // Table rewards lie inside the kind's boundary (they are its end points).
+                let sum = policy
+                    .boundary()
+                    .drawn_sum(table.sum(pull.arm, t, steps), steps);
+                policy.observe_batch(pull.arm, &sum)?;
+                commitments.push((pull.arm, steps));
+                t += steps;
+            }
+        }
+        Built::Contextual(cfg) => {
+            let mut policy = cfg.build(k, horizon, seed)?;
+            let mut env = TableContextual::new(table.clone());
+            for t in 0..horizon {
+                env.next_round(t);
+                let actions = env.actions();
+                let a = policy.choose(t, &actions);
+                let r = env.reward(a);
+                policy.observe(&actions, a, r)?;
+                match commitments.last_mut() {
+                    Some(c) if c.0 == a => c.1 += 1,
+                    _ => commitments.push((a, 1)),
+                }
+            }
+        }
+        Built::Bai(_) => {
+            let engine = engine.expect("prepared engine");
+            let mut alg = engine.clone().start(seed);
+            let mut env = TableBai::new(table.clone());
+            let mut log = Recorder {
+                inner: alg.as_mut(),
+                requests: &mut commitments,
+            };
+            let out = simulate_bai(&mut env, &mut log, horizon)?;
+            let _ = delta_bai;
+            let mut f = shape.features(&commitments, true);
+            f.extend([
+                out.tau as i64,
+                out.recommendation as i64,
+                i64::from(out.capped),
+            ]);
+            return Ok(f);
+        }
+    }
+    Ok(shape.features(&commitments, false))
+}
+
+/// The one place the auditor feeds rewards to a finite-armed policy (table rewards lie inside
+/// the kind's boundary: they are its end points).
+fn feed_finite(policy: &mut dyn crate::finite::Policy, arm: usize, n: u64, sum: f64) -> Result<()> {
+    if n == 1 {
+        policy.observe(arm, sum)
+    } else {
+        policy.observe_batch(arm, &policy.boundary().drawn_sum(sum, n))
+    }
+}
+
+/// A BAI algorithm that records the requests it makes.
+#[derive(Debug)]
+struct Recorder<'a> {
+    inner: &'a mut dyn crate::bai::BaiAlgorithm,
+    requests: &'a mut Vec<(usize, u64)>,
+}
+
+impl crate::bai::BaiAlgorithm for Recorder<'_> {
+    fn num_arms(&self) -> usize {
+        self.inner.num_arms()
+    }
+    fn next(&mut self, t: u64) -> BaiStep {
+        self.inner.next(t)
+    }
+    fn observe(&mut self, arm: usize, sum: &crate::privacy::RewardSum) -> Result<()> {
+        self.requests.push((arm, sum.n()));
+        self.inner.observe(arm, sum)
+    }
+    fn boundary(&self) -> crate::privacy::RewardBoundary {
+        self.inner.boundary()
+    }
+    fn recommendation(&self) -> usize {
+        self.inner.recommendation()
+    }
+    fn noise_draws(&self) -> u64 {
+        self.inner.noise_draws()
+    }
+    fn releases(&self) -> Vec<u64> {
+        self.inner.releases()
+    }
+}
+
+/// The risk delta given to BAI algorithms during an audit (their stopping rule's target; not a
+/// privacy parameter).
+pub const BAI_RISK: f64 = 0.1;
+
+/// Audit `kind` with parameters `params` (the `[[policy]]` table without `kind`).
+///
+/// # Errors
+/// An unknown or non-private kind, invalid parameters or options (naming the field), a policy
+/// that fails to build.
+pub fn audit(kind: &str, params: &toml::Table, opts: &AuditOptions) -> Result<AuditReport> {
+    opts.validate()?;
+    let start = std::time::Instant::now();
+    let entry = registry::policy(kind)?;
+    let honest = entry.build(params.clone())?;
+    let g = guarantee(&honest);
+    if !g.is_private() {
+        return Err(Error::param(
+            "kind",
+            format!("\"{kind}\""),
+            "a private kind: this one makes no privacy claim (`dpbandits list`)",
+        ));
+    }
+    let deltas = if opts.deltas.is_empty() {
+        match g.budget {
+            Budget::Zcdp { .. } => vec![1e-5],
+            _ => vec![0.0],
+        }
+    } else {
+        opts.deltas.clone()
+    };
+    let claims: Vec<f64> = deltas
+        .iter()
+        .map(|&d| claimed_epsilon(&g, d))
+        .collect::<Result<_>>()?;
+    let scaled = scaled_params(params, opts.noise_multiplier);
+    let audited = match opts.mutant {
+        None => entry.build(scaled)?,
+        Some(m) => build_mutant(kind, scaled, m)?,
+    };
+    let (lo, hi) = g
+        .boundary
+        .map_or((0.0, 1.0), |b| (b.lo.max(-1.0), b.hi.min(1.0)));
+    let (lo, hi) = if lo < hi { (lo, hi) } else { (0.0, 1.0) };
+    let horizon = opts.horizon.unwrap_or_else(|| default_horizon(&honest));
+    let shape = Shape {
+        horizon,
+        arms: opts.arms,
+    };
+    let is_bai = matches!(audited, Built::Bai(_));
+    let names = shape.names(is_bai);
+    let engine = match &audited {
+        Built::Bai(c) => Some(c.prepare(opts.arms, BAI_RISK)?),
+        _ => None,
+    };
+    let alpha = (1.0 - opts.confidence) / opts.scenarios.len() as f64;
+    let base_label = label(&honest);
+    let mut rows = vec![];
+    for &sc in &opts.scenarios {
+        let (background, target_row) = match sc {
+            Scenario::First => {
+                let mut b = vec![hi; opts.arms];
+                b[0] = lo;
+                (b, 0)
+            }
+            Scenario::Late => (vec![hi; opts.arms], horizon / 2),
+            Scenario::FirstTie => (vec![hi; opts.arms], 0),
+        };
+        let tables = [hi, lo].map(|v| RewardTable {
+            background: background.clone(),
+            target_row,
+            target_value: v,
+        });
+        let run_label = format!("{base_label}/{}", sc.name());
+        let mut sides: Vec<Vec<Vec<i64>>> = vec![];
+        for (i, tab) in tables.iter().enumerate() {
+            let runs: Vec<Vec<i64>> = (0..opts.runs)
+                .into_par_iter()
+                .map(|r| {
+                    let seed = rng::audit_seed(opts.seed, &run_label, i == 1, r);
+                    run_once(&audited, tab, &shape, seed, BAI_RISK, engine.as_ref())
+                })
+                .collect::<Result<_>>()?;
+            sides.push(runs);
+        }
+        let half = (opts.runs / 2) as usize;
+        let (sel_d, ev_d) = sides[0].split_at(half);
+        let (sel_d2, ev_d2) = sides[1].split_at(half);
+        let min_delta = deltas.iter().copied().fold(f64::INFINITY, f64::min);
+        let events = stats::select(sel_d, sel_d2, min_delta, opts.events);
+        let bounds = stats::evaluate(&events, ev_d, ev_d2, &deltas, alpha, &names);
+        for ((&delta, &claimed), b) in deltas.iter().zip(&claims).zip(bounds) {
+            let eps = b.as_ref().map_or(0.0, |b| b.eps_lower_bound);
+            rows.push(AuditRow {
+                scenario: sc,
+                delta,
+                claimed,
+                eps_lower_bound: eps,
+                event: b,
+                verdict: if eps <= claimed {
+                    Verdict::Pass
+                } else {
+                    Verdict::Fail
+                },
+            });
+        }
+    }
+    let worst = rows
+        .iter()
+        .max_by(|a, b| (a.eps_lower_bound - a.claimed).total_cmp(&(b.eps_lower_bound - b.claimed)))
+        .expect("at least one row")
+        .clone();
+    let verdict = if rows.iter().all(|r| r.verdict == Verdict::Pass) {
+        Verdict::Pass
+    } else {
+        Verdict::Fail
+    };
+    Ok(AuditReport {
+        kind: kind.into(),
+        params: serde_json::to_value(params).unwrap_or(serde_json::Value::Null),
+        budget: g.budget.to_string(),
+        notion: g.notion.clone(),
+        noise_multiplier: opts.noise_multiplier,
+        mutant: opts.mutant.map(|m| format!("{m:?}")),
+        delta: worst.delta,
+        claimed: worst.claimed,
+        eps_lower_bound: worst.eps_lower_bound,
+        scenario: worst.scenario,
+        event: worst.event.as_ref().map(|e| e.event.clone()),
+        confidence: opts.confidence,
+        runs: opts.runs,
+        horizon,
+        arms: opts.arms,
+        seed: opts.seed,
+        verdict,
+        seconds: start.elapsed().as_secs_f64(),
+        results: rows,
+    })
+}
+
+/// Parse `key=value` parameters (values as TOML: numbers, booleans, quoted strings; a bare word
+/// is taken as a string) into a table.
+///
+/// # Errors
+/// A parameter without `=`.
+pub fn parse_params<'a>(items: impl IntoIterator<Item = &'a str>) -> Result<toml::Table> {
+    let mut t = toml::Table::new();
+    for it in items {
+        let Some((k, v)) = it.split_once('=') else {
+            return Err(Error::param("param", it, "key=value, e.g. rho=0.5"));
+        };
+        let (k, v) = (k.trim(), v.trim());
+        let value = toml::from_str::<toml::Table>(&format!("x = {v}"))
+            .ok()
+            .and_then(|mut t| t.remove("x"))
+            .unwrap_or_else(|| toml::Value::String(v.to_string()));
+        t.insert(k.to_string(), value);
+    }
+    Ok(t)
+}
+
+impl AuditReport {
+    /// A fixed-width text table: one line per (scenario, delta), then the verdict.
+    pub fn table(&self) -> String {
+        let mut s = format!(
+            "{} ({}), noise x{}{}: {} runs per table and scenario, horizon {}, {} arms, confidence {}\n",
+            self.kind,
+            self.budget,
+            self.noise_multiplier,
+            self.mutant
+                .as_ref()
+                .map_or(String::new(), |m| format!(", MUTANT {m}")),
+            self.runs,
+            self.horizon,
+            self.arms,
+            self.confidence
+        );
+        s += &format!(
+            "{:<8} {:>9} {:>10} {:>15} {:>7}  event\n",
+            "scenario", "delta", "claimed", "eps_lower_bound", "verdict"
+        );
+        for r in &self.results {
+            s += &format!(
+                "{:<8} {:>9.1e} {:>10.4} {:>15.4} {:>7}  {}\n",
+                r.scenario.name(),
+                r.delta,
+                r.claimed,
+                r.eps_lower_bound,
+                match r.verdict {
+                    Verdict::Pass => "pass",
+                    Verdict::Fail => "FAIL",
+                },
+                r.event.as_ref().map_or("-".into(), |e| format!(
+                    "{} (p^ {:.4}, q^ {:.4})",
+                    e.event, e.p_hat, e.q_hat
+                ))
+            );
+        }
+        s += &format!(
+            "verdict: {} ({:.2} s)\n",
+            match self.verdict {
+                Verdict::Pass => "pass",
+                Verdict::Fail => "FAIL",
+            },
+            self.seconds
+        );
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests;
+
+/// Build the code mutant `m` of `kind` (AdaC-UCB, AdaP-UCB, AdaP-KLUCB) from its parameters.
+fn build_mutant(kind: &str, params: toml::Table, m: AuditMutant) -> Result<Built> {
+    use crate::finite::{ADAC_UCB, ADAP_KLUCB, ADAP_UCB, AdaCUcbConfig, AdaPConfig, AdaPIndex};
+    let cfg: Box<dyn crate::finite::PolicyConfig> = if kind == ADAC_UCB.kind {
+        let mut c: AdaCUcbConfig = registry::parse(params)?;
+        c.mutant = Some(m);
+        Box::new(c)
+    } else if kind == ADAP_UCB.kind || kind == ADAP_KLUCB.kind {
+        let mut c: AdaPConfig = registry::parse(params)?;
+        c.index = if kind == ADAP_UCB.kind {
+            AdaPIndex::Ucb
+        } else {
+            AdaPIndex::KlUcb
+        };
+        c.mutant = Some(m);
+        Box::new(c)
+    } else {
+        return Err(Error::param(
+            "mutant",
+            format!("{m:?} of \"{kind}\""),
+            "a mutant of adac_ucb, adap_ucb or adap_klucb",
+        ));
+    };
+    Ok(Built::Finite(cfg))
+}
