@@ -103,5 +103,6 @@ pub mod privacy;
 pub mod registry;
 pub mod rng;
 pub mod sim;
+pub mod snapshot;
 
 pub use error::{Error, Result};

@@ -37,7 +37,7 @@ pub const D_UCB: AlgorithmInfo = AlgorithmInfo {
 };
 
 /// `kind = "d_ucb"`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct DUcbConfig {
     /// Discount factor in (0, 1).
@@ -98,7 +98,8 @@ impl PolicyConfig for DUcbConfig {
 }
 
 /// D-UCB state.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct DUcb {
     cfg: DUcbConfig,
     /// Discounted count of each arm as of the end of round `last[a]`.
@@ -124,6 +125,9 @@ impl DUcb {
 }
 
 impl Policy for DUcb {
+    fn snapshot(&self) -> Result<crate::snapshot::Snapshot> {
+        crate::snapshot::Snapshot::new(Setting::FiniteArmed, D_UCB.kind, self)
+    }
     fn num_arms(&self) -> usize {
         self.n.len()
     }

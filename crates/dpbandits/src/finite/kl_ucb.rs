@@ -60,7 +60,8 @@ impl PolicyConfig for KlUcbConfig {
 }
 
 /// kl-UCB state.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct KlUcb {
     c: f64,
     stats: ArmStats,
@@ -81,6 +82,9 @@ impl KlUcb {
 }
 
 impl Policy for KlUcb {
+    fn snapshot(&self) -> Result<crate::snapshot::Snapshot> {
+        crate::snapshot::Snapshot::new(Setting::FiniteArmed, KL_UCB.kind, self)
+    }
     fn num_arms(&self) -> usize {
         self.stats.len()
     }

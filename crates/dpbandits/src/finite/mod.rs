@@ -192,6 +192,17 @@ pub trait Policy: Send + Debug {
     fn boundary(&self) -> Option<RewardBoundary> {
         self.guarantee().boundary
     }
+
+    /// Save the complete state (statistics, generators, the episode in progress) for a
+    /// bit-identical restore ([`crate::snapshot`]; restore with `registry::restore_finite`).
+    /// The snapshot is sensitive data: it holds raw reward sums and the noise generators' state.
+    ///
+    /// # Errors
+    /// [`crate::error::Error::Snapshot`] if the state cannot be captured. The default refuses
+    /// (a policy must opt in; every registry kind does).
+    fn snapshot(&self) -> Result<crate::snapshot::Snapshot> {
+        Err(crate::snapshot::unsupported(&format!("{self:?}")))
+    }
 }
 
 /// A validated policy configuration (one cell of a sweep) that builds a fresh policy per run.
@@ -215,7 +226,7 @@ pub trait PolicyConfig: Send + Sync + Debug {
 /// An episode in progress: the arm a policy committed to, the episode's length, and the rewards
 /// seen so far. Shared by the episodic policies (AdaC-UCB, AdaP-UCB/KLUCB), whose episodes end
 /// exactly when `len` rewards of the committed arm have been observed.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Episode {
     /// The committed arm.
     pub arm: usize,
@@ -269,7 +280,7 @@ impl Episode {
 
 /// Per-arm pull counts and empirical means, with the cached `1/N_a` that index policies need.
 /// Updating is O(1) per observation and never allocates.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct ArmStats {
     pulls: Vec<u64>,
     sums: Vec<f64>,

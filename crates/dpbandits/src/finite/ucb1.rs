@@ -68,7 +68,8 @@ impl PolicyConfig for Ucb1Config {
 }
 
 /// UCB1 state.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Ucb1 {
     alpha: f64,
     stats: ArmStats,
@@ -87,6 +88,9 @@ impl Ucb1 {
 }
 
 impl Policy for Ucb1 {
+    fn snapshot(&self) -> Result<crate::snapshot::Snapshot> {
+        crate::snapshot::Snapshot::new(Setting::FiniteArmed, UCB1.kind, self)
+    }
     fn num_arms(&self) -> usize {
         self.stats.len()
     }

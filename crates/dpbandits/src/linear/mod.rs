@@ -83,6 +83,15 @@ pub trait LinearPolicy: Send + Debug {
     /// The sum of `n` rewards of `arm`, inside the current commitment (each clipped at the
     /// boundary).
     fn observe_batch(&mut self, arm: usize, n: u64, sum: f64);
+    /// Save the complete state (phase in progress, statistics, generators) for a bit-identical
+    /// restore ([`crate::snapshot`]; restore with `registry::restore_linear`). Sensitive data:
+    /// it holds raw reward sums and the noise generator's state.
+    ///
+    /// # Errors
+    /// [`crate::error::Error::Snapshot`] if the state cannot be captured; the default refuses.
+    fn snapshot(&self) -> Result<crate::snapshot::Snapshot> {
+        Err(crate::snapshot::unsupported(&format!("{self:?}")))
+    }
 }
 
 /// A validated linear-bandit policy configuration (one cell of a sweep).

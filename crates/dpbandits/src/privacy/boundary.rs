@@ -22,7 +22,7 @@ pub enum BoundaryMode {
 }
 
 /// A closed reward interval `[lo, hi]` and what to do outside it.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct RewardBoundary {
     /// Lower end.
     pub lo: f64,
