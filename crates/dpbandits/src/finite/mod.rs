@@ -72,7 +72,9 @@ pub use dp_se::{DP_SE, DpSe, DpSeConfig};
 pub use dp_ts::{DP_TS, DpTs, DpTsConfig};
 pub use gaussian::{GAUSSIAN, Gaussian, GaussianConfig};
 pub use kl_ucb::{KL_UCB, KlUcb, KlUcbConfig};
-pub use kl_ucb_cf::{CfConfig, CfLearner, KL_UCB_CF, SW_KLUCB_CF, cf_index, f_safe, theory_window};
+pub use kl_ucb_cf::{
+    CF_LEARNER, CfConfig, CfLearner, KL_UCB_CF, SW_KLUCB_CF, cf_index, f_safe, theory_window,
+};
 pub use ldp::{LDP, Ldp, LdpConfig, ldp_guarantee};
 pub use ldp_ucb::{LDP_UCB, LdpUcb, LdpUcbConfig, LocalMechanism};
 pub use piecewise::{
