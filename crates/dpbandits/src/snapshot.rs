@@ -143,8 +143,10 @@ impl Snapshot {
     /// # Errors
     /// If `state` cannot be represented (a serde error of its type).
     pub fn new<T: Serialize + ?Sized>(setting: Setting, kind: &str, state: &T) -> Result<Self> {
-        let state = Value::serialized(state)
-            .map_err(|e| err(format!("cannot capture the state of `{kind}`: {e}")))?;
+        let state = canonical_nan(
+            Value::serialized(state)
+                .map_err(|e| err(format!("cannot capture the state of `{kind}`: {e}")))?,
+        );
         let mut header = Header {
             format: FORMAT.into(),
             format_version: FORMAT_VERSION,
@@ -227,16 +229,10 @@ impl Snapshot {
     /// # Errors
     /// Names the expected and the saved setting or kind.
     pub fn expect(&self, setting: Setting, kind: &str) -> Result<()> {
-        if self.header.setting != setting {
+        if self.header.setting != setting || self.header.kind != kind {
             return Err(err(format!(
-                "setting = {}: expected a snapshot of a {setting} policy",
-                self.header.setting
-            )));
-        }
-        if self.header.kind != kind {
-            return Err(err(format!(
-                "kind = \"{}\": expected a snapshot of kind \"{kind}\"",
-                self.header.kind
+                "kind = \"{}\" ({}): expected a snapshot of kind \"{kind}\" ({setting})",
+                self.header.kind, self.header.setting
             )));
         }
         Ok(())
@@ -287,7 +283,8 @@ impl Snapshot {
     /// CBOR tags: no policy state does).
     pub fn to_json(&self) -> Result<String> {
         let tree = to_json_tree(Value::serialized(self).map_err(|e| err(e.to_string()))?)?;
-        serde_json::to_string_pretty(&tree).map_err(|e| err(format!("JSON encoding failed: {e}")))
+        serde_json::to_string_pretty(&JsonTree(&tree))
+            .map_err(|e| err(format!("JSON encoding failed: {e}")))
     }
 
     /// Read a JSON snapshot ([`Snapshot::to_json`]) and [`Snapshot::verify`] it.
@@ -295,8 +292,8 @@ impl Snapshot {
     /// # Errors
     /// Malformed JSON, a bad float tag, or refused by `verify`.
     pub fn from_json(text: &str) -> Result<Self> {
-        let tree: Value = serde_json::from_str(text)
-            .map_err(|e| err(format!("malformed JSON snapshot: {e}")))?;
+        let tree: Value =
+            serde_json::from_str(text).map_err(|e| err(format!("malformed JSON snapshot: {e}")))?;
         let snap: Snapshot = from_json_tree(tree)?
             .deserialized()
             .map_err(|e| err(format!("malformed JSON snapshot: {e}")))?;
@@ -332,6 +329,22 @@ pub fn unsupported(what: &str) -> Error {
     ))
 }
 
+/// Every NaN as the one quiet NaN `f64::NAN`: no policy decision depends on a NaN's payload
+/// (only on `is_nan`), and the checksum and the byte-for-byte comparisons must not either.
+fn canonical_nan(v: Value) -> Value {
+    match v {
+        Value::Float(x) if x.is_nan() => Value::Float(f64::NAN),
+        Value::Array(xs) => Value::Array(xs.into_iter().map(canonical_nan).collect()),
+        Value::Map(kv) => Value::Map(
+            kv.into_iter()
+                .map(|(k, v)| (canonical_nan(k), canonical_nan(v)))
+                .collect(),
+        ),
+        Value::Tag(t, v) => Value::Tag(t, Box::new(canonical_nan(*v))),
+        other => other,
+    }
+}
+
 /// Replace non-finite floats by `{"$f64": ...}` and check that JSON can carry the tree.
 fn to_json_tree(v: Value) -> Result<Value> {
     Ok(match v {
@@ -363,6 +376,52 @@ fn to_json_tree(v: Value) -> Result<Value> {
         }
         other => other,
     })
+}
+
+/// A value tree written as JSON with every float as an `f64` (the tree's own `Serialize` writes
+/// floats that fit an `f32` as `f32`, whose shortest decimal form does not read back as the
+/// same `f64`) and maps in their order.
+struct JsonTree<'a>(&'a Value);
+
+impl Serialize for JsonTree<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::{Error as _, SerializeMap, SerializeSeq};
+        match self.0 {
+            Value::Float(x) => s.serialize_f64(*x),
+            Value::Integer(i) => {
+                let i = i128::from(*i);
+                if let Ok(u) = u64::try_from(i) {
+                    s.serialize_u64(u)
+                } else if let Ok(n) = i64::try_from(i) {
+                    s.serialize_i64(n)
+                } else {
+                    Err(S::Error::custom(format!(
+                        "integer {i} out of the 64-bit range"
+                    )))
+                }
+            }
+            Value::Text(t) => s.serialize_str(t),
+            Value::Bool(b) => s.serialize_bool(*b),
+            Value::Null => s.serialize_unit(),
+            Value::Array(xs) => {
+                let mut seq = s.serialize_seq(Some(xs.len()))?;
+                for x in xs {
+                    seq.serialize_element(&JsonTree(x))?;
+                }
+                seq.end()
+            }
+            Value::Map(kv) => {
+                let mut map = s.serialize_map(Some(kv.len()))?;
+                for (k, v) in kv {
+                    map.serialize_entry(&JsonTree(k), &JsonTree(v))?;
+                }
+                map.end()
+            }
+            other => Err(S::Error::custom(format!(
+                "{other:?} cannot be written as JSON"
+            ))),
+        }
+    }
 }
 
 /// Undo [`to_json_tree`].
@@ -549,9 +608,10 @@ mod tests {
     fn refusals_name_what_differs() {
         let snap = Snapshot::new(Setting::Bai, "dp_tt", &vec![1.0, 2.0]).unwrap();
         let json = snap.to_json().unwrap();
-        let e = Snapshot::from_json(&json.replace("\"format_version\": 1", "\"format_version\": 2"))
-            .unwrap_err()
-            .to_string();
+        let e =
+            Snapshot::from_json(&json.replace("\"format_version\": 1", "\"format_version\": 2"))
+                .unwrap_err()
+                .to_string();
         assert!(e.contains("format_version = 2"), "{e}");
         let e = Snapshot::from_json(&json.replace(CRATE_VERSION, "0.0.0-old"))
             .unwrap_err()
@@ -565,13 +625,19 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("not a dpbandits snapshot"), "{e}");
-        let e = snap.expect(Setting::Bai, "adap_tt").unwrap_err().to_string();
-        assert!(e.contains("kind = \"dp_tt\"") && e.contains("adap_tt"), "{e}");
+        let e = snap
+            .expect(Setting::Bai, "adap_tt")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("kind = \"dp_tt\"") && e.contains("adap_tt"),
+            "{e}"
+        );
         let e = snap
             .expect(Setting::FiniteArmed, "dp_tt")
             .unwrap_err()
             .to_string();
-        assert!(e.contains("setting"), "{e}");
+        assert!(e.contains("finite-armed"), "{e}");
         let e = snap.state::<String>().unwrap_err().to_string();
         assert!(e.contains("does not match"), "{e}");
         // Every truncation and every single-byte corruption of the binary form is an error or

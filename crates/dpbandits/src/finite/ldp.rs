@@ -36,11 +36,11 @@
 use super::{Policy, PolicyConfig, Pull};
 use crate::config::{AlgorithmInfo, Setting};
 use crate::error::{Error, Result};
-use crate::snapshot::Snapshot;
 use crate::privacy::{
     BoundaryMode, Budget, LocalRandomizer, PerArmChannel, PrivacyGuarantee, RandomizedResponse,
     RewardBoundary, TrustModel, channels_for,
 };
+use crate::snapshot::Snapshot;
 
 /// Registry record of `ldp`.
 pub const LDP: AlgorithmInfo = AlgorithmInfo {

@@ -181,7 +181,11 @@ pub struct SwUcb {
 
 impl Policy for SwUcb {
     fn snapshot(&self) -> Result<crate::snapshot::Snapshot> {
-        crate::snapshot::Snapshot::new(Setting::FiniteArmed, if self.kl { SW_KL_UCB.kind } else { SW_UCB.kind }, self)
+        crate::snapshot::Snapshot::new(
+            Setting::FiniteArmed,
+            if self.kl { SW_KL_UCB.kind } else { SW_UCB.kind },
+            self,
+        )
     }
     fn num_arms(&self) -> usize {
         self.win.counts().len()
