@@ -72,6 +72,10 @@ pub enum Error {
         /// The underlying error.
         error: std::io::Error,
     },
+    /// A policy snapshot was refused (another format, version, setting or kind, corrupted, or a
+    /// state this build cannot represent); the message names what differs.
+    #[error("snapshot: {0}")]
+    Snapshot(String),
     /// Drawing a plot failed.
     #[error("plot {path}: {message}")]
     Plot {

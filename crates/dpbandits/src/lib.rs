@@ -106,5 +106,6 @@ pub mod protocol;
 pub mod registry;
 pub mod rng;
 pub mod sim;
+pub mod snapshot;
 
 pub use error::{Error, Result};

@@ -13,7 +13,10 @@ use crate::config::{AlgorithmInfo, Config, EnvInfo, Setting};
 use crate::contextual::{self, ContextualEnvConfig, ContextualPolicyConfig, OfulConfig, OfulKind};
 use crate::error::{Error, Result, ResultExt};
 use crate::finite::{self, EnvConfig, PolicyConfig};
-use crate::linear::{self, LinearEnvConfig, LinearPolicyConfig, NoisePlacement};
+use crate::linear::{self, LinearEnvConfig, LinearPolicy, LinearPolicyConfig, NoisePlacement};
+use crate::snapshot::Snapshot;
+use contextual::ContextualPolicy;
+use finite::Policy;
 
 /// How one (sweep-expanded) `[[policy]]` table becomes a configuration of its setting.
 #[derive(Clone, Copy)]
@@ -49,6 +52,56 @@ pub enum Built {
     Bai(Box<dyn bai::BaiConfig>),
 }
 
+/// How a [`Snapshot`] of one kind becomes a running policy of its setting again: the concrete
+/// type that kind's policies are (see [`restore`]).
+#[derive(Clone, Copy)]
+#[non_exhaustive]
+pub enum Restore {
+    /// A finite-armed policy.
+    Finite(fn(&Snapshot) -> Result<Box<dyn Policy>>),
+    /// A linear-bandit policy.
+    Linear(fn(&Snapshot) -> Result<Box<dyn LinearPolicy>>),
+    /// A contextual linear policy.
+    Contextual(fn(&Snapshot) -> Result<Box<dyn ContextualPolicy>>),
+    /// A fixed-confidence BAI run.
+    Bai(fn(&Snapshot) -> Result<Box<dyn bai::BaiAlgorithm>>),
+}
+
+impl std::fmt::Debug for Restore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Restore")
+    }
+}
+
+/// A restored policy, of its setting.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Restored {
+    /// Finite-armed.
+    Finite(Box<dyn Policy>),
+    /// Linear.
+    Linear(Box<dyn LinearPolicy>),
+    /// Contextual.
+    Contextual(Box<dyn ContextualPolicy>),
+    /// BAI.
+    Bai(Box<dyn bai::BaiAlgorithm>),
+}
+
+impl Restored {
+    /// Snapshot the restored policy again.
+    ///
+    /// # Errors
+    /// As the setting's `snapshot`.
+    pub fn snapshot(&self) -> Result<Snapshot> {
+        match self {
+            Restored::Finite(p) => p.snapshot(),
+            Restored::Linear(p) => p.snapshot(),
+            Restored::Contextual(p) => p.snapshot(),
+            Restored::Bai(p) => p.snapshot(),
+        }
+    }
+}
+
 /// One algorithm.
 #[derive(Debug, Clone, Copy)]
 pub struct PolicyEntry {
@@ -56,6 +109,8 @@ pub struct PolicyEntry {
     pub info: &'static AlgorithmInfo,
     /// Its parser.
     pub parse: Parse,
+    /// How its snapshots are restored.
+    pub restore: Restore,
 }
 
 impl PolicyEntry {
@@ -271,22 +326,152 @@ fn oful(t: toml::Table, kind: OfulKind) -> Result<Box<dyn ContextualPolicyConfig
     )?))
 }
 
+fn state_finite<T: Policy + serde::de::DeserializeOwned + 'static>(
+    s: &Snapshot,
+) -> Result<Box<dyn Policy>> {
+    Ok(Box::new(s.state::<T>()?))
+}
+
+fn state_linear<T: LinearPolicy + serde::de::DeserializeOwned + 'static>(
+    s: &Snapshot,
+) -> Result<Box<dyn LinearPolicy>> {
+    Ok(Box::new(s.state::<T>()?))
+}
+
+fn state_bai<T: bai::BaiAlgorithm + serde::de::DeserializeOwned + 'static>(
+    s: &Snapshot,
+) -> Result<Box<dyn bai::BaiAlgorithm>> {
+    Ok(Box::new(s.state::<T>()?))
+}
+
+/// kl-UCB-CF and SW-KLUCB-CF: the `ldp` wrapper around a bare [`finite::CfLearner`].
+fn restore_cf(s: &Snapshot) -> Result<Box<dyn Policy>> {
+    Ok(Box::new(finite::Ldp::restore_with(s, |inner| {
+        inner.expect(Setting::FiniteArmed, finite::CF_LEARNER)?;
+        Ok(Box::new(inner.state::<finite::CfLearner>()?))
+    })?))
+}
+
+/// Restore a snapshot written by any policy of the registry: the header's kind picks the
+/// registry entry, whose [`Restore`] rebuilds the concrete type; the restored policy must
+/// snapshot as the same kind again. The result continues bit-identically to the policy that
+/// was saved.
+///
+/// # Errors
+/// [`Error::Snapshot`] naming what differs: another format, format version or crate version, a
+/// corrupted snapshot (checksum), an unknown kind, a setting that does not match the kind, or a
+/// state that does not match this build's policy.
+pub fn restore(snap: &Snapshot) -> Result<Restored> {
+    snap.verify()?;
+    let entry = POLICIES
+        .iter()
+        .find(|e| e.kind() == snap.kind())
+        .ok_or_else(|| {
+            Error::Snapshot(format!(
+                "kind = \"{}\": not a kind of this build's registry (`dpbandits list`)",
+                snap.kind()
+            ))
+        })?;
+    snap.expect(entry.setting(), entry.kind())?;
+    let restored = match entry.restore {
+        Restore::Finite(f) => Restored::Finite(f(snap)?),
+        Restore::Linear(f) => Restored::Linear(f(snap)?),
+        Restore::Contextual(f) => Restored::Contextual(f(snap)?),
+        Restore::Bai(f) => Restored::Bai(f(snap)?),
+    };
+    let again = restored.snapshot()?;
+    if again.kind() != snap.kind() {
+        return Err(Error::Snapshot(format!(
+            "kind = \"{}\": the state restores as a \"{}\" policy",
+            snap.kind(),
+            again.kind()
+        )));
+    }
+    Ok(restored)
+}
+
+/// [`restore`] a snapshot that the caller expects to be of `kind`.
+///
+/// # Errors
+/// A snapshot of another kind (naming both), or see [`restore`].
+pub fn restore_kind(snap: &Snapshot, kind: &str) -> Result<Restored> {
+    let entry = policy(kind)?;
+    snap.expect(entry.setting(), kind)?;
+    restore(snap)
+}
+
+fn wrong_setting(snap: &Snapshot, expected: Setting) -> Error {
+    Error::Snapshot(format!(
+        "setting = {} (kind \"{}\"): expected a snapshot of a {expected} policy",
+        snap.setting(),
+        snap.kind()
+    ))
+}
+
+/// [`restore`] a finite-armed policy.
+///
+/// # Errors
+/// A snapshot of another setting, or see [`restore`].
+pub fn restore_finite(snap: &Snapshot) -> Result<Box<dyn Policy>> {
+    match restore(snap)? {
+        Restored::Finite(p) => Ok(p),
+        _ => Err(wrong_setting(snap, Setting::FiniteArmed)),
+    }
+}
+
+/// [`restore`] a linear-bandit policy.
+///
+/// # Errors
+/// A snapshot of another setting, or see [`restore`].
+pub fn restore_linear(snap: &Snapshot) -> Result<Box<dyn LinearPolicy>> {
+    match restore(snap)? {
+        Restored::Linear(p) => Ok(p),
+        _ => Err(wrong_setting(snap, Setting::Linear)),
+    }
+}
+
+/// [`restore`] a contextual policy.
+///
+/// # Errors
+/// A snapshot of another setting, or see [`restore`].
+pub fn restore_contextual(snap: &Snapshot) -> Result<Box<dyn ContextualPolicy>> {
+    match restore(snap)? {
+        Restored::Contextual(p) => Ok(p),
+        _ => Err(wrong_setting(snap, Setting::Contextual)),
+    }
+}
+
+/// [`restore`] a BAI run.
+///
+/// # Errors
+/// A snapshot of another setting, or see [`restore`].
+pub fn restore_bai(snap: &Snapshot) -> Result<Box<dyn bai::BaiAlgorithm>> {
+    match restore(snap)? {
+        Restored::Bai(p) => Ok(p),
+        _ => Err(wrong_setting(snap, Setting::Bai)),
+    }
+}
+
 /// All algorithms.
 pub static POLICIES: &[PolicyEntry] = &[
     PolicyEntry {
         info: &finite::UCB1,
+        restore: Restore::Finite(state_finite::<finite::Ucb1>),
         parse: Parse::Finite(finite::<finite::Ucb1Config>),
     },
     PolicyEntry {
         info: &finite::KL_UCB,
+        restore: Restore::Finite(state_finite::<finite::KlUcb>),
         parse: Parse::Finite(finite::<finite::KlUcbConfig>),
     },
     PolicyEntry {
         info: &finite::THOMPSON,
+        restore: Restore::Finite(state_finite::<finite::ThompsonSampling>),
         parse: Parse::Finite(finite::<finite::ThompsonConfig>),
     },
     PolicyEntry {
         info: &finite::ADAPTIVE_UCB,
+        restore: Restore::Finite(state_finite::<finite::AdaCUcb>),
         parse: Parse::Finite(|t| {
             Ok(Box::new(parse_kind::<finite::AdaCUcbConfig>(
                 t,
@@ -298,10 +483,12 @@ pub static POLICIES: &[PolicyEntry] = &[
     },
     PolicyEntry {
         info: &finite::ADAC_UCB,
+        restore: Restore::Finite(state_finite::<finite::AdaCUcb>),
         parse: Parse::Finite(finite::<finite::AdaCUcbConfig>),
     },
     PolicyEntry {
         info: &finite::ADAP_UCB,
+        restore: Restore::Finite(state_finite::<finite::AdaP>),
         parse: Parse::Finite(|t| {
             Ok(Box::new(parse_kind::<finite::AdaPConfig>(
                 t,
@@ -313,6 +500,7 @@ pub static POLICIES: &[PolicyEntry] = &[
     },
     PolicyEntry {
         info: &finite::ADAP_KLUCB,
+        restore: Restore::Finite(state_finite::<finite::AdaP>),
         parse: Parse::Finite(|t| {
             Ok(Box::new(parse_kind::<finite::AdaPConfig>(
                 t,
@@ -324,22 +512,27 @@ pub static POLICIES: &[PolicyEntry] = &[
     },
     PolicyEntry {
         info: &finite::DP_SE,
+        restore: Restore::Finite(state_finite::<finite::DpSe>),
         parse: Parse::Finite(finite::<finite::DpSeConfig>),
     },
     PolicyEntry {
         info: &finite::DP_TS,
+        restore: Restore::Finite(state_finite::<finite::DpTs>),
         parse: Parse::Finite(finite::<finite::DpTsConfig>),
     },
     PolicyEntry {
         info: &finite::LDP_UCB,
+        restore: Restore::Finite(state_finite::<finite::LdpUcb>),
         parse: Parse::Finite(finite::<finite::LdpUcbConfig>),
     },
     PolicyEntry {
         info: &finite::KL_UCB_CF,
+        restore: Restore::Finite(restore_cf),
         parse: Parse::Finite(finite::<finite::CfConfig>),
     },
     PolicyEntry {
         info: &finite::SW_KLUCB_CF,
+        restore: Restore::Finite(restore_cf),
         parse: Parse::Finite(|t| {
             Ok(Box::new(parse_kind::<finite::CfConfig>(
                 t,
@@ -351,26 +544,32 @@ pub static POLICIES: &[PolicyEntry] = &[
     },
     PolicyEntry {
         info: &finite::LDP,
+        restore: Restore::Finite(|s| Ok(Box::new(finite::Ldp::restore_with(s, restore_finite)?))),
         parse: Parse::Finite(parse_ldp),
     },
     PolicyEntry {
         info: &finite::SW_UCB,
+        restore: Restore::Finite(state_finite::<finite::SwUcb>),
         parse: Parse::Finite(finite::<finite::SwUcbConfig>),
     },
     PolicyEntry {
         info: &finite::SW_KL_UCB,
+        restore: Restore::Finite(state_finite::<finite::SwUcb>),
         parse: Parse::Finite(finite::<finite::SwKlUcbConfig>),
     },
     PolicyEntry {
         info: &finite::D_UCB,
+        restore: Restore::Finite(state_finite::<finite::DUcb>),
         parse: Parse::Finite(finite::<finite::DUcbConfig>),
     },
     PolicyEntry {
         info: &bai::DP_TT,
+        restore: Restore::Bai(state_bai::<bai::TopTwoRun>),
         parse: Parse::Bai(bai::<bai::DpTtConfig>),
     },
     PolicyEntry {
         info: &bai::ADAP_TT,
+        restore: Restore::Bai(state_bai::<bai::TopTwoRun>),
         parse: Parse::Bai(|t| {
             Ok(Box::new(parse_kind::<bai::AdapTtConfig>(
                 t,
@@ -382,6 +581,7 @@ pub static POLICIES: &[PolicyEntry] = &[
     },
     PolicyEntry {
         info: &bai::ADAP_TT_STAR,
+        restore: Restore::Bai(state_bai::<bai::TopTwoRun>),
         parse: Parse::Bai(|t| {
             Ok(Box::new(parse_kind::<bai::AdapTtConfig>(
                 t,
@@ -393,42 +593,52 @@ pub static POLICIES: &[PolicyEntry] = &[
     },
     PolicyEntry {
         info: &bai::DP_SE_BAI,
+        restore: Restore::Bai(state_bai::<bai::DpSeRun>),
         parse: Parse::Bai(bai::<bai::DpSeBaiConfig>),
     },
     PolicyEntry {
         info: &bai::EB_TCI,
+        restore: Restore::Bai(state_bai::<bai::TopTwoRun>),
         parse: Parse::Bai(bai::<bai::EbTciConfig>),
     },
     PolicyEntry {
         info: &linear::GOPE,
+        restore: Restore::Linear(state_linear::<linear::PhasedElimination>),
         parse: Parse::Linear(|t| gope(t, NoisePlacement::None, false)),
     },
     PolicyEntry {
         info: &linear::ADAC_GOPE,
+        restore: Restore::Linear(state_linear::<linear::PhasedElimination>),
         parse: Parse::Linear(|t| gope(t, NoisePlacement::Intermediate, true)),
     },
     PolicyEntry {
         info: &linear::ADAR_GOPE_VAR,
+        restore: Restore::Linear(state_linear::<linear::PhasedElimination>),
         parse: Parse::Linear(|t| gope(t, NoisePlacement::PerArmSums, true)),
     },
     PolicyEntry {
         info: &linear::GOPE_OUTPUT_PERTURBATION,
+        restore: Restore::Linear(state_linear::<linear::PhasedElimination>),
         parse: Parse::Linear(|t| gope(t, NoisePlacement::Output, true)),
     },
     PolicyEntry {
         info: &linear::LIN_UCB,
+        restore: Restore::Linear(state_linear::<linear::LinUcb>),
         parse: Parse::Linear(|t| Ok(Box::new(parse::<linear::LinUcbConfig>(t)?))),
     },
     PolicyEntry {
         info: &contextual::OFUL,
+        restore: Restore::Contextual(contextual::restore_oful),
         parse: Parse::Contextual(|t| oful(t, OfulKind::Oful)),
     },
     PolicyEntry {
         info: &contextual::RS_OFUL,
+        restore: Restore::Contextual(contextual::restore_oful),
         parse: Parse::Contextual(|t| oful(t, OfulKind::RsOful)),
     },
     PolicyEntry {
         info: &contextual::ADAC_OFUL,
+        restore: Restore::Contextual(contextual::restore_oful),
         parse: Parse::Contextual(|t| oful(t, OfulKind::AdacOful)),
     },
 ];

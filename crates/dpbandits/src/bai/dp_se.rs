@@ -118,7 +118,8 @@ impl BaiConfig for DpSeBaiConfig {
 }
 
 /// DP-SE for `K` arms and risk `delta`: the [`BaiEngine`] shared by the runs of a cell.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct DpSeBai {
     epsilon: f64,
     k: usize,
@@ -172,9 +173,12 @@ impl BaiEngine for DpSeBai {
 }
 
 /// One run of DP-SE.
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct DpSeRun {
     gate: Gate,
+    /// Snapshots store the engine's parameters; the restore rebuilds it.
+    #[serde(with = "engine_snap")]
     engine: Arc<DpSeBai>,
     /// Privacy noise.
     nrng: SimRng,
@@ -261,6 +265,24 @@ impl DpSeRun {
     }
 }
 
+/// The engine of a [`DpSeRun`] in a snapshot: `(epsilon, K, delta)`, validated again by
+/// [`DpSeBai::new`] on restore.
+mod engine_snap {
+    use super::{Arc, DpSeBai};
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S: Serializer>(e: &Arc<DpSeBai>, s: S) -> Result<S::Ok, S::Error> {
+        e.as_ref().serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Arc<DpSeBai>, D::Error> {
+        let e = DpSeBai::deserialize(d)?;
+        DpSeBai::new(e.epsilon, e.k, e.delta)
+            .map(Arc::new)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
 impl DpSeRun {
     /// The algorithm's next step when no commitment is open.
     fn step(&mut self) -> BaiStep {
@@ -285,6 +307,9 @@ impl DpSeRun {
 }
 
 impl BaiAlgorithm for DpSeRun {
+    fn snapshot(&self) -> Result<crate::snapshot::Snapshot> {
+        crate::snapshot::Snapshot::new(Setting::Bai, DP_SE_BAI.kind, self)
+    }
     fn num_arms(&self) -> usize {
         self.engine.k
     }

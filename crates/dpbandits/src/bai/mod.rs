@@ -161,6 +161,16 @@ pub trait BaiAlgorithm: Send + Debug {
     fn noise_draws(&self) -> u64;
     /// Releases per arm so far.
     fn releases(&self) -> Vec<u64>;
+    /// Save the run's complete state (counts, released statistics, pending sums, generators,
+    /// the requests still to serve) for a bit-identical restore ([`crate::snapshot`]; restore
+    /// with `registry::restore_bai`). The shared engine is stored as its parameters and rebuilt.
+    /// Sensitive data: it holds unreleased reward sums and the noise generator's state.
+    ///
+    /// # Errors
+    /// [`crate::error::Error::Snapshot`] if the state cannot be captured; the default refuses.
+    fn snapshot(&self) -> Result<crate::snapshot::Snapshot> {
+        Err(crate::snapshot::unsupported(&format!("{self:?}")))
+    }
 }
 
 /// What all runs of one configuration share (precomputed thresholds, caches), built once per

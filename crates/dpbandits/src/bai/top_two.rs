@@ -48,7 +48,7 @@ use rand::RngExt;
 use std::sync::{Arc, OnceLock};
 
 /// How released means are built.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Estimator {
     /// DP-TT: cumulative noisy sum, one `Lap(1/eps)` per phase increment, phases on the
     /// de-duplicated grid `ceil((1 + eta)^j)` (no forgetting).
@@ -64,7 +64,7 @@ pub enum Estimator {
 }
 
 /// Leader rule.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Leader {
     /// Empirical best (the recommendation).
     EmpiricalBest,
@@ -73,7 +73,7 @@ pub enum Leader {
 }
 
 /// Challenger rule (current counts `N`; ties: lowest index).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Challenger {
     /// TCI: `argmin W_eps(m_B, m_a; N_B, N_a) + ln N_a` on clipped means.
     Tci,
@@ -84,7 +84,7 @@ pub enum Challenger {
 }
 
 /// Stopping cost.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum StopCost {
     /// `W_eps` on clipped means (DP-TT; `eps = inf`: KL GLR for EB-TCI).
     DEps,
@@ -97,7 +97,7 @@ pub enum StopCost {
 }
 
 /// All parameters of one Top Two algorithm.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct TopTwoParams {
     /// Privacy budget (`inf` = non-private).
     pub epsilon: f64,
@@ -525,9 +525,12 @@ impl BaiEngine for TopTwo {
 /// [`BaiStep::Sample`] requests that are served in turn before anything new is decided. Rewards
 /// arrive as sums per request and wait in `pending` until the arm's next release, so no decision
 /// can read an unreleased reward.
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct TopTwoRun {
     gate: Gate,
+    /// Snapshots store the engine's parameters; the restore rebuilds it.
+    #[serde(with = "engine_snap")]
     engine: Arc<TopTwo>,
     /// Pulls per arm.
     n: Vec<u64>,
@@ -774,6 +777,50 @@ impl TopTwoRun {
     }
 }
 
+/// The engine of a [`TopTwoRun`] in a snapshot: its parameters, rebuilt by [`TopTwo::new`] on
+/// restore (thresholds and caches are pure functions of them).
+mod engine_snap {
+    use super::{Arc, TopTwo, TopTwoParams};
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Engine {
+        params: TopTwoParams,
+        k: usize,
+        delta: f64,
+    }
+
+    pub fn serialize<S: Serializer>(e: &Arc<TopTwo>, s: S) -> Result<S::Ok, S::Error> {
+        Engine {
+            params: e.p,
+            k: e.k,
+            delta: e.delta,
+        }
+        .serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Arc<TopTwo>, D::Error> {
+        let e = Engine::deserialize(d)?;
+        TopTwo::new(e.params, e.k, e.delta)
+            .map(Arc::new)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+impl TopTwo {
+    /// The registry kind these parameters implement (the Top Two kinds differ in their
+    /// estimator and challenger).
+    pub fn kind(&self) -> &'static str {
+        match (self.p.estimator, self.p.challenger) {
+            (Estimator::Cumulative { .. }, _) => super::DP_TT.kind,
+            (Estimator::Exact, _) => super::EB_TCI.kind,
+            (Estimator::Forgetting, Challenger::GaussStar) => super::ADAP_TT_STAR.kind,
+            (Estimator::Forgetting, _) => super::ADAP_TT.kind,
+        }
+    }
+}
+
 impl TopTwoRun {
     /// The algorithm's next step when no commitment is open.
     fn step(&mut self) -> BaiStep {
@@ -807,6 +854,9 @@ impl TopTwoRun {
 }
 
 impl BaiAlgorithm for TopTwoRun {
+    fn snapshot(&self) -> Result<crate::snapshot::Snapshot> {
+        crate::snapshot::Snapshot::new(crate::config::Setting::Bai, self.engine.kind(), self)
+    }
     fn num_arms(&self) -> usize {
         self.engine.k
     }

@@ -125,7 +125,8 @@ pub const ADAC_OFUL: AlgorithmInfo = AlgorithmInfo {
 pub const MAX_DIM: usize = 16;
 
 /// Which member of the family.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum OfulKind {
     /// OFUL: update every round.
     Oful,
@@ -137,7 +138,7 @@ pub enum OfulKind {
 }
 
 /// How the noise part of the AdaC-OFUL radius is normalised (see the module docs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RadiusMode {
     /// `lambda_min(V_tau)` (exact, no lambda_0 needed). Default.
@@ -148,7 +149,7 @@ pub enum RadiusMode {
 }
 
 /// Whether the privacy boundary is enforced.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PrivacyMode {
     /// Clip rewards to [-1, 1] and contributions `a r` to the unit ball: the guarantee holds for
@@ -380,9 +381,58 @@ macro_rules! square_ops {
 }
 square_ops!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16);
 
+/// The snapshot form of [`OfulConfig`]: every field, including the family member the registry
+/// sets from the kind.
+#[derive(serde::Serialize, Deserialize)]
+#[serde(remote = "OfulConfig", deny_unknown_fields)]
+struct OfulConfigSnap {
+    rho: f64,
+    lambda: f64,
+    c: f64,
+    delta: f64,
+    s: f64,
+    radius: RadiusMode,
+    lambda0: Option<f64>,
+    mode: PrivacyMode,
+    kind: OfulKind,
+}
+
+/// The snapshot state of an [`OfulPolicy`]: its dimension (which instantiation to rebuild) and
+/// its fields.
+#[derive(serde::Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OfulSnap<P> {
+    d: usize,
+    policy: P,
+}
+
+/// Restore an OFUL-family policy (`oful`, `rs_oful`, `adac_oful`) saved by
+/// [`ContextualPolicy::snapshot`]: reads the dimension, then the state of that instantiation.
+///
+/// # Errors
+/// A refused snapshot ([`crate::snapshot::Snapshot::state`]) or an unsupported dimension.
+pub fn restore_oful(snap: &crate::snapshot::Snapshot) -> Result<Box<dyn ContextualPolicy>> {
+    #[derive(Deserialize)]
+    struct Dim {
+        d: usize,
+    }
+    let d = snap.state::<Dim>()?.d;
+    macro_rules! dispatch {
+        ($($n:literal)*) => {
+            match d {
+                $($n => Ok(Box::new(snap.state::<OfulSnap<OfulPolicy<$n>>>()?.policy)),)*
+                _ => Err(Error::Snapshot(format!("d = {d}: expected an integer in 1..={MAX_DIM}"))),
+            }
+        };
+    }
+    dispatch!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16)
+}
+
 /// The OFUL-family engine for dimension `D` (see the module docs).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct OfulPolicy<const D: usize> {
+    #[serde(with = "OfulConfigSnap")]
     cfg: OfulConfig,
     /// `2 ln(1/delta)`.
     two_log_inv_delta: f64,
@@ -411,8 +461,10 @@ pub struct OfulPolicy<const D: usize> {
     m: SMatrix<f64, D, D>,
     /// Hot-path copy of `m`: upper triangle with doubled off-diagonal entries, so
     /// `a^T m a = sum_i a_i sum_{j >= i} w[i][j] a_j`.
+    #[serde(with = "crate::snapshot::with::square")]
     w: [[f64; D]; D],
     /// Hot-path copy of `theta`.
+    #[serde(with = "crate::snapshot::with::array")]
     th: [f64; D],
     beta: f64,
     gamma: f64,
@@ -616,6 +668,11 @@ where
 
     fn boundary(&self) -> RewardBoundary {
         self.gate.boundary()
+    }
+
+    fn snapshot(&self) -> Result<crate::snapshot::Snapshot> {
+        let st = OfulSnap { d: D, policy: self };
+        crate::snapshot::Snapshot::new(Setting::Contextual, self.cfg.kind(), &st)
     }
 
     #[inline]

@@ -40,7 +40,7 @@ mod sim;
 
 pub use adac_oful::{
     ADAC_OFUL, MAX_DIM, OFUL, OFUL_BOUNDARY, OfulConfig, OfulKind, OfulPolicy, PrivacyMode,
-    RS_OFUL, RadiusMode, SquareOps, chi2_tail, lambda_min_lower_bound,
+    RS_OFUL, RadiusMode, SquareOps, chi2_tail, lambda_min_lower_bound, restore_oful,
 };
 pub use file::{CONTEXTUAL_FILE, ContextOrder, ContextualFile, ContextualFileConfig, FeatureTable};
 pub use gaussian::{CONTEXTUAL_GAUSSIAN, ContextualGaussian, ContextualGaussianConfig};
@@ -126,6 +126,16 @@ pub trait ContextualPolicy: Send + Debug {
     /// [`crate::Error::Protocol`] for another action than the chosen one, no open round, or an
     /// action outside `actions`; a reward the boundary refuses. The policy is then unchanged.
     fn observe(&mut self, actions: &ActionSet<'_>, arm: usize, reward: f64) -> Result<()>;
+    /// Save the complete state (episode in progress, Gram matrix, released statistics,
+    /// generators) for a bit-identical restore ([`crate::snapshot`]; restore with
+    /// `registry::restore_contextual`). Sensitive data: it holds the unreleased episode
+    /// statistic and the noise generator's state.
+    ///
+    /// # Errors
+    /// [`crate::error::Error::Snapshot`] if the state cannot be captured; the default refuses.
+    fn snapshot(&self) -> Result<crate::snapshot::Snapshot> {
+        Err(crate::snapshot::unsupported(&format!("{self:?}")))
+    }
 }
 
 /// A validated contextual policy configuration (one cell).

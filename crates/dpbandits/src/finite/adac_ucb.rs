@@ -67,7 +67,7 @@ pub const ADAC_UCB: AlgorithmInfo = AlgorithmInfo {
 };
 
 /// Which sample count the index uses right after initialisation (spec zcdp §2.6).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum InitCount {
     /// `n_a = N_a / 2` as printed in Eq. (14): 0.5 after the single initial pull (more noise and a
@@ -193,9 +193,26 @@ fn guarantee(rho: f64, mode: BoundaryMode, init: InitCount) -> PrivacyGuarantee 
     }
 }
 
+/// The snapshot form of [`AdaCUcbConfig`]: every field, including the registry's kind flag that
+/// a parameter table may not set.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(remote = "AdaCUcbConfig", deny_unknown_fields)]
+struct AdaCUcbConfigSnap {
+    rho: f64,
+    beta: f64,
+    init_count: InitCount,
+    boundary: BoundaryMode,
+    non_private_kind: bool,
+    /// Never in a snapshot: a restored policy is never a mutant.
+    #[serde(skip)]
+    mutant: Option<crate::privacy::AuditMutant>,
+}
+
 /// AdaC-UCB state (also the non-private counterpart when `rho = inf`).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct AdaCUcb {
+    #[serde(with = "AdaCUcbConfigSnap")]
     cfg: AdaCUcbConfig,
     boundary: RewardBoundary,
     /// N_a: total pulls.
@@ -325,6 +342,9 @@ impl AdaCUcb {
 }
 
 impl Policy for AdaCUcb {
+    fn snapshot(&self) -> Result<crate::snapshot::Snapshot> {
+        crate::snapshot::Snapshot::new(Setting::FiniteArmed, self.cfg.kind(), self)
+    }
     fn num_arms(&self) -> usize {
         self.pulls.len()
     }

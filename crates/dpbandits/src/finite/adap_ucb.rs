@@ -74,7 +74,7 @@ pub const ADAP_KLUCB: AlgorithmInfo = AlgorithmInfo {
 };
 
 /// Which optimistic index the AdaP framework uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub enum AdaPIndex {
     /// AdaP-UCB (Algorithm 2).
     #[default]
@@ -166,9 +166,24 @@ fn guarantee(epsilon: f64, mode: BoundaryMode) -> PrivacyGuarantee {
     }
 }
 
+/// The snapshot form of [`AdaPConfig`]: every field, including the index the registry sets.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(remote = "AdaPConfig", deny_unknown_fields)]
+struct AdaPConfigSnap {
+    epsilon: f64,
+    alpha: f64,
+    boundary: BoundaryMode,
+    index: AdaPIndex,
+    /// Never in a snapshot: a restored policy is never a mutant.
+    #[serde(skip)]
+    mutant: Option<crate::privacy::AuditMutant>,
+}
+
 /// AdaP-UCB / AdaP-KLUCB state.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct AdaP {
+    #[serde(with = "AdaPConfigSnap")]
     cfg: AdaPConfig,
     boundary: RewardBoundary,
     pulls: Vec<u64>,
@@ -291,6 +306,9 @@ impl AdaP {
 }
 
 impl Policy for AdaP {
+    fn snapshot(&self) -> Result<crate::snapshot::Snapshot> {
+        crate::snapshot::Snapshot::new(Setting::FiniteArmed, self.cfg.kind(), self)
+    }
     fn num_arms(&self) -> usize {
         self.pulls.len()
     }

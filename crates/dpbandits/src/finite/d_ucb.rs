@@ -39,7 +39,7 @@ pub const D_UCB: AlgorithmInfo = AlgorithmInfo {
 };
 
 /// `kind = "d_ucb"`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct DUcbConfig {
     /// Discount factor in (0, 1).
@@ -101,7 +101,8 @@ impl PolicyConfig for DUcbConfig {
 }
 
 /// D-UCB state.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct DUcb {
     gate: Gate,
     cfg: DUcbConfig,
@@ -128,6 +129,9 @@ impl DUcb {
 }
 
 impl Policy for DUcb {
+    fn snapshot(&self) -> Result<crate::snapshot::Snapshot> {
+        crate::snapshot::Snapshot::new(Setting::FiniteArmed, D_UCB.kind, self)
+    }
     fn num_arms(&self) -> usize {
         self.n.len()
     }

@@ -64,7 +64,7 @@ pub const DP_SE: AlgorithmInfo = AlgorithmInfo {
 pub const FOREVER: u64 = 1 << 62;
 
 /// `kind = "dp_se"`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct DpSeConfig {
     /// Pure-DP budget epsilon (`inf` = non-private successive elimination).
@@ -128,7 +128,8 @@ fn guarantee(epsilon: f64, mode: BoundaryMode) -> PrivacyGuarantee {
 }
 
 /// DP-SE state.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct DpSe {
     cfg: DpSeConfig,
     boundary: RewardBoundary,
@@ -285,6 +286,9 @@ impl DpSe {
 }
 
 impl Policy for DpSe {
+    fn snapshot(&self) -> Result<crate::snapshot::Snapshot> {
+        crate::snapshot::Snapshot::new(Setting::FiniteArmed, DP_SE.kind, self)
+    }
     fn num_arms(&self) -> usize {
         self.sums.len()
     }

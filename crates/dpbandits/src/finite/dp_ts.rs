@@ -58,7 +58,7 @@ pub const DP_TS: AlgorithmInfo = AlgorithmInfo {
 };
 
 /// `kind = "dp_ts"`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct DpTsConfig {
     /// Pure-DP budget epsilon.
@@ -130,7 +130,8 @@ fn guarantee(epsilon: f64, mode: BoundaryMode) -> PrivacyGuarantee {
 }
 
 /// Lazy-DP-TS state.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct DpTs {
     cfg: DpTsConfig,
     gate: Gate,
@@ -183,6 +184,9 @@ impl DpTs {
 }
 
 impl Policy for DpTs {
+    fn snapshot(&self) -> Result<crate::snapshot::Snapshot> {
+        crate::snapshot::Snapshot::new(Setting::FiniteArmed, DP_TS.kind, self)
+    }
     fn num_arms(&self) -> usize {
         self.pulls.len()
     }

@@ -62,7 +62,8 @@ impl PolicyConfig for KlUcbConfig {
 }
 
 /// kl-UCB state.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct KlUcb {
     gate: Gate,
     c: f64,
@@ -85,6 +86,9 @@ impl KlUcb {
 }
 
 impl Policy for KlUcb {
+    fn snapshot(&self) -> Result<crate::snapshot::Snapshot> {
+        crate::snapshot::Snapshot::new(Setting::FiniteArmed, KL_UCB.kind, self)
+    }
     fn num_arms(&self) -> usize {
         self.stats.len()
     }

@@ -101,6 +101,10 @@ pub fn cf_index(n: u64, sum: f64, level: f64, g: &RandomizedResponse) -> f64 {
     }
 }
 
+/// The snapshot kind of a bare [`CfLearner`] (the inner policy of the `kl_ucb_cf` and
+/// `sw_klucb_cf` kinds; not a registry kind of its own).
+pub const CF_LEARNER: &str = "cf_learner";
+
 /// `kind = "kl_ucb_cf"` / `kind = "sw_klucb_cf"`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -232,12 +236,14 @@ impl PolicyConfig for CfConfig {
         let channels = self.channels_k(k)?;
         let learner = CfLearner::new(channels.clone(), self.window, self.c)?;
         Ok(Box::new(
-            Ldp::new(channels, Box::new(learner), seed)?.named(self.kind()),
+            Ldp::new(channels, Box::new(learner), seed)?
+                .named(self.kind())
+                .with_kind(self.kind()),
         ))
     }
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 enum Stats {
     Cumulative { counts: Vec<u64>, sums: Vec<f64> },
     Window(SlidingWindow),
@@ -247,7 +253,8 @@ enum Stats {
 /// the corruption channels it is given) and never a raw reward. Non-private on its own; wrapped by
 /// [`Ldp`] it is the eps-LDP algorithm. Used directly it also serves corrupt-feedback
 /// environments (the channel is then the environment's).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct CfLearner {
     gate: Gate,
     channels: Vec<RandomizedResponse>,
@@ -318,6 +325,9 @@ impl CfLearner {
 }
 
 impl Policy for CfLearner {
+    fn snapshot(&self) -> Result<crate::snapshot::Snapshot> {
+        crate::snapshot::Snapshot::new(Setting::FiniteArmed, CF_LEARNER, self)
+    }
     fn num_arms(&self) -> usize {
         self.channels.len()
     }

@@ -41,6 +41,7 @@ use crate::privacy::{
     RewardBoundary, TrustModel, channels_for,
 };
 use crate::protocol::Gate;
+use crate::snapshot::Snapshot;
 
 /// Registry record of `ldp`.
 pub const LDP: AlgorithmInfo = AlgorithmInfo {
@@ -201,6 +202,19 @@ pub struct Ldp {
     randomizer: LocalRandomizer,
     inner: Box<dyn Policy>,
     what: String,
+    /// The registry kind this wrapper is (`ldp`, or a kind built on it such as `kl_ucb_cf`).
+    kind: String,
+}
+
+/// The snapshot state of an [`Ldp`] wrapper: the randomizer (channels and coin generators) and
+/// the inner policy's own snapshot.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LdpState {
+    gate: Gate,
+    randomizer: LocalRandomizer,
+    what: String,
+    inner: Snapshot,
 }
 
 impl Ldp {
@@ -220,6 +234,7 @@ impl Ldp {
         Ok(Ldp {
             gate: Gate::new(RewardBoundary::unit(BoundaryMode::Clip)),
             what: "the inner learner".into(),
+            kind: LDP.kind.into(),
             randomizer: LocalRandomizer::new(channels, seed),
             inner,
         })
@@ -229,6 +244,47 @@ impl Ldp {
     pub fn named(mut self, what: &str) -> Self {
         self.what = what.to_string();
         self
+    }
+
+    /// Report the registry kind `kind` (a kind built on this wrapper) in snapshots.
+    pub fn with_kind(mut self, kind: &str) -> Self {
+        self.kind = kind.to_string();
+        self
+    }
+
+    /// Restore a wrapper saved by [`Policy::snapshot`]; `inner` restores the inner policy's
+    /// snapshot (the registry's `restore_finite` for `ldp`, the learner's own type for kinds
+    /// built on the wrapper).
+    ///
+    /// # Errors
+    /// A snapshot of another kind or a refused state (see [`Snapshot::state`]), or what `inner`
+    /// returns.
+    pub fn restore_with(
+        snap: &Snapshot,
+        inner: impl FnOnce(&Snapshot) -> Result<Box<dyn Policy>>,
+    ) -> Result<Self> {
+        if snap.setting() != Setting::FiniteArmed {
+            return Err(Error::Snapshot(format!(
+                "setting = {}: expected a finite-armed snapshot",
+                snap.setting()
+            )));
+        }
+        let st: LdpState = snap.state()?;
+        let inner = inner(&st.inner)?;
+        if inner.num_arms() != st.randomizer.channels().len() {
+            return Err(Error::Snapshot(format!(
+                "the inner policy has {} arms but the randomizer {} channels",
+                inner.num_arms(),
+                st.randomizer.channels().len()
+            )));
+        }
+        Ok(Ldp {
+            gate: st.gate,
+            randomizer: st.randomizer,
+            inner,
+            what: st.what,
+            kind: snap.kind().to_string(),
+        })
     }
 
     /// The user-side randomizer.
@@ -243,6 +299,15 @@ impl Ldp {
 }
 
 impl Policy for Ldp {
+    fn snapshot(&self) -> Result<Snapshot> {
+        let st = LdpState {
+            gate: self.gate,
+            randomizer: self.randomizer.clone(),
+            what: self.what.clone(),
+            inner: self.inner.snapshot()?,
+        };
+        Snapshot::new(Setting::FiniteArmed, &self.kind, &st)
+    }
     fn num_arms(&self) -> usize {
         self.inner.num_arms()
     }

@@ -55,7 +55,7 @@ pub const LDP_UCB: AlgorithmInfo = AlgorithmInfo {
 };
 
 /// The local randomiser applied to each reward.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LocalMechanism {
     /// `r + Lap(1/epsilon)` (CTL, LDP-UCB-L).
@@ -66,7 +66,7 @@ pub enum LocalMechanism {
 }
 
 /// `kind = "ldp_ucb"`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct LdpUcbConfig {
     /// Local-DP budget epsilon (finite, > 0).
@@ -170,7 +170,8 @@ fn bernoulli_response(epsilon: f64) -> (f64, f64) {
 }
 
 /// LDP-UCB state.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct LdpUcb {
     gate: Gate,
     cfg: LdpUcbConfig,
@@ -233,6 +234,9 @@ impl LdpUcb {
 }
 
 impl Policy for LdpUcb {
+    fn snapshot(&self) -> Result<crate::snapshot::Snapshot> {
+        crate::snapshot::Snapshot::new(Setting::FiniteArmed, LDP_UCB.kind, self)
+    }
     fn num_arms(&self) -> usize {
         self.counts.len()
     }

@@ -73,7 +73,9 @@ pub use dp_se::{DP_SE, DpSe, DpSeConfig};
 pub use dp_ts::{DP_TS, DpTs, DpTsConfig};
 pub use gaussian::{GAUSSIAN, Gaussian, GaussianConfig};
 pub use kl_ucb::{KL_UCB, KlUcb, KlUcbConfig};
-pub use kl_ucb_cf::{CfConfig, CfLearner, KL_UCB_CF, SW_KLUCB_CF, cf_index, f_safe, theory_window};
+pub use kl_ucb_cf::{
+    CF_LEARNER, CfConfig, CfLearner, KL_UCB_CF, SW_KLUCB_CF, cf_index, f_safe, theory_window,
+};
 pub use ldp::{LDP, Ldp, LdpConfig, ldp_guarantee};
 pub use ldp_ucb::{LDP_UCB, LdpUcb, LdpUcbConfig, LocalMechanism};
 pub use piecewise::{
@@ -206,6 +208,17 @@ pub trait Policy: Send + Debug {
     /// The boundary every reward passes: the privacy boundary of a private policy, the numeric
     /// boundary ([`RewardBoundary::numeric`]) of a non-private one.
     fn boundary(&self) -> RewardBoundary;
+
+    /// Save the complete state (statistics, generators, the episode in progress) for a
+    /// bit-identical restore ([`crate::snapshot`]; restore with `registry::restore_finite`).
+    /// The snapshot is sensitive data: it holds raw reward sums and the noise generators' state.
+    ///
+    /// # Errors
+    /// [`crate::error::Error::Snapshot`] if the state cannot be captured. The default refuses
+    /// (a policy must opt in; every registry kind does).
+    fn snapshot(&self) -> Result<crate::snapshot::Snapshot> {
+        Err(crate::snapshot::unsupported(&format!("{self:?}")))
+    }
 }
 
 /// A validated policy configuration (one cell of a sweep) that builds a fresh policy per run.
@@ -230,7 +243,7 @@ pub trait PolicyConfig: Send + Sync + Debug {
 /// seen so far. Shared by the episodic policies (AdaC-UCB, AdaP-UCB/KLUCB), whose episodes end
 /// exactly when `len` rewards of the committed arm have been observed. The policy's
 /// [`crate::protocol::Gate`] has checked every observation before it reaches the episode.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Episode {
     /// The committed arm.
     pub arm: usize,
@@ -280,7 +293,7 @@ impl Episode {
 
 /// Per-arm pull counts and empirical means, with the cached `1/N_a` that index policies need.
 /// Updating is O(1) per observation and never allocates.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct ArmStats {
     pulls: Vec<u64>,
     sums: Vec<f64>,

@@ -57,7 +57,7 @@ pub const SW_KL_UCB: AlgorithmInfo = AlgorithmInfo {
 };
 
 /// `kind = "sw_ucb"`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct SwUcbConfig {
     /// Window `tau`.
@@ -174,7 +174,8 @@ impl PolicyConfig for SwKlUcbConfig {
 }
 
 /// SW-UCB (`kl = false`) or SW-kl-UCB (`kl = true`).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct SwUcb {
     gate: Gate,
     cfg: SwUcbConfig,
@@ -184,6 +185,13 @@ pub struct SwUcb {
 }
 
 impl Policy for SwUcb {
+    fn snapshot(&self) -> Result<crate::snapshot::Snapshot> {
+        crate::snapshot::Snapshot::new(
+            Setting::FiniteArmed,
+            if self.kl { SW_KL_UCB.kind } else { SW_UCB.kind },
+            self,
+        )
+    }
     fn num_arms(&self) -> usize {
         self.win.counts().len()
     }

@@ -56,13 +56,12 @@ impl PolicyConfig for ThompsonConfig {
 }
 
 /// Beta-Bernoulli Thompson sampling state.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ThompsonSampling {
     gate: Gate,
     successes: Vec<f64>,
     failures: Vec<f64>,
-    /// Posterior of each arm, rebuilt only when that arm is observed.
-    posteriors: Vec<Beta<f64>>,
     rng: SimRng,
 }
 
@@ -74,13 +73,15 @@ impl ThompsonSampling {
             gate: Gate::new(RewardBoundary::numeric()),
             successes: vec![0.0; k],
             failures: vec![0.0; k],
-            posteriors: vec![Beta::new(1.0, 1.0).expect("valid shapes"); k],
             rng: crate::rng::policy_rng(seed),
         })
     }
 }
 
 impl Policy for ThompsonSampling {
+    fn snapshot(&self) -> Result<crate::snapshot::Snapshot> {
+        crate::snapshot::Snapshot::new(Setting::FiniteArmed, THOMPSON.kind, self)
+    }
     fn num_arms(&self) -> usize {
         self.successes.len()
     }
@@ -114,9 +115,6 @@ impl Policy for ThompsonSampling {
         } else {
             self.failures[arm] += 1.0;
         }
-        // Both shape parameters are >= 1, so Beta::new cannot fail.
-        self.posteriors[arm] =
-            Beta::new(self.successes[arm] + 1.0, self.failures[arm] + 1.0).expect("shapes >= 1");
         Ok(())
     }
     fn boundary(&self) -> RewardBoundary {

@@ -70,7 +70,8 @@ impl PolicyConfig for Ucb1Config {
 }
 
 /// UCB1 state.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Ucb1 {
     gate: Gate,
     alpha: f64,
@@ -91,6 +92,9 @@ impl Ucb1 {
 }
 
 impl Policy for Ucb1 {
+    fn snapshot(&self) -> Result<crate::snapshot::Snapshot> {
+        crate::snapshot::Snapshot::new(Setting::FiniteArmed, UCB1.kind, self)
+    }
     fn num_arms(&self) -> usize {
         self.stats.len()
     }

@@ -9,7 +9,7 @@
 use crate::error::{Error, Result};
 
 /// Per-arm counts and sums over the last `w` rounds.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct SlidingWindow {
     w: u64,
     buf: Vec<(u32, f64)>,

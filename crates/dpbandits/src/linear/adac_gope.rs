@@ -149,7 +149,7 @@ pub const GOPE_OUTPUT_PERTURBATION: AlgorithmInfo = AlgorithmInfo {
 };
 
 /// Where the privacy noise enters (spec §3.7).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum NoisePlacement {
     /// No noise: non-private GOPE.
@@ -478,6 +478,9 @@ impl LinearPolicyConfig for GopeConfig {
 /// A phase is a sequence of blocks `(arm, T_l(arm))`; each block is one commitment, and the last
 /// block's observation ends the phase (one release, elimination).
 impl LinearPolicy for PhasedElimination {
+    fn snapshot(&self) -> Result<crate::snapshot::Snapshot> {
+        crate::snapshot::Snapshot::new(Setting::Linear, self.cfg.kind(), self)
+    }
     fn guarantee(&self) -> PrivacyGuarantee {
         self.cfg.guarantee()
     }
@@ -592,7 +595,7 @@ pub fn per_arm_sums_privacy_term(
 }
 
 /// What a phase plays: blocks `(arm, pulls)` in order.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PhasePlan {
     /// Phase number l (1-based).
     pub phase: u32,
@@ -625,7 +628,7 @@ impl PhasePlan {
 }
 
 /// The statistic released at the end of a phase (cached; never re-sampled).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PhaseRelease {
     /// Phase number.
     pub phase: u32,
@@ -651,7 +654,8 @@ pub struct PhaseRelease {
     pub survivors: Vec<usize>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct Current {
     plan: PhasePlan,
     /// Coordinates (in the span basis) of every active arm, aligned with `active`.
@@ -659,9 +663,28 @@ struct Current {
     basis: DMatrix<f64>,
 }
 
+/// The snapshot form of [`GopeConfig`]: every field, including the noise placement the registry
+/// sets from the kind.
+#[derive(Serialize, Deserialize)]
+#[serde(remote = "GopeConfig", deny_unknown_fields)]
+struct GopeConfigSnap {
+    rho: f64,
+    delta: f64,
+    noise_calibration: NoiseCalibration,
+    constants: GopeConstants,
+    clip_rewards: bool,
+    design_tolerance: f64,
+    design_max_iterations: usize,
+    design_solver: super::design::DesignSolver,
+    phase_length: PhaseLength,
+    placement: NoisePlacement,
+}
+
 /// One run of a GOPE variant.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct PhasedElimination {
+    #[serde(with = "GopeConfigSnap")]
     cfg: GopeConfig,
     arms: Vec<DVector<f64>>,
     active: Vec<usize>,

@@ -137,7 +137,7 @@ impl Span {
 }
 
 /// A design on a finite set of points.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Design {
     /// Weight of each input point (zero outside the support); sums to 1.
     pub weights: Vec<f64>,

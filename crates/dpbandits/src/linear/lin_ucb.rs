@@ -44,7 +44,7 @@ pub const LIN_UCB: AlgorithmInfo = AlgorithmInfo {
 };
 
 /// `kind = "lin_ucb"`.
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct LinUcbConfig {
     /// Regulariser lambda > 0.
@@ -125,7 +125,8 @@ impl LinearPolicyConfig for LinUcbConfig {
 }
 
 /// One run of LinUCB.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct LinUcb {
     cfg: LinUcbConfig,
     d: usize,
@@ -222,6 +223,9 @@ impl LinUcb {
 }
 
 impl LinearPolicy for LinUcb {
+    fn snapshot(&self) -> Result<crate::snapshot::Snapshot> {
+        crate::snapshot::Snapshot::new(Setting::Linear, LIN_UCB.kind, self)
+    }
     fn guarantee(&self) -> PrivacyGuarantee {
         PrivacyGuarantee::non_private()
     }

@@ -88,6 +88,15 @@ pub trait LinearPolicy: Send + Debug {
     /// [`crate::Error::Protocol`] for another arm, no open commitment, more rounds than are left,
     /// or a sum built by a boundary wider than [`LinearPolicy::boundary`].
     fn observe_batch(&mut self, arm: usize, sum: &RewardSum) -> Result<()>;
+    /// Save the complete state (phase in progress, statistics, generators) for a bit-identical
+    /// restore ([`crate::snapshot`]; restore with `registry::restore_linear`). Sensitive data:
+    /// it holds raw reward sums and the noise generator's state.
+    ///
+    /// # Errors
+    /// [`crate::error::Error::Snapshot`] if the state cannot be captured; the default refuses.
+    fn snapshot(&self) -> Result<crate::snapshot::Snapshot> {
+        Err(crate::snapshot::unsupported(&format!("{self:?}")))
+    }
 }
 
 /// A validated linear-bandit policy configuration (one cell of a sweep).

@@ -27,7 +27,7 @@ use rand::Rng;
 use rand_distr::{Distribution, StandardNormal};
 
 /// A Gaussian mechanism with a fixed noise scale.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct GaussianMechanism {
     sigma: f64,
 }
@@ -159,7 +159,7 @@ fn zcdp_loss(sensitivity: f64, sigma: f64) -> f64 {
 }
 
 /// A released (noisy) mean. Constructed only by a mechanism; policies cache it.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct NoisyMean {
     value: f64,
     samples: u64,

@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use rand::{Rng, RngExt};
 
 /// A Laplace mechanism with a fixed scale `b`.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct LaplaceMechanism {
     scale: f64,
 }

@@ -33,7 +33,7 @@ use crate::rng::SimRng;
 use rand::RngExt;
 
 /// Binary randomized response with `P(0|0) = p00`, `P(1|1) = p11`.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RandomizedResponse {
     p00: f64,
     p11: f64,
@@ -189,7 +189,7 @@ fn sym_loss(p: f64) -> f64 {
 /// Coins of arm `a` come from `stream_rng(seed, Noise, [0x5252, a])`, so two learners built with
 /// the same seed that see the same per-arm reward sequences receive the same feedback bits (common
 /// random numbers for the equivalence tests of spec ldp §7.4).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct LocalRandomizer {
     channels: Vec<RandomizedResponse>,
     coins: Vec<SimRng>,

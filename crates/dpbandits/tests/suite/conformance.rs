@@ -558,3 +558,363 @@ mod bai {
         }
     }
 }
+
+/// Snapshots: for every kind of the registry, run a policy on a small problem, stop inside a
+/// commitment where the kind has them (an episode, a phase, a BAI request in flight), save it,
+/// restore it from JSON and from CBOR, and continue the original and both copies on the same
+/// reward stream: every decision and the final state must agree bit for bit. Then the same
+/// across a process boundary: this test binary re-runs itself (`current_exe()` with a test-name
+/// filter and `DPBANDITS_SNAPSHOT_DIR`) to restore the files it wrote and continue them there.
+mod snapshots {
+    use super::*;
+    use dpbandits::bai::BaiStep;
+    use dpbandits::contextual::ActionSet;
+    use dpbandits::registry::{Restored, restore, restore_kind};
+    use dpbandits::rng::splitmix64;
+    use dpbandits::snapshot::Snapshot;
+    use nalgebra::DVector;
+
+    /// Steps before the snapshot (then on to the next point inside a commitment), and after.
+    const BEFORE: u64 = 400;
+    const AFTER: u64 = 1500;
+    const K: usize = 3;
+    const MEANS: [f64; K] = [0.7, 0.5, 0.3];
+    /// BAI: close means, so that no algorithm stops before the snapshot.
+    const BAI_MEANS: [f64; K] = [0.52, 0.5, 0.48];
+    const D: usize = 3;
+    const DIR_VAR: &str = "DPBANDITS_SNAPSHOT_DIR";
+
+    /// A uniform number in [0, 1) fixed by `(a, b)`: the reward streams do not depend on the
+    /// policy's generators, so the original and the restored run see the same data.
+    fn unif(a: u64, b: u64) -> f64 {
+        (splitmix64(splitmix64(a) ^ b.wrapping_mul(0x9E37_79B9_7F4A_7C15)) >> 11) as f64
+            / (1u64 << 53) as f64
+    }
+
+    fn linear_arms() -> Vec<DVector<f64>> {
+        [[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0], [0.6, 0.6]]
+            .iter()
+            .map(|a| DVector::from_column_slice(a))
+            .collect()
+    }
+
+    fn contexts(t: u64) -> Vec<f64> {
+        (0..5 * D as u64).map(|i| unif(t, 1000 + i) - 0.5).collect()
+    }
+
+    /// A live run: the policy and the driver's cursor (round, BAI request in flight).
+    struct Run {
+        p: Restored,
+        t: u64,
+        pending: Option<(usize, u64)>,
+        stopped: bool,
+    }
+
+    fn build(e: &PolicyEntry, seed: u64) -> Run {
+        let p = match e.example().unwrap() {
+            Built::Finite(c) => Restored::Finite(c.build(K, seed).unwrap()),
+            Built::Linear(c) => Restored::Linear(c.build(&linear_arms(), seed).unwrap()),
+            Built::Contextual(c) => {
+                Restored::Contextual(c.build(D, BEFORE * 4 + AFTER, seed).unwrap())
+            }
+            Built::Bai(c) => Restored::Bai(c.prepare(K, 0.05).unwrap().start(seed)),
+            _ => unreachable!("a setting the snapshot test does not know"),
+        };
+        Run {
+            p,
+            t: 0,
+            pending: None,
+            stopped: false,
+        }
+    }
+
+    impl Run {
+        /// One step; returns its decision record and whether the run is now inside a
+        /// commitment.
+        fn step(&mut self) -> (Vec<u64>, bool) {
+            let t = self.t;
+            match &mut self.p {
+                Restored::Finite(p) => {
+                    let pull = p.choose(t);
+                    let r = f64::from(u8::from(unif(t, pull.arm as u64) < MEANS[pull.arm]));
+                    p.observe(pull.arm, r).unwrap();
+                    self.t += 1;
+                    (vec![pull.arm as u64, pull.steps], pull.steps > 1)
+                }
+                Restored::Linear(p) => {
+                    let pull = p.choose(t).unwrap();
+                    let a = &linear_arms()[pull.arm];
+                    let r = 0.9 * a[0] + 0.4 * a[1] + 2.0 * unif(t, 7) - 1.0;
+                    let one = p.boundary().sum_of([r]).unwrap();
+                    p.observe_batch(pull.arm, &one).unwrap();
+                    self.t += 1;
+                    (vec![pull.arm as u64, pull.steps], pull.steps > 1)
+                }
+                Restored::Contextual(p) => {
+                    let f = contexts(t);
+                    let set = ActionSet {
+                        d: D,
+                        k: 5,
+                        features: &f,
+                    };
+                    let arm = p.choose(t, &set);
+                    let x = set.action(arm);
+                    let r = 0.8 * x[0] - 0.5 * x[1] + 0.3 * x[2] + unif(t, 9) - 0.5;
+                    p.observe(&set, arm, r).unwrap();
+                    self.t += 1;
+                    (vec![arm as u64], false)
+                }
+                Restored::Bai(p) => {
+                    if self.stopped {
+                        return (vec![u64::MAX], false);
+                    }
+                    match self.pending.take() {
+                        None => match p.next(t) {
+                            BaiStep::Sample { arm, n } => {
+                                self.pending = Some((arm, n));
+                                (vec![arm as u64, n], true)
+                            }
+                            BaiStep::Stop => {
+                                self.stopped = true;
+                                (vec![u64::MAX, p.recommendation() as u64], false)
+                            }
+                        },
+                        Some((arm, n)) => {
+                            let nf = n as f64;
+                            let noise = (2.0 * unif(t, arm as u64) - 1.0) * nf.sqrt();
+                            let sum = (nf * BAI_MEANS[arm] + noise).round().clamp(0.0, nf);
+                            let ones = sum as usize;
+                            let rewards = std::iter::repeat_n(1.0, ones)
+                                .chain(std::iter::repeat_n(0.0, n as usize - ones));
+                            let sum = p.boundary().sum_of(rewards).unwrap();
+                            p.observe(arm, &sum).unwrap();
+                            self.t += n;
+                            let rel = p.releases();
+                            let mut rec = vec![p.recommendation() as u64, p.noise_draws()];
+                            rec.extend(rel);
+                            (rec, false)
+                        }
+                    }
+                }
+                _ => unreachable!(),
+            }
+        }
+
+        /// Run `BEFORE` steps, then on to the next step that leaves the run inside a
+        /// commitment, if the kind makes any (at most `20 * BEFORE` more steps).
+        fn advance_to_snapshot_point(&mut self, kind: &str) -> bool {
+            // A BAI step is a whole request (DP-SE: an epoch of one arm), so fewer of them.
+            let before = if matches!(self.p, Restored::Bai(_)) {
+                6
+            } else {
+                BEFORE
+            };
+            let mut committed = false;
+            let mut mid = false;
+            for i in 0..BEFORE * 21 {
+                let (_, m) = self.step();
+                committed |= m;
+                mid = m;
+                if i + 1 >= before && (mid || !committed) || self.stopped {
+                    break;
+                }
+            }
+            assert!(
+                mid || !committed || self.stopped,
+                "{kind}: no commitment in progress after {} steps",
+                BEFORE * 21
+            );
+            mid
+        }
+
+        fn continue_for(&mut self, steps: u64) -> Vec<Vec<u64>> {
+            (0..steps).map(|_| self.step().0).collect()
+        }
+
+        fn resumed(&self, p: Restored) -> Run {
+            Run {
+                p,
+                t: self.t,
+                pending: self.pending,
+                stopped: self.stopped,
+            }
+        }
+    }
+
+    fn cbor_state(p: &Restored) -> Vec<u8> {
+        p.snapshot().unwrap().to_cbor().unwrap()
+    }
+
+    #[test]
+    fn every_kind_continues_identically_after_restore() {
+        let mut mid_kinds = 0;
+        for (i, e) in POLICIES.iter().enumerate() {
+            let kind = e.kind();
+            let mut a = build(e, 77 + i as u64);
+            mid_kinds += usize::from(a.advance_to_snapshot_point(e.kind()));
+            assert!(
+                !a.stopped,
+                "{kind}: stopped before the snapshot at t = {}",
+                a.t
+            );
+            let snap = a.p.snapshot().unwrap_or_else(|err| panic!("{kind}: {err}"));
+            assert_eq!(snap.kind(), kind);
+            assert_eq!(snap.setting(), e.setting());
+            let json = snap.to_json().unwrap();
+            let cbor = snap.to_cbor().unwrap();
+            let from = |bytes: &[u8]| {
+                Snapshot::decode(bytes)
+                    .and_then(|s| restore_kind(&s, kind))
+                    .unwrap_or_else(|err| panic!("{kind}: {err}"))
+            };
+            let mut b = a.resumed(from(json.as_bytes()));
+            let mut c = a.resumed(from(&cbor));
+            // A restore is a copy: the restored policies snapshot to the same bytes.
+            assert_eq!(cbor_state(&b.p), cbor_state(&a.p), "{kind}: JSON restore");
+            assert_eq!(cbor_state(&c.p), cbor_state(&a.p), "{kind}: CBOR restore");
+            let da = a.continue_for(AFTER);
+            assert_eq!(b.continue_for(AFTER), da, "{kind}: JSON restore diverged");
+            assert_eq!(c.continue_for(AFTER), da, "{kind}: CBOR restore diverged");
+            assert_eq!(
+                cbor_state(&b.p),
+                cbor_state(&a.p),
+                "{kind}: final state (JSON)"
+            );
+            assert_eq!(
+                cbor_state(&c.p),
+                cbor_state(&a.p),
+                "{kind}: final state (CBOR)"
+            );
+            // The continuation exercises the policy: more than one distinct decision.
+            let mut distinct = da.clone();
+            distinct.sort();
+            distinct.dedup();
+            assert!(
+                distinct.len() > 1,
+                "{kind}: one decision only after the restore"
+            );
+            // Another expected kind is refused, naming both.
+            let other = POLICIES.iter().find(|o| o.kind() != kind).unwrap().kind();
+            let err = restore_kind(&snap, other).unwrap_err().to_string();
+            assert!(err.contains(kind) && err.contains(other), "{kind}: {err}");
+        }
+        // The episodic and phased kinds and every BAI kind were saved mid-commitment.
+        assert!(
+            mid_kinds >= 12,
+            "only {mid_kinds} kinds saved mid-commitment"
+        );
+    }
+
+    /// Corrupted, truncated and foreign snapshots are errors, never panics.
+    #[test]
+    fn damaged_snapshots_are_refused() {
+        let e = dpbandits::registry::policy("adac_ucb").unwrap();
+        let mut a = build(e, 5);
+        a.advance_to_snapshot_point(e.kind());
+        let snap = a.p.snapshot().unwrap();
+        let json = snap.to_json().unwrap();
+        let msg = |s: &str| match Snapshot::decode(s.as_bytes()).and_then(|s| restore(&s)) {
+            Ok(_) => panic!("accepted a damaged snapshot"),
+            Err(err) => err.to_string(),
+        };
+        let pos = json.find("\"pulls\"").unwrap();
+        let tampered = format!("{}\"pullz\"{}", &json[..pos], &json[pos + 7..]);
+        assert!(msg(&tampered).contains("corrupted"));
+        let unknown = json.replace("\"kind\": \"adac_ucb\"", "\"kind\": \"nope\"");
+        assert!(msg(&unknown).contains("checksum") || msg(&unknown).contains("nope"));
+        assert!(msg(&json[..json.len() / 2]).contains("malformed"));
+        let cbor = snap.to_cbor().unwrap();
+        for cut in (0..cbor.len()).step_by(7) {
+            assert!(Snapshot::decode(&cbor[..cut]).is_err());
+        }
+        // A snapshot of another setting is refused by the setting's restore.
+        let err = dpbandits::registry::restore_bai(&snap)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("finite-armed"), "{err}");
+    }
+
+    fn lines(d: &[Vec<u64>]) -> String {
+        d.iter()
+            .map(|r| r.iter().map(u64::to_string).collect::<Vec<_>>().join(" "))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// The parent: saves every kind (JSON and CBOR) and its cursor, runs the child, and compares
+    /// the child's continuations with its own uninterrupted runs.
+    #[test]
+    fn every_kind_continues_identically_in_another_process() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut expected = vec![];
+        for (i, e) in POLICIES.iter().enumerate() {
+            let mut a = build(e, 300 + i as u64);
+            a.advance_to_snapshot_point(e.kind());
+            let snap =
+                a.p.snapshot()
+                    .unwrap()
+                    .with_label(format!("run {i}"))
+                    .unwrap();
+            let base = dir.path().join(e.kind());
+            std::fs::write(base.with_extension("json"), snap.to_json().unwrap()).unwrap();
+            std::fs::write(base.with_extension("cbor"), snap.to_cbor().unwrap()).unwrap();
+            let (arm, n) = a.pending.map_or((u64::MAX, 0), |(a, n)| (a as u64, n));
+            let cursor = format!("{} {} {} {}", a.t, arm, n, u8::from(a.stopped));
+            std::fs::write(base.with_extension("cursor"), cursor).unwrap();
+            expected.push((e.kind(), lines(&a.continue_for(AFTER))));
+        }
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "conformance::snapshots::child_process_restores",
+                "--exact",
+                "--test-threads=1",
+            ])
+            .env(DIR_VAR, dir.path())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "child failed: {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for (kind, want) in expected {
+            for enc in ["json", "cbor"] {
+                let got = std::fs::read_to_string(dir.path().join(format!("{kind}.{enc}.out")))
+                    .unwrap_or_else(|err| panic!("{kind}: the child wrote no {enc} result: {err}"));
+                assert!(
+                    got == want,
+                    "{kind}: the {enc} restore in another process diverged"
+                );
+            }
+        }
+    }
+
+    /// The child (does nothing unless `DPBANDITS_SNAPSHOT_DIR` is set): restores every snapshot
+    /// the parent wrote and writes its continuation.
+    #[test]
+    fn child_process_restores() {
+        let Some(dir) = std::env::var_os(DIR_VAR) else {
+            return;
+        };
+        let dir = Path::new(&dir);
+        for e in POLICIES {
+            let base = dir.join(e.kind());
+            let cursor = std::fs::read_to_string(base.with_extension("cursor")).unwrap();
+            let c: Vec<u64> = cursor.split(' ').map(|x| x.parse().unwrap()).collect();
+            for enc in ["json", "cbor"] {
+                let bytes = std::fs::read(base.with_extension(enc)).unwrap();
+                let snap = Snapshot::decode(&bytes).unwrap();
+                assert!(snap.header().label.is_some());
+                let mut run = Run {
+                    p: restore_kind(&snap, e.kind()).unwrap(),
+                    t: c[0],
+                    pending: (c[1] != u64::MAX).then_some((c[1] as usize, c[2])),
+                    stopped: c[3] == 1,
+                };
+                let out = lines(&run.continue_for(AFTER));
+                std::fs::write(dir.join(format!("{}.{enc}.out", e.kind())), out).unwrap();
+            }
+        }
+    }
+}
