@@ -193,6 +193,7 @@ fn real_main() -> Result<ExitCode> {
             let plan = Plan::with_limits(spec, &limits).with_context(|| source.clone())?;
             let out = out.unwrap_or_else(|| PathBuf::from("results").join(&plan.spec.name));
             let pool = thread_pool(threads)?;
+            install_signal_handler();
             let dir = RunDir::open(&out, &plan, shard, Existing { resume, force })?;
             let resume_hint = format!(
                 "dpbandits run {} --out {}{} --resume",
@@ -287,10 +288,30 @@ fn run_plan(
     let estimate = format!("~{:.2e} {}", work.steps * share, work.unit);
     eprintln!("work: {todo} jobs to run, {estimate}");
     let bar = progress_bar(todo, quiet);
-    bar.set_message(format!("{:.1e} {}", work.steps * share, work.unit.split(' ').next().unwrap_or("")));
-    install_signal_handler();
+    bar.set_message(format!(
+        "{:.1e} {}",
+        work.steps * share,
+        work.unit.split(' ').next().unwrap_or("")
+    ));
+    // Test hook (documented in tests/suite/durable.rs): each job sleeps this many milliseconds
+    // after it finishes, so tests can signal or lock a run that is surely still running.
+    let slow = std::env::var("DPBANDITS_TEST_SLOW_JOBS_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .map(std::time::Duration::from_millis);
     let start = Instant::now();
-    let finished = pool.install(|| dir.run(plan, &|| bar.inc(1), &STOP))?;
+    let finished = pool.install(|| {
+        dir.run(
+            plan,
+            &|| {
+                if let Some(d) = slow {
+                    std::thread::sleep(d);
+                }
+                bar.inc(1)
+            },
+            &STOP,
+        )
+    })?;
     bar.finish_and_clear();
     let elapsed = start.elapsed();
     let (outcome, files) = match finished {
@@ -316,7 +337,10 @@ fn run_plan(
         }
         Finished::Outputs { outcome, files } => (outcome, files),
     };
-    eprintln!("simulated in {:.2} s; wrote:", elapsed.as_secs_f64());
+    eprintln!(
+        "simulated and written in {:.2} s; wrote:",
+        elapsed.as_secs_f64()
+    );
     for f in &files {
         println!("{}", f.display());
     }
@@ -371,9 +395,11 @@ pub(crate) fn progress_bar(jobs: u64, quiet: bool) -> ProgressBar {
         ProgressBar::new(jobs)
     };
     bar.set_style(
-        ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} jobs, {msg} ({eta} left)")
-            .expect("valid template")
-            .progress_chars("=> "),
+        ProgressStyle::with_template(
+            "{elapsed_precise} [{bar:40}] {pos}/{len} jobs, {msg} ({eta} left)",
+        )
+        .expect("valid template")
+        .progress_chars("=> "),
     );
     bar
 }

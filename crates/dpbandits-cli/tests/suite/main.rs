@@ -8,6 +8,7 @@ mod bai;
 mod cli;
 mod compare;
 mod contextual;
+mod durable;
 mod ldp;
 mod linear;
 

@@ -278,7 +278,10 @@ impl RunDir {
                     plan.spec.name,
                     hash
                 )),
-                Ok(c) if (c.header.shard_index, c.header.shard_count) != (shard.index, shard.count) => {
+                Ok(c)
+                    if (c.header.shard_index, c.header.shard_count)
+                        != (shard.index, shard.count) =>
+                {
                     Err(format!(
                         "{here} holds shard {}/{} of this experiment, not shard {shard}; --force clears it, or choose another --out",
                         c.header.shard_index, c.header.shard_count
@@ -516,7 +519,10 @@ impl RunDir {
             write_atomic(&self.dir.join(MANIFEST), (text + "\n").as_bytes())?;
             return Ok(Finished::Shard {
                 jobs: self.jobs(),
-                errors: errors.into_iter().map(|(j, e)| (j, e.to_string())).collect(),
+                errors: errors
+                    .into_iter()
+                    .map(|(j, e)| (j, e.to_string()))
+                    .collect(),
             });
         }
         let failed = !errors.is_empty();
@@ -539,17 +545,21 @@ impl RunDir {
 
     /// Outputs into `.staging/`, the run state added to their manifest, renamed into the folder
     /// (the manifest last).
-    fn write_outputs(&self, plan: &Plan, outcome: &Outcome, status: Status) -> Result<Vec<PathBuf>> {
+    fn write_outputs(
+        &self,
+        plan: &Plan,
+        outcome: &Outcome,
+        status: Status,
+    ) -> Result<Vec<PathBuf>> {
         let staging = self.dir.join(STAGING);
         if staging.exists() {
             std::fs::remove_dir_all(&staging).map_err(io(&staging))?;
         }
         let staged = super::write_outputs(plan, outcome, &staging)?;
         let mpath = staging.join(MANIFEST);
-        let mut manifest: serde_json::Value = serde_json::from_str(
-            &std::fs::read_to_string(&mpath).map_err(io(&mpath))?,
-        )
-        .map_err(|e| Error::Config(format!("{}: {e}", mpath.display())))?;
+        let mut manifest: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&mpath).map_err(io(&mpath))?)
+                .map_err(|e| Error::Config(format!("{}: {e}", mpath.display())))?;
         let state = self.state(plan, status);
         for key in ["status", "config_hash", "jobs"] {
             manifest[key] = state[key].clone();
@@ -787,7 +797,10 @@ mod tests {
                             count[j as usize] += 1;
                         }
                     }
-                    assert_eq!(s.len(total), (0..total).filter(|&j| s.owns(j)).count() as u64);
+                    assert_eq!(
+                        s.len(total),
+                        (0..total).filter(|&j| s.owns(j)).count() as u64
+                    );
                 }
                 assert!(count.iter().all(|&c| c == 1));
                 assert_eq!(lens, total);
@@ -798,6 +811,9 @@ mod tests {
             let e = Shard::parse(bad).unwrap_err().to_string();
             assert!(e.contains("--shard") && e.contains(bad), "{e}");
         }
-        assert_eq!(ranges([1, 2, 3, 5, 7, 8].into_iter()), vec![[1, 3], [5, 5], [7, 8]]);
+        assert_eq!(
+            ranges([1, 2, 3, 5, 7, 8].into_iter()),
+            vec![[1, 3], [5, 5], [7, 8]]
+        );
     }
 }

@@ -16,14 +16,15 @@
 //! last good record before appending.
 //!
 //! # Cost
-//! Records go through a buffer; the file is fsync'd (`sync_data`) at most every
-//! [`SYNC_INTERVAL`] and when the run stops, so the fsync cost per second is bounded whatever the
-//! job rate. A SIGKILL loses at most the records of the last interval (they are recomputed on
-//! resume).
+//! Each record is handed to the OS with one `write` as its job finishes (so a SIGKILL, which
+//! does not lose the OS's page cache, loses no finished job); the file is fsync'd (`sync_data`)
+//! at most every [`SYNC_INTERVAL`] and when the run stops, so the fsync cost per second is
+//! bounded whatever the job rate. A power loss loses at most the records of the last interval
+//! (they are recomputed on resume).
 
 use crate::error::{Error, Result};
 use std::fs::{File, OpenOptions};
-use std::io::{BufWriter, Read, Write};
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -215,7 +216,7 @@ pub fn sync_dir(path: &Path) {
 #[derive(Debug)]
 pub struct Writer {
     path: PathBuf,
-    file: BufWriter<File>,
+    file: File,
     last_sync: Instant,
     dirty: bool,
     buf: Vec<u8>,
@@ -243,7 +244,7 @@ impl Writer {
             .map_err(io(path))?;
         Ok(Writer {
             path: path.to_path_buf(),
-            file: BufWriter::with_capacity(1 << 16, f),
+            file: f,
             last_sync: Instant::now(),
             dirty: false,
             buf: vec![],
@@ -274,14 +275,13 @@ impl Writer {
         Ok(())
     }
 
-    /// Flush the buffer and fsync.
+    /// Fsync what was appended.
     ///
     /// # Errors
     /// I/O.
     pub fn sync(&mut self) -> Result<()> {
         if self.dirty {
-            self.file.flush().map_err(io(&self.path))?;
-            self.file.get_ref().sync_data().map_err(io(&self.path))?;
+            self.file.sync_data().map_err(io(&self.path))?;
             self.dirty = false;
         }
         self.last_sync = Instant::now();
@@ -311,7 +311,12 @@ mod tests {
         let c = read(&p).unwrap();
         assert_eq!(c.header, header());
         assert!(c.records.is_empty() && !c.discarded_tail);
-        let weird = [f64::from_bits(0x7ff8_0000_dead_beef), -0.0, 1e-310, 0.1 + 0.2];
+        let weird = [
+            f64::from_bits(0x7ff8_0000_dead_beef),
+            -0.0,
+            1e-310,
+            0.1 + 0.2,
+        ];
         let mut w = Writer::open(&p, c.valid_len).unwrap();
         w.append(4, &weird).unwrap();
         w.append(7, &[1.5]).unwrap();

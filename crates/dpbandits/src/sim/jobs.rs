@@ -44,9 +44,9 @@ impl<'a> JobSet<'a> {
             match c.group() {
                 None => units.push(Unit::Single(ci)),
                 Some(m) => {
-                    let pos = units.iter().position(
-                        |u| matches!(u, Unit::Group(g, _) if Arc::ptr_eq(g, &m.group)),
-                    );
+                    let pos = units
+                        .iter()
+                        .position(|u| matches!(u, Unit::Group(g, _) if Arc::ptr_eq(g, &m.group)));
                     let pos = pos.unwrap_or_else(|| {
                         let n = m.group.members();
                         units.push(Unit::Group(m.group.clone(), vec![None; n]));
