@@ -535,5 +535,42 @@ mod tests {
         assert_eq!(v[1]["beta"].as_integer(), Some(2));
         let t: toml::Table = toml::from_str("rho = []").unwrap();
         assert!(expand_sweep(&t).is_err());
+        for text in ["kind = 'x'\nrho = [0.1, 1.0]\nbeta = [1, 2, 3]", "rho = 1.0", "a = [[1], [2]]"] {
+            let t: toml::Table = toml::from_str(text).unwrap();
+            let t = without_kind(&t);
+            assert_eq!(sweep_size(&t), expand_sweep(&t).unwrap().len() as u64, "{text}");
+        }
+    }
+
+    /// The paper experiments are well inside the default limits (and their estimates are what
+    /// the files say).
+    #[test]
+    fn every_experiment_file_plans_within_the_default_limits() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments");
+        let mut n = 0;
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_some_and(|x| x == "toml") {
+                let plan = Plan::from_file(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+                assert!(plan.work().steps > 0.0);
+                assert!(plan.memory_estimate() < Limits::default().max_memory_bytes);
+                n += 1;
+            }
+        }
+        assert!(n >= 10);
+        let text = std::fs::read_to_string(dir.join("fig4a.toml")).unwrap();
+        let plan = Plan::from_toml(&text).unwrap();
+        let limits = Limits {
+            max_cells: plan.cells.len() as u64 - 1,
+            ..Limits::default()
+        };
+        let e = Plan::with_limits(plan.spec.clone(), &limits).unwrap_err().to_string();
+        assert!(e.starts_with("policy = ") && e.contains("--allow-large"), "{e}");
+        let limits = Limits {
+            max_memory_bytes: plan.memory_estimate() - 1,
+            ..Limits::default()
+        };
+        let e = Plan::with_limits(plan.spec.clone(), &limits).unwrap_err().to_string();
+        assert!(e.starts_with("runs = 100") && e.contains("bytes"), "{e}");
     }
 }
