@@ -576,16 +576,12 @@ impl RunDir {
                 last = Some((p, target));
                 continue;
             }
-            if let Ok(f) = File::open(&p) {
-                let _ = f.sync_all();
-            }
             std::fs::rename(&p, &target).map_err(io(&target))?;
             files.push(target);
         }
         if let Some((p, target)) = last {
-            if let Ok(f) = File::open(&p) {
-                let _ = f.sync_all();
-            }
+            // Outputs are not fsync'd one by one (a kill cannot tear a renamed file; after a
+            // power loss the journal, fsync'd, rebuilds them with --resume).
             journal::sync_dir(&target);
             std::fs::rename(&p, &target).map_err(io(&target))?;
             journal::sync_dir(&target);
