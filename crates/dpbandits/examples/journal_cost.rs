@@ -11,7 +11,9 @@ use std::time::Instant;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
-    let file = args.get(1).ok_or("usage: journal_cost FILE [runs] [repeats]")?;
+    let file = args
+        .get(1)
+        .ok_or("usage: journal_cost FILE [runs] [repeats]")?;
     let mut spec = ExperimentSpec::from_toml(&std::fs::read_to_string(file)?)?;
     if let Some(r) = args.get(2) {
         spec.runs = r.parse()?;

@@ -57,6 +57,9 @@ fn status(dir: &Path) -> Option<String> {
     manifest(dir)?["status"].as_str().map(str::to_string)
 }
 
+/// A folder's output files and how long the run took.
+type Reference = (BTreeMap<String, Vec<u8>>, Duration);
+
 /// The outputs of an uninterrupted run of a fixture, and how long it took (computed once).
 fn reference(name: &str) -> (BTreeMap<String, Vec<u8>>, Duration) {
     reference_with(name, &[])
@@ -65,8 +68,7 @@ fn reference(name: &str) -> (BTreeMap<String, Vec<u8>>, Duration) {
 /// [`reference`] with extra arguments (e.g. `--runs`).
 fn reference_with(name: &str, extra: &[&str]) -> (BTreeMap<String, Vec<u8>>, Duration) {
     let key = format!("{name} {extra:?}");
-    static CACHE: OnceLock<Mutex<BTreeMap<String, (BTreeMap<String, Vec<u8>>, Duration)>>> =
-        OnceLock::new();
+    static CACHE: OnceLock<Mutex<BTreeMap<String, Reference>>> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
     if let Some(r) = cache.lock().unwrap().get(&key) {
         return r.clone();
@@ -327,7 +329,7 @@ fn shards_merge_to_the_unsharded_run_in_every_setting() {
 fn folder_lock_and_stale_folders() {
     let (reference, _) = reference("finite");
     let d = tempfile::tempdir().unwrap();
-    let mut first = bin()
+    let first = bin()
         .args([
             "run",
             p(&fixture("finite")),

@@ -37,6 +37,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+/// A journalled job: `(job, row)`.
+pub type JobRow = (u64, Vec<f64>);
+
 /// The lock file of a run folder.
 pub const LOCK: &str = "run.lock";
 /// The manifest of a run folder.
@@ -480,7 +483,6 @@ impl RunDir {
                 (j, Some(res))
             })
             .collect();
-        drop(writer);
         let synced = self.writer.sync();
         let mut errors: Vec<(u64, Error)> = vec![];
         let mut not_run = 0u64;
@@ -628,7 +630,7 @@ fn clear(dir: &Path) -> Result<()> {
 /// # Errors
 /// A folder without a journal or not complete; different config hashes or shard counts; a shard
 /// given twice or missing; a job missing or duplicated. Each message names the folders.
-pub fn load_shards(dirs: &[PathBuf]) -> Result<(ExperimentSpec, Vec<(u64, Vec<f64>)>)> {
+pub fn load_shards(dirs: &[PathBuf]) -> Result<(ExperimentSpec, Vec<JobRow>)> {
     if dirs.is_empty() {
         return Err(Error::param("DIR", "(none)", "at least one shard folder"));
     }

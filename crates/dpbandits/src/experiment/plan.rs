@@ -535,10 +535,18 @@ mod tests {
         assert_eq!(v[1]["beta"].as_integer(), Some(2));
         let t: toml::Table = toml::from_str("rho = []").unwrap();
         assert!(expand_sweep(&t).is_err());
-        for text in ["kind = 'x'\nrho = [0.1, 1.0]\nbeta = [1, 2, 3]", "rho = 1.0", "a = [[1], [2]]"] {
+        for text in [
+            "kind = 'x'\nrho = [0.1, 1.0]\nbeta = [1, 2, 3]",
+            "rho = 1.0",
+            "a = [[1], [2]]",
+        ] {
             let t: toml::Table = toml::from_str(text).unwrap();
             let t = without_kind(&t);
-            assert_eq!(sweep_size(&t), expand_sweep(&t).unwrap().len() as u64, "{text}");
+            assert_eq!(
+                sweep_size(&t),
+                expand_sweep(&t).unwrap().len() as u64,
+                "{text}"
+            );
         }
     }
 
@@ -564,13 +572,20 @@ mod tests {
             max_cells: plan.cells.len() as u64 - 1,
             ..Limits::default()
         };
-        let e = Plan::with_limits(plan.spec.clone(), &limits).unwrap_err().to_string();
-        assert!(e.starts_with("policy = ") && e.contains("--allow-large"), "{e}");
+        let e = Plan::with_limits(plan.spec.clone(), &limits)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("policy = ") && e.contains("--allow-large"),
+            "{e}"
+        );
         let limits = Limits {
             max_memory_bytes: plan.memory_estimate() - 1,
             ..Limits::default()
         };
-        let e = Plan::with_limits(plan.spec.clone(), &limits).unwrap_err().to_string();
+        let e = Plan::with_limits(plan.spec.clone(), &limits)
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("runs = 100") && e.contains("bytes"), "{e}");
     }
 }
