@@ -1,21 +1,27 @@
 //! The `dpbandits` command line: a thin layer over the library.
 //!
 //! * `dpbandits run <file.toml> [--out DIR] [--threads N] [--runs N] [--quiet]`
+//!   `[--resume] [--force] [--shard i/n] [--allow-large]`
 //! * `dpbandits run --default` runs the embedded default experiment (the paper's Figure 4(a)).
+//! * `dpbandits merge DIR... --out OUT` merges the folders of `--shard 0/n .. n-1/n`.
 //! * `dpbandits list` shows every algorithm with its paper reference and privacy claim.
 //! * `dpbandits audit KIND --param rho=0.5 [--runs N] [--seed S] [--delta D ...]
 //!   [--noise-multiplier M] [--json FILE]`: the empirical privacy auditor (`docs/privacy.md`).
 //!
-//! Errors are printed with their whole chain and exit code 2.
+//! Exit codes: 0 done; 1 some configurations failed (the others were written); 2 an error
+//! (printed with its whole chain); 130 stopped by SIGINT/SIGTERM/SIGHUP (`status =
+//! "interrupted"`, continue with `--resume`).
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use dpbandits::config::Setting;
-use dpbandits::experiment::{self, Plan};
+use dpbandits::experiment::durable::{self, Existing, Finished, RunDir, Shard};
+use dpbandits::experiment::{self, Limits, Plan};
 use dpbandits::registry;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 mod audit;
@@ -59,6 +65,36 @@ enum Command {
         /// No progress bar.
         #[arg(long)]
         quiet: bool,
+        /// Continue the run journalled in --out (after a kill, an interrupt or a failure): reuse
+        /// every finished job, run the rest.
+        #[arg(long)]
+        resume: bool,
+        /// Clear --out first if it holds a dpbandits run (of any experiment) and start over.
+        #[arg(long, conflicts_with = "resume")]
+        force: bool,
+        /// Run only shard i of n (jobs j with j mod n = i) and write its journal; combine the
+        /// shard folders with `dpbandits merge`.
+        #[arg(long, value_name = "i/n")]
+        shard: Option<String>,
+        /// Lift the safety limits on configurations, checkpoints, memory and simulated rounds.
+        #[arg(long)]
+        allow_large: bool,
+    },
+    /// Merge the folders of `run --shard 0/n` .. `n-1/n` into one results folder (byte-identical
+    /// to the unsharded run).
+    Merge {
+        /// The shard folders.
+        #[arg(required = true)]
+        dirs: Vec<PathBuf>,
+        /// Output folder.
+        #[arg(long)]
+        out: PathBuf,
+        /// Clear --out first if it holds a dpbandits run.
+        #[arg(long)]
+        force: bool,
+        /// Worker threads for the outputs.
+        #[arg(long)]
+        threads: Option<usize>,
     },
     /// List algorithms and environments with their references and privacy claims.
     List,
@@ -110,6 +146,10 @@ fn real_main() -> Result<ExitCode> {
             runs,
             horizon,
             quiet,
+            resume,
+            force,
+            shard,
+            allow_large,
         } => {
             let (text, source) = match (&file, default) {
                 (Some(f), false) => (
@@ -148,36 +188,166 @@ fn real_main() -> Result<ExitCode> {
                 }
                 spec.checkpoints.extra.retain(|&x| x <= h);
             }
-            let plan = Plan::new(spec).with_context(|| source.clone())?;
+            let shard = match shard {
+                Some(s) => Shard::parse(&s)?,
+                None => Shard::WHOLE,
+            };
+            let limits = if allow_large {
+                Limits::none()
+            } else {
+                Limits::default()
+            };
+            let plan = Plan::with_limits(spec, &limits).with_context(|| source.clone())?;
             let out = out.unwrap_or_else(|| PathBuf::from("results").join(&plan.spec.name));
             let pool = thread_pool(threads)?;
-            run_plan(&plan, &out, &pool, quiet)
+            install_signal_handler();
+            let dir = RunDir::open(&out, &plan, shard, Existing { resume, force })?;
+            let resume_hint = format!(
+                "dpbandits run {} --out {}{} --resume",
+                file.as_ref()
+                    .map_or("--default".to_string(), |f| f.display().to_string()),
+                out.display(),
+                if shard.count > 1 {
+                    format!(" --shard {shard}")
+                } else {
+                    String::new()
+                }
+            );
+            run_plan(&plan, dir, shard, &pool, quiet, &resume_hint)
+        }
+        Command::Merge {
+            dirs,
+            out,
+            force,
+            threads,
+        } => {
+            let (spec, records) = durable::load_shards(&dirs)?;
+            let plan = Plan::with_limits(spec, &Limits::none())
+                .context("planning the experiment stored in the shards")?;
+            let pool = thread_pool(threads)?;
+            let mut dir = RunDir::open(
+                &out,
+                &plan,
+                Shard::WHOLE,
+                Existing {
+                    resume: false,
+                    force,
+                },
+            )?;
+            dir.import(&plan, records)?;
+            run_plan(&plan, dir, Shard::WHOLE, &pool, true, "")
         }
     }
 }
 
+/// Set by SIGINT/SIGTERM/SIGHUP: no new job starts; a second signal exits at once (the journal
+/// stays valid up to its last whole record).
+static STOP: AtomicBool = AtomicBool::new(false);
+
+fn install_signal_handler() {
+    let _ = ctrlc::set_handler(|| {
+        if STOP.swap(true, Ordering::SeqCst) {
+            std::process::exit(130);
+        }
+        eprintln!(
+            "\nstopping: finishing the running jobs and flushing the journal (signal again to exit at once)"
+        );
+    });
+}
+
 fn run_plan(
     plan: &Plan,
-    out: &std::path::Path,
+    dir: RunDir,
+    shard: Shard,
     pool: &rayon::ThreadPool,
     quiet: bool,
+    resume_hint: &str,
 ) -> Result<ExitCode> {
-    let jobs = plan.jobs();
+    let jobs = dir.jobs();
+    let todo = jobs - dir.reused;
+    let work = plan.work();
+    let share = todo as f64 / plan.jobs().max(1) as f64;
     eprintln!(
-        "{}: {} configurations x {} runs, horizon {}, {} threads",
+        "{}: {} configurations x {} runs, horizon {}, {} threads, config hash {}{}",
         plan.spec.name,
         plan.cells.len(),
         plan.spec.runs,
         plan.spec.horizon,
-        pool.current_num_threads()
+        pool.current_num_threads(),
+        dir.config_hash(),
+        if shard.count > 1 {
+            format!(", shard {shard} ({jobs} of {} jobs)", plan.jobs())
+        } else {
+            String::new()
+        }
     );
-    let bar = progress_bar(jobs, quiet);
+    if dir.reused > 0 || dir.discarded_tail {
+        eprintln!(
+            "resuming: {} of {jobs} jobs journalled{}",
+            dir.reused,
+            if dir.discarded_tail {
+                " (a torn record at the journal's end was discarded)"
+            } else {
+                ""
+            }
+        );
+    }
+    let estimate = format!("~{:.2e} {}", work.steps * share, work.unit);
+    eprintln!("work: {todo} jobs to run, {estimate}");
+    let bar = progress_bar(todo, quiet);
+    bar.set_message(format!(
+        "{:.1e} {}",
+        work.steps * share,
+        work.unit.split(' ').next().unwrap_or("")
+    ));
+    // Test hook (documented in tests/suite/durable.rs): each job sleeps this many milliseconds
+    // after it finishes, so tests can signal or lock a run that is surely still running.
+    let slow = std::env::var("DPBANDITS_TEST_SLOW_JOBS_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .map(std::time::Duration::from_millis);
     let start = Instant::now();
-    let outcome = pool.install(|| experiment::run(plan, &|| bar.inc(1)));
+    let finished = pool.install(|| {
+        dir.run(
+            plan,
+            &|| {
+                if let Some(d) = slow {
+                    std::thread::sleep(d);
+                }
+                bar.inc(1)
+            },
+            &STOP,
+        )
+    })?;
     bar.finish_and_clear();
     let elapsed = start.elapsed();
-    let files = experiment::write_outputs(plan, &outcome, out).context("writing results")?;
-    eprintln!("simulated in {:.2} s; wrote:", elapsed.as_secs_f64());
+    let (outcome, files) = match finished {
+        Finished::Interrupted { done, jobs } => {
+            eprintln!(
+                "interrupted: {done} of {jobs} jobs journalled (status = interrupted); continue with `{resume_hint}`"
+            );
+            return Ok(ExitCode::from(130));
+        }
+        Finished::Shard { jobs, errors } => {
+            eprintln!(
+                "shard {shard}: {jobs} jobs journalled in {:.2} s; combine the shards with `dpbandits merge DIR... --out OUT`",
+                elapsed.as_secs_f64()
+            );
+            for (j, e) in &errors {
+                eprintln!("error: job {j}: {e}");
+            }
+            return Ok(if errors.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            });
+        }
+        Finished::Outputs { outcome, files } => (outcome, files),
+    };
+    eprintln!(
+        "simulated and written in {:.2} s; wrote:",
+        elapsed.as_secs_f64()
+    );
     for f in &files {
         println!("{}", f.display());
     }
@@ -223,7 +393,8 @@ pub(crate) fn thread_pool(threads: Option<usize>) -> Result<rayon::ThreadPool> {
         .context("starting worker threads")
 }
 
-/// A progress bar over `jobs` runs (hidden with `--quiet`).
+/// A progress bar over `jobs` jobs with an ETA (hidden with `--quiet`); its message shows the
+/// work estimate.
 pub(crate) fn progress_bar(jobs: u64, quiet: bool) -> ProgressBar {
     let bar = if quiet {
         ProgressBar::hidden()
@@ -231,9 +402,11 @@ pub(crate) fn progress_bar(jobs: u64, quiet: bool) -> ProgressBar {
         ProgressBar::new(jobs)
     };
     bar.set_style(
-        ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} runs ({eta} left)")
-            .expect("valid template")
-            .progress_chars("=> "),
+        ProgressStyle::with_template(
+            "{elapsed_precise} [{bar:40}] {pos}/{len} jobs, {msg} ({eta} left)",
+        )
+        .expect("valid template")
+        .progress_chars("=> "),
     );
     bar
 }

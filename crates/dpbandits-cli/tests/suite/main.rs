@@ -9,6 +9,7 @@ mod bai;
 mod cli;
 mod compare;
 mod contextual;
+mod durable;
 mod ldp;
 mod linear;
 

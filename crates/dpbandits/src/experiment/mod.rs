@@ -11,7 +11,9 @@
 
 mod bai;
 mod comparison;
+pub mod durable;
 mod figures;
+pub mod journal;
 pub mod ldp_figures;
 mod output;
 mod plan;
@@ -22,5 +24,5 @@ pub use bai::BaiRow;
 pub use comparison::{BudgetRow, ComparisonSpec, budget_row};
 pub use figures::FigureSpec;
 pub use output::{Outcome, run, write_outputs};
-pub use plan::{Plan, expand_sweep};
+pub use plan::{Limits, Plan, Work, expand_sweep};
 pub use spec::{CheckpointSpec, ExperimentSpec};

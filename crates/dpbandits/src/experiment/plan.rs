@@ -59,11 +59,44 @@ impl Plan {
         Plan::new(ExperimentSpec::from_toml(text)?)
     }
 
-    /// Plan a parsed spec.
+    /// Plan a parsed spec within the default [`Limits`].
     ///
     /// # Errors
-    /// Any field of the spec, with its name and value.
+    /// Any field of the spec, with its name and value; a plan beyond the limits.
     pub fn new(spec: ExperimentSpec) -> Result<Plan> {
+        Plan::with_limits(spec, &Limits::default())
+    }
+
+    /// Plan a parsed spec within `limits` (checked before anything big is allocated: the
+    /// checkpoint count before the grid, the configuration count before the sweeps are expanded,
+    /// the memory and work estimates before any job runs).
+    ///
+    /// # Errors
+    /// Any field of the spec, with its name and value; a plan beyond the limits.
+    pub fn with_limits(spec: ExperimentSpec, limits: &Limits) -> Result<Plan> {
+        let points = spec.checkpoints.points as u64 + spec.checkpoints.extra.len() as u64;
+        if points > limits.max_checkpoints {
+            return Err(Error::param(
+                "checkpoints.points",
+                spec.checkpoints.points,
+                format!(
+                    "at most {} checkpoints including checkpoints.extra (each run stores one value per checkpoint; {})",
+                    limits.max_checkpoints, LIFT
+                ),
+            ));
+        }
+        let configurations: u64 = spec
+            .policy
+            .iter()
+            .map(|t| sweep_size(&without_kind(t)))
+            .fold(0u64, u64::saturating_add);
+        if configurations > limits.max_cells {
+            return Err(Error::param(
+                "policy",
+                format!("{configurations} configurations (sweep axes multiply)"),
+                format!("at most {} configurations ({})", limits.max_cells, LIFT),
+            ));
+        }
         let mut extra = spec.checkpoints.extra.clone();
         for f in &spec.figure {
             extra.extend(f.horizons());
@@ -145,13 +178,150 @@ impl Plan {
         if let Some(c) = &plan.spec.comparison {
             c.validate(&plan.cells).at(|| "comparison".into())?;
         }
+        let memory = plan.memory_estimate();
+        if memory > limits.max_memory_bytes {
+            return Err(Error::param(
+                "runs",
+                plan.spec.runs,
+                format!(
+                    "a plan whose results fit in {} (configurations x runs x values per run x 8 bytes = {}; reduce runs, checkpoints.points or the sweep; {})",
+                    bytes(limits.max_memory_bytes),
+                    bytes(memory),
+                    LIFT
+                ),
+            ));
+        }
+        let work = plan.work();
+        if plan.setting != Setting::Bai && work.steps > limits.max_steps {
+            return Err(Error::param(
+                "horizon",
+                plan.spec.horizon,
+                format!(
+                    "a plan of at most {:.1e} simulated rounds (this one: horizon x runs x configurations = {:.1e} rounds; policies that commit to episodes may need far fewer, but a per-step policy needs them all; {})",
+                    limits.max_steps, work.steps, LIFT
+                ),
+            ));
+        }
         Ok(plan)
     }
 
-    /// Number of `(cell, run)` jobs.
-    pub fn jobs(&self) -> u64 {
-        self.cells.len() as u64 * self.spec.runs
+    /// Bytes the results of all runs take in memory (and about as much in the journal).
+    pub fn memory_estimate(&self) -> u64 {
+        self.cells
+            .iter()
+            .map(|c| c.width() as u64 * 8 * self.spec.runs)
+            .fold(0, u64::saturating_add)
     }
+
+    /// An estimate of the work of the whole plan: simulated rounds (regret settings: at most
+    /// `horizon` per run and configuration, exactly that for per-step simulation) or samples (BAI:
+    /// the lower bound `T*_eps ln(1/delta)` on the expected stopping time, capped by the horizon).
+    pub fn work(&self) -> Work {
+        let runs = self.spec.runs as f64;
+        let h = self.spec.horizon as f64;
+        if self.setting == Setting::Bai {
+            let steps = self
+                .cells
+                .iter()
+                .map(|c| {
+                    let eps = c
+                        .params()
+                        .iter()
+                        .find(|(k, _)| *k == "epsilon")
+                        .map_or(f64::INFINITY, |p| p.1);
+                    let lb = self
+                        .bounds
+                        .iter()
+                        .find(|b| b.epsilon == eps)
+                        .map_or(h, |b| b.lower_bound);
+                    lb.min(h) * runs
+                })
+                .sum();
+            Work {
+                steps,
+                unit: "samples (sum of the lower bounds on the expected stopping times)",
+            }
+        } else {
+            Work {
+                steps: h * runs * self.cells.len() as f64,
+                unit: "rounds at most (horizon x runs x configurations)",
+            }
+        }
+    }
+
+    /// Number of jobs ([`crate::sim::JobSet`]: one per `(cell, run)`, or per `(group, run)` for
+    /// grouped cells).
+    pub fn jobs(&self) -> u64 {
+        crate::sim::JobSet::new(&self.cells, self.spec.runs).len()
+    }
+}
+
+/// What a plan may ask for before it is refused (`dpbandits run --allow-large` lifts all).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Limits {
+    /// Configurations (cells) after sweep expansion.
+    pub max_cells: u64,
+    /// Checkpoints per run (`checkpoints.points` + `checkpoints.extra`).
+    pub max_checkpoints: u64,
+    /// Bytes of all results ([`Plan::memory_estimate`]).
+    pub max_memory_bytes: u64,
+    /// Simulated rounds of a regret plan ([`Plan::work`]); BAI plans are bounded by their
+    /// stopping rule and sample cap instead.
+    pub max_steps: f64,
+}
+
+impl Default for Limits {
+    /// 10,000 configurations, 100,000 checkpoints, 2 GiB of results, 1e13 simulated rounds
+    /// (about a day of one core at 1e8 rounds per second).
+    fn default() -> Self {
+        Limits {
+            max_cells: 10_000,
+            max_checkpoints: 100_000,
+            max_memory_bytes: 2 << 30,
+            max_steps: 1e13,
+        }
+    }
+}
+
+impl Limits {
+    /// No limit.
+    pub fn none() -> Self {
+        Limits {
+            max_cells: u64::MAX,
+            max_checkpoints: u64::MAX,
+            max_memory_bytes: u64::MAX,
+            max_steps: f64::INFINITY,
+        }
+    }
+}
+
+const LIFT: &str = "a safety limit; `dpbandits run --allow-large` lifts it";
+
+/// An estimate of a plan's work.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Work {
+    /// Rounds or samples.
+    pub steps: f64,
+    /// What `steps` counts.
+    pub unit: &'static str,
+}
+
+fn bytes(b: u64) -> String {
+    if b >= 1 << 30 {
+        format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64)
+    } else {
+        format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64)
+    }
+}
+
+/// Number of tables [`expand_sweep`] makes of `t`, without making them.
+fn sweep_size(t: &toml::Table) -> u64 {
+    t.values()
+        .map(|v| match v {
+            toml::Value::Array(a) if a.iter().all(is_scalar) => (a.len() as u64).max(1),
+            _ => 1,
+        })
+        .fold(1u64, u64::saturating_mul)
 }
 
 /// The cells of each setting and the environment facts for the manifest.
@@ -365,5 +535,57 @@ mod tests {
         assert_eq!(v[1]["beta"].as_integer(), Some(2));
         let t: toml::Table = toml::from_str("rho = []").unwrap();
         assert!(expand_sweep(&t).is_err());
+        for text in [
+            "kind = 'x'\nrho = [0.1, 1.0]\nbeta = [1, 2, 3]",
+            "rho = 1.0",
+            "a = [[1], [2]]",
+        ] {
+            let t: toml::Table = toml::from_str(text).unwrap();
+            let t = without_kind(&t);
+            assert_eq!(
+                sweep_size(&t),
+                expand_sweep(&t).unwrap().len() as u64,
+                "{text}"
+            );
+        }
+    }
+
+    /// The paper experiments are well inside the default limits (and their estimates are what
+    /// the files say).
+    #[test]
+    fn every_experiment_file_plans_within_the_default_limits() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments");
+        let mut n = 0;
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_some_and(|x| x == "toml") {
+                let plan = Plan::from_file(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+                assert!(plan.work().steps > 0.0);
+                assert!(plan.memory_estimate() < Limits::default().max_memory_bytes);
+                n += 1;
+            }
+        }
+        assert!(n >= 10);
+        let text = std::fs::read_to_string(dir.join("fig4a.toml")).unwrap();
+        let plan = Plan::from_toml(&text).unwrap();
+        let limits = Limits {
+            max_cells: plan.cells.len() as u64 - 1,
+            ..Limits::default()
+        };
+        let e = Plan::with_limits(plan.spec.clone(), &limits)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("policy = ") && e.contains("--allow-large"),
+            "{e}"
+        );
+        let limits = Limits {
+            max_memory_bytes: plan.memory_estimate() - 1,
+            ..Limits::default()
+        };
+        let e = Plan::with_limits(plan.spec.clone(), &limits)
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("runs = 100") && e.contains("bytes"), "{e}");
     }
 }

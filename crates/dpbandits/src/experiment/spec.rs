@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 #[serde(deny_unknown_fields)]
 pub struct CheckpointSpec {
     /// Number of log-spaced points from 1 to the horizon (default 200).
-    #[serde(default = "default_points")]
+    #[serde(default = "default_points", deserialize_with = "whole_usize")]
     pub points: usize,
     /// Extra rounds to include exactly.
     #[serde(default)]
@@ -19,6 +19,38 @@ pub struct CheckpointSpec {
 
 fn default_points() -> usize {
     200
+}
+
+/// A count written as an integer (`10_000_000`) or as a whole float (`1e7`).
+fn whole<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<u64, D::Error> {
+    struct V;
+    impl serde::de::Visitor<'_> for V {
+        type Value = u64;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a whole number >= 0 (e.g. 10_000_000 or 1e7)")
+        }
+        fn visit_u64<E: serde::de::Error>(self, v: u64) -> std::result::Result<u64, E> {
+            Ok(v)
+        }
+        fn visit_i64<E: serde::de::Error>(self, v: i64) -> std::result::Result<u64, E> {
+            u64::try_from(v).map_err(|_| E::invalid_value(serde::de::Unexpected::Signed(v), &self))
+        }
+        fn visit_f64<E: serde::de::Error>(self, v: f64) -> std::result::Result<u64, E> {
+            if v >= 0.0 && v.fract() == 0.0 && v < 18_446_744_073_709_551_616.0 {
+                Ok(v as u64)
+            } else {
+                Err(E::invalid_value(serde::de::Unexpected::Float(v), &self))
+            }
+        }
+    }
+    d.deserialize_any(V)
+}
+
+fn whole_usize<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<usize, D::Error> {
+    let v = whole(d)?;
+    usize::try_from(v).map_err(|_| {
+        serde::de::Error::invalid_value(serde::de::Unexpected::Unsigned(v), &"a smaller count")
+    })
 }
 
 impl Default for CheckpointSpec {
@@ -42,8 +74,10 @@ pub struct ExperimentSpec {
     /// The one master seed every random stream derives from.
     pub master_seed: u64,
     /// Horizon T (>= 1).
+    #[serde(deserialize_with = "whole")]
     pub horizon: u64,
     /// Independent runs per policy (>= 1).
+    #[serde(deserialize_with = "whole")]
     pub runs: u64,
     /// `episodes` (default, exact episode sums) or `steps`.
     #[serde(default)]

@@ -7,8 +7,8 @@
 //! figure needs), so a run's memory does not depend on the horizon `T`.
 //!
 //! # Parallelism and reproducibility
-//! [`run_jobs`] enumerates jobs `(cell, run)`, runs them with rayon and collects results in job
-//! order (the `rand` crate's `rayon-monte-carlo` pattern). Each job seeds its own generators from
+//! [`run_jobs`] enumerates the jobs of a [`JobSet`] (`(cell, run)`, or `(group, run)` for grouped
+//! cells), runs them with rayon and collects results in job order (the `rand` crate's `rayon-monte-carlo` pattern). Each job seeds its own generators from
 //! its coordinates, so results are byte-identical for any thread count.
 
 use crate::error::{Error, Result};
@@ -18,7 +18,9 @@ use serde::{Deserialize, Serialize};
 use std::fmt::Debug;
 
 mod group;
-pub use group::{CellGroup, GroupMember, run_grouped};
+mod jobs;
+pub use group::{CellGroup, GroupMember};
+pub use jobs::JobSet;
 
 /// How to advance a policy that commits to episodes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -126,7 +128,7 @@ pub trait Cell: Send + Sync + Debug {
     /// Run number `run`; write its [`Cell::width`] values into `out`.
     fn run(&self, run: u64, out: &mut [f64]) -> Result<()>;
     /// The group this cell is simulated with (common random numbers, one job per group and run;
-    /// see [`CellGroup`]). `None` (the default): one job per (cell, run).
+    /// see [`CellGroup`] and [`JobSet`]). `None` (the default): one job per (cell, run).
     fn group(&self) -> Option<GroupMember> {
         None
     }
@@ -135,43 +137,21 @@ pub trait Cell: Send + Sync + Debug {
 /// Results of all runs of one cell: `values[run][i]`, or the error that stopped it.
 pub type CellRuns = Result<Vec<Vec<f64>>>;
 
-/// Run every `(cell, run)` job in parallel on the current rayon pool. `progress` is called once
-/// per finished job. Results are in cell order, runs in run order, independent of thread count.
-/// A failing job makes only its own cell fail; the other cells are kept.
+/// Run every job of `cells` x `runs` ([`JobSet`]: one job per ungrouped (cell, run), one per
+/// (group, run)) in parallel on the current rayon pool. `progress` is called once per finished
+/// job. Results are in cell order, runs in run order, independent of thread count. A failing job
+/// makes only its own cells fail; the other cells are kept.
 pub fn run_jobs(cells: &[Box<dyn Cell>], runs: u64, progress: &(dyn Fn() + Sync)) -> Vec<CellRuns> {
-    if cells.iter().any(|c| c.group().is_some()) {
-        return run_grouped(cells, runs, progress);
-    }
-    let jobs = cells.len() as u64 * runs;
-    let results: Vec<Result<Vec<f64>>> = (0..jobs)
+    let jobs = JobSet::new(cells, runs);
+    let results: Vec<Option<Result<Vec<f64>>>> = (0..jobs.len())
         .into_par_iter()
         .map(|j| {
-            let (c, r) = ((j / runs) as usize, j % runs);
-            let mut out = vec![0.0; cells[c].width()];
-            let res = cells[c].run(r, &mut out).map(|()| out);
+            let res = jobs.run(j);
             progress();
-            res
+            Some(res)
         })
         .collect();
-    let mut it = results.into_iter();
-    cells
-        .iter()
-        .map(|_| {
-            let mut runs_of_cell = Vec::with_capacity(runs as usize);
-            let mut err = None;
-            for res in it.by_ref().take(runs as usize) {
-                match res {
-                    Ok(v) => runs_of_cell.push(v),
-                    Err(e) if err.is_none() => err = Some(e),
-                    Err(_) => {}
-                }
-            }
-            match err {
-                Some(e) => Err(e),
-                None => Ok(runs_of_cell),
-            }
-        })
-        .collect()
+    jobs.assemble(results)
 }
 
 #[cfg(test)]
