@@ -338,6 +338,7 @@ fn guarantee(cfg: &OfulConfig) -> PrivacyGuarantee {
             cfg.c
         ),
         boundary,
+        noise: crate::privacy::NoiseGrade::Simulation,
     }
 }
 

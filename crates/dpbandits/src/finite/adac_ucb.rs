@@ -20,25 +20,32 @@
 //! * Notion: rho-Interactive zCDP (Def. 4), central trust model, reward-level adjacency.
 //! * Mechanism: the mean of one episode's `L` rewards, clipped to [0, 1] (sensitivity `1/L`), plus
 //!   Gaussian noise of variance `1/(2 rho n^2)` with `n <= L` (Thm 18, Eq. 14). The mechanism is
-//!   calibrated by [`GaussianMechanism::for_zcdp`] (rounded up).
+//!   calibrated by
+//!   [`GaussianMechanism::for_zcdp`](crate::privacy::GaussianMechanism::for_zcdp) (rounded up).
 //! * Composition: episodes use disjoint rewards and their boundaries depend only on released
 //!   statistics (doubling), so Lemma 1 with App. D-B gives rho overall, not rho per episode; the
 //!   index is post-processing (Lemmas 3-4).
 //! * Each released mean is sampled once when its episode ends and cached ([`NoisyMean`]); the index
 //!   recomputes only the public bonus (spec §2.5).
+//! * Noise (`noise`): `simulation` (default) draws `f64` Gaussian noise from the seeded noise
+//!   stream (simulation-grade); `deployment` rounds rewards to the `2^-grid_bits` grid and adds
+//!   exact discrete Gaussian noise to the integer episode sum, `sigma^2 = (2^k L / n)^2 / (2 rho)`
+//!   grid units (CKS20 Thm 4: the same rho), from an OS-seeded CSPRNG ([`NoiseSource`];
+//!   deployment-grade, not reproducible).
 //!
 //! # Parameters
 //! `rho > 0` (inf = non-private limit), `beta > 0` (theory needs beta > 3; the paper's experiments
-//! use 1), `init_count` (`literal` | `actual`), `boundary` (`clip` | `reject`).
+//! use 1), `init_count` (`literal` | `actual`), `boundary` (`clip` | `reject`), `noise`
+//! (`simulation` | `deployment`; private kind only), `grid_bits` (1..=32, default 20: the
+//! deployment grid `2^-grid_bits`).
 
 use super::{Episode, Policy, PolicyConfig, Pull, argmax};
 use crate::config::{AlgorithmInfo, Setting};
 use crate::error::{Result, check};
 use crate::privacy::{
-    BoundaryMode, Budget, GaussianMechanism, NoisyMean, PrivacyGuarantee, REWARD_ADJACENCY,
-    RewardBoundary, TrustModel,
+    BoundaryMode, Budget, DEFAULT_GRID_BITS, NoiseGrade, NoiseKind, NoiseSource, NoisyMean,
+    PrivacyGuarantee, REWARD_ADJACENCY, RewardBoundary, TrustModel,
 };
-use crate::rng::SimRng;
 use serde::Deserialize;
 
 /// Registry record of `adaptive_ucb`.
@@ -92,6 +99,12 @@ pub struct AdaCUcbConfig {
     /// What to do with rewards outside [0, 1].
     #[serde(default)]
     pub boundary: BoundaryMode,
+    /// Noise path: seeded `f64` (simulation, default) or exact discrete on an OS-seeded CSPRNG.
+    #[serde(default)]
+    pub noise: NoiseKind,
+    /// Deployment grid: rewards are rounded to multiples of `2^-grid_bits`.
+    #[serde(default = "default_grid_bits")]
+    pub grid_bits: u32,
     /// Set by the registry: whether this is the non-private `adaptive_ucb` entry.
     #[serde(skip)]
     pub non_private_kind: bool,
@@ -99,6 +112,10 @@ pub struct AdaCUcbConfig {
 
 fn one() -> f64 {
     1.0
+}
+
+fn default_grid_bits() -> u32 {
+    DEFAULT_GRID_BITS
 }
 
 impl AdaCUcbConfig {
@@ -109,6 +126,8 @@ impl AdaCUcbConfig {
             beta: 1.0,
             init_count: InitCount::Literal,
             boundary: BoundaryMode::Clip,
+            noise: NoiseKind::Simulation,
+            grid_bits: DEFAULT_GRID_BITS,
             non_private_kind: false,
         }
     }
@@ -125,6 +144,7 @@ impl AdaCUcbConfig {
     pub fn validate(&self) -> Result<()> {
         check::budget("rho", self.rho)?;
         check::positive("beta", self.beta)?;
+        crate::privacy::check_noise(self.noise, self.grid_bits, self.rho.is_finite())?;
         if self.non_private_kind && self.rho.is_finite() {
             return Err(crate::error::Error::param(
                 "rho",
@@ -155,33 +175,49 @@ impl PolicyConfig for AdaCUcbConfig {
         p
     }
     fn guarantee(&self) -> PrivacyGuarantee {
-        guarantee(self.rho, self.boundary, self.init_count)
+        guarantee(self)
     }
     fn build(&self, k: usize, seed: u64) -> Result<Box<dyn Policy>> {
         Ok(Box::new(AdaCUcb::new(k, self.clone(), seed)?))
     }
 }
 
-fn guarantee(rho: f64, mode: BoundaryMode, init: InitCount) -> PrivacyGuarantee {
+fn guarantee(cfg: &AdaCUcbConfig) -> PrivacyGuarantee {
+    let (rho, mode, init) = (cfg.rho, cfg.boundary, cfg.init_count);
     if rho.is_infinite() {
         return PrivacyGuarantee::non_private();
     }
+    let count = match init {
+        InitCount::Literal => {
+            "N_a/2 (literal Eq. 14; n = 0.5 after the initial pull, conservative)"
+        }
+        InitCount::Actual => "episode length (App. D)",
+    };
+    let mechanism = match cfg.noise {
+        NoiseKind::Simulation => format!(
+            "Gaussian mechanism on each (arm, episode) mean of rewards clipped to [0,1]: \
+             sigma^2 = 1/(2 rho n^2) (Eq. 14, Thm 18), n = {count} ; released once per episode and cached; \
+             disjoint episodes compose in parallel (Lemma 1, App. D-B); f64 noise from the seeded \
+             noise stream"
+        ),
+        NoiseKind::Deployment => format!(
+            "discrete Gaussian mechanism (Canonne, Kamath & Steinke 2020, Alg. 3, Thm 4) on each \
+             (arm, episode) integer sum of L rewards clipped to [0,1] and rounded to the 2^-{k} grid \
+             (sensitivity 2^{k}): sigma^2 = (2^{k} L / n)^2 / (2 rho) exactly (the same rho as \
+             Eq. 14, Thm 18), n = {count}; released mean (sum + noise) / (2^{k} L), once per episode \
+             and cached; disjoint episodes compose in parallel (Lemma 1, App. D-B); noise from \
+             ChaCha20 seeded by the operating system: outputs are not reproducible",
+            k = cfg.grid_bits
+        ),
+    };
     PrivacyGuarantee {
         notion: "rho-Interactive zCDP (Azize & Basu 2024, Def. 4; Thm 12)".into(),
         model: TrustModel::Central,
         adjacency: REWARD_ADJACENCY.into(),
         budget: Budget::Zcdp { rho },
-        mechanism: format!(
-            "Gaussian mechanism on each (arm, episode) mean of rewards clipped to [0,1]: \
-             sigma^2 = 1/(2 rho n^2) (Eq. 14, Thm 18), n = {} ; released once per episode and cached; \
-             disjoint episodes compose in parallel (Lemma 1, App. D-B)",
-            match init {
-                InitCount::Literal =>
-                    "N_a/2 (literal Eq. 14; n = 0.5 after the initial pull, conservative)",
-                InitCount::Actual => "episode length (App. D)",
-            }
-        ),
+        mechanism,
         boundary: Some(RewardBoundary::unit(mode)),
+        noise: NoiseGrade::of(cfg.noise),
     }
 }
 
@@ -197,7 +233,7 @@ pub struct AdaCUcb {
     /// Public bonus coefficient `(1/(2n) + 1/(rho n^2)) beta` of each arm.
     bonus_coeff: Vec<f64>,
     episode: Option<Episode>,
-    noise: SimRng,
+    noise: NoiseSource,
     releases: u64,
 }
 
@@ -206,6 +242,7 @@ impl AdaCUcb {
     pub fn new(k: usize, cfg: AdaCUcbConfig, seed: u64) -> Result<Self> {
         check::at_least("K", k as u64, 1)?;
         cfg.validate()?;
+        let noise = NoiseSource::new(cfg.noise, cfg.grid_bits, seed)?;
         Ok(AdaCUcb {
             boundary: RewardBoundary::unit(cfg.boundary),
             cfg,
@@ -213,7 +250,7 @@ impl AdaCUcb {
             released: vec![None; k],
             bonus_coeff: vec![f64::INFINITY; k],
             episode: None,
-            noise: crate::rng::noise_rng(seed),
+            noise,
             releases: 0,
         })
     }
@@ -253,9 +290,15 @@ impl AdaCUcb {
         self.released[a] = Some(if self.is_private() {
             // Calibrate for sensitivity 1/n with n <= L: at least the noise the true sensitivity
             // 1/L needs.
-            let mech = GaussianMechanism::for_zcdp(self.boundary.width() / n, self.cfg.rho)
-                .expect("rho validated, n > 0");
-            mech.release_mean(ep.sum, ep.len, &self.boundary, &mut self.noise)
+            self.noise
+                .gaussian_mean(
+                    self.boundary.width() / n,
+                    self.cfg.rho,
+                    ep.sum,
+                    ep.len,
+                    &self.boundary,
+                )
+                .expect("rho validated, n > 0, episode within the grid's exact range")
         } else {
             NoisyMean::non_private(ep.sum, ep.len)
         });
@@ -289,7 +332,7 @@ impl Policy for AdaCUcb {
         self.pulls.len()
     }
     fn guarantee(&self) -> PrivacyGuarantee {
-        guarantee(self.cfg.rho, self.cfg.boundary, self.cfg.init_count)
+        guarantee(&self.cfg)
     }
     fn boundary(&self) -> Option<RewardBoundary> {
         self.is_private().then_some(self.boundary)
@@ -315,7 +358,7 @@ impl Policy for AdaCUcb {
     }
     fn observe(&mut self, arm: usize, reward: f64) {
         let r = if self.is_private() {
-            self.boundary.clip(reward)
+            self.noise.discretise(self.boundary.clip(reward))
         } else {
             reward
         };
@@ -323,7 +366,7 @@ impl Policy for AdaCUcb {
     }
     fn observe_batch(&mut self, arm: usize, n: u64, sum: f64) {
         let s = if self.is_private() {
-            self.boundary.clip_sum(sum, n)
+            self.noise.discretise(self.boundary.clip_sum(sum, n))
         } else {
             sum
         };

@@ -24,7 +24,7 @@
 //!   central trust model, reward-level adjacency.
 //! * Mechanism: Laplace on the mean of one episode's `L` rewards clipped to [0, 1]
 //!   (L1-sensitivity `1/L`), scale `b = 1/(epsilon L)`
-//!   ([`LaplaceMechanism::for_pure_dp`], rounded up so the loss is <= epsilon; Dwork & Roth
+//!   ([`LaplaceMechanism::for_pure_dp`](crate::privacy::LaplaceMechanism::for_pure_dp), rounded up so the loss is <= epsilon; Dwork & Roth
 //!   Thm 3.6).
 //! * Composition: every reward enters exactly one released mean, episodes are disjoint and their
 //!   boundaries depend only on released statistics, so the joint release is epsilon-DP by parallel
@@ -32,20 +32,26 @@
 //!   (Thm 6). As zCDP this is `epsilon^2/2`-zCDP (Bun & Steinke Prop. 1.4).
 //! * Each private mean is sampled once, when its episode ends, and cached; indices recompute only
 //!   public terms.
+//! * Noise (`noise`): `simulation` (default) draws `f64` Laplace noise from the seeded noise stream
+//!   (simulation-grade); `deployment` rounds rewards to the `2^-grid_bits` grid and adds exact
+//!   discrete Laplace noise of scale `t = 2^k / epsilon` grid units to the integer episode sum
+//!   (geometric mechanism: the same epsilon), from an OS-seeded CSPRNG ([`NoiseSource`];
+//!   deployment-grade, not reproducible).
 //!
 //! # Parameters
 //! `epsilon > 0` (inf = non-private limit), `alpha > 0` (theory needs alpha > 3; the paper's
-//! experiments use 3.1, the default), `boundary` (`clip` | `reject`).
+//! experiments use 3.1, the default), `boundary` (`clip` | `reject`), `noise` (`simulation` |
+//! `deployment`; finite epsilon only), `grid_bits` (1..=32, default 20: the deployment grid
+//! `2^-grid_bits`).
 
 use super::{Episode, Policy, PolicyConfig, Pull, argmax};
 use crate::config::{AlgorithmInfo, Setting};
 use crate::error::{Result, check};
 use crate::math::kl::kl_upper;
 use crate::privacy::{
-    BoundaryMode, Budget, LaplaceMechanism, PrivacyGuarantee, REWARD_ADJACENCY, RewardBoundary,
-    TrustModel,
+    BoundaryMode, Budget, DEFAULT_GRID_BITS, NoiseGrade, NoiseKind, NoiseSource, PrivacyGuarantee,
+    REWARD_ADJACENCY, RewardBoundary, TrustModel,
 };
-use crate::rng::SimRng;
 use serde::Deserialize;
 
 /// Registry record of `adap_ucb`.
@@ -94,6 +100,12 @@ pub struct AdaPConfig {
     /// What to do with rewards outside [0, 1].
     #[serde(default)]
     pub boundary: BoundaryMode,
+    /// Noise path: seeded `f64` (simulation, default) or exact discrete on an OS-seeded CSPRNG.
+    #[serde(default)]
+    pub noise: NoiseKind,
+    /// Deployment grid: rewards are rounded to multiples of `2^-grid_bits`.
+    #[serde(default = "default_grid_bits")]
+    pub grid_bits: u32,
     /// Set by the registry from the kind.
     #[serde(skip)]
     pub index: AdaPIndex,
@@ -103,6 +115,10 @@ fn default_alpha() -> f64 {
     3.1
 }
 
+fn default_grid_bits() -> u32 {
+    DEFAULT_GRID_BITS
+}
+
 impl AdaPConfig {
     /// AdaP-UCB or AdaP-KLUCB with the paper's alpha = 3.1 and clipping.
     pub fn new(epsilon: f64, index: AdaPIndex) -> Self {
@@ -110,6 +126,8 @@ impl AdaPConfig {
             epsilon,
             alpha: default_alpha(),
             boundary: BoundaryMode::Clip,
+            noise: NoiseKind::Simulation,
+            grid_bits: DEFAULT_GRID_BITS,
             index,
         }
     }
@@ -118,6 +136,7 @@ impl AdaPConfig {
     pub fn validate(&self) -> Result<()> {
         check::budget("epsilon", self.epsilon)?;
         check::positive("alpha", self.alpha)?;
+        crate::privacy::check_noise(self.noise, self.grid_bits, self.epsilon.is_finite())?;
         Ok(())
     }
 }
@@ -137,14 +156,15 @@ impl PolicyConfig for AdaPConfig {
         p
     }
     fn guarantee(&self) -> PrivacyGuarantee {
-        guarantee(self.epsilon, self.boundary)
+        guarantee(self)
     }
     fn build(&self, k: usize, seed: u64) -> Result<Box<dyn Policy>> {
         Ok(Box::new(AdaP::new(k, self.clone(), seed)?))
     }
 }
 
-fn guarantee(epsilon: f64, mode: BoundaryMode) -> PrivacyGuarantee {
+fn guarantee(cfg: &AdaPConfig) -> PrivacyGuarantee {
+    let (epsilon, mode) = (cfg.epsilon, cfg.boundary);
     if epsilon.is_infinite() {
         return PrivacyGuarantee::non_private();
     }
@@ -153,11 +173,27 @@ fn guarantee(epsilon: f64, mode: BoundaryMode) -> PrivacyGuarantee {
         model: TrustModel::Central,
         adjacency: REWARD_ADJACENCY.into(),
         budget: Budget::PureDp { epsilon },
-        mechanism: "Laplace mechanism on each (arm, episode) mean of rewards clipped to [0,1]: \
-                    scale 1/(epsilon L), L = episode length (Alg. 1); released once per episode and \
-                    cached; disjoint episodes compose in parallel (Lemma 1)"
-            .into(),
+        mechanism: match cfg.noise {
+            NoiseKind::Simulation => {
+                "Laplace mechanism on each (arm, episode) mean of rewards clipped to [0,1]: \
+                 scale 1/(epsilon L), L = episode length (Alg. 1); released once per episode and \
+                 cached; disjoint episodes compose in parallel (Lemma 1); f64 noise from the seeded \
+                 noise stream"
+                    .into()
+            }
+            NoiseKind::Deployment => format!(
+                "discrete Laplace (geometric) mechanism (Ghosh, Roughgarden & Sundararajan 2009; \
+                 sampler: Canonne, Kamath & Steinke 2020, Alg. 2) on each (arm, episode) integer \
+                 sum of L rewards clipped to [0,1] and rounded to the 2^-{k} grid (sensitivity \
+                 2^{k}): scale t = 2^{k}/epsilon exactly (the same epsilon as Alg. 1); released \
+                 mean (sum + noise) / (2^{k} L), once per episode and cached; disjoint episodes \
+                 compose in parallel (Lemma 1); noise from ChaCha20 seeded by the operating \
+                 system: outputs are not reproducible",
+                k = cfg.grid_bits
+            ),
+        },
         boundary: Some(RewardBoundary::unit(mode)),
+        noise: NoiseGrade::of(cfg.noise),
     }
 }
 
@@ -174,7 +210,7 @@ pub struct AdaP {
     /// Laplace scale used for each arm's last release.
     last_scale: Vec<f64>,
     episode: Option<Episode>,
-    noise: SimRng,
+    noise: NoiseSource,
     releases: u64,
 }
 
@@ -183,6 +219,7 @@ impl AdaP {
     pub fn new(k: usize, cfg: AdaPConfig, seed: u64) -> Result<Self> {
         check::at_least("K", k as u64, 1)?;
         cfg.validate()?;
+        let noise = NoiseSource::new(cfg.noise, cfg.grid_bits, seed)?;
         Ok(AdaP {
             boundary: RewardBoundary::unit(cfg.boundary),
             cfg,
@@ -191,7 +228,7 @@ impl AdaP {
             last_len: vec![0; k],
             last_scale: vec![0.0; k],
             episode: None,
-            noise: crate::rng::noise_rng(seed),
+            noise,
             releases: 0,
         })
     }
@@ -241,11 +278,19 @@ impl AdaP {
         let a = ep.arm;
         self.pulls[a] += ep.len;
         let l = ep.len as f64;
-        let mech = LaplaceMechanism::for_pure_dp(self.boundary.width() / l, self.cfg.epsilon)
-            .expect("epsilon validated, L >= 1");
-        self.released[a] = Some(mech.release(ep.sum / l, &mut self.noise));
+        let (mean, scale) = self
+            .noise
+            .laplace_mean(
+                self.boundary.width() / l,
+                self.cfg.epsilon,
+                ep.sum,
+                ep.len,
+                &self.boundary,
+            )
+            .expect("epsilon validated, L >= 1, episode within the grid's exact range");
+        self.released[a] = Some(mean);
         self.last_len[a] = ep.len;
-        self.last_scale[a] = mech.scale();
+        self.last_scale[a] = scale;
         self.releases += 1;
         self.episode = None;
     }
@@ -264,7 +309,7 @@ impl Policy for AdaP {
         self.pulls.len()
     }
     fn guarantee(&self) -> PrivacyGuarantee {
-        guarantee(self.cfg.epsilon, self.cfg.boundary)
+        guarantee(&self.cfg)
     }
     fn boundary(&self) -> Option<RewardBoundary> {
         self.cfg.epsilon.is_finite().then_some(self.boundary)
@@ -284,11 +329,11 @@ impl Policy for AdaP {
         Pull { arm, steps: len }
     }
     fn observe(&mut self, arm: usize, reward: f64) {
-        let r = self.boundary.clip(reward);
+        let r = self.noise.discretise(self.boundary.clip(reward));
         self.record(arm, 1, r);
     }
     fn observe_batch(&mut self, arm: usize, n: u64, sum: f64) {
-        let s = self.boundary.clip_sum(sum, n);
+        let s = self.noise.discretise(self.boundary.clip_sum(sum, n));
         self.record(arm, n, s);
     }
 }

@@ -410,6 +410,7 @@ impl GopeConfig {
             budget: Budget::Zcdp { rho: self.rho },
             mechanism,
             boundary: self.boundary(),
+            noise: crate::privacy::NoiseGrade::Simulation,
         }
     }
 

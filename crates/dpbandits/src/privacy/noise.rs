@@ -1,0 +1,567 @@
+//! Noise sources: the seeded floating-point path for simulation and an exact discrete path for
+//! deployment.
+//!
+//! A private policy owns one [`NoiseSource`] and makes every release through it
+//! ([`NoiseSource::gaussian_mean`] for zCDP kinds, [`NoiseSource::laplace_mean`] for pure-DP kinds).
+//! The configuration key `noise` chooses the path ([`NoiseKind`]):
+//!
+//! * **`simulation`** (default): the existing mechanisms ([`GaussianMechanism`],
+//!   [`LaplaceMechanism`]) drawing `f64` noise from the policy's seeded [`SimRng`] noise stream.
+//!   Reproducible from the master seed, byte-identical to the results before this module existed,
+//!   and labelled **simulation-grade** ([`NoiseGrade::Simulation`]) in every guarantee and manifest:
+//!   floating-point samplers leak through their bit patterns (Mironov 2012) and a seeded generator
+//!   is predictable.
+//! * **`deployment`**: rewards are rounded to the grid `2^-k Z` (`k = grid_bits`, default
+//!   [`DEFAULT_GRID_BITS`]), so a released sum is an integer number of grid units and its
+//!   sensitivity is the integer `Delta = ceil(2^k (hi - lo))` (`2^k` for rewards in [0, 1]); the
+//!   noise is an exact discrete Gaussian (zCDP kinds) or discrete Laplace (pure-DP kinds) integer
+//!   from [`super::discrete`] (Canonne, Kamath & Steinke 2020, Algorithms 1-3), driven by
+//!   ChaCha20 seeded from the operating system (`rand::rngs::SysRng`), never from the master seed.
+//!   Outputs are **not reproducible** by design; the guarantee says **deployment-grade**.
+//!
+//! # Deployment calibration (exact, no rounding of the budget)
+//! Let `S = sum_i round(2^k r_i)` be the integer sum of the `n` clipped, rounded rewards of one
+//! release, and let `s` be the mean-level sensitivity the algorithm asks for (`1/L`, or more
+//! conservatively `1/n_a` with `n_a <= L` for AdaC-UCB's literal count). The integer statistic is
+//! released with the sum-level sensitivity `Delta_cal = max(s 2^k n, Delta)` (exact rationals:
+//! every `f64` is a dyadic rational), and the released mean is `(S + Y) / (2^k n)`
+//! (post-processing). With `rho` and `epsilon` the exact rationals of their `f64` values:
+//!
+//! * zCDP: `Y ~ N_Z(0, sigma^2)` with `sigma^2 = Delta_cal^2 / (2 rho)`, an exact rational
+//!   (CKS20 Algorithm 3 takes `sigma^2` itself). By CKS20 Theorem 4 the discrete Gaussian on an
+//!   integer query of sensitivity `Delta` is `Delta^2/(2 sigma^2)`-zCDP, the same as the continuous
+//!   one, so the loss is `<= Delta_cal^2 / (2 sigma^2) = rho` **exactly**: the budget is unchanged.
+//! * pure DP: `Y ~ Lap_Z(t)` with `t = Delta_cal / epsilon`, an exact rational. The discrete
+//!   Laplace (geometric) mechanism is `Delta/t`-DP (Ghosh, Roughgarden & Sundararajan 2009; CKS20
+//!   Sec. 2), so the loss is `<= epsilon` exactly: the budget is unchanged.
+//!
+//! Rounding a reward to the nearest grid point (`floor(2^k r + 1/2)`) is monotone and commutes with
+//! integer shifts, so both one reward and one batch sum (`observe_batch`) move the integer sum by at
+//! most `Delta` when one reward changes. The grid values are exact in `f64`, so an episode sum of
+//! grid values is computed exactly as long as `2^k n max(|lo|, |hi|) <= 2^53` (`n <= 2^33` rewards per
+//! release at the default `k = 20`); a larger release is refused with an error rather than released
+//! from an inexact sum.
+//!
+//! # Discretisation bias
+//! Rounding moves each reward by at most `2^-(k+1)` (4.8e-7 at `k = 20`), so the released mean is
+//! biased by at most that much; Bernoulli rewards (0 or 1) lie on the grid and are not moved at all.
+//! The noise is symmetric (mean 0) and its variance is at most `sigma^2` (CKS20 Prop. 19 bounds the
+//! discrete Gaussian's variance by that of the continuous one), so the index policies' confidence
+//! bonuses, computed for the continuous noise, remain valid.
+
+use super::discrete::{Ratio, Signed, discrete_gaussian, discrete_laplace};
+use super::{GaussianMechanism, LaplaceMechanism, NoisyMean, RewardBoundary};
+use crate::error::{Error, Result};
+use crate::rng::SimRng;
+use num_bigint::BigUint;
+use num_traits::ToPrimitive;
+use rand::SeedableRng;
+use rand::rngs::{ChaCha20Rng, SysRng};
+use serde::{Deserialize, Serialize};
+
+/// The default grid: rewards are rounded to multiples of `2^-20`.
+pub const DEFAULT_GRID_BITS: u32 = 20;
+/// The finest grid allowed (`2^-32`): a release of `n` rewards needs `2^k n <= 2^53`.
+pub const MAX_GRID_BITS: u32 = 32;
+
+/// Which noise path a private policy uses (configuration key `noise`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NoiseKind {
+    /// Seeded floating-point noise: reproducible, simulation-grade. Default.
+    #[default]
+    Simulation,
+    /// Exact discrete noise from an OS-seeded CSPRNG on a reward grid: deployment-grade, not
+    /// reproducible.
+    Deployment,
+}
+
+/// The grade of the noise behind a guarantee, written in every manifest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum NoiseGrade {
+    /// No privacy noise (a non-private algorithm).
+    #[serde(rename = "not-applicable")]
+    NotApplicable,
+    /// Floating-point noise from a seeded generator: fine for simulation, not for deployment.
+    #[serde(rename = "simulation-grade")]
+    Simulation,
+    /// Exact discrete noise from an OS-seeded CSPRNG: outputs are not reproducible by design.
+    #[serde(rename = "deployment-grade")]
+    Deployment,
+}
+
+impl NoiseGrade {
+    /// The grade of a private policy's noise of kind `kind`.
+    pub fn of(kind: NoiseKind) -> Self {
+        match kind {
+            NoiseKind::Simulation => NoiseGrade::Simulation,
+            NoiseKind::Deployment => NoiseGrade::Deployment,
+        }
+    }
+
+    /// The label used in manifests (`simulation-grade`, `deployment-grade`, `not-applicable`).
+    pub fn label(&self) -> &'static str {
+        match self {
+            NoiseGrade::NotApplicable => "not-applicable",
+            NoiseGrade::Simulation => "simulation-grade",
+            NoiseGrade::Deployment => "deployment-grade",
+        }
+    }
+
+    /// Whether runs with this noise are reproducible from the master seed.
+    pub fn reproducible(&self) -> bool {
+        !matches!(self, NoiseGrade::Deployment)
+    }
+}
+
+/// Check a `noise` / `grid_bits` pair of a configuration: `grid_bits` in `1..=MAX_GRID_BITS`, and
+/// deployment noise only for a private configuration (`private`, i.e. a finite budget).
+pub fn check_noise(kind: NoiseKind, grid_bits: u32, private: bool) -> Result<()> {
+    if !(1..=MAX_GRID_BITS).contains(&grid_bits) {
+        return Err(Error::param(
+            "grid_bits",
+            grid_bits,
+            format!(
+                "an integer in 1..={MAX_GRID_BITS} (rewards are rounded to multiples of 2^-grid_bits)"
+            ),
+        ));
+    }
+    if kind == NoiseKind::Deployment && !private {
+        return Err(Error::param(
+            "noise",
+            "\"deployment\"",
+            "\"simulation\" for a non-private configuration (no noise is drawn; deployment noise needs a finite budget)",
+        ));
+    }
+    Ok(())
+}
+
+/// The reward grid `2^-bits Z` of the deployment path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Grid {
+    bits: u32,
+}
+
+impl Grid {
+    fn scale(&self) -> f64 {
+        (1u64 << self.bits) as f64
+    }
+
+    /// `floor(2^k x + 1/2)`, exact for `|2^k x| < 2^53` (monotone, commutes with integer shifts).
+    fn units(&self, x: f64) -> f64 {
+        let v = x * self.scale();
+        let f = v.floor();
+        if v - f >= 0.5 { f + 1.0 } else { f }
+    }
+
+    /// `x` rounded to the nearest grid point.
+    fn round(&self, x: f64) -> f64 {
+        self.units(x) / self.scale()
+    }
+}
+
+/// The OS-seeded generator and grid of the deployment path.
+struct Deployment {
+    rng: ChaCha20Rng,
+    grid: Grid,
+}
+
+impl Deployment {
+    fn new(grid: Grid) -> Result<Self> {
+        let rng = ChaCha20Rng::try_from_rng(&mut SysRng).map_err(|e| {
+            Error::Config(format!(
+                "noise = \"deployment\": the operating system's entropy source failed ({e})"
+            ))
+        })?;
+        Ok(Deployment { rng, grid })
+    }
+
+    /// The integer sum (grid units) of a clipped sum of `n` grid values, and `2^k n`.
+    fn integer_sum(&self, clipped_sum: f64, n: u64, boundary: &RewardBoundary) -> Result<f64> {
+        let s = self.grid.units(clipped_sum);
+        let bound = self.grid.scale() * n as f64 * boundary.lo.abs().max(boundary.hi.abs());
+        if !(bound <= 2f64.powi(53)) {
+            return Err(Error::param(
+                "grid_bits",
+                self.grid.bits,
+                format!(
+                    "a grid coarse enough that 2^grid_bits * n * max(|lo|, |hi|) <= 2^53 for a release of n = {n} rewards (exact integer sums)"
+                ),
+            ));
+        }
+        Ok(s)
+    }
+
+    /// `Delta_cal = max(s 2^k n, ceil(2^k (hi - lo)))` as an exact rational.
+    fn calibration_sensitivity(
+        &self,
+        sensitivity: f64,
+        n: u64,
+        boundary: &RewardBoundary,
+    ) -> Result<Ratio> {
+        let field = |v: f64| Error::param("sensitivity", v, "a finite number >= 0");
+        let s = Ratio::from_f64(sensitivity).ok_or_else(|| field(sensitivity))?;
+        let units = Ratio::integer(BigUint::from(n) << (self.grid.bits as usize));
+        let requested = s.mul(&units);
+        let delta = (boundary.width() * self.grid.scale()).ceil();
+        let delta = Ratio::from_f64(delta).ok_or_else(|| field(delta))?;
+        Ok(if delta.le(&requested) {
+            requested
+        } else {
+            delta
+        })
+    }
+
+    /// `(S + Y) / (2^k n)` in `f64` (post-processing of the integer release).
+    fn mean(&self, s: f64, y: &Signed, n: u64) -> f64 {
+        let mag = y.1.to_f64().unwrap_or(f64::INFINITY);
+        let y = if y.0 { -mag } else { mag };
+        (s + y) / (self.grid.scale() * n as f64)
+    }
+}
+
+enum Inner {
+    Simulation(SimRng),
+    Deployment(Box<Deployment>),
+}
+
+/// A private policy's noise: seeded `f64` noise (simulation-grade) or exact discrete noise from
+/// an OS-seeded CSPRNG (deployment-grade). See the module docs.
+pub struct NoiseSource {
+    inner: Inner,
+}
+
+impl std::fmt::Debug for NoiseSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print a generator's state.
+        match &self.inner {
+            Inner::Simulation(_) => write!(f, "NoiseSource::Simulation"),
+            Inner::Deployment(d) => {
+                write!(
+                    f,
+                    "NoiseSource::Deployment {{ grid_bits: {} }}",
+                    d.grid.bits
+                )
+            }
+        }
+    }
+}
+
+impl Clone for NoiseSource {
+    /// A simulation source clones its generator (reproducible); a deployment source draws a
+    /// fresh OS seed, so two clones never share noise.
+    ///
+    /// # Panics
+    /// If the operating system's entropy source fails while cloning a deployment source (copying
+    /// the generator instead would repeat the noise).
+    fn clone(&self) -> Self {
+        let inner = match &self.inner {
+            Inner::Simulation(r) => Inner::Simulation(r.clone()),
+            Inner::Deployment(d) => Inner::Deployment(Box::new(
+                Deployment::new(d.grid)
+                    .expect("OS entropy source failed while cloning a deployment noise source"),
+            )),
+        };
+        NoiseSource { inner }
+    }
+}
+
+impl NoiseSource {
+    /// The simulation path on the policy's seeded noise stream ([`crate::rng::noise_rng`]).
+    pub fn simulation(policy_seed: u64) -> Self {
+        NoiseSource {
+            inner: Inner::Simulation(crate::rng::noise_rng(policy_seed)),
+        }
+    }
+
+    /// The deployment path: grid `2^-grid_bits`, ChaCha20 seeded from the OS.
+    ///
+    /// # Errors
+    /// `grid_bits` outside `1..=MAX_GRID_BITS`, or the OS entropy source fails.
+    pub fn deployment(grid_bits: u32) -> Result<Self> {
+        check_noise(NoiseKind::Deployment, grid_bits, true)?;
+        Ok(NoiseSource {
+            inner: Inner::Deployment(Box::new(Deployment::new(Grid { bits: grid_bits })?)),
+        })
+    }
+
+    /// The source a configuration asks for: the seed keys the simulation path only.
+    pub fn new(kind: NoiseKind, grid_bits: u32, policy_seed: u64) -> Result<Self> {
+        match kind {
+            NoiseKind::Simulation => Ok(NoiseSource::simulation(policy_seed)),
+            NoiseKind::Deployment => NoiseSource::deployment(grid_bits),
+        }
+    }
+
+    /// The grade of this source's noise.
+    pub fn grade(&self) -> NoiseGrade {
+        match self.inner {
+            Inner::Simulation(_) => NoiseGrade::Simulation,
+            Inner::Deployment(_) => NoiseGrade::Deployment,
+        }
+    }
+
+    /// Prepare one clipped reward (or a clipped sum of rewards) for a release: unchanged on the
+    /// simulation path, rounded to the nearest grid point on the deployment path.
+    #[inline]
+    pub fn discretise(&self, clipped: f64) -> f64 {
+        match &self.inner {
+            Inner::Simulation(_) => clipped,
+            Inner::Deployment(d) => d.grid.round(clipped),
+        }
+    }
+
+    /// Release the mean of `n` rewards whose clipped sum is `sum`, with Gaussian noise calibrated
+    /// for `rho`-zCDP at mean-level sensitivity `sensitivity`.
+    ///
+    /// Simulation: exactly `GaussianMechanism::for_zcdp(sensitivity, rho)?.release_mean(..)`.
+    /// Deployment: the discrete Gaussian on the integer sum (module docs), the same `rho`.
+    ///
+    /// # Errors
+    /// Bad `sensitivity` / `rho` (as [`GaussianMechanism::for_zcdp`]); on the deployment path, a
+    /// release too long for the grid.
+    pub fn gaussian_mean(
+        &mut self,
+        sensitivity: f64,
+        rho: f64,
+        sum: f64,
+        n: u64,
+        boundary: &RewardBoundary,
+    ) -> Result<NoisyMean> {
+        match &mut self.inner {
+            Inner::Simulation(rng) => {
+                Ok(GaussianMechanism::for_zcdp(sensitivity, rho)?
+                    .release_mean(sum, n, boundary, rng))
+            }
+            Inner::Deployment(d) => {
+                GaussianMechanism::for_zcdp(sensitivity, rho)?; // same parameter checks
+                check_n(n)?;
+                let s = d.integer_sum(boundary.clip_sum(sum, n), n, boundary)?;
+                let sigma2 = if rho.is_infinite() {
+                    Ratio::integer(0u32)
+                } else {
+                    let delta = d.calibration_sensitivity(sensitivity, n, boundary)?;
+                    let two_rho = Ratio::from_f64(rho)
+                        .expect("rho checked finite and > 0")
+                        .mul(&Ratio::integer(2u32));
+                    delta.mul(&delta).div(&two_rho).expect("rho > 0")
+                };
+                let y = discrete_gaussian(&sigma2, &mut d.rng);
+                let sigma = sigma2.to_f64().sqrt() / (d.grid.scale() * n as f64);
+                Ok(NoisyMean::released(d.mean(s, &y, n), n, sigma))
+            }
+        }
+    }
+
+    /// Release the mean of `n` rewards whose clipped sum is `sum`, with Laplace noise calibrated
+    /// for `epsilon`-DP at mean-level sensitivity `sensitivity`. Returns the released value and
+    /// the noise scale at the mean level (`b` of the Laplace, or `t / (2^k n)` of the discrete
+    /// Laplace).
+    ///
+    /// Simulation: exactly `LaplaceMechanism::for_pure_dp(sensitivity, epsilon)?.release(sum / n)`.
+    /// Deployment: the discrete Laplace on the integer sum (module docs), the same `epsilon`.
+    ///
+    /// # Errors
+    /// Bad `sensitivity` / `epsilon` (as [`LaplaceMechanism::for_pure_dp`]); on the deployment
+    /// path, a release too long for the grid.
+    pub fn laplace_mean(
+        &mut self,
+        sensitivity: f64,
+        epsilon: f64,
+        sum: f64,
+        n: u64,
+        boundary: &RewardBoundary,
+    ) -> Result<(f64, f64)> {
+        match &mut self.inner {
+            Inner::Simulation(rng) => {
+                let mech = LaplaceMechanism::for_pure_dp(sensitivity, epsilon)?;
+                Ok((mech.release(sum / n as f64, rng), mech.scale()))
+            }
+            Inner::Deployment(d) => {
+                LaplaceMechanism::for_pure_dp(sensitivity, epsilon)?; // same parameter checks
+                check_n(n)?;
+                let s = d.integer_sum(boundary.clip_sum(sum, n), n, boundary)?;
+                let scale = if epsilon.is_infinite() {
+                    Ratio::integer(0u32)
+                } else {
+                    let delta = d.calibration_sensitivity(sensitivity, n, boundary)?;
+                    let eps = Ratio::from_f64(epsilon).expect("epsilon checked finite and > 0");
+                    delta.div(&eps).expect("epsilon > 0")
+                };
+                let y = discrete_laplace(&scale, &mut d.rng);
+                let b = scale.to_f64() / (d.grid.scale() * n as f64);
+                Ok((d.mean(s, &y, n), b))
+            }
+        }
+    }
+}
+
+fn check_n(n: u64) -> Result<()> {
+    if n == 0 {
+        return Err(Error::param("n", n, "at least 1 reward per release"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::privacy::BoundaryMode;
+    use crate::privacy::discrete::tests::check_pmf;
+
+    fn unit() -> RewardBoundary {
+        RewardBoundary::unit(BoundaryMode::Clip)
+    }
+
+    #[test]
+    fn simulation_path_is_the_old_mechanism() {
+        let b = unit();
+        let mut src = NoiseSource::simulation(42);
+        let mut rng = crate::rng::noise_rng(42);
+        for n in [1u64, 4, 1000] {
+            let m = src
+                .gaussian_mean(1.0 / n as f64, 0.3, 0.4 * n as f64, n, &b)
+                .unwrap();
+            let want = GaussianMechanism::for_zcdp(1.0 / n as f64, 0.3)
+                .unwrap()
+                .release_mean(0.4 * n as f64, n, &b, &mut rng);
+            assert_eq!(m, want);
+            let (v, scale) = src
+                .laplace_mean(1.0 / n as f64, 0.7, 0.4 * n as f64, n, &b)
+                .unwrap();
+            let mech = LaplaceMechanism::for_pure_dp(1.0 / n as f64, 0.7).unwrap();
+            assert_eq!(v, mech.release(0.4, &mut rng));
+            assert_eq!(scale, mech.scale());
+        }
+        assert_eq!(src.grade(), NoiseGrade::Simulation);
+        assert_eq!(src.discretise(0.123_456_789), 0.123_456_789);
+    }
+
+    #[test]
+    fn grid_rounding() {
+        let g = Grid { bits: 2 };
+        assert_eq!(g.round(0.1), 0.0);
+        assert_eq!(g.round(0.125), 0.25); // half rounds up
+        assert_eq!(g.round(0.3), 0.25);
+        assert_eq!(g.round(1.0), 1.0);
+        assert_eq!(g.units(-0.125), 0.0);
+        assert_eq!(g.units(0.875 + 3.0), 16.0);
+        let src = NoiseSource::deployment(20).unwrap();
+        assert_eq!(src.grade(), NoiseGrade::Deployment);
+        assert_eq!(src.discretise(1.0), 1.0);
+        assert_eq!(src.discretise(0.0), 0.0);
+        let x = src.discretise(1.0 / 3.0);
+        assert!((x - 1.0 / 3.0).abs() <= 0.5 / (1u64 << 20) as f64);
+        assert_eq!(x * (1u64 << 20) as f64, (x * (1u64 << 20) as f64).round());
+    }
+
+    /// Released deployment means are exact grid fractions `(S + Y) / (2^k n)` whose noise `Y`
+    /// follows the calibrated discrete Gaussian (chi-square and KS at alpha = 1e-6, on the OS
+    /// generator: the seed is not fixed, so this check fails with probability <= 2e-6 per run).
+    #[test]
+    fn deployment_gaussian_release_is_calibrated() {
+        let b = unit();
+        let bits = 4; // coarse grid: Delta = 16, small integers
+        let mut src = NoiseSource::deployment(bits).unwrap();
+        let (n, rho) = (2u64, 2.0);
+        // Delta_cal = max(s 2^k n, 2^k) with s = 1/n: 16; sigma^2 = 256 / 4 = 64.
+        let sum = 1.0; // 16 grid units
+        let draws: Vec<i128> = (0..40_000)
+            .map(|_| {
+                let m = src.gaussian_mean(1.0 / n as f64, rho, sum, n, &b).unwrap();
+                assert_eq!(m.sigma(), 8.0 / 32.0);
+                let y = m.value() * 32.0 - 16.0;
+                assert_eq!(y, y.round());
+                y as i128
+            })
+            .collect();
+        check_pmf(
+            &draws,
+            |y| (-((y * y) as f64) / 128.0).exp(),
+            100,
+            "deployment N_Z(0, 64)",
+        );
+        // The literal count n_a = 0.5 < L = 1 asks for more noise: Delta_cal = 2 * 16.
+        let m = src.gaussian_mean(2.0, 0.5, 1.0, 1, &b).unwrap();
+        assert_eq!(m.sigma(), 32.0 / 16.0);
+        // rho = inf: no noise, the exact grid mean.
+        let m = src.gaussian_mean(1.0, f64::INFINITY, 1.0, 2, &b).unwrap();
+        assert_eq!(m.value(), 0.5);
+    }
+
+    #[test]
+    fn deployment_laplace_release_is_calibrated() {
+        let b = unit();
+        let mut src = NoiseSource::deployment(3).unwrap();
+        // n = 1, s = 1, eps = 0.5: Delta = 8, t = 16.
+        let draws: Vec<i128> = (0..40_000)
+            .map(|_| {
+                let (v, scale) = src.laplace_mean(1.0, 0.5, 0.25, 1, &b).unwrap();
+                assert_eq!(scale, 2.0);
+                let y = v * 8.0 - 2.0;
+                assert_eq!(y, y.round());
+                y as i128
+            })
+            .collect();
+        check_pmf(
+            &draws,
+            |y| (-(y.abs() as f64) / 16.0).exp(),
+            700,
+            "deployment Lap_Z(16)",
+        );
+    }
+
+    /// The calibration never asks for less than the true sensitivity of the integer sum, even if
+    /// the caller's mean-level sensitivity is too small.
+    #[test]
+    fn calibration_uses_at_least_the_true_sensitivity() {
+        let b = unit();
+        let mut src = NoiseSource::deployment(10).unwrap();
+        let (_, scale) = src.laplace_mean(1e-9, 1.0, 3.0, 4, &b).unwrap();
+        // t = 2^10 / 1, mean level 2^10 / (2^10 * 4)
+        assert_eq!(scale, 0.25);
+    }
+
+    #[test]
+    fn bad_input_is_an_error() {
+        let b = unit();
+        let mut src = NoiseSource::deployment(20).unwrap();
+        assert!(src.gaussian_mean(1.0, 0.0, 0.0, 1, &b).is_err());
+        assert!(src.gaussian_mean(f64::NAN, 1.0, 0.0, 1, &b).is_err());
+        assert!(src.laplace_mean(1.0, -1.0, 0.0, 1, &b).is_err());
+        assert!(src.laplace_mean(1.0, 1.0, 0.0, 0, &b).is_err());
+        // 2^20 * 2^34 > 2^53: too long for exact sums on this grid.
+        let e = src
+            .gaussian_mean(1.0, 1.0, 0.0, 1 << 34, &b)
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("grid_bits = 20"), "{e}");
+        for bits in [0, 33] {
+            let e = NoiseSource::deployment(bits).unwrap_err().to_string();
+            assert!(e.starts_with(&format!("grid_bits = {bits}")), "{e}");
+        }
+        let e = check_noise(NoiseKind::Deployment, 20, false)
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("noise = \"deployment\""), "{e}");
+    }
+
+    /// Two deployment sources (and a clone) draw independent noise: OS seeding, never the master
+    /// seed. (Equal 20-draw sequences from two independent ChaCha20 keys: probability ~ 0.)
+    #[test]
+    fn deployment_sources_are_independent() {
+        let b = unit();
+        let mut a = NoiseSource::deployment(20).unwrap();
+        let mut c = a.clone();
+        let mut d = NoiseSource::new(NoiseKind::Deployment, 20, 7).unwrap();
+        let draw = |s: &mut NoiseSource| -> Vec<f64> {
+            (0..20)
+                .map(|_| s.gaussian_mean(1.0, 1.0, 0.5, 1, &b).unwrap().value())
+                .collect()
+        };
+        let (x, y, z) = (draw(&mut a), draw(&mut c), draw(&mut d));
+        assert_ne!(x, y);
+        assert_ne!(x, z);
+        assert!(format!("{a:?}").contains("Deployment"));
+    }
+}
