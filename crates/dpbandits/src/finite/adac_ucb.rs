@@ -177,6 +177,13 @@ impl PolicyConfig for AdaCUcbConfig {
     fn guarantee(&self) -> PrivacyGuarantee {
         guarantee(self)
     }
+    fn label(&self) -> String {
+        crate::privacy::noise_label(
+            crate::config::label(self.kind(), &self.params()),
+            self.noise,
+            self.grid_bits,
+        )
+    }
     fn build(&self, k: usize, seed: u64) -> Result<Box<dyn Policy>> {
         Ok(Box::new(AdaCUcb::new(k, self.clone(), seed)?))
     }

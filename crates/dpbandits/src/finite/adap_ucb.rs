@@ -158,6 +158,13 @@ impl PolicyConfig for AdaPConfig {
     fn guarantee(&self) -> PrivacyGuarantee {
         guarantee(self)
     }
+    fn label(&self) -> String {
+        crate::privacy::noise_label(
+            crate::config::label(self.kind(), &self.params()),
+            self.noise,
+            self.grid_bits,
+        )
+    }
     fn build(&self, k: usize, seed: u64) -> Result<Box<dyn Policy>> {
         Ok(Box::new(AdaP::new(k, self.clone(), seed)?))
     }

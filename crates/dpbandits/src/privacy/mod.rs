@@ -33,7 +33,7 @@ pub use conversion::{
 pub use gaussian::{GaussianMechanism, NoisyMean};
 pub use laplace::{LaplaceMechanism, sample_standard_laplace};
 pub use noise::{
-    DEFAULT_GRID_BITS, MAX_GRID_BITS, NoiseGrade, NoiseKind, NoiseSource, check_noise,
+    DEFAULT_GRID_BITS, MAX_GRID_BITS, NoiseGrade, NoiseKind, NoiseSource, check_noise, noise_label,
 };
 pub use randomized_response::{LocalRandomizer, PerArmChannel, RandomizedResponse};
 pub(crate) use randomized_response::{channels_for, check_channel_spec};

@@ -65,7 +65,7 @@ pub const DEFAULT_GRID_BITS: u32 = 20;
 pub const MAX_GRID_BITS: u32 = 32;
 
 /// Which noise path a private policy uses (configuration key `noise`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum NoiseKind {
     /// Seeded floating-point noise: reproducible, simulation-grade. Default.
@@ -74,6 +74,20 @@ pub enum NoiseKind {
     /// Exact discrete noise from an OS-seeded CSPRNG on a reward grid: deployment-grade, not
     /// reproducible.
     Deployment,
+}
+
+impl<'de> Deserialize<'de> for NoiseKind {
+    /// From `"simulation"` or `"deployment"`; anything else is refused naming the key `noise`.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        match s.as_str() {
+            "simulation" => Ok(NoiseKind::Simulation),
+            "deployment" => Ok(NoiseKind::Deployment),
+            _ => Err(serde::de::Error::custom(format!(
+                "noise = {s:?}: expected \"simulation\" (seeded f64 noise, reproducible) or \"deployment\" (exact discrete noise from an OS-seeded CSPRNG)"
+            ))),
+        }
+    }
 }
 
 /// The grade of the noise behind a guarantee, written in every manifest.
@@ -134,6 +148,17 @@ pub fn check_noise(kind: NoiseKind, grid_bits: u32, private: bool) -> Result<()>
         ));
     }
     Ok(())
+}
+
+/// A configuration's label with its noise path: unchanged for simulation noise (so published
+/// labels and the streams keyed by them do not move), `label[deployment]` (and the grid if it is
+/// not the default) for deployment noise, so both paths of one configuration can share a file.
+pub fn noise_label(label: String, kind: NoiseKind, grid_bits: u32) -> String {
+    match kind {
+        NoiseKind::Simulation => label,
+        NoiseKind::Deployment if grid_bits == DEFAULT_GRID_BITS => format!("{label}[deployment]"),
+        NoiseKind::Deployment => format!("{label}[deployment,grid_bits={grid_bits}]"),
+    }
 }
 
 /// The reward grid `2^-bits Z` of the deployment path.
