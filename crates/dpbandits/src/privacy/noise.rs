@@ -205,7 +205,7 @@ impl Deployment {
     fn integer_sum(&self, clipped_sum: f64, n: u64, boundary: &RewardBoundary) -> Result<f64> {
         let s = self.grid.units(clipped_sum);
         let bound = self.grid.scale() * n as f64 * boundary.lo.abs().max(boundary.hi.abs());
-        if !(bound <= 2f64.powi(53)) {
+        if bound > 2f64.powi(53) {
             return Err(Error::param(
                 "grid_bits",
                 self.grid.bits,

@@ -138,7 +138,10 @@ fn deployment_noise_configuration_errors_name_the_field() {
         ),
     ] {
         let text = format!("{base}[[policy]]\n{policy}\n");
-        let e = Plan::from_toml(&text).err().expect(policy).to_string();
+        let e = match Plan::from_toml(&text) {
+            Ok(_) => panic!("{policy}: accepted"),
+            Err(e) => e.to_string(),
+        };
         assert!(e.contains(want), "{policy}: {e}");
     }
 }
