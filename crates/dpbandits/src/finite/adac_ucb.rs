@@ -365,7 +365,9 @@ impl Policy for AdaCUcb {
     }
     fn observe(&mut self, arm: usize, reward: f64) {
         let r = if self.is_private() {
-            self.noise.discretise(self.boundary.clip(reward))
+            let len = self.episode.map_or(1, |e| e.len);
+            self.noise
+                .discretise(self.boundary.clip(reward), len, &self.boundary)
         } else {
             reward
         };
@@ -373,7 +375,9 @@ impl Policy for AdaCUcb {
     }
     fn observe_batch(&mut self, arm: usize, n: u64, sum: f64) {
         let s = if self.is_private() {
-            self.noise.discretise(self.boundary.clip_sum(sum, n))
+            let len = self.episode.map_or(n, |e| e.len);
+            self.noise
+                .discretise(self.boundary.clip_sum(sum, n), len, &self.boundary)
         } else {
             sum
         };

@@ -336,11 +336,17 @@ impl Policy for AdaP {
         Pull { arm, steps: len }
     }
     fn observe(&mut self, arm: usize, reward: f64) {
-        let r = self.noise.discretise(self.boundary.clip(reward));
+        let len = self.episode.map_or(1, |e| e.len);
+        let r = self
+            .noise
+            .discretise(self.boundary.clip(reward), len, &self.boundary);
         self.record(arm, 1, r);
     }
     fn observe_batch(&mut self, arm: usize, n: u64, sum: f64) {
-        let s = self.noise.discretise(self.boundary.clip_sum(sum, n));
+        let len = self.episode.map_or(n, |e| e.len);
+        let s = self
+            .noise
+            .discretise(self.boundary.clip_sum(sum, n), len, &self.boundary);
         self.record(arm, n, s);
     }
 }

@@ -37,10 +37,13 @@
 //!
 //! Rounding a reward to the nearest grid point (`floor(2^k r + 1/2)`) is monotone and commutes with
 //! integer shifts, so both one reward and one batch sum (`observe_batch`) move the integer sum by at
-//! most `Delta` when one reward changes. The grid values are exact in `f64`, so an episode sum of
-//! grid values is computed exactly as long as `2^k n max(|lo|, |hi|) <= 2^53` (`n <= 2^33` rewards per
-//! release at the default `k = 20`); a larger release is refused with an error rather than released
-//! from an inexact sum.
+//! most `Delta` when one reward changes. Grid values are exact in `f64`, and an episode sum of grid
+//! values is computed exactly as long as `2^k n max(|lo|, |hi|) <= 2^53` (`n <= 2^33` rewards per
+//! release at the default `k = 20`). For a longer release the grid of *that release* is coarsened:
+//! `k` is the largest integer `<= grid_bits` satisfying the bound (computed exactly;
+//! [`NoiseSource::discretise`] takes the committed release length `n` for this). `k` is a function
+//! of public quantities only, the sums stay exact, and the calibration above uses that release's
+//! `k`, so the claim is unchanged (only the discretisation bias grows, to `2^-(k+1)`).
 //!
 //! # Discretisation bias
 //! Rounding moves each reward by at most `2^-(k+1)` (4.8e-7 at `k = 20`), so the released mean is
@@ -161,18 +164,55 @@ pub fn noise_label(label: String, kind: NoiseKind, grid_bits: u32) -> String {
     }
 }
 
-/// The reward grid `2^-bits Z` of the deployment path.
+/// The reward grid `2^-k Z` of one release (`k` may be reduced below `grid_bits` for very long
+/// releases, see [`Grid::for_release`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Grid {
-    bits: u32,
+    k: i32,
 }
 
+/// The coarsest grid exponent used (only reached by releases of absurd length or boundaries of
+/// absurd magnitude); keeps `2^k` a normal `f64`.
+const MIN_GRID_EXPONENT: i32 = -900;
+
 impl Grid {
-    fn scale(&self) -> f64 {
-        (1u64 << self.bits) as f64
+    /// The grid of a release of `n` rewards in `boundary`: `k = grid_bits`, lowered (one bit at a
+    /// time) until `2^k n max(|lo|, |hi|) <= 2^53`, so every partial sum of grid values is an
+    /// exact `f64`. `k` depends only on public quantities (`grid_bits`, `n`, the boundary).
+    fn for_release(grid_bits: u32, n: u64, boundary: &RewardBoundary) -> Self {
+        // m = max(|lo|, |hi|) = mant 2^e exactly; the condition 2^k n m <= 2^53 is
+        // n mant <= 2^(53 - k - e), i.e. bits(n mant - 1) <= 53 - k - e (exact, in u128).
+        let m = boundary.lo.abs().max(boundary.hi.abs());
+        let (mant, e) = decompose(m);
+        let p = u128::from(n.max(1)) * u128::from(mant);
+        if p == 0 {
+            return Grid {
+                k: grid_bits as i32,
+            };
+        }
+        let bits = 128 - i64::from((p - 1).leading_zeros());
+        let k_max = 53 - e - bits;
+        let k = k_max
+            .min(i64::from(grid_bits))
+            .max(i64::from(MIN_GRID_EXPONENT));
+        Grid { k: k as i32 }
     }
 
-    /// `floor(2^k x + 1/2)`, exact for `|2^k x| < 2^53` (monotone, commutes with integer shifts).
+    /// `2^k` (exact).
+    fn scale(&self) -> f64 {
+        2f64.powi(self.k)
+    }
+
+    /// `2^k` as an exact rational.
+    fn scale_ratio(&self) -> Ratio {
+        if self.k >= 0 {
+            Ratio::integer(BigUint::from(1u32) << self.k as usize)
+        } else {
+            Ratio::new(1u32, BigUint::from(1u32) << (-self.k) as usize).expect("2^-k > 0")
+        }
+    }
+
+    /// `floor(2^k x + 1/2)`, exact for `|2^k x| <= 2^53` (monotone, commutes with integer shifts).
     fn units(&self, x: f64) -> f64 {
         let v = x * self.scale();
         let f = v.floor();
@@ -185,50 +225,50 @@ impl Grid {
     }
 }
 
+/// `x = mant 2^e` for a finite `x > 0` (`mant` odd, or `(0, 0)` for `x = 0`).
+fn decompose(x: f64) -> (u64, i64) {
+    let bits = x.to_bits();
+    let exp_bits = ((bits >> 52) & 0x7ff) as i64;
+    let frac = bits & ((1u64 << 52) - 1);
+    let (m, e) = if exp_bits == 0 {
+        (frac, -1074)
+    } else {
+        (frac | (1u64 << 52), exp_bits - 1075)
+    };
+    if m == 0 {
+        return (0, 0);
+    }
+    let tz = m.trailing_zeros();
+    (m >> tz, e + i64::from(tz))
+}
+
 /// The OS-seeded generator and grid of the deployment path.
 struct Deployment {
     rng: ChaCha20Rng,
-    grid: Grid,
+    grid_bits: u32,
 }
 
 impl Deployment {
-    fn new(grid: Grid) -> Result<Self> {
+    fn new(grid_bits: u32) -> Result<Self> {
         let rng = ChaCha20Rng::try_from_rng(&mut SysRng).map_err(|e| {
             Error::Config(format!(
                 "noise = \"deployment\": the operating system's entropy source failed ({e})"
             ))
         })?;
-        Ok(Deployment { rng, grid })
-    }
-
-    /// The integer sum (grid units) of a clipped sum of `n` grid values, and `2^k n`.
-    fn integer_sum(&self, clipped_sum: f64, n: u64, boundary: &RewardBoundary) -> Result<f64> {
-        let s = self.grid.units(clipped_sum);
-        let bound = self.grid.scale() * n as f64 * boundary.lo.abs().max(boundary.hi.abs());
-        if bound > 2f64.powi(53) {
-            return Err(Error::param(
-                "grid_bits",
-                self.grid.bits,
-                format!(
-                    "a grid coarse enough that 2^grid_bits * n * max(|lo|, |hi|) <= 2^53 for a release of n = {n} rewards (exact integer sums)"
-                ),
-            ));
-        }
-        Ok(s)
+        Ok(Deployment { rng, grid_bits })
     }
 
     /// `Delta_cal = max(s 2^k n, ceil(2^k (hi - lo)))` as an exact rational.
     fn calibration_sensitivity(
-        &self,
+        grid: Grid,
         sensitivity: f64,
         n: u64,
         boundary: &RewardBoundary,
     ) -> Result<Ratio> {
         let field = |v: f64| Error::param("sensitivity", v, "a finite number >= 0");
         let s = Ratio::from_f64(sensitivity).ok_or_else(|| field(sensitivity))?;
-        let units = Ratio::integer(BigUint::from(n) << (self.grid.bits as usize));
-        let requested = s.mul(&units);
-        let delta = (boundary.width() * self.grid.scale()).ceil();
+        let requested = s.mul(&Ratio::integer(n)).mul(&grid.scale_ratio());
+        let delta = (boundary.width() * grid.scale()).ceil();
         let delta = Ratio::from_f64(delta).ok_or_else(|| field(delta))?;
         Ok(if delta.le(&requested) {
             requested
@@ -238,10 +278,10 @@ impl Deployment {
     }
 
     /// `(S + Y) / (2^k n)` in `f64` (post-processing of the integer release).
-    fn mean(&self, s: f64, y: &Signed, n: u64) -> f64 {
+    fn mean(grid: Grid, s: f64, y: &Signed, n: u64) -> f64 {
         let mag = y.1.to_f64().unwrap_or(f64::INFINITY);
         let y = if y.0 { -mag } else { mag };
-        (s + y) / (self.grid.scale() * n as f64)
+        (s + y) / (grid.scale() * n as f64)
     }
 }
 
@@ -265,7 +305,7 @@ impl std::fmt::Debug for NoiseSource {
                 write!(
                     f,
                     "NoiseSource::Deployment {{ grid_bits: {} }}",
-                    d.grid.bits
+                    d.grid_bits
                 )
             }
         }
@@ -283,7 +323,7 @@ impl Clone for NoiseSource {
         let inner = match &self.inner {
             Inner::Simulation(r) => Inner::Simulation(r.clone()),
             Inner::Deployment(d) => Inner::Deployment(Box::new(
-                Deployment::new(d.grid)
+                Deployment::new(d.grid_bits)
                     .expect("OS entropy source failed while cloning a deployment noise source"),
             )),
         };
@@ -306,7 +346,7 @@ impl NoiseSource {
     pub fn deployment(grid_bits: u32) -> Result<Self> {
         check_noise(NoiseKind::Deployment, grid_bits, true)?;
         Ok(NoiseSource {
-            inner: Inner::Deployment(Box::new(Deployment::new(Grid { bits: grid_bits })?)),
+            inner: Inner::Deployment(Box::new(Deployment::new(grid_bits)?)),
         })
     }
 
@@ -326,13 +366,14 @@ impl NoiseSource {
         }
     }
 
-    /// Prepare one clipped reward (or a clipped sum of rewards) for a release: unchanged on the
-    /// simulation path, rounded to the nearest grid point on the deployment path.
+    /// Prepare one clipped reward (or a clipped sum of rewards) for a release of `n` rewards in
+    /// `boundary` (`n` = the committed episode length): unchanged on the simulation path, rounded
+    /// to the nearest point of the release's grid on the deployment path.
     #[inline]
-    pub fn discretise(&self, clipped: f64) -> f64 {
+    pub fn discretise(&self, clipped: f64, n: u64, boundary: &RewardBoundary) -> f64 {
         match &self.inner {
             Inner::Simulation(_) => clipped,
-            Inner::Deployment(d) => d.grid.round(clipped),
+            Inner::Deployment(d) => Grid::for_release(d.grid_bits, n, boundary).round(clipped),
         }
     }
 
@@ -343,8 +384,8 @@ impl NoiseSource {
     /// Deployment: the discrete Gaussian on the integer sum (module docs), the same `rho`.
     ///
     /// # Errors
-    /// Bad `sensitivity` / `rho` (as [`GaussianMechanism::for_zcdp`]); on the deployment path, a
-    /// release too long for the grid.
+    /// Bad `sensitivity` / `rho` (as [`GaussianMechanism::for_zcdp`]); `n = 0` on the deployment
+    /// path.
     pub fn gaussian_mean(
         &mut self,
         sensitivity: f64,
@@ -361,19 +402,25 @@ impl NoiseSource {
             Inner::Deployment(d) => {
                 GaussianMechanism::for_zcdp(sensitivity, rho)?; // same parameter checks
                 check_n(n)?;
-                let s = d.integer_sum(boundary.clip_sum(sum, n), n, boundary)?;
+                let grid = Grid::for_release(d.grid_bits, n, boundary);
+                let s = grid.units(boundary.clip_sum(sum, n));
                 let sigma2 = if rho.is_infinite() {
                     Ratio::integer(0u32)
                 } else {
-                    let delta = d.calibration_sensitivity(sensitivity, n, boundary)?;
+                    let delta =
+                        Deployment::calibration_sensitivity(grid, sensitivity, n, boundary)?;
                     let two_rho = Ratio::from_f64(rho)
                         .expect("rho checked finite and > 0")
                         .mul(&Ratio::integer(2u32));
                     delta.mul(&delta).div(&two_rho).expect("rho > 0")
                 };
                 let y = discrete_gaussian(&sigma2, &mut d.rng);
-                let sigma = sigma2.to_f64().sqrt() / (d.grid.scale() * n as f64);
-                Ok(NoisyMean::released(d.mean(s, &y, n), n, sigma))
+                let sigma = sigma2.to_f64().sqrt() / (grid.scale() * n as f64);
+                Ok(NoisyMean::released(
+                    Deployment::mean(grid, s, &y, n),
+                    n,
+                    sigma,
+                ))
             }
         }
     }
@@ -387,8 +434,8 @@ impl NoiseSource {
     /// Deployment: the discrete Laplace on the integer sum (module docs), the same `epsilon`.
     ///
     /// # Errors
-    /// Bad `sensitivity` / `epsilon` (as [`LaplaceMechanism::for_pure_dp`]); on the deployment
-    /// path, a release too long for the grid.
+    /// Bad `sensitivity` / `epsilon` (as [`LaplaceMechanism::for_pure_dp`]); `n = 0` on the
+    /// deployment path.
     pub fn laplace_mean(
         &mut self,
         sensitivity: f64,
@@ -405,17 +452,19 @@ impl NoiseSource {
             Inner::Deployment(d) => {
                 LaplaceMechanism::for_pure_dp(sensitivity, epsilon)?; // same parameter checks
                 check_n(n)?;
-                let s = d.integer_sum(boundary.clip_sum(sum, n), n, boundary)?;
+                let grid = Grid::for_release(d.grid_bits, n, boundary);
+                let s = grid.units(boundary.clip_sum(sum, n));
                 let scale = if epsilon.is_infinite() {
                     Ratio::integer(0u32)
                 } else {
-                    let delta = d.calibration_sensitivity(sensitivity, n, boundary)?;
+                    let delta =
+                        Deployment::calibration_sensitivity(grid, sensitivity, n, boundary)?;
                     let eps = Ratio::from_f64(epsilon).expect("epsilon checked finite and > 0");
                     delta.div(&eps).expect("epsilon > 0")
                 };
                 let y = discrete_laplace(&scale, &mut d.rng);
-                let b = scale.to_f64() / (d.grid.scale() * n as f64);
-                Ok((d.mean(s, &y, n), b))
+                let b = scale.to_f64() / (grid.scale() * n as f64);
+                Ok((Deployment::mean(grid, s, &y, n), b))
             }
         }
     }
@@ -459,12 +508,13 @@ mod tests {
             assert_eq!(scale, mech.scale());
         }
         assert_eq!(src.grade(), NoiseGrade::Simulation);
-        assert_eq!(src.discretise(0.123_456_789), 0.123_456_789);
+        assert_eq!(src.discretise(0.123_456_789, 4, &b), 0.123_456_789);
     }
 
     #[test]
     fn grid_rounding() {
-        let g = Grid { bits: 2 };
+        let b = unit();
+        let g = Grid { k: 2 };
         assert_eq!(g.round(0.1), 0.0);
         assert_eq!(g.round(0.125), 0.25); // half rounds up
         assert_eq!(g.round(0.3), 0.25);
@@ -473,11 +523,22 @@ mod tests {
         assert_eq!(g.units(0.875 + 3.0), 16.0);
         let src = NoiseSource::deployment(20).unwrap();
         assert_eq!(src.grade(), NoiseGrade::Deployment);
-        assert_eq!(src.discretise(1.0), 1.0);
-        assert_eq!(src.discretise(0.0), 0.0);
-        let x = src.discretise(1.0 / 3.0);
+        assert_eq!(src.discretise(1.0, 1, &b), 1.0);
+        assert_eq!(src.discretise(0.0, 1, &b), 0.0);
+        let x = src.discretise(1.0 / 3.0, 1000, &b);
         assert!((x - 1.0 / 3.0).abs() <= 0.5 / (1u64 << 20) as f64);
         assert_eq!(x * (1u64 << 20) as f64, (x * (1u64 << 20) as f64).round());
+        // The grid of a release is coarsened only when 2^k n max(|lo|, |hi|) would exceed 2^53.
+        assert_eq!(Grid::for_release(20, 1 << 33, &b), Grid { k: 20 });
+        assert_eq!(Grid::for_release(20, (1 << 33) + 1, &b), Grid { k: 19 });
+        assert_eq!(Grid::for_release(20, 1 << 40, &b), Grid { k: 13 });
+        assert_eq!(Grid::for_release(32, 1, &b), Grid { k: 32 });
+        assert_eq!(Grid::for_release(20, u64::MAX, &b), Grid { k: -11 });
+        let x = src.discretise(1.0 / 3.0, 1 << 40, &b);
+        assert_eq!(x * 8192.0, (x * 8192.0).round());
+        let wide = RewardBoundary::new(-4.0, 2.0, BoundaryMode::Clip).unwrap();
+        assert_eq!(Grid::for_release(20, 1 << 31, &wide), Grid { k: 20 });
+        assert_eq!(Grid::for_release(20, 1 << 32, &wide), Grid { k: 19 });
     }
 
     /// Released deployment means are exact grid fractions `(S + Y) / (2^k n)` whose noise `Y`
@@ -555,12 +616,24 @@ mod tests {
         assert!(src.gaussian_mean(f64::NAN, 1.0, 0.0, 1, &b).is_err());
         assert!(src.laplace_mean(1.0, -1.0, 0.0, 1, &b).is_err());
         assert!(src.laplace_mean(1.0, 1.0, 0.0, 0, &b).is_err());
-        // 2^20 * 2^34 > 2^53: too long for exact sums on this grid.
-        let e = src
-            .gaussian_mean(1.0, 1.0, 0.0, 1 << 34, &b)
-            .unwrap_err()
-            .to_string();
-        assert!(e.starts_with("grid_bits = 20"), "{e}");
+        // 2^20 * 2^40 > 2^53: this release uses the grid 2^-13 (exact sums), with the noise
+        // calibrated on that grid: Delta = 2^13, rho = 0.5, sigma = 2^13 units = 1/n at the mean.
+        let n = 1u64 << 40;
+        let m = src
+            .gaussian_mean(1.0 / n as f64, 0.5, n as f64 / 2.0, n, &b)
+            .unwrap();
+        assert_eq!(m.sigma(), 1.0 / n as f64);
+        assert!((m.value() - 0.5).abs() < 1e-9, "{}", m.value());
+        assert_eq!(
+            (m.value() * 8192.0 * n as f64).fract(),
+            0.0,
+            "on the 2^-13 grid"
+        );
+        // Even u64::MAX rewards in one release stay finite and well-formed.
+        let (v, scale) = src
+            .laplace_mean(1.0 / u64::MAX as f64, 1.0, 0.0, u64::MAX, &b)
+            .unwrap();
+        assert!(v.is_finite() && scale > 0.0);
         for bits in [0, 33] {
             let e = NoiseSource::deployment(bits).unwrap_err().to_string();
             assert!(e.starts_with(&format!("grid_bits = {bits}")), "{e}");

@@ -174,4 +174,25 @@ fn guarantees_carry_the_noise_grade() {
         let pull = p.choose(t);
         p.observe(pull.arm, (t % 3) as f64 / 2.0);
     }
+    // The finest grid with episodes far beyond its exact range (2^32 * 2^25 > 2^53): those
+    // releases use a coarser grid instead of failing, for both kinds.
+    let fine: [Box<dyn PolicyConfig>; 2] = [
+        Box::new(AdaCUcbConfig {
+            grid_bits: 32,
+            ..dep.clone()
+        }),
+        Box::new(AdaPConfig {
+            grid_bits: 32,
+            ..lap.clone()
+        }),
+    ];
+    for cfg in fine {
+        let mut p = cfg.build(2, 1).unwrap();
+        let mut t = 0u64;
+        while t < 1 << 26 {
+            let pull = p.choose(t);
+            p.observe_batch(pull.arm, pull.steps, 0.5 * pull.steps as f64);
+            t += pull.steps;
+        }
+    }
 }
