@@ -305,7 +305,7 @@ impl AdaCUcb {
                     ep.len,
                     &self.boundary,
                 )
-                .expect("rho validated, n > 0, episode within the grid's exact range")
+                .expect("rho validated, n > 0")
         } else {
             NoisyMean::non_private(ep.sum, ep.len)
         });

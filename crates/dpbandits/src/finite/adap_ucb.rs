@@ -294,7 +294,7 @@ impl AdaP {
                 ep.len,
                 &self.boundary,
             )
-            .expect("epsilon validated, L >= 1, episode within the grid's exact range");
+            .expect("epsilon validated, L >= 1");
         self.released[a] = Some(mean);
         self.last_len[a] = ep.len;
         self.last_scale[a] = scale;
