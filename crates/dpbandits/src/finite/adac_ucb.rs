@@ -212,8 +212,10 @@ fn guarantee(cfg: &AdaCUcbConfig) -> PrivacyGuarantee {
              (arm, episode) integer sum of L rewards clipped to [0,1] and rounded to the 2^-{k} grid \
              (sensitivity 2^{k}): sigma^2 = (2^{k} L / n)^2 / (2 rho) exactly (the same rho as \
              Eq. 14, Thm 18), n = {count}; released mean (sum + noise) / (2^{k} L), once per episode \
-             and cached; disjoint episodes compose in parallel (Lemma 1, App. D-B); noise from \
-             ChaCha20 seeded by the operating system: outputs are not reproducible",
+             and cached; disjoint episodes compose in parallel (Lemma 1, App. D-B); an episode \
+             with L > 2^(53-{k}) rewards uses the grid 2^-k', k' = 53 - ceil(log2 L) (public, keeps \
+             sums exact); noise from ChaCha20 seeded by the operating system: outputs are not \
+             reproducible",
             k = cfg.grid_bits
         ),
     };

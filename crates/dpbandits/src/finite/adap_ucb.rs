@@ -24,8 +24,8 @@
 //!   central trust model, reward-level adjacency.
 //! * Mechanism: Laplace on the mean of one episode's `L` rewards clipped to [0, 1]
 //!   (L1-sensitivity `1/L`), scale `b = 1/(epsilon L)`
-//!   ([`LaplaceMechanism::for_pure_dp`](crate::privacy::LaplaceMechanism::for_pure_dp), rounded up so the loss is <= epsilon; Dwork & Roth
-//!   Thm 3.6).
+//!   ([`LaplaceMechanism::for_pure_dp`](crate::privacy::LaplaceMechanism::for_pure_dp), rounded
+//!   up so the loss is <= epsilon; Dwork & Roth Thm 3.6).
 //! * Composition: every reward enters exactly one released mean, episodes are disjoint and their
 //!   boundaries depend only on released statistics, so the joint release is epsilon-DP by parallel
 //!   composition (Azize & Basu 2022, Lemma 1); the index and the arm choice are post-processing
@@ -194,8 +194,9 @@ fn guarantee(cfg: &AdaPConfig) -> PrivacyGuarantee {
                  sum of L rewards clipped to [0,1] and rounded to the 2^-{k} grid (sensitivity \
                  2^{k}): scale t = 2^{k}/epsilon exactly (the same epsilon as Alg. 1); released \
                  mean (sum + noise) / (2^{k} L), once per episode and cached; disjoint episodes \
-                 compose in parallel (Lemma 1); noise from ChaCha20 seeded by the operating \
-                 system: outputs are not reproducible",
+                 compose in parallel (Lemma 1); an episode with L > 2^(53-{k}) rewards uses the \
+                 grid 2^-k', k' = 53 - ceil(log2 L) (public, keeps sums exact); noise from \
+                 ChaCha20 seeded by the operating system: outputs are not reproducible",
                 k = cfg.grid_bits
             ),
         },
