@@ -244,5 +244,6 @@ pub(crate) fn pure_dp_guarantee(epsilon: f64, mechanism: &str) -> PrivacyGuarant
         budget: Budget::PureDp { epsilon },
         mechanism: mechanism.into(),
         boundary: Some(RewardBoundary::new(0.0, 1.0, BoundaryMode::Clip).expect("valid range")),
+        noise: crate::privacy::NoiseGrade::Simulation,
     }
 }

@@ -340,6 +340,7 @@ fn guarantee(cfg: &OfulConfig) -> PrivacyGuarantee {
             cfg.c
         ),
         boundary,
+        noise: crate::privacy::NoiseGrade::Simulation,
     }
 }
 

@@ -290,6 +290,7 @@ mod tests {
             budget,
             mechanism: "-".into(),
             boundary: Some(RewardBoundary::unit(BoundaryMode::Clip)),
+            noise: crate::privacy::NoiseGrade::Simulation,
         }
     }
 

@@ -117,6 +117,8 @@ pub fn write_outputs(plan: &Plan, outcome: &Outcome, dir: &Path) -> Result<Vec<P
                 "params": c.params().iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
                 "privacy": c.guarantee(),
                 "privacy_summary": c.guarantee().summary(),
+                // false for deployment-grade noise (OS-seeded): such runs cannot be replayed.
+                "reproducible": c.guarantee().noise.reproducible(),
                 "details": c.describe(),
             })
         })

@@ -20,26 +20,33 @@
 //! * Notion: rho-Interactive zCDP (Def. 4), central trust model, reward-level adjacency.
 //! * Mechanism: the mean of one episode's `L` rewards, clipped to [0, 1] (sensitivity `1/L`), plus
 //!   Gaussian noise of variance `1/(2 rho n^2)` with `n <= L` (Thm 18, Eq. 14). The mechanism is
-//!   calibrated by [`GaussianMechanism::for_zcdp`] (rounded up).
+//!   calibrated by
+//!   [`GaussianMechanism::for_zcdp`](crate::privacy::GaussianMechanism::for_zcdp) (rounded up).
 //! * Composition: episodes use disjoint rewards and their boundaries depend only on released
 //!   statistics (doubling), so Lemma 1 with App. D-B gives rho overall, not rho per episode; the
 //!   index is post-processing (Lemmas 3-4).
 //! * Each released mean is sampled once when its episode ends and cached ([`NoisyMean`]); the index
 //!   recomputes only the public bonus (spec §2.5).
+//! * Noise (`noise`): `simulation` (default) draws `f64` Gaussian noise from the seeded noise
+//!   stream (simulation-grade); `deployment` rounds rewards to the `2^-grid_bits` grid and adds
+//!   exact discrete Gaussian noise to the integer episode sum, `sigma^2 = (2^k L / n)^2 / (2 rho)`
+//!   grid units (CKS20 Thm 4: the same rho), from an OS-seeded CSPRNG ([`NoiseSource`];
+//!   deployment-grade, not reproducible).
 //!
 //! # Parameters
 //! `rho > 0` (inf = non-private limit), `beta > 0` (theory needs beta > 3; the paper's experiments
-//! use 1), `init_count` (`literal` | `actual`), `boundary` (`clip` | `reject`).
+//! use 1), `init_count` (`literal` | `actual`), `boundary` (`clip` | `reject`), `noise`
+//! (`simulation` | `deployment`; private kind only), `grid_bits` (1..=32, default 20: the
+//! deployment grid `2^-grid_bits`).
 
 use super::{Episode, Policy, PolicyConfig, Pull, argmax};
 use crate::config::{AlgorithmInfo, Setting};
 use crate::error::{Error, Result, check};
 use crate::privacy::{
-    BoundaryMode, Budget, GaussianMechanism, NoisyMean, PrivacyGuarantee, REWARD_ADJACENCY,
-    RewardBoundary, RewardSum, TrustModel,
+    BoundaryMode, Budget, DEFAULT_GRID_BITS, NoiseGrade, NoiseKind, NoiseSource, NoisyMean,
+    PrivacyGuarantee, REWARD_ADJACENCY, RewardBoundary, RewardSum, TrustModel,
 };
 use crate::protocol::Gate;
-use crate::rng::SimRng;
 use serde::Deserialize;
 
 /// Registry record of `adaptive_ucb`.
@@ -93,6 +100,12 @@ pub struct AdaCUcbConfig {
     /// What to do with rewards outside [0, 1].
     #[serde(default)]
     pub boundary: BoundaryMode,
+    /// Noise path: seeded `f64` (simulation, default) or exact discrete on an OS-seeded CSPRNG.
+    #[serde(default)]
+    pub noise: NoiseKind,
+    /// Deployment grid: rewards are rounded to multiples of `2^-grid_bits`.
+    #[serde(default = "default_grid_bits")]
+    pub grid_bits: u32,
     /// Set by the registry: whether this is the non-private `adaptive_ucb` entry.
     #[serde(skip)]
     pub non_private_kind: bool,
@@ -105,6 +118,10 @@ fn one() -> f64 {
     1.0
 }
 
+fn default_grid_bits() -> u32 {
+    DEFAULT_GRID_BITS
+}
+
 impl AdaCUcbConfig {
     /// A private configuration with the paper's defaults (beta = 1, literal count, clip).
     pub fn private(rho: f64) -> Self {
@@ -113,6 +130,8 @@ impl AdaCUcbConfig {
             beta: 1.0,
             init_count: InitCount::Literal,
             boundary: BoundaryMode::Clip,
+            noise: NoiseKind::Simulation,
+            grid_bits: DEFAULT_GRID_BITS,
             non_private_kind: false,
             mutant: None,
         }
@@ -130,6 +149,7 @@ impl AdaCUcbConfig {
     pub fn validate(&self) -> Result<()> {
         check::budget("rho", self.rho)?;
         check::positive("beta", self.beta)?;
+        crate::privacy::check_noise(self.noise, self.grid_bits, self.rho.is_finite())?;
         if self.non_private_kind && self.rho.is_finite() {
             return Err(crate::error::Error::param(
                 "rho",
@@ -160,9 +180,13 @@ impl PolicyConfig for AdaCUcbConfig {
         p
     }
     fn guarantee(&self) -> PrivacyGuarantee {
-        crate::privacy::mutant_guarantee(
-            guarantee(self.rho, self.boundary, self.init_count),
-            self.mutant,
+        crate::privacy::mutant_guarantee(guarantee(self), self.mutant)
+    }
+    fn label(&self) -> String {
+        crate::privacy::noise_label(
+            crate::config::label(self.kind(), &self.params()),
+            self.noise,
+            self.grid_bits,
         )
     }
     fn build(&self, k: usize, seed: u64) -> Result<Box<dyn Policy>> {
@@ -170,26 +194,44 @@ impl PolicyConfig for AdaCUcbConfig {
     }
 }
 
-fn guarantee(rho: f64, mode: BoundaryMode, init: InitCount) -> PrivacyGuarantee {
+fn guarantee(cfg: &AdaCUcbConfig) -> PrivacyGuarantee {
+    let (rho, mode, init) = (cfg.rho, cfg.boundary, cfg.init_count);
     if rho.is_infinite() {
         return PrivacyGuarantee::non_private();
     }
+    let count = match init {
+        InitCount::Literal => {
+            "N_a/2 (literal Eq. 14; n = 0.5 after the initial pull, conservative)"
+        }
+        InitCount::Actual => "episode length (App. D)",
+    };
+    let mechanism = match cfg.noise {
+        NoiseKind::Simulation => format!(
+            "Gaussian mechanism on each (arm, episode) mean of rewards clipped to [0,1]: \
+             sigma^2 = 1/(2 rho n^2) (Eq. 14, Thm 18), n = {count} ; released once per episode and cached; \
+             disjoint episodes compose in parallel (Lemma 1, App. D-B); f64 noise from the seeded \
+             noise stream"
+        ),
+        NoiseKind::Deployment => format!(
+            "discrete Gaussian mechanism (Canonne, Kamath & Steinke 2020, Alg. 3, Thm 4) on each \
+             (arm, episode) integer sum of L rewards clipped to [0,1] and rounded to the 2^-{k} grid \
+             (sensitivity 2^{k}): sigma^2 = (2^{k} L / n)^2 / (2 rho) exactly (the same rho as \
+             Eq. 14, Thm 18), n = {count}; released mean (sum + noise) / (2^{k} L), once per episode \
+             and cached; disjoint episodes compose in parallel (Lemma 1, App. D-B); an episode \
+             with L > 2^(53-{k}) rewards uses the grid 2^-k', k' = 53 - ceil(log2 L) (public, keeps \
+             sums exact); noise from ChaCha20 seeded by the operating system: outputs are not \
+             reproducible",
+            k = cfg.grid_bits
+        ),
+    };
     PrivacyGuarantee {
         notion: "rho-Interactive zCDP (Azize & Basu 2024, Def. 4; Thm 12)".into(),
         model: TrustModel::Central,
         adjacency: REWARD_ADJACENCY.into(),
         budget: Budget::Zcdp { rho },
-        mechanism: format!(
-            "Gaussian mechanism on each (arm, episode) mean of rewards clipped to [0,1]: \
-             sigma^2 = 1/(2 rho n^2) (Eq. 14, Thm 18), n = {} ; released once per episode and cached; \
-             disjoint episodes compose in parallel (Lemma 1, App. D-B)",
-            match init {
-                InitCount::Literal =>
-                    "N_a/2 (literal Eq. 14; n = 0.5 after the initial pull, conservative)",
-                InitCount::Actual => "episode length (App. D)",
-            }
-        ),
+        mechanism,
         boundary: Some(RewardBoundary::unit(mode)),
+        noise: NoiseGrade::of(cfg.noise),
     }
 }
 
@@ -203,6 +245,8 @@ struct AdaCUcbConfigSnap {
     init_count: InitCount,
     boundary: BoundaryMode,
     non_private_kind: bool,
+    noise: NoiseKind,
+    grid_bits: u32,
     /// Never in a snapshot: a restored policy is never a mutant.
     #[serde(skip)]
     mutant: Option<crate::privacy::AuditMutant>,
@@ -223,7 +267,7 @@ pub struct AdaCUcb {
     bonus_coeff: Vec<f64>,
     episode: Option<Episode>,
     gate: Gate,
-    noise: SimRng,
+    noise: NoiseSource,
     releases: u64,
     /// Raw (sum, count, index count) of each arm's last release: read only by the auditor's
     /// mutants (the correct policy never touches a raw sum after its release).
@@ -243,6 +287,7 @@ impl AdaCUcb {
         } else {
             RewardBoundary::numeric()
         };
+        let noise = NoiseSource::new(cfg.noise, cfg.grid_bits, seed)?;
         Ok(AdaCUcb {
             gate: Gate::new(gate_boundary),
             boundary,
@@ -251,7 +296,7 @@ impl AdaCUcb {
             released: vec![None; k],
             bonus_coeff: vec![f64::INFINITY; k],
             episode: None,
-            noise: crate::rng::noise_rng(seed),
+            noise,
             releases: 0,
             raw: vec![(gate_boundary.empty_sum(), 1.0); k],
             all_sums: vec![gate_boundary.empty_sum(); k],
@@ -314,8 +359,8 @@ impl AdaCUcb {
         if self.is_private() {
             // Calibrate for sensitivity 1/n with n <= L: at least the noise the true sensitivity
             // 1/L needs.
-            let mech = GaussianMechanism::for_zcdp(self.boundary.width() / n, self.cfg.rho)?;
-            mech.release_mean(sum, &self.boundary, &mut self.noise)
+            self.noise
+                .gaussian_mean(self.boundary.width() / n, self.cfg.rho, sum, &self.boundary)
         } else {
             Ok(NoisyMean::non_private(sum.sum(), sum.n()))
         }
@@ -386,6 +431,13 @@ impl Policy for AdaCUcb {
     fn observe(&mut self, arm: usize, reward: f64) -> Result<()> {
         let mut gate = self.gate;
         let r = gate.admit(arm, reward)?;
+        let r = if self.is_private() {
+            // Deployment: onto the release's 2^-k grid (the identity for simulation noise).
+            let len = self.episode.map_or(1, |e| e.len);
+            self.noise.discretise(r, len, &self.boundary)
+        } else {
+            r
+        };
         let one = self.gate.boundary().single(r)?;
         self.record(arm, &one)?;
         self.gate = gate;
@@ -394,7 +446,15 @@ impl Policy for AdaCUcb {
     fn observe_batch(&mut self, arm: usize, sum: &RewardSum) -> Result<()> {
         let mut gate = self.gate;
         gate.admit_sum(arm, sum)?;
-        self.record(arm, sum)?;
+        let sum = if self.is_private() && self.noise.grade() == NoiseGrade::Deployment {
+            // Deployment: the total onto the release's grid (a sum of grid points stays one).
+            let len = self.episode.map_or(sum.n(), |e| e.len);
+            let s = self.noise.discretise(sum.sum(), len, &self.boundary);
+            self.gate.boundary().drawn_sum(s, sum.n())
+        } else {
+            *sum
+        };
+        self.record(arm, &sum)?;
         self.gate = gate;
         Ok(())
     }

@@ -24,29 +24,35 @@
 //!   central trust model, reward-level adjacency.
 //! * Mechanism: Laplace on the mean of one episode's `L` rewards clipped to [0, 1]
 //!   (L1-sensitivity `1/L`), scale `b = 1/(epsilon L)`
-//!   ([`LaplaceMechanism::for_pure_dp`], rounded up so the loss is <= epsilon; Dwork & Roth
-//!   Thm 3.6).
+//!   ([`LaplaceMechanism::for_pure_dp`](crate::privacy::LaplaceMechanism::for_pure_dp), rounded
+//!   up so the loss is <= epsilon; Dwork & Roth Thm 3.6).
 //! * Composition: every reward enters exactly one released mean, episodes are disjoint and their
 //!   boundaries depend only on released statistics, so the joint release is epsilon-DP by parallel
 //!   composition (Azize & Basu 2022, Lemma 1); the index and the arm choice are post-processing
 //!   (Thm 6). As zCDP this is `epsilon^2/2`-zCDP (Bun & Steinke Prop. 1.4).
 //! * Each private mean is sampled once, when its episode ends, and cached; indices recompute only
 //!   public terms.
+//! * Noise (`noise`): `simulation` (default) draws `f64` Laplace noise from the seeded noise stream
+//!   (simulation-grade); `deployment` rounds rewards to the `2^-grid_bits` grid and adds exact
+//!   discrete Laplace noise of scale `t = 2^k / epsilon` grid units to the integer episode sum
+//!   (geometric mechanism: the same epsilon), from an OS-seeded CSPRNG ([`NoiseSource`];
+//!   deployment-grade, not reproducible).
 //!
 //! # Parameters
 //! `epsilon > 0` (inf = non-private limit), `alpha > 0` (theory needs alpha > 3; the paper's
-//! experiments use 3.1, the default), `boundary` (`clip` | `reject`).
+//! experiments use 3.1, the default), `boundary` (`clip` | `reject`), `noise` (`simulation` |
+//! `deployment`; finite epsilon only), `grid_bits` (1..=32, default 20: the deployment grid
+//! `2^-grid_bits`).
 
 use super::{Episode, Policy, PolicyConfig, Pull, argmax};
 use crate::config::{AlgorithmInfo, Setting};
 use crate::error::{Error, Result, check};
 use crate::math::kl::kl_upper;
 use crate::privacy::{
-    BoundaryMode, Budget, LaplaceMechanism, PrivacyGuarantee, REWARD_ADJACENCY, RewardBoundary,
-    RewardSum, TrustModel,
+    BoundaryMode, Budget, DEFAULT_GRID_BITS, NoiseGrade, NoiseKind, NoiseSource, PrivacyGuarantee,
+    REWARD_ADJACENCY, RewardBoundary, RewardSum, TrustModel,
 };
 use crate::protocol::Gate;
-use crate::rng::SimRng;
 use serde::Deserialize;
 
 /// Registry record of `adap_ucb`.
@@ -95,6 +101,12 @@ pub struct AdaPConfig {
     /// What to do with rewards outside [0, 1].
     #[serde(default)]
     pub boundary: BoundaryMode,
+    /// Noise path: seeded `f64` (simulation, default) or exact discrete on an OS-seeded CSPRNG.
+    #[serde(default)]
+    pub noise: NoiseKind,
+    /// Deployment grid: rewards are rounded to multiples of `2^-grid_bits`.
+    #[serde(default = "default_grid_bits")]
+    pub grid_bits: u32,
     /// Set by the registry from the kind.
     #[serde(skip)]
     pub index: AdaPIndex,
@@ -107,6 +119,10 @@ fn default_alpha() -> f64 {
     3.1
 }
 
+fn default_grid_bits() -> u32 {
+    DEFAULT_GRID_BITS
+}
+
 impl AdaPConfig {
     /// AdaP-UCB or AdaP-KLUCB with the paper's alpha = 3.1 and clipping.
     pub fn new(epsilon: f64, index: AdaPIndex) -> Self {
@@ -114,6 +130,8 @@ impl AdaPConfig {
             epsilon,
             alpha: default_alpha(),
             boundary: BoundaryMode::Clip,
+            noise: NoiseKind::Simulation,
+            grid_bits: DEFAULT_GRID_BITS,
             index,
             mutant: None,
         }
@@ -123,6 +141,7 @@ impl AdaPConfig {
     pub fn validate(&self) -> Result<()> {
         check::budget("epsilon", self.epsilon)?;
         check::positive("alpha", self.alpha)?;
+        crate::privacy::check_noise(self.noise, self.grid_bits, self.epsilon.is_finite())?;
         Ok(())
     }
 }
@@ -142,14 +161,22 @@ impl PolicyConfig for AdaPConfig {
         p
     }
     fn guarantee(&self) -> PrivacyGuarantee {
-        crate::privacy::mutant_guarantee(guarantee(self.epsilon, self.boundary), self.mutant)
+        crate::privacy::mutant_guarantee(guarantee(self), self.mutant)
+    }
+    fn label(&self) -> String {
+        crate::privacy::noise_label(
+            crate::config::label(self.kind(), &self.params()),
+            self.noise,
+            self.grid_bits,
+        )
     }
     fn build(&self, k: usize, seed: u64) -> Result<Box<dyn Policy>> {
         Ok(Box::new(AdaP::new(k, self.clone(), seed)?))
     }
 }
 
-fn guarantee(epsilon: f64, mode: BoundaryMode) -> PrivacyGuarantee {
+fn guarantee(cfg: &AdaPConfig) -> PrivacyGuarantee {
+    let (epsilon, mode) = (cfg.epsilon, cfg.boundary);
     if epsilon.is_infinite() {
         return PrivacyGuarantee::non_private();
     }
@@ -158,11 +185,28 @@ fn guarantee(epsilon: f64, mode: BoundaryMode) -> PrivacyGuarantee {
         model: TrustModel::Central,
         adjacency: REWARD_ADJACENCY.into(),
         budget: Budget::PureDp { epsilon },
-        mechanism: "Laplace mechanism on each (arm, episode) mean of rewards clipped to [0,1]: \
-                    scale 1/(epsilon L), L = episode length (Alg. 1); released once per episode and \
-                    cached; disjoint episodes compose in parallel (Lemma 1)"
-            .into(),
+        mechanism: match cfg.noise {
+            NoiseKind::Simulation => {
+                "Laplace mechanism on each (arm, episode) mean of rewards clipped to [0,1]: \
+                 scale 1/(epsilon L), L = episode length (Alg. 1); released once per episode and \
+                 cached; disjoint episodes compose in parallel (Lemma 1); f64 noise from the seeded \
+                 noise stream"
+                    .into()
+            }
+            NoiseKind::Deployment => format!(
+                "discrete Laplace (geometric) mechanism (Ghosh, Roughgarden & Sundararajan 2009; \
+                 sampler: Canonne, Kamath & Steinke 2020, Alg. 2) on each (arm, episode) integer \
+                 sum of L rewards clipped to [0,1] and rounded to the 2^-{k} grid (sensitivity \
+                 2^{k}): scale t = 2^{k}/epsilon exactly (the same epsilon as Alg. 1); released \
+                 mean (sum + noise) / (2^{k} L), once per episode and cached; disjoint episodes \
+                 compose in parallel (Lemma 1); an episode with L > 2^(53-{k}) rewards uses the \
+                 grid 2^-k', k' = 53 - ceil(log2 L) (public, keeps sums exact); noise from \
+                 ChaCha20 seeded by the operating system: outputs are not reproducible",
+                k = cfg.grid_bits
+            ),
+        },
         boundary: Some(RewardBoundary::unit(mode)),
+        noise: NoiseGrade::of(cfg.noise),
     }
 }
 
@@ -174,6 +218,8 @@ struct AdaPConfigSnap {
     alpha: f64,
     boundary: BoundaryMode,
     index: AdaPIndex,
+    noise: NoiseKind,
+    grid_bits: u32,
     /// Never in a snapshot: a restored policy is never a mutant.
     #[serde(skip)]
     mutant: Option<crate::privacy::AuditMutant>,
@@ -195,7 +241,7 @@ pub struct AdaP {
     last_scale: Vec<f64>,
     episode: Option<Episode>,
     gate: Gate,
-    noise: SimRng,
+    noise: NoiseSource,
     releases: u64,
     /// Raw (sum, count) of each arm's last release: read only by the auditor's mutants.
     raw: Vec<RewardSum>,
@@ -209,6 +255,7 @@ impl AdaP {
         check::arms("K", k)?;
         cfg.validate()?;
         let boundary = RewardBoundary::unit(cfg.boundary);
+        let noise = NoiseSource::new(cfg.noise, cfg.grid_bits, seed)?;
         Ok(AdaP {
             gate: Gate::new(boundary),
             boundary,
@@ -218,7 +265,7 @@ impl AdaP {
             last_len: vec![0; k],
             last_scale: vec![0.0; k],
             episode: None,
-            noise: crate::rng::noise_rng(seed),
+            noise,
             releases: 0,
             raw: vec![boundary.empty_sum(); k],
             all_sums: vec![boundary.empty_sum(); k],
@@ -288,9 +335,14 @@ impl AdaP {
     /// returns the noise scale.
     fn release(&mut self, a: usize, sum: &RewardSum) -> Result<f64> {
         let l = sum.n() as f64;
-        let mech = LaplaceMechanism::for_pure_dp(self.boundary.width() / l, self.cfg.epsilon)?;
-        self.released[a] = Some(mech.release_mean(sum, &self.boundary, &mut self.noise)?);
-        Ok(mech.scale())
+        let (mean, scale) = self.noise.laplace_mean(
+            self.boundary.width() / l,
+            self.cfg.epsilon,
+            sum,
+            &self.boundary,
+        )?;
+        self.released[a] = Some(mean);
+        Ok(scale)
     }
 
     fn record(&mut self, arm: usize, sum: &RewardSum) -> Result<()> {
@@ -343,6 +395,9 @@ impl Policy for AdaP {
     fn observe(&mut self, arm: usize, reward: f64) -> Result<()> {
         let mut gate = self.gate;
         let r = gate.admit(arm, reward)?;
+        // Deployment: onto the release's 2^-k grid (the identity for simulation noise).
+        let len = self.episode.map_or(1, |e| e.len);
+        let r = self.noise.discretise(r, len, &self.boundary);
         self.record(arm, &self.boundary.single(r)?)?;
         self.gate = gate;
         Ok(())
@@ -350,7 +405,15 @@ impl Policy for AdaP {
     fn observe_batch(&mut self, arm: usize, sum: &RewardSum) -> Result<()> {
         let mut gate = self.gate;
         gate.admit_sum(arm, sum)?;
-        self.record(arm, sum)?;
+        let sum = if self.noise.grade() == NoiseGrade::Deployment {
+            // Deployment: the total onto the release's grid (a sum of grid points stays one).
+            let len = self.episode.map_or(sum.n(), |e| e.len);
+            let s = self.noise.discretise(sum.sum(), len, &self.boundary);
+            self.boundary.drawn_sum(s, sum.n())
+        } else {
+            *sum
+        };
+        self.record(arm, &sum)?;
         self.gate = gate;
         Ok(())
     }

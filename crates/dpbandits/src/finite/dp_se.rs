@@ -124,6 +124,7 @@ fn guarantee(epsilon: f64, mode: BoundaryMode) -> PrivacyGuarantee {
                     disjoint epochs compose in parallel"
             .into(),
         boundary: Some(RewardBoundary::unit(mode)),
+        noise: crate::privacy::NoiseGrade::Simulation,
     }
 }
 

@@ -126,6 +126,7 @@ fn guarantee(epsilon: f64, mode: BoundaryMode) -> PrivacyGuarantee {
                     compose in parallel"
             .into(),
         boundary: Some(RewardBoundary::unit(mode)),
+        noise: crate::privacy::NoiseGrade::Simulation,
     }
 }
 

@@ -81,6 +81,7 @@ pub fn ldp_guarantee(channels: &[RandomizedResponse], what: &str) -> PrivacyGuar
             per_arm.join(", ")
         ),
         boundary: Some(RewardBoundary::unit(BoundaryMode::Clip)),
+        noise: crate::privacy::NoiseGrade::Simulation,
     }
 }
 

@@ -145,6 +145,7 @@ fn guarantee(epsilon: f64, m: LocalMechanism, mode: BoundaryMode) -> PrivacyGuar
         }
         .into(),
         boundary: Some(RewardBoundary::unit(mode)),
+        noise: crate::privacy::NoiseGrade::Simulation,
     }
 }
 

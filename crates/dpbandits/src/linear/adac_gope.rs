@@ -411,6 +411,7 @@ impl GopeConfig {
             budget: Budget::Zcdp { rho: self.rho },
             mechanism,
             boundary: self.boundary(),
+            noise: crate::privacy::NoiseGrade::Simulation,
         }
     }
 

@@ -127,6 +127,18 @@ impl RewardBoundary {
         Ok(s)
     }
 
+    /// The sum of `n` copies of one reward `r`, admitted once (a block of identical rewards,
+    /// e.g. Bernoulli outcomes or a test's constant stream).
+    pub fn repeated(&self, r: f64, n: u64) -> Result<RewardSum> {
+        let r = self.admit(r)?;
+        Ok(RewardSum {
+            sum: r * n as f64,
+            n,
+            lo: self.lo,
+            hi: self.hi,
+        })
+    }
+
     /// The sum of no rewards.
     pub fn empty_sum(&self) -> RewardSum {
         RewardSum {

@@ -177,6 +177,16 @@ impl NoisyMean {
         }
     }
 
+    /// A value released by another mechanism of this module (the deployment path of
+    /// [`super::NoiseSource`]), with its sample count and noise scale at the mean level.
+    pub(crate) fn released(value: f64, samples: u64, sigma: f64) -> Self {
+        NoisyMean {
+            value,
+            samples,
+            sigma,
+        }
+    }
+
     /// The released value.
     pub fn value(&self) -> f64 {
         self.value

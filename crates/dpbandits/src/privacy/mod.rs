@@ -7,17 +7,22 @@
 //! loss is never above the stated budget (tested in `gaussian.rs`).
 //!
 //! # Security
-//! The mechanisms here sample floating-point noise from a seeded generator. That is what a
-//! reproducible simulator needs, and it is **simulation-grade**: floating-point Gaussian/Laplace
-//! samplers leak through their bit patterns (Mironov 2012), and a seeded generator is predictable.
-//! A deployment should draw noise from an exact discrete sampler fed by system entropy, as
-//! OpenDP does (`traits/samplers/cks20`).
+//! The mechanisms [`GaussianMechanism`] and [`LaplaceMechanism`] sample floating-point noise from a
+//! seeded generator. That is what a reproducible simulator needs, and it is **simulation-grade**:
+//! floating-point Gaussian/Laplace samplers leak through their bit patterns (Mironov 2012), and a
+//! seeded generator is predictable. Every guarantee says which grade of noise it rests on
+//! ([`PrivacyGuarantee::noise`]). The deployment path ([`NoiseSource`] with
+//! [`NoiseKind::Deployment`]) rounds rewards to a `2^-k` grid and draws exact discrete Gaussian /
+//! discrete Laplace noise ([`discrete`], Canonne, Kamath & Steinke 2020) from ChaCha20 seeded by the
+//! operating system.
 
 mod accountant;
 mod boundary;
 mod conversion;
+pub mod discrete;
 mod gaussian;
 mod laplace;
+mod noise;
 mod randomized_response;
 
 pub use accountant::{PrivacyAccountant, add_up};
@@ -27,6 +32,9 @@ pub use conversion::{
 };
 pub use gaussian::{GaussianMechanism, NoisyMean};
 pub use laplace::{LaplaceMechanism, sample_standard_laplace};
+pub use noise::{
+    DEFAULT_GRID_BITS, MAX_GRID_BITS, NoiseGrade, NoiseKind, NoiseSource, check_noise, noise_label,
+};
 pub use randomized_response::{LocalRandomizer, PerArmChannel, RandomizedResponse};
 pub(crate) use randomized_response::{channels_for, check_channel_spec};
 
@@ -100,6 +108,10 @@ pub struct PrivacyGuarantee {
     pub mechanism: String,
     /// The reward range the sensitivity argument assumes, and what happens outside it.
     pub boundary: Option<RewardBoundary>,
+    /// The grade of the noise: `simulation-grade` (seeded floating-point noise, reproducible),
+    /// `deployment-grade` (exact discrete noise from an OS-seeded CSPRNG, not reproducible) or
+    /// `not-applicable` (no privacy noise).
+    pub noise: NoiseGrade,
 }
 
 impl PrivacyGuarantee {
@@ -112,6 +124,7 @@ impl PrivacyGuarantee {
             budget: Budget::NonPrivate,
             mechanism: "-".into(),
             boundary: None,
+            noise: NoiseGrade::NotApplicable,
         }
     }
 
@@ -120,10 +133,15 @@ impl PrivacyGuarantee {
         !matches!(self.budget, Budget::NonPrivate)
     }
 
-    /// One line for tables and logs.
+    /// One line for tables and logs (with the grade of the noise).
     pub fn summary(&self) -> String {
         if self.is_private() {
-            format!("{} with {}", self.notion, self.budget)
+            format!(
+                "{} with {} ({} noise)",
+                self.notion,
+                self.budget,
+                self.noise.label()
+            )
         } else {
             "non-private".into()
         }

@@ -5,6 +5,7 @@ mod architecture;
 mod bai;
 mod conformance;
 mod contextual;
+mod deployment_noise;
 mod fast_path;
 mod ldp_nonstationary;
 mod linear;

@@ -1,0 +1,720 @@
+//! Noise sources: the seeded floating-point path for simulation and an exact discrete path for
+//! deployment.
+//!
+//! A private policy owns one [`NoiseSource`] and makes every release through it
+//! ([`NoiseSource::gaussian_mean`] for zCDP kinds, [`NoiseSource::laplace_mean`] for pure-DP kinds).
+//! The configuration key `noise` chooses the path ([`NoiseKind`]):
+//!
+//! * **`simulation`** (default): the existing mechanisms ([`GaussianMechanism`],
+//!   [`LaplaceMechanism`]) drawing `f64` noise from the policy's seeded [`SimRng`] noise stream.
+//!   Reproducible from the master seed, byte-identical to the results before this module existed,
+//!   and labelled **simulation-grade** ([`NoiseGrade::Simulation`]) in every guarantee and manifest:
+//!   floating-point samplers leak through their bit patterns (Mironov 2012) and a seeded generator
+//!   is predictable.
+//! * **`deployment`**: rewards are rounded to the grid `2^-k Z` (`k = grid_bits`, default
+//!   [`DEFAULT_GRID_BITS`]), so a released sum is an integer number of grid units and its
+//!   sensitivity is the integer `Delta = ceil(2^k (hi - lo))` (`2^k` for rewards in [0, 1]); the
+//!   noise is an exact discrete Gaussian (zCDP kinds) or discrete Laplace (pure-DP kinds) integer
+//!   from [`super::discrete`] (Canonne, Kamath & Steinke 2020, Algorithms 1-3), driven by
+//!   ChaCha20 seeded from the operating system (`rand::rngs::SysRng`), never from the master seed.
+//!   Outputs are **not reproducible** by design; the guarantee says **deployment-grade**.
+//!
+//! # Deployment calibration (exact, no rounding of the budget)
+//! Let `S = sum_i round(2^k r_i)` be the integer sum of the `n` clipped, rounded rewards of one
+//! release, and let `s` be the mean-level sensitivity the algorithm asks for (`1/L`, or more
+//! conservatively `1/n_a` with `n_a <= L` for AdaC-UCB's literal count). The integer statistic is
+//! released with the sum-level sensitivity `Delta_cal = max(s 2^k n, Delta)` (exact rationals:
+//! every `f64` is a dyadic rational), and the released mean is `(S + Y) / (2^k n)`
+//! (post-processing). With `rho` and `epsilon` the exact rationals of their `f64` values:
+//!
+//! * zCDP: `Y ~ N_Z(0, sigma^2)` with `sigma^2 = Delta_cal^2 / (2 rho)`, an exact rational
+//!   (CKS20 Algorithm 3 takes `sigma^2` itself). By CKS20 Theorem 4 the discrete Gaussian on an
+//!   integer query of sensitivity `Delta` is `Delta^2/(2 sigma^2)`-zCDP, the same as the continuous
+//!   one, so the loss is `<= Delta_cal^2 / (2 sigma^2) = rho` **exactly**: the budget is unchanged.
+//! * pure DP: `Y ~ Lap_Z(t)` with `t = Delta_cal / epsilon`, an exact rational. The discrete
+//!   Laplace (geometric) mechanism is `Delta/t`-DP (Ghosh, Roughgarden & Sundararajan 2009; CKS20
+//!   Sec. 2), so the loss is `<= epsilon` exactly: the budget is unchanged.
+//!
+//! Rounding a reward to the nearest grid point (`floor(2^k r + 1/2)`) is monotone and commutes with
+//! integer shifts, so both one reward and one batch sum (`observe_batch`) move the integer sum by at
+//! most `Delta` when one reward changes. Grid values are exact in `f64`, and an episode sum of grid
+//! values is computed exactly as long as `2^k n max(|lo|, |hi|) <= 2^53` (`n <= 2^33` rewards per
+//! release at the default `k = 20`). For a longer release the grid of *that release* is coarsened:
+//! `k` is the largest integer `<= grid_bits` satisfying the bound (computed exactly;
+//! [`NoiseSource::discretise`] takes the committed release length `n` for this). `k` is a function
+//! of public quantities only, the sums stay exact, and the calibration above uses that release's
+//! `k`, so the claim is unchanged (only the discretisation bias grows, to `2^-(k+1)`).
+//!
+//! # Discretisation bias
+//! Rounding moves each reward by at most `2^-(k+1)` (4.8e-7 at `k = 20`), so the released mean is
+//! biased by at most that much; Bernoulli rewards (0 or 1) lie on the grid and are not moved at all.
+//! The noise is symmetric (mean 0) and its variance is at most `sigma^2` (CKS20 Prop. 19 bounds the
+//! discrete Gaussian's variance by that of the continuous one), so the index policies' confidence
+//! bonuses, computed for the continuous noise, remain valid.
+
+use super::discrete::{Ratio, Signed, discrete_gaussian, discrete_laplace};
+use super::{GaussianMechanism, LaplaceMechanism, NoisyMean, RewardBoundary, RewardSum};
+use crate::error::{Error, Result};
+use crate::rng::SimRng;
+use num_bigint::BigUint;
+use num_traits::ToPrimitive;
+use rand::SeedableRng;
+use rand::rngs::{ChaCha20Rng, SysRng};
+use serde::{Deserialize, Serialize};
+
+/// The default grid: rewards are rounded to multiples of `2^-20`.
+pub const DEFAULT_GRID_BITS: u32 = 20;
+/// The finest grid allowed (`2^-32`): a release of `n` rewards needs `2^k n <= 2^53`.
+pub const MAX_GRID_BITS: u32 = 32;
+
+/// Which noise path a private policy uses (configuration key `noise`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NoiseKind {
+    /// Seeded floating-point noise: reproducible, simulation-grade. Default.
+    #[default]
+    Simulation,
+    /// Exact discrete noise from an OS-seeded CSPRNG on a reward grid: deployment-grade, not
+    /// reproducible.
+    Deployment,
+}
+
+impl<'de> Deserialize<'de> for NoiseKind {
+    /// From `"simulation"` or `"deployment"`; anything else is refused naming the key `noise`.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        match s.as_str() {
+            "simulation" => Ok(NoiseKind::Simulation),
+            "deployment" => Ok(NoiseKind::Deployment),
+            _ => Err(serde::de::Error::custom(format!(
+                "noise = {s:?}: expected \"simulation\" (seeded f64 noise, reproducible) or \"deployment\" (exact discrete noise from an OS-seeded CSPRNG)"
+            ))),
+        }
+    }
+}
+
+/// The grade of the noise behind a guarantee, written in every manifest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum NoiseGrade {
+    /// No privacy noise (a non-private algorithm).
+    #[serde(rename = "not-applicable")]
+    NotApplicable,
+    /// Floating-point noise from a seeded generator: fine for simulation, not for deployment.
+    #[serde(rename = "simulation-grade")]
+    Simulation,
+    /// Exact discrete noise from an OS-seeded CSPRNG: outputs are not reproducible by design.
+    #[serde(rename = "deployment-grade")]
+    Deployment,
+}
+
+impl NoiseGrade {
+    /// The grade of a private policy's noise of kind `kind`.
+    pub fn of(kind: NoiseKind) -> Self {
+        match kind {
+            NoiseKind::Simulation => NoiseGrade::Simulation,
+            NoiseKind::Deployment => NoiseGrade::Deployment,
+        }
+    }
+
+    /// The label used in manifests (`simulation-grade`, `deployment-grade`, `not-applicable`).
+    pub fn label(&self) -> &'static str {
+        match self {
+            NoiseGrade::NotApplicable => "not-applicable",
+            NoiseGrade::Simulation => "simulation-grade",
+            NoiseGrade::Deployment => "deployment-grade",
+        }
+    }
+
+    /// Whether runs with this noise are reproducible from the master seed.
+    pub fn reproducible(&self) -> bool {
+        !matches!(self, NoiseGrade::Deployment)
+    }
+}
+
+/// Check a `noise` / `grid_bits` pair of a configuration: `grid_bits` in `1..=MAX_GRID_BITS`, and
+/// deployment noise only for a private configuration (`private`, i.e. a finite budget).
+pub fn check_noise(kind: NoiseKind, grid_bits: u32, private: bool) -> Result<()> {
+    if !(1..=MAX_GRID_BITS).contains(&grid_bits) {
+        return Err(Error::param(
+            "grid_bits",
+            grid_bits,
+            format!(
+                "an integer in 1..={MAX_GRID_BITS} (rewards are rounded to multiples of 2^-grid_bits)"
+            ),
+        ));
+    }
+    if kind == NoiseKind::Deployment && !private {
+        return Err(Error::param(
+            "noise",
+            "\"deployment\"",
+            "\"simulation\" for a non-private configuration (no noise is drawn; deployment noise needs a finite budget)",
+        ));
+    }
+    Ok(())
+}
+
+/// A configuration's label with its noise path: unchanged for simulation noise (so published
+/// labels and the streams keyed by them do not move), `label[deployment]` (and the grid if it is
+/// not the default) for deployment noise, so both paths of one configuration can share a file.
+pub fn noise_label(label: String, kind: NoiseKind, grid_bits: u32) -> String {
+    match kind {
+        NoiseKind::Simulation => label,
+        NoiseKind::Deployment if grid_bits == DEFAULT_GRID_BITS => format!("{label}[deployment]"),
+        NoiseKind::Deployment => format!("{label}[deployment,grid_bits={grid_bits}]"),
+    }
+}
+
+/// The reward grid `2^-k Z` of one release (`k` may be reduced below `grid_bits` for very long
+/// releases, see [`Grid::for_release`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Grid {
+    k: i32,
+}
+
+/// The coarsest grid exponent used (only reached by releases of absurd length or boundaries of
+/// absurd magnitude); keeps `2^k` a normal `f64`.
+const MIN_GRID_EXPONENT: i32 = -900;
+
+impl Grid {
+    /// The grid of a release of `n` rewards in `boundary`: `k = grid_bits`, lowered (one bit at a
+    /// time) until `2^k n max(|lo|, |hi|) <= 2^53`, so every partial sum of grid values is an
+    /// exact `f64`. `k` depends only on public quantities (`grid_bits`, `n`, the boundary).
+    fn for_release(grid_bits: u32, n: u64, boundary: &RewardBoundary) -> Self {
+        // m = max(|lo|, |hi|) = mant 2^e exactly; the condition 2^k n m <= 2^53 is
+        // n mant <= 2^(53 - k - e), i.e. bits(n mant - 1) <= 53 - k - e (exact, in u128).
+        let m = boundary.lo.abs().max(boundary.hi.abs());
+        let (mant, e) = decompose(m);
+        let p = u128::from(n.max(1)) * u128::from(mant);
+        if p == 0 {
+            return Grid {
+                k: grid_bits as i32,
+            };
+        }
+        let bits = 128 - i64::from((p - 1).leading_zeros());
+        let k_max = 53 - e - bits;
+        let k = k_max
+            .min(i64::from(grid_bits))
+            .max(i64::from(MIN_GRID_EXPONENT));
+        Grid { k: k as i32 }
+    }
+
+    /// `2^k` (exact).
+    fn scale(&self) -> f64 {
+        2f64.powi(self.k)
+    }
+
+    /// `2^k` as an exact rational.
+    fn scale_ratio(&self) -> Ratio {
+        if self.k >= 0 {
+            Ratio::integer(BigUint::from(1u32) << self.k as usize)
+        } else {
+            Ratio::new(1u32, BigUint::from(1u32) << (-self.k) as usize).expect("2^-k > 0")
+        }
+    }
+
+    /// `floor(2^k x + 1/2)`, exact for `|2^k x| <= 2^53` (monotone, commutes with integer shifts).
+    fn units(&self, x: f64) -> f64 {
+        let v = x * self.scale();
+        let f = v.floor();
+        if v - f >= 0.5 { f + 1.0 } else { f }
+    }
+
+    /// `x` rounded to the nearest grid point.
+    fn round(&self, x: f64) -> f64 {
+        self.units(x) / self.scale()
+    }
+}
+
+/// `x = mant 2^e` for a finite `x > 0` (`mant` odd, or `(0, 0)` for `x = 0`).
+fn decompose(x: f64) -> (u64, i64) {
+    let bits = x.to_bits();
+    let exp_bits = ((bits >> 52) & 0x7ff) as i64;
+    let frac = bits & ((1u64 << 52) - 1);
+    let (m, e) = if exp_bits == 0 {
+        (frac, -1074)
+    } else {
+        (frac | (1u64 << 52), exp_bits - 1075)
+    };
+    if m == 0 {
+        return (0, 0);
+    }
+    let tz = m.trailing_zeros();
+    (m >> tz, e + i64::from(tz))
+}
+
+/// The OS-seeded generator and grid of the deployment path.
+struct Deployment {
+    rng: ChaCha20Rng,
+    grid_bits: u32,
+}
+
+impl Deployment {
+    fn new(grid_bits: u32) -> Result<Self> {
+        let rng = ChaCha20Rng::try_from_rng(&mut SysRng).map_err(|e| {
+            Error::Config(format!(
+                "noise = \"deployment\": the operating system's entropy source failed ({e})"
+            ))
+        })?;
+        Ok(Deployment { rng, grid_bits })
+    }
+
+    /// `Delta_cal = max(s 2^k n, ceil(2^k (hi - lo)))` as an exact rational.
+    fn calibration_sensitivity(
+        grid: Grid,
+        sensitivity: f64,
+        n: u64,
+        boundary: &RewardBoundary,
+    ) -> Result<Ratio> {
+        let field = |v: f64| Error::param("sensitivity", v, "a finite number >= 0");
+        let s = Ratio::from_f64(sensitivity).ok_or_else(|| field(sensitivity))?;
+        let requested = s.mul(&Ratio::integer(n)).mul(&grid.scale_ratio());
+        let delta = (boundary.width() * grid.scale()).ceil();
+        let delta = Ratio::from_f64(delta).ok_or_else(|| field(delta))?;
+        Ok(if delta.le(&requested) {
+            requested
+        } else {
+            delta
+        })
+    }
+
+    /// `(S + Y) / (2^k n)` in `f64` (post-processing of the integer release).
+    fn mean(grid: Grid, s: f64, y: &Signed, n: u64) -> f64 {
+        let mag = y.1.to_f64().unwrap_or(f64::INFINITY);
+        let y = if y.0 { -mag } else { mag };
+        (s + y) / (grid.scale() * n as f64)
+    }
+}
+
+enum Inner {
+    Simulation(SimRng),
+    Deployment(Box<Deployment>),
+}
+
+/// A private policy's noise: seeded `f64` noise (simulation-grade) or exact discrete noise from
+/// an OS-seeded CSPRNG (deployment-grade). See the module docs.
+pub struct NoiseSource {
+    inner: Inner,
+}
+
+impl std::fmt::Debug for NoiseSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print a generator's state.
+        match &self.inner {
+            Inner::Simulation(_) => write!(f, "NoiseSource::Simulation"),
+            Inner::Deployment(d) => {
+                write!(
+                    f,
+                    "NoiseSource::Deployment {{ grid_bits: {} }}",
+                    d.grid_bits
+                )
+            }
+        }
+    }
+}
+
+impl Clone for NoiseSource {
+    /// A simulation source clones its generator (reproducible); a deployment source draws a
+    /// fresh OS seed, so two clones never share noise.
+    ///
+    /// # Panics
+    /// If the operating system's entropy source fails while cloning a deployment source (copying
+    /// the generator instead would repeat the noise).
+    fn clone(&self) -> Self {
+        let inner = match &self.inner {
+            Inner::Simulation(r) => Inner::Simulation(r.clone()),
+            Inner::Deployment(d) => Inner::Deployment(Box::new(
+                Deployment::new(d.grid_bits)
+                    .expect("OS entropy source failed while cloning a deployment noise source"),
+            )),
+        };
+        NoiseSource { inner }
+    }
+}
+
+impl NoiseSource {
+    /// The simulation path on the policy's seeded noise stream ([`crate::rng::noise_rng`]).
+    pub fn simulation(policy_seed: u64) -> Self {
+        NoiseSource {
+            inner: Inner::Simulation(crate::rng::noise_rng(policy_seed)),
+        }
+    }
+
+    /// The deployment path: grid `2^-grid_bits`, ChaCha20 seeded from the OS.
+    ///
+    /// # Errors
+    /// `grid_bits` outside `1..=MAX_GRID_BITS`, or the OS entropy source fails.
+    pub fn deployment(grid_bits: u32) -> Result<Self> {
+        check_noise(NoiseKind::Deployment, grid_bits, true)?;
+        Ok(NoiseSource {
+            inner: Inner::Deployment(Box::new(Deployment::new(grid_bits)?)),
+        })
+    }
+
+    /// The source a configuration asks for: the seed keys the simulation path only.
+    pub fn new(kind: NoiseKind, grid_bits: u32, policy_seed: u64) -> Result<Self> {
+        match kind {
+            NoiseKind::Simulation => Ok(NoiseSource::simulation(policy_seed)),
+            NoiseKind::Deployment => NoiseSource::deployment(grid_bits),
+        }
+    }
+
+    /// The grade of this source's noise.
+    pub fn grade(&self) -> NoiseGrade {
+        match self.inner {
+            Inner::Simulation(_) => NoiseGrade::Simulation,
+            Inner::Deployment(_) => NoiseGrade::Deployment,
+        }
+    }
+
+    /// Prepare one clipped reward (or a clipped sum of rewards) for a release of `n` rewards in
+    /// `boundary` (`n` = the committed episode length): unchanged on the simulation path, rounded
+    /// to the nearest point of the release's grid on the deployment path.
+    #[inline]
+    pub fn discretise(&self, clipped: f64, n: u64, boundary: &RewardBoundary) -> f64 {
+        match &self.inner {
+            Inner::Simulation(_) => clipped,
+            Inner::Deployment(d) => Grid::for_release(d.grid_bits, n, boundary).round(clipped),
+        }
+    }
+
+    /// Release the mean of `n` rewards whose clipped sum is `sum`, with Gaussian noise calibrated
+    /// for `rho`-zCDP at mean-level sensitivity `sensitivity`.
+    ///
+    /// Simulation: exactly `GaussianMechanism::for_zcdp(sensitivity, rho)?.release_mean(..)`.
+    /// Deployment: the discrete Gaussian on the integer sum (module docs), the same `rho`.
+    ///
+    /// # Errors
+    /// Bad `sensitivity` / `rho` (as [`GaussianMechanism::for_zcdp`]); `n = 0` on the deployment
+    /// path.
+    pub fn gaussian_mean(
+        &mut self,
+        sensitivity: f64,
+        rho: f64,
+        sum: &RewardSum,
+        boundary: &RewardBoundary,
+    ) -> Result<NoisyMean> {
+        match &mut self.inner {
+            Inner::Simulation(rng) => {
+                GaussianMechanism::for_zcdp(sensitivity, rho)?.release_mean(sum, boundary, rng)
+            }
+            Inner::Deployment(d) => {
+                GaussianMechanism::for_zcdp(sensitivity, rho)?; // same parameter checks
+                let n = check_sum(sum, boundary)?;
+                let grid = Grid::for_release(d.grid_bits, n, boundary);
+                let s = grid.units(sum.sum());
+                let sigma2 = if rho.is_infinite() {
+                    Ratio::integer(0u32)
+                } else {
+                    let delta =
+                        Deployment::calibration_sensitivity(grid, sensitivity, n, boundary)?;
+                    let two_rho = Ratio::from_f64(rho)
+                        .expect("rho checked finite and > 0")
+                        .mul(&Ratio::integer(2u32));
+                    delta.mul(&delta).div(&two_rho).expect("rho > 0")
+                };
+                let y = discrete_gaussian(&sigma2, &mut d.rng);
+                let sigma = sigma2.to_f64().sqrt() / (grid.scale() * n as f64);
+                Ok(NoisyMean::released(
+                    Deployment::mean(grid, s, &y, n),
+                    n,
+                    sigma,
+                ))
+            }
+        }
+    }
+
+    /// Release the mean of `n` rewards whose clipped sum is `sum`, with Laplace noise calibrated
+    /// for `epsilon`-DP at mean-level sensitivity `sensitivity`. Returns the released value and
+    /// the noise scale at the mean level (`b` of the Laplace, or `t / (2^k n)` of the discrete
+    /// Laplace).
+    ///
+    /// Simulation: exactly `LaplaceMechanism::for_pure_dp(sensitivity, epsilon)?.release(sum / n)`.
+    /// Deployment: the discrete Laplace on the integer sum (module docs), the same `epsilon`.
+    ///
+    /// # Errors
+    /// Bad `sensitivity` / `epsilon` (as [`LaplaceMechanism::for_pure_dp`]); `n = 0` on the
+    /// deployment path.
+    pub fn laplace_mean(
+        &mut self,
+        sensitivity: f64,
+        epsilon: f64,
+        sum: &RewardSum,
+        boundary: &RewardBoundary,
+    ) -> Result<(f64, f64)> {
+        match &mut self.inner {
+            Inner::Simulation(rng) => {
+                let mech = LaplaceMechanism::for_pure_dp(sensitivity, epsilon)?;
+                Ok((mech.release_mean(sum, boundary, rng)?, mech.scale()))
+            }
+            Inner::Deployment(d) => {
+                LaplaceMechanism::for_pure_dp(sensitivity, epsilon)?; // same parameter checks
+                let n = check_sum(sum, boundary)?;
+                let grid = Grid::for_release(d.grid_bits, n, boundary);
+                let s = grid.units(sum.sum());
+                let scale = if epsilon.is_infinite() {
+                    Ratio::integer(0u32)
+                } else {
+                    let delta =
+                        Deployment::calibration_sensitivity(grid, sensitivity, n, boundary)?;
+                    let eps = Ratio::from_f64(epsilon).expect("epsilon checked finite and > 0");
+                    delta.div(&eps).expect("epsilon > 0")
+                };
+                let y = discrete_laplace(&scale, &mut d.rng);
+                let b = scale.to_f64() / (grid.scale() * n as f64);
+                Ok((Deployment::mean(grid, s, &y, n), b))
+            }
+        }
+    }
+}
+
+/// The sum's reward count, checked: at least one reward, every one inside `boundary`.
+fn check_sum(sum: &RewardSum, boundary: &RewardBoundary) -> Result<u64> {
+    let n = sum.n();
+    if n == 0 {
+        return Err(Error::param("n", n, "at least 1 reward per release"));
+    }
+    if !sum.is_within(boundary) {
+        let (lo, hi) = sum.range();
+        return Err(Error::Protocol(format!(
+            "a sum of rewards in [{lo}, {hi}] cannot be released under the boundary [{}, {}]",
+            boundary.lo, boundary.hi
+        )));
+    }
+    Ok(n)
+}
+
+/// Snapshots ([`crate::snapshot`]) hold the simulation generator's exact state; a deployment
+/// source refuses: its ChaCha20 key comes from OS entropy and must never leave the process.
+impl Serialize for NoiseSource {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        match &self.inner {
+            Inner::Simulation(rng) => rng.serialize(s),
+            Inner::Deployment(_) => Err(serde::ser::Error::custom(
+                "a policy with deployment-grade noise cannot be snapshotted: its generator is keyed \
+                 from OS entropy, which must never leave the process",
+            )),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for NoiseSource {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        Ok(NoiseSource {
+            inner: Inner::Simulation(SimRng::deserialize(d)?),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::privacy::BoundaryMode;
+    use crate::privacy::discrete::tests::check_pmf;
+
+    fn unit() -> RewardBoundary {
+        RewardBoundary::unit(BoundaryMode::Clip)
+    }
+
+    #[test]
+    fn simulation_path_is_the_old_mechanism() {
+        let b = unit();
+        let mut src = NoiseSource::simulation(42);
+        let mut rng = crate::rng::noise_rng(42);
+        for n in [1u64, 4, 1000] {
+            let m = src
+                .gaussian_mean(1.0 / n as f64, 0.3, &b.drawn_sum(0.4 * n as f64, n), &b)
+                .unwrap();
+            let want = GaussianMechanism::for_zcdp(1.0 / n as f64, 0.3)
+                .unwrap()
+                .release_mean(&b.drawn_sum(0.4 * n as f64, n), &b, &mut rng)
+                .unwrap();
+            assert_eq!(m, want);
+            let (v, scale) = src
+                .laplace_mean(1.0 / n as f64, 0.7, &b.drawn_sum(0.4 * n as f64, n), &b)
+                .unwrap();
+            let mech = LaplaceMechanism::for_pure_dp(1.0 / n as f64, 0.7).unwrap();
+            assert_eq!(v, mech.release(0.4, &mut rng));
+            assert_eq!(scale, mech.scale());
+        }
+        assert_eq!(src.grade(), NoiseGrade::Simulation);
+        assert_eq!(src.discretise(0.123_456_789, 4, &b), 0.123_456_789);
+    }
+
+    #[test]
+    fn grid_rounding() {
+        let b = unit();
+        let g = Grid { k: 2 };
+        assert_eq!(g.round(0.1), 0.0);
+        assert_eq!(g.round(0.125), 0.25); // half rounds up
+        assert_eq!(g.round(0.3), 0.25);
+        assert_eq!(g.round(1.0), 1.0);
+        assert_eq!(g.units(-0.125), 0.0);
+        assert_eq!(g.units(0.875 + 3.0), 16.0);
+        let src = NoiseSource::deployment(20).unwrap();
+        assert_eq!(src.grade(), NoiseGrade::Deployment);
+        assert_eq!(src.discretise(1.0, 1, &b), 1.0);
+        assert_eq!(src.discretise(0.0, 1, &b), 0.0);
+        let x = src.discretise(1.0 / 3.0, 1000, &b);
+        assert!((x - 1.0 / 3.0).abs() <= 0.5 / (1u64 << 20) as f64);
+        assert_eq!(x * (1u64 << 20) as f64, (x * (1u64 << 20) as f64).round());
+        // The grid of a release is coarsened only when 2^k n max(|lo|, |hi|) would exceed 2^53.
+        assert_eq!(Grid::for_release(20, 1 << 33, &b), Grid { k: 20 });
+        assert_eq!(Grid::for_release(20, (1 << 33) + 1, &b), Grid { k: 19 });
+        assert_eq!(Grid::for_release(20, 1 << 40, &b), Grid { k: 13 });
+        assert_eq!(Grid::for_release(32, 1, &b), Grid { k: 32 });
+        assert_eq!(Grid::for_release(20, u64::MAX, &b), Grid { k: -11 });
+        let x = src.discretise(1.0 / 3.0, 1 << 40, &b);
+        assert_eq!(x * 8192.0, (x * 8192.0).round());
+        let wide = RewardBoundary::new(-4.0, 2.0, BoundaryMode::Clip).unwrap();
+        assert_eq!(Grid::for_release(20, 1 << 31, &wide), Grid { k: 20 });
+        assert_eq!(Grid::for_release(20, 1 << 32, &wide), Grid { k: 19 });
+    }
+
+    /// Released deployment means are exact grid fractions `(S + Y) / (2^k n)` whose noise `Y`
+    /// follows the calibrated discrete Gaussian (chi-square and KS at alpha = 1e-6, on the OS
+    /// generator: the seed is not fixed, so this check fails with probability <= 2e-6 per run).
+    #[test]
+    fn deployment_gaussian_release_is_calibrated() {
+        let b = unit();
+        let bits = 4; // coarse grid: Delta = 16, small integers
+        let mut src = NoiseSource::deployment(bits).unwrap();
+        let (n, rho) = (2u64, 2.0);
+        // Delta_cal = max(s 2^k n, 2^k) with s = 1/n: 16; sigma^2 = 256 / 4 = 64.
+        let sum = 1.0; // 16 grid units
+        let draws: Vec<i128> = (0..40_000)
+            .map(|_| {
+                let m = src
+                    .gaussian_mean(1.0 / n as f64, rho, &b.drawn_sum(sum, n), &b)
+                    .unwrap();
+                assert_eq!(m.sigma(), 8.0 / 32.0);
+                let y = m.value() * 32.0 - 16.0;
+                assert_eq!(y, y.round());
+                y as i128
+            })
+            .collect();
+        check_pmf(
+            &draws,
+            |y| (-((y * y) as f64) / 128.0).exp(),
+            100,
+            "deployment N_Z(0, 64)",
+        );
+        // The literal count n_a = 0.5 < L = 1 asks for more noise: Delta_cal = 2 * 16.
+        let m = src
+            .gaussian_mean(2.0, 0.5, &b.drawn_sum(1.0, 1), &b)
+            .unwrap();
+        assert_eq!(m.sigma(), 32.0 / 16.0);
+        // rho = inf: no noise, the exact grid mean.
+        let m = src
+            .gaussian_mean(1.0, f64::INFINITY, &b.drawn_sum(1.0, 2), &b)
+            .unwrap();
+        assert_eq!(m.value(), 0.5);
+    }
+
+    #[test]
+    fn deployment_laplace_release_is_calibrated() {
+        let b = unit();
+        let mut src = NoiseSource::deployment(3).unwrap();
+        // n = 1, s = 1, eps = 0.5: Delta = 8, t = 16.
+        let draws: Vec<i128> = (0..40_000)
+            .map(|_| {
+                let (v, scale) = src
+                    .laplace_mean(1.0, 0.5, &b.drawn_sum(0.25, 1), &b)
+                    .unwrap();
+                assert_eq!(scale, 2.0);
+                let y = v * 8.0 - 2.0;
+                assert_eq!(y, y.round());
+                y as i128
+            })
+            .collect();
+        check_pmf(
+            &draws,
+            |y| (-(y.abs() as f64) / 16.0).exp(),
+            700,
+            "deployment Lap_Z(16)",
+        );
+    }
+
+    /// The calibration never asks for less than the true sensitivity of the integer sum, even if
+    /// the caller's mean-level sensitivity is too small.
+    #[test]
+    fn calibration_uses_at_least_the_true_sensitivity() {
+        let b = unit();
+        let mut src = NoiseSource::deployment(10).unwrap();
+        let (_, scale) = src
+            .laplace_mean(1e-9, 1.0, &b.drawn_sum(3.0, 4), &b)
+            .unwrap();
+        // t = 2^10 / 1, mean level 2^10 / (2^10 * 4)
+        assert_eq!(scale, 0.25);
+    }
+
+    #[test]
+    fn bad_input_is_an_error() {
+        let b = unit();
+        let mut src = NoiseSource::deployment(20).unwrap();
+        assert!(
+            src.gaussian_mean(1.0, 0.0, &b.drawn_sum(0.0, 1), &b)
+                .is_err()
+        );
+        assert!(
+            src.gaussian_mean(f64::NAN, 1.0, &b.drawn_sum(0.0, 1), &b)
+                .is_err()
+        );
+        assert!(
+            src.laplace_mean(1.0, -1.0, &b.drawn_sum(0.0, 1), &b)
+                .is_err()
+        );
+        assert!(
+            src.laplace_mean(1.0, 1.0, &b.drawn_sum(0.0, 0), &b)
+                .is_err()
+        );
+        // 2^20 * 2^40 > 2^53: this release uses the grid 2^-13 (exact sums), with the noise
+        // calibrated on that grid: Delta = 2^13, rho = 0.5, sigma = 2^13 units = 1/n at the mean.
+        let n = 1u64 << 40;
+        let m = src
+            .gaussian_mean(1.0 / n as f64, 0.5, &b.drawn_sum(n as f64 / 2.0, n), &b)
+            .unwrap();
+        assert_eq!(m.sigma(), 1.0 / n as f64);
+        assert!((m.value() - 0.5).abs() < 1e-9, "{}", m.value());
+        assert_eq!(
+            (m.value() * 8192.0 * n as f64).fract(),
+            0.0,
+            "on the 2^-13 grid"
+        );
+        // Even u64::MAX rewards in one release stay finite and well-formed.
+        let (v, scale) = src
+            .laplace_mean(1.0 / u64::MAX as f64, 1.0, &b.drawn_sum(0.0, u64::MAX), &b)
+            .unwrap();
+        assert!(v.is_finite() && scale > 0.0);
+        for bits in [0, 33] {
+            let e = NoiseSource::deployment(bits).unwrap_err().to_string();
+            assert!(e.starts_with(&format!("grid_bits = {bits}")), "{e}");
+        }
+        let e = check_noise(NoiseKind::Deployment, 20, false)
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("noise = \"deployment\""), "{e}");
+    }
+
+    /// Two deployment sources (and a clone) draw independent noise: OS seeding, never the master
+    /// seed. (Equal 20-draw sequences from two independent ChaCha20 keys: probability ~ 0.)
+    #[test]
+    fn deployment_sources_are_independent() {
+        let b = unit();
+        let mut a = NoiseSource::deployment(20).unwrap();
+        let mut c = a.clone();
+        let mut d = NoiseSource::new(NoiseKind::Deployment, 20, 7).unwrap();
+        let draw = |s: &mut NoiseSource| -> Vec<f64> {
+            (0..20)
+                .map(|_| {
+                    s.gaussian_mean(1.0, 1.0, &b.drawn_sum(0.5, 1), &b)
+                        .unwrap()
+                        .value()
+                })
+                .collect()
+        };
+        let (x, y, z) = (draw(&mut a), draw(&mut c), draw(&mut d));
+        assert_ne!(x, y);
+        assert_ne!(x, z);
+        assert!(format!("{a:?}").contains("Deployment"));
+    }
+}
