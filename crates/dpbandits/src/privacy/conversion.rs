@@ -224,7 +224,9 @@ mod tests {
             let e = zcdp_to_approx_dp(rho, delta, c).unwrap();
             let bs = bun_steinke_epsilon(rho, delta).unwrap();
             prop_assert!(e <= bs);
-            prop_assert!(e >= rho, "eps {e} below rho {rho}");
+            // eps can be far below rho (even ~0) when delta is large: rho = 1e-4 gives
+            // delta(eps = 0) ~ sqrt(rho / pi) ~ 0.006 (a case the unseeded runs once found).
+            prop_assert!(e.is_finite() && e >= 0.0, "eps {e} at rho {rho}");
             prop_assert!(cks_delta(rho, e).unwrap() <= delta);
             prop_assert!(zcdp_to_approx_dp(rho * f, delta, c).unwrap() >= e);
             let d2 = (delta * g).min(0.5);

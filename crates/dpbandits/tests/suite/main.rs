@@ -7,6 +7,7 @@ mod conformance;
 mod contextual;
 mod deployment_noise;
 mod fast_path;
+mod fuzz;
 mod ldp_nonstationary;
 mod linear;
 mod private_baselines;
