@@ -21,7 +21,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let repeats: usize = args.get(3).map_or(Ok(3), |r| r.parse())?;
     let plan = Plan::new(spec)?;
     let stop = AtomicBool::new(false);
-    let (mut plain, mut journalled) = (vec![], vec![]);
+    let (mut plain, mut journalled, mut inside) = (vec![], vec![], vec![]);
     for _ in 0..repeats {
         let d = tempfile::tempdir()?;
         let t = Instant::now();
@@ -31,9 +31,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
         let d = tempfile::tempdir()?;
         let t = Instant::now();
+        let before = dpbandits::experiment::journal::time_spent();
         let dir = RunDir::open(d.path(), &plan, Shard::WHOLE, Existing::default())?;
         dir.run(&plan, &|| {}, &stop)?;
         journalled.push(t.elapsed().as_secs_f64());
+        inside.push((dpbandits::experiment::journal::time_spent() - before).as_secs_f64());
         let j = std::fs::metadata(d.path().join("journal.bin"))?.len();
         eprintln!(
             "plain {:.3} s, journalled {:.3} s, journal {} bytes",
@@ -46,12 +48,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
-    let (p, j) = (med(&mut plain), med(&mut journalled));
+    let (p, j, w) = (med(&mut plain), med(&mut journalled), med(&mut inside));
     println!(
-        "{}: {} jobs, median of {repeats}: plain {p:.3} s, journalled {j:.3} s, overhead {:+.1}%",
+        "{}: {} jobs, median of {repeats}: plain {p:.4} s, journalled run folder {j:.4} s \
+         (overhead {:+.1}%), of which inside the journal writer {w:.4} s ({:.1}% of plain)",
         plan.spec.name,
         plan.jobs(),
-        100.0 * (j - p) / p
+        100.0 * (j - p) / p,
+        100.0 * w / p
     );
     Ok(())
 }

@@ -40,6 +40,21 @@ pub const FLUSH_INTERVAL: Duration = Duration::from_millis(20);
 /// Pending bytes that trigger a write before [`FLUSH_INTERVAL`].
 pub const FLUSH_BYTES: usize = 1 << 20;
 
+/// Time spent in journal writers of this process (appending, writing, fsyncing), for the
+/// `journal_cost` benchmark.
+static BUSY_NANOS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Total time this process has spent in [`Writer::append`], [`Writer::flush`] and
+/// [`Writer::sync`] (the journal's own cost, without the run folder's bookkeeping).
+pub fn time_spent() -> Duration {
+    Duration::from_nanos(BUSY_NANOS.load(std::sync::atomic::Ordering::Relaxed))
+}
+
+fn charge(start: Instant) {
+    let n = start.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64;
+    BUSY_NANOS.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// What the journal's header says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Header {
@@ -270,6 +285,13 @@ impl Writer {
     /// # Errors
     /// I/O.
     pub fn append(&mut self, job: u64, values: &[f64]) -> Result<()> {
+        let t0 = Instant::now();
+        let r = self.append_inner(job, values);
+        charge(t0);
+        r
+    }
+
+    fn append_inner(&mut self, job: u64, values: &[f64]) -> Result<()> {
         let start = self.buf.len();
         self.buf.extend_from_slice(&job.to_le_bytes());
         self.buf
@@ -284,7 +306,8 @@ impl Writer {
             self.flush()?;
         }
         if self.last_sync.elapsed() >= SYNC_INTERVAL {
-            self.sync()?;
+            self.flush()?;
+            self.sync_data()?;
         }
         Ok(())
     }
@@ -308,7 +331,14 @@ impl Writer {
     /// # Errors
     /// I/O.
     pub fn sync(&mut self) -> Result<()> {
+        let t0 = Instant::now();
         self.flush()?;
+        let r = self.sync_data();
+        charge(t0);
+        r
+    }
+
+    fn sync_data(&mut self) -> Result<()> {
         if self.dirty {
             self.file.sync_data().map_err(io(&self.path))?;
             self.dirty = false;
