@@ -187,3 +187,32 @@ fn guarantees_carry_the_noise_grade() {
         }
     }
 }
+
+/// A deployment-grade policy refuses to be snapshotted (its ChaCha20 key is OS entropy and must
+/// never leave the process), with a clear error; its simulation twin snapshots fine.
+#[test]
+fn deployment_noise_is_never_snapshotted() {
+    let mut dep = AdaCUcbConfig::private(0.5);
+    dep.noise = NoiseKind::Deployment;
+    let mut lap = AdaPConfig::new(0.5, AdaPIndex::Ucb);
+    lap.noise = NoiseKind::Deployment;
+    for cfg in [&dep as &dyn PolicyConfig, &lap] {
+        let mut p = cfg.build(2, 1).unwrap();
+        for t in 0..10 {
+            let pull = p.choose(t);
+            p.observe(pull.arm, 1.0).unwrap();
+        }
+        let e = p.snapshot().unwrap_err().to_string();
+        assert!(
+            e.contains("deployment-grade noise cannot be snapshotted"),
+            "{e}"
+        );
+    }
+    assert!(
+        AdaCUcbConfig::private(0.5)
+            .build(2, 1)
+            .unwrap()
+            .snapshot()
+            .is_ok()
+    );
+}
