@@ -292,12 +292,12 @@ impl RunDir {
                 }
                 Ok(c) => {
                     let status = manifest_status(&dir.join(MANIFEST));
-                    if existing.resume {
+                    if existing.resume || status.as_deref() == Some("complete") {
+                        // Re-running a complete run of the same experiment is idempotent (the
+                        // README's main command may be run twice): every job is journalled, so
+                        // the outputs are re-written byte-identically from the journal;
+                        // --force recomputes from scratch.
                         Ok(Some(c))
-                    } else if status.as_deref() == Some("complete") {
-                        Err(format!(
-                            "{here} already holds a complete run of this experiment (config hash {hash:016x}); --resume re-writes its outputs from the journal, --force runs it again from scratch"
-                        ))
                     } else {
                         Err(format!(
                             "{here} holds an unfinished run of this experiment (status {}, {} of {} jobs journalled); --resume continues it, --force starts over",
