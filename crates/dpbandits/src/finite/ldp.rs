@@ -316,15 +316,7 @@ impl Policy for Ldp {
         ldp_guarantee(self.randomizer.channels(), &self.what)
     }
     fn choose(&mut self, t: u64) -> Pull {
-        if let Some(c) = self.gate.open() {
-            return Pull {
-                arm: c.arm,
-                steps: c.left,
-            };
-        }
-        let pull = self.decide(t);
-        self.gate.commit(pull.arm, pull.steps);
-        pull
+        super::gated_choose(self, |p| &mut p.gate, |p| p.decide(t))
     }
     fn observe(&mut self, arm: usize, reward: f64) -> Result<()> {
         let reward = self.gate.admit(arm, reward)?;

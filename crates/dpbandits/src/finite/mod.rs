@@ -90,6 +90,7 @@ pub use window::SlidingWindow;
 
 use crate::error::{Error, Result};
 use crate::privacy::{PrivacyGuarantee, RewardBoundary, RewardSum};
+use crate::protocol::Gate;
 use std::fmt::Debug;
 
 /// A finite-armed stochastic environment for one run.
@@ -237,6 +238,25 @@ pub trait PolicyConfig: Send + Sync + Debug {
     fn label(&self) -> String {
         crate::config::label(self.kind(), &self.params())
     }
+}
+
+/// `choose` through a policy's [`Gate`]: what is left of the open commitment while one is
+/// open, else `decide`'s pull, now committed. The `choose` of every per-step policy.
+#[inline]
+pub fn gated_choose<P: ?Sized>(
+    policy: &mut P,
+    gate: fn(&mut P) -> &mut Gate,
+    decide: impl FnOnce(&mut P) -> Pull,
+) -> Pull {
+    if let Some(c) = gate(policy).open() {
+        return Pull {
+            arm: c.arm,
+            steps: c.left,
+        };
+    }
+    let pull = decide(policy);
+    gate(policy).commit(pull.arm, pull.steps);
+    pull
 }
 
 /// An episode in progress: the arm a policy committed to, the episode's length, and the rewards
