@@ -315,17 +315,7 @@ impl BaiAlgorithm for DpSeRun {
     }
 
     fn next(&mut self, _t: u64) -> BaiStep {
-        if let Some(c) = self.gate.open() {
-            return BaiStep::Sample {
-                arm: c.arm,
-                n: c.left,
-            };
-        }
-        let step = self.step();
-        if let BaiStep::Sample { arm, n } = step {
-            self.gate.commit(arm, n);
-        }
-        step
+        super::gated_next(self, |a| &mut a.gate, Self::step)
     }
 
     fn boundary(&self) -> RewardBoundary {

@@ -53,6 +53,7 @@ pub use top_two::{
 
 use crate::error::Result;
 use crate::privacy::{PrivacyGuarantee, RewardBoundary, RewardSum};
+use crate::protocol::Gate;
 use std::fmt::Debug;
 use std::sync::Arc;
 
@@ -171,6 +172,27 @@ pub trait BaiAlgorithm: Send + Debug {
     fn snapshot(&self) -> Result<crate::snapshot::Snapshot> {
         Err(crate::snapshot::unsupported(&format!("{self:?}")))
     }
+}
+
+/// `next` through an algorithm's [`Gate`]: what is left of the open request while one is open,
+/// else `step`'s decision, a `Sample` being committed. The `next` of every BAI algorithm here.
+#[inline]
+pub fn gated_next<A: ?Sized>(
+    alg: &mut A,
+    gate: fn(&mut A) -> &mut Gate,
+    step: impl FnOnce(&mut A) -> BaiStep,
+) -> BaiStep {
+    if let Some(c) = gate(alg).open() {
+        return BaiStep::Sample {
+            arm: c.arm,
+            n: c.left,
+        };
+    }
+    let s = step(alg);
+    if let BaiStep::Sample { arm, n } = s {
+        gate(alg).commit(arm, n);
+    }
+    s
 }
 
 /// What all runs of one configuration share (precomputed thresholds, caches), built once per
