@@ -46,7 +46,7 @@
 
 use super::{Episode, Policy, PolicyConfig, Pull, argmax};
 use crate::config::{AlgorithmInfo, Setting};
-use crate::error::{Error, Result, check};
+use crate::error::{Result, check};
 use crate::math::kl::kl_upper;
 use crate::privacy::{
     BoundaryMode, Budget, DEFAULT_GRID_BITS, NoiseGrade, NoiseKind, NoiseSource, PrivacyGuarantee,
@@ -344,17 +344,6 @@ impl AdaP {
         self.released[a] = Some(mean);
         Ok(scale)
     }
-
-    fn record(&mut self, arm: usize, sum: &RewardSum) -> Result<()> {
-        let Some(ep) = self.episode.as_mut() else {
-            return Err(Error::Protocol("observe without a chosen arm".into()));
-        };
-        if ep.record(arm, sum)? {
-            let ep = *ep;
-            self.finish_episode(ep)?;
-        }
-        Ok(())
-    }
 }
 
 impl Policy for AdaP {
@@ -393,27 +382,21 @@ impl Policy for AdaP {
         Pull { arm, steps: len }
     }
     fn observe(&mut self, arm: usize, reward: f64) -> Result<()> {
-        let mut gate = self.gate;
-        let r = gate.admit(arm, reward)?;
-        // Deployment: onto the release's 2^-k grid (the identity for simulation noise).
-        let len = self.episode.map_or(1, |e| e.len);
-        let r = self.noise.discretise(r, len, &self.boundary);
-        self.record(arm, &self.boundary.single(r)?)?;
-        self.gate = gate;
-        Ok(())
+        let one = self.gate.boundary().single(reward)?;
+        self.observe_batch(arm, &one)
     }
     fn observe_batch(&mut self, arm: usize, sum: &RewardSum) -> Result<()> {
-        let mut gate = self.gate;
-        gate.admit_sum(arm, sum)?;
-        let sum = if self.noise.grade() == NoiseGrade::Deployment {
-            // Deployment: the total onto the release's grid (a sum of grid points stays one).
-            let len = self.episode.map_or(sum.n(), |e| e.len);
-            let s = self.noise.discretise(sum.sum(), len, &self.boundary);
-            self.boundary.drawn_sum(s, sum.n())
-        } else {
-            *sum
-        };
-        self.record(arm, &sum)?;
+        let (gate, done) = super::episode_step(
+            self.gate,
+            &self.noise,
+            &self.boundary,
+            &mut self.episode,
+            arm,
+            sum,
+        )?;
+        if let Some(ep) = done {
+            self.finish_episode(ep)?;
+        }
         self.gate = gate;
         Ok(())
     }

@@ -89,7 +89,7 @@ pub use ucb1::{UCB1, Ucb1, Ucb1Config};
 pub use window::SlidingWindow;
 
 use crate::error::{Error, Result};
-use crate::privacy::{PrivacyGuarantee, RewardBoundary, RewardSum};
+use crate::privacy::{NoiseGrade, NoiseSource, PrivacyGuarantee, RewardBoundary, RewardSum};
 use crate::protocol::Gate;
 use std::fmt::Debug;
 
@@ -257,6 +257,34 @@ pub fn gated_choose<P: ?Sized>(
     let pull = decide(policy);
     gate(policy).commit(pull.arm, pull.steps);
     pull
+}
+
+/// The observation step of the episodic policies (AdaC-UCB, AdaP-UCB/KLUCB): the gate admits
+/// `sum` of `arm` (on a copy, returned, so a refused call changes nothing), deployment-grade noise
+/// moves it onto the release's grid (the identity for simulation noise), and the open episode
+/// takes it. Returns the updated gate and, when the episode is now complete, the episode to
+/// release.
+pub(crate) fn episode_step(
+    mut gate: Gate,
+    noise: &NoiseSource,
+    boundary: &RewardBoundary,
+    episode: &mut Option<Episode>,
+    arm: usize,
+    sum: &RewardSum,
+) -> Result<(Gate, Option<Episode>)> {
+    gate.admit_sum(arm, sum)?;
+    let Some(ep) = episode.as_mut() else {
+        return Err(Error::Protocol("observe without a chosen arm".into()));
+    };
+    let sum = if noise.grade() == NoiseGrade::Deployment {
+        // The total onto the release's 2^-k grid (a sum of grid points stays one).
+        let s = noise.discretise(sum.sum(), ep.len, boundary);
+        gate.boundary().drawn_sum(s, sum.n())
+    } else {
+        *sum
+    };
+    let done = ep.record(arm, &sum)?.then_some(*ep);
+    Ok((gate, done))
 }
 
 /// An episode in progress: the arm a policy committed to, the episode's length, and the rewards
