@@ -167,27 +167,14 @@ fn real_main() -> Result<ExitCode> {
             };
             let mut spec =
                 experiment::ExperimentSpec::from_toml(&text).with_context(|| source.clone())?;
-            if let Some(r) = runs {
-                if r == 0 {
-                    bail!("--runs 0: expected an integer >= 1");
-                }
-                spec.runs = r;
-            }
-            if let Some(h) = horizon {
-                if h == 0 {
-                    bail!("--horizon 0: expected an integer >= 1");
-                }
-                spec.horizon = h;
-                for f in &mut spec.figure {
-                    if let experiment::FigureSpec::GapVsParam { horizons, .. } = f {
-                        horizons.retain(|&x| x <= h);
-                        if horizons.is_empty() {
-                            horizons.push(h);
-                        }
-                    }
-                }
-                spec.checkpoints.extra.retain(|&x| x <= h);
-            }
+            spec.with_overrides(runs, horizon).map_err(|e| match e {
+                dpbandits::Error::Param {
+                    field,
+                    value,
+                    expected,
+                } => anyhow::anyhow!("--{field} {value}: expected {expected}"),
+                e => e.into(),
+            })?;
             let shard = match shard {
                 Some(s) => Shard::parse(&s)?,
                 None => Shard::WHOLE,

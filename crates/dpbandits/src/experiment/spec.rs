@@ -135,4 +135,32 @@ impl ExperimentSpec {
         }
         Ok(())
     }
+
+    /// Apply the `--runs` / `--horizon` overrides of a quick look (the CLI's flags and the
+    /// Python `run(..., runs=, horizon=)` arguments go through here, so they cannot differ).
+    /// A smaller horizon drops the `gap_vs_param` horizons and extra checkpoints beyond it.
+    pub fn with_overrides(&mut self, runs: Option<u64>, horizon: Option<u64>) -> Result<()> {
+        if let Some(r) = runs {
+            if r == 0 {
+                return Err(Error::param("runs", 0, "an integer >= 1"));
+            }
+            self.runs = r;
+        }
+        if let Some(h) = horizon {
+            if h == 0 {
+                return Err(Error::param("horizon", 0, "an integer >= 1 (T)"));
+            }
+            self.horizon = h;
+            for f in &mut self.figure {
+                if let FigureSpec::GapVsParam { horizons, .. } = f {
+                    horizons.retain(|&x| x <= h);
+                    if horizons.is_empty() {
+                        horizons.push(h);
+                    }
+                }
+            }
+            self.checkpoints.extra.retain(|&x| x <= h);
+        }
+        Ok(())
+    }
 }
