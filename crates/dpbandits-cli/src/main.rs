@@ -8,6 +8,9 @@
 //! * `dpbandits audit KIND --param rho=0.5 [--runs N] [--seed S] [--delta D ...]
 //!   [--noise-multiplier M] [--json FILE]`: the empirical privacy auditor (`docs/privacy.md`).
 //!
+//! * `dpbandits serve --db PATH [--listen 127.0.0.1:PORT] [--admin-token-file F]`: the decision
+//!   service (docs/service.md); `dpbandits audit-log verify --db PATH` checks its audit chain.
+//!
 //! Exit codes: 0 done; 1 some configurations failed (the others were written); 2 an error
 //! (printed with its whole chain); 130 stopped by SIGINT/SIGTERM/SIGHUP (`status =
 //! "interrupted"`, continue with `--resume`).
@@ -26,6 +29,7 @@ use std::time::Instant;
 
 mod audit;
 mod bounds;
+mod serve;
 
 /// The experiment run by `dpbandits run --default`: the paper's finite-armed Figure 4(a).
 const DEFAULT_EXPERIMENT: &str = include_str!("../../../experiments/fig4a.toml");
@@ -101,6 +105,11 @@ enum Command {
     /// Empirical privacy audit of a private kind: a lower bound on epsilon from neighbouring
     /// reward tables (docs/privacy.md). Exit code 1 when the bound exceeds the claim.
     Audit(audit::AuditArgs),
+    /// Run the private decision service (HTTP/JSON, state in SQLite; docs/service.md).
+    Serve(serve::ServeArgs),
+    /// Audit log of a service database.
+    #[command(name = "audit-log", subcommand)]
+    AuditLog(serve::AuditLogCommand),
     /// Characteristic times and the lower bound of fixed-confidence BAI under eps-global DP.
     Bounds {
         /// Bernoulli means, comma-separated, each in (0, 1), unique best arm.
@@ -133,6 +142,8 @@ fn real_main() -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Audit(args) => audit::audit(args),
+        Command::Serve(args) => serve::serve(args),
+        Command::AuditLog(cmd) => serve::audit_log(cmd),
         Command::Bounds {
             means,
             epsilon,

@@ -483,25 +483,65 @@ fn check_sum(sum: &RewardSum, boundary: &RewardBoundary) -> Result<u64> {
     Ok(n)
 }
 
-/// Snapshots ([`crate::snapshot`]) hold the simulation generator's exact state; a deployment
-/// source refuses: its ChaCha20 key comes from OS entropy and must never leave the process.
+/// Snapshots ([`crate::snapshot`]) hold the simulation generator's exact state (byte-exact
+/// restores). A deployment source is written as a **marker** without any generator state,
+/// `{"deployment": {"grid_bits": k}}`, and restores with a **fresh** ChaCha20 key from the
+/// operating system: its key never leaves the process.
+///
+/// # Why a fresh key is sound
+/// Every policy with a deployment path (AdaC-UCB, AdaP-UCB/KLUCB) draws noise only when an
+/// episode ends, and caches the released statistic in its state (`released`), which the snapshot
+/// holds: nothing already released is ever drawn again after a restore, with this key or another.
+/// The noise of a release not yet made is independent of everything before it whatever the key,
+/// so the restored policy's future releases have exactly the distribution of the uninterrupted
+/// policy's. What a restore cannot know is whether a release was drawn after the snapshot was
+/// taken and then lost (a crash before the new state was stored): if that release is redone, the
+/// same rewards are released twice with independent noise. Whoever stores snapshots must
+/// therefore charge a redone release again (the decision service's ledger does: it writes a
+/// release intent before drawing and charges every intent that was not completed, see
+/// `docs/service.md`), or publish nothing derived from a release before its snapshot is stored.
 impl Serialize for NoiseSource {
     fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
         match &self.inner {
             Inner::Simulation(rng) => rng.serialize(s),
-            Inner::Deployment(_) => Err(serde::ser::Error::custom(
-                "a policy with deployment-grade noise cannot be snapshotted: its generator is keyed \
-                 from OS entropy, which must never leave the process",
-            )),
+            Inner::Deployment(d) => NoiseRepr::Deployment {
+                deployment: DeploymentMarker {
+                    grid_bits: d.grid_bits,
+                },
+            }
+            .serialize(s),
         }
     }
 }
 
+/// The marker a deployment source snapshots as (no generator state).
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeploymentMarker {
+    grid_bits: u32,
+}
+
+/// The two snapshot forms: the marker (tried first: it has a key no generator state has) or the
+/// simulation generator's state.
+#[derive(Serialize, Deserialize)]
+#[serde(untagged)]
+enum NoiseRepr {
+    Deployment {
+        deployment: DeploymentMarker,
+    },
+    Simulation(SimRng),
+}
+
 impl<'de> Deserialize<'de> for NoiseSource {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        Ok(NoiseSource {
-            inner: Inner::Simulation(SimRng::deserialize(d)?),
-        })
+        match NoiseRepr::deserialize(d)? {
+            NoiseRepr::Simulation(rng) => Ok(NoiseSource {
+                inner: Inner::Simulation(rng),
+            }),
+            NoiseRepr::Deployment { deployment } => {
+                NoiseSource::deployment(deployment.grid_bits).map_err(serde::de::Error::custom)
+            }
+        }
     }
 }
 

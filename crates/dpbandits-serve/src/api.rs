@@ -1,0 +1,333 @@
+//! The HTTP/JSON layer (axum): routes, authentication, body parsing with field-naming errors,
+//! structured logs (no reward values).
+
+use crate::service::{ApiError, ApiResult, Caller, CreateRequest, Service};
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::{Map, Value, json};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// The shared state of the handlers.
+pub type Shared = Arc<Mutex<Service>>;
+
+/// The router of API version 1.
+pub fn router(state: Shared) -> Router {
+    Router::new()
+        .route("/v1/health", get(health))
+        .route("/v1/experiments", post(create))
+        .route("/v1/experiments/{name}", get(status))
+        .route("/v1/experiments/{name}/decisions", post(decide))
+        .route("/v1/experiments/{name}/rewards", post(reward))
+        .route("/v1/experiments/{name}/ledger", get(ledger))
+        .route("/v1/audit", get(audit))
+        .fallback(not_found)
+        .with_state(state)
+}
+
+/// One structured log line on stderr (JSON). Never carries reward values.
+pub fn log(event: &str, fields: Value) {
+    let mut m = Map::new();
+    m.insert("ts".into(), Value::String(crate::store::now()));
+    m.insert("event".into(), Value::String(event.into()));
+    if let Value::Object(f) = fields {
+        m.extend(f);
+    }
+    eprintln!("{}", Value::Object(m));
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let message = if self.status == 500 {
+            log("internal-error", json!({"message": self.message}));
+            "internal error (see the server log)".to_string()
+        } else {
+            self.message
+        };
+        let mut body = json!({"error": message});
+        if let (Some(Value::Object(extra)), Some(o)) = (self.extra, body.as_object_mut()) {
+            o.extend(extra);
+        }
+        let mut resp = (status, axum::Json(body)).into_response();
+        if let Some(s) = self.retry_after {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(s));
+        }
+        resp
+    }
+}
+
+fn bearer(headers: &HeaderMap) -> Option<String> {
+    let v = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let t = v.strip_prefix("Bearer ")?.trim();
+    (!t.is_empty()).then(|| t.to_string())
+}
+
+/// Run `f` on the service under its lock, on a blocking thread (SQLite commits block).
+async fn with_service<T: Send + 'static>(
+    state: &Shared,
+    f: impl FnOnce(&mut Service) -> ApiResult<T> + Send + 'static,
+) -> ApiResult<T> {
+    let state = state.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut s = state
+            .lock()
+            .map_err(|_| ApiError::internal("service lock poisoned"))?;
+        f(&mut s)
+    })
+    .await
+    .map_err(ApiError::internal)?
+}
+
+fn done(route: &str, started: Instant, r: ApiResult<Value>, fields: Value) -> Response {
+    let status = r.as_ref().map_or_else(|e| e.status, |_| 200);
+    let mut f = json!({"route": route, "status": status, "micros": started.elapsed().as_micros() as u64});
+    if let (Some(o), Value::Object(extra)) = (f.as_object_mut(), fields) {
+        o.extend(extra);
+    }
+    log("request", f);
+    match r {
+        Ok(v) => (StatusCode::OK, axum::Json(v)).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// Parse a JSON object body; malformed JSON or another type is a 400 naming the body.
+fn object(body: &Bytes, allowed: &[&str]) -> ApiResult<Map<String, Value>> {
+    let v: Value = if body.is_empty() {
+        Value::Object(Map::new())
+    } else {
+        serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad(format!("body: not valid JSON ({e})")))?
+    };
+    let Value::Object(m) = v else {
+        return Err(ApiError::bad(format!(
+            "body = {}: expected a JSON object",
+            short(&v)
+        )));
+    };
+    if let Some(k) = m.keys().find(|k| !allowed.contains(&k.as_str())) {
+        return Err(ApiError::invalid(format!(
+            "{k}: unknown field; expected one of {}",
+            allowed.join(", ")
+        )));
+    }
+    Ok(m)
+}
+
+fn short(v: &Value) -> String {
+    let s = v.to_string();
+    if s.len() > 60 {
+        format!("{}...", &s[..s.floor_char_boundary(60)])
+    } else {
+        s
+    }
+}
+
+fn u64_field(m: &Map<String, Value>, key: &str) -> ApiResult<Option<u64>> {
+    match m.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v.as_u64().map(Some).ok_or_else(|| {
+            ApiError::invalid(format!(
+                "{key} = {}: expected a non-negative integer",
+                short(v)
+            ))
+        }),
+    }
+}
+
+fn required<T>(key: &str, v: Option<T>, what: &str) -> ApiResult<T> {
+    v.ok_or_else(|| ApiError::invalid(format!("{key} = (missing): expected {what}")))
+}
+
+async fn health(State(state): State<Shared>) -> Response {
+    let r = with_service(&state, |s| {
+        Ok(json!({"status": "ok", "experiments": s.experiment_count()}))
+    })
+    .await;
+    match r {
+        Ok(v) => (StatusCode::OK, axum::Json(v)).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn not_found() -> Response {
+    ApiError::not_found("no such endpoint (see docs/service.md: /v1/health, /v1/experiments, ...)")
+        .into_response()
+}
+
+async fn create(State(state): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
+    let t = Instant::now();
+    let token = bearer(&headers);
+    let r = with_service(&state, move |s| {
+        if s.authenticate(token.as_deref(), None)? != Caller::Admin {
+            return Err(ApiError::new(401, "authorization: the admin token is required"));
+        }
+        let m = object(
+            &body,
+            &["name", "arms", "policy", "allow_non_private", "seed"],
+        )?;
+        let name = match m.get("name") {
+            Some(Value::String(s)) => s.clone(),
+            Some(v) => return Err(ApiError::invalid(format!("name = {}: expected a string", short(v)))),
+            None => return Err(ApiError::invalid("name = (missing): expected a string")),
+        };
+        let arms = required("arms", u64_field(&m, "arms")?, "an integer >= 1")?;
+        let policy = required("policy", m.get("policy").cloned(), "a TOML table as text or a JSON object")?;
+        let allow_non_private = match m.get("allow_non_private") {
+            None => false,
+            Some(Value::Bool(b)) => *b,
+            Some(v) => {
+                return Err(ApiError::invalid(format!(
+                    "allow_non_private = {}: expected true or false",
+                    short(v)
+                )));
+            }
+        };
+        let seed = u64_field(&m, "seed")?;
+        s.create(CreateRequest {
+            name,
+            arms: usize::try_from(arms).unwrap_or(usize::MAX),
+            policy,
+            allow_non_private,
+            seed,
+        })
+    })
+    .await;
+    let status = r.as_ref().map_or_else(|e| e.status, |_| 201);
+    log("request", json!({"route": "create", "status": status, "micros": t.elapsed().as_micros() as u64}));
+    match r {
+        Ok(v) => (StatusCode::CREATED, axum::Json(v)).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn status(State(state): State<Shared>, Path(name): Path<String>, headers: HeaderMap) -> Response {
+    let t = Instant::now();
+    let token = bearer(&headers);
+    let n = name.clone();
+    let r = with_service(&state, move |s| {
+        s.authenticate(token.as_deref(), Some(&n))?;
+        s.status(&n)
+    })
+    .await;
+    done("status", t, r, json!({"experiment": name}))
+}
+
+async fn ledger(State(state): State<Shared>, Path(name): Path<String>, headers: HeaderMap) -> Response {
+    let t = Instant::now();
+    let token = bearer(&headers);
+    let n = name.clone();
+    let r = with_service(&state, move |s| {
+        s.authenticate(token.as_deref(), Some(&n))?;
+        s.ledger_rows(&n)
+    })
+    .await;
+    done("ledger", t, r, json!({"experiment": name}))
+}
+
+async fn decide(
+    State(state): State<Shared>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let t = Instant::now();
+    let token = bearer(&headers);
+    let n = name.clone();
+    let r = with_service(&state, move |s| {
+        s.authenticate(token.as_deref(), Some(&n))?;
+        let m = object(&body, &["request_id"])?;
+        let rid = match m.get("request_id") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(v) => {
+                return Err(ApiError::invalid(format!(
+                    "request_id = {}: expected a string of 1 to 128 characters",
+                    short(v)
+                )));
+            }
+        };
+        s.decide(&n, rid)
+    })
+    .await;
+    let fields = match &r {
+        Ok(v) => json!({"experiment": name, "decision_id": v["decision_id"], "arm": v["arm"]}),
+        Err(_) => json!({"experiment": name}),
+    };
+    done("decision", t, r, fields)
+}
+
+async fn reward(
+    State(state): State<Shared>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let t = Instant::now();
+    let token = bearer(&headers);
+    let n = name.clone();
+    let r = with_service(&state, move |s| {
+        s.authenticate(token.as_deref(), Some(&n))?;
+        let m = object(&body, &["decision_id", "reward"])?;
+        let id = required("decision_id", u64_field(&m, "decision_id")?, "a decision_id this experiment issued")?;
+        let reward = match m.get("reward") {
+            Some(Value::Number(x)) => x.as_f64().filter(|x| x.is_finite()).ok_or_else(|| {
+                ApiError::invalid(format!("reward = {x}: expected a finite number"))
+            })?,
+            Some(v) => {
+                return Err(ApiError::invalid(format!(
+                    "reward = {}: expected a finite number",
+                    short(v)
+                )));
+            }
+            None => return Err(ApiError::invalid("reward = (missing): expected a finite number")),
+        };
+        s.reward(&n, id, reward)
+    })
+    .await;
+    // The log names the decision and the outcome, never the reward.
+    let fields = match &r {
+        Ok(v) => json!({"experiment": name, "decision_id": v["decision_id"], "outcome": v["status"]}),
+        Err(_) => json!({"experiment": name}),
+    };
+    done("reward", t, r, fields)
+}
+
+#[derive(serde::Deserialize)]
+struct AuditQuery {
+    experiment: Option<String>,
+    after: Option<i64>,
+    limit: Option<i64>,
+}
+
+async fn audit(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    q: Result<Query<AuditQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let t = Instant::now();
+    let token = bearer(&headers);
+    let r = with_service(&state, move |s| {
+        if s.authenticate(token.as_deref(), None)? != Caller::Admin {
+            return Err(ApiError::new(401, "authorization: the admin token is required"));
+        }
+        let Query(q) = q.map_err(|e| {
+            ApiError::bad(format!(
+                "query: {e}; expected experiment=NAME, after=SEQ (integer), limit=N (1..=10000)"
+            ))
+        })?;
+        let limit = q.limit.unwrap_or(1000);
+        if !(1..=10_000).contains(&limit) {
+            return Err(ApiError::invalid(format!("limit = {limit}: expected 1..=10000")));
+        }
+        s.audit_export(q.experiment.as_deref(), q.after.unwrap_or(0), limit)
+    })
+    .await;
+    done("audit", t, r, json!({}))
+}

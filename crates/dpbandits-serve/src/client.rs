@@ -1,0 +1,121 @@
+//! A minimal blocking HTTP/1.1 client over `std::net::TcpStream` (one request per connection),
+//! for tests and the benchmark: no extra dependency.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+/// A response: status, `Retry-After` if any, body.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    /// HTTP status.
+    pub status: u16,
+    /// The `Retry-After` header, if sent.
+    pub retry_after: Option<String>,
+    /// The body as text.
+    pub body: String,
+}
+
+impl Reply {
+    /// The body parsed as JSON (`Null` if it is not JSON).
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body).unwrap_or(serde_json::Value::Null)
+    }
+}
+
+/// Send one request; `token` goes in `Authorization: Bearer`. Times out after `timeout`.
+///
+/// # Errors
+/// Connection failures, timeouts, or a response that is not HTTP/1.1.
+pub fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&[u8]>,
+    timeout: Duration,
+) -> std::io::Result<Reply> {
+    let mut s = TcpStream::connect_timeout(&addr, timeout)?;
+    s.set_read_timeout(Some(timeout))?;
+    s.set_write_timeout(Some(timeout))?;
+    s.set_nodelay(true)?;
+    let body = body.unwrap_or(b"");
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    if !body.is_empty() {
+        head.push_str("Content-Type: application/json\r\n");
+    }
+    if let Some(t) = token {
+        head.push_str(&format!("Authorization: Bearer {t}\r\n"));
+    }
+    head.push_str("\r\n");
+    let mut req = head.into_bytes();
+    req.extend_from_slice(body);
+    s.write_all(&req)?;
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf)?;
+    parse(&buf)
+}
+
+fn bad(msg: &str) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidData, msg.to_string())
+}
+
+fn parse(buf: &[u8]) -> std::io::Result<Reply> {
+    let split = buf
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| bad("no end of headers"))?;
+    let head = std::str::from_utf8(&buf[..split]).map_err(|_| bad("headers not UTF-8"))?;
+    let mut lines = head.split("\r\n");
+    let status: u16 = lines
+        .next()
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| bad("no status line"))?;
+    let mut retry_after = None;
+    let mut chunked = false;
+    for l in lines {
+        if let Some((k, v)) = l.split_once(':') {
+            if k.eq_ignore_ascii_case("retry-after") {
+                retry_after = Some(v.trim().to_string());
+            }
+            if k.eq_ignore_ascii_case("transfer-encoding") && v.trim().eq_ignore_ascii_case("chunked") {
+                chunked = true;
+            }
+        }
+    }
+    let raw = &buf[split + 4..];
+    let body = if chunked { dechunk(raw)? } else { raw.to_vec() };
+    Ok(Reply {
+        status,
+        retry_after,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    })
+}
+
+fn dechunk(mut raw: &[u8]) -> std::io::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    loop {
+        let eol = raw
+            .windows(2)
+            .position(|w| w == b"\r\n")
+            .ok_or_else(|| bad("truncated chunk"))?;
+        let size = usize::from_str_radix(
+            std::str::from_utf8(&raw[..eol]).map_err(|_| bad("chunk size"))?.trim(),
+            16,
+        )
+        .map_err(|_| bad("chunk size"))?;
+        raw = &raw[eol + 2..];
+        if size == 0 {
+            return Ok(out);
+        }
+        if raw.len() < size + 2 {
+            return Err(bad("truncated chunk"));
+        }
+        out.extend_from_slice(&raw[..size]);
+        raw = &raw[size + 2..];
+    }
+}

@@ -1,0 +1,311 @@
+//! The SQLite store: schema, the hash-chained audit log, the ledger, and read-only inspection.
+//!
+//! One database file (WAL mode, `synchronous = FULL`: a commit is on disk before it returns).
+//! Tables: `meta`, `experiments` (configuration, client token hash, the policy snapshot and the
+//! service's counters), `decisions`, `ledger` (release intents and budget charges) and `audit`
+//! (append-only, hash-chained; triggers refuse `UPDATE` and `DELETE`). **Protected data**: the
+//! decisions table and the audit log hold raw rewards, the snapshots hold raw reward sums.
+
+use anyhow::{Context, Result, bail};
+use rusqlite::{Connection, OptionalExtension, Transaction, params};
+use sha2::{Digest, Sha256};
+use std::path::Path;
+
+/// The schema version written in `meta`.
+pub const SCHEMA_VERSION: &str = "1";
+
+/// The `prev` hash of the first audit entry.
+pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+const SCHEMA: &str = r#"
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS experiments (
+    name TEXT PRIMARY KEY,
+    kind TEXT NOT NULL,
+    arms INTEGER NOT NULL,
+    config TEXT NOT NULL,
+    token_hash TEXT NOT NULL,
+    guarantee TEXT NOT NULL,
+    created TEXT NOT NULL,
+    snapshot BLOB NOT NULL,
+    issued INTEGER NOT NULL,
+    observed INTEGER NOT NULL,
+    commit_arm INTEGER,
+    commit_left INTEGER,
+    releases INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS decisions (
+    experiment TEXT NOT NULL,
+    id INTEGER NOT NULL,
+    arm INTEGER NOT NULL,
+    round INTEGER NOT NULL,
+    request_id TEXT,
+    issued TEXT NOT NULL,
+    reward REAL,
+    admitted REAL,
+    rewarded TEXT,
+    PRIMARY KEY (experiment, id)
+);
+CREATE UNIQUE INDEX IF NOT EXISTS decisions_request ON decisions (experiment, request_id)
+    WHERE request_id IS NOT NULL;
+CREATE TABLE IF NOT EXISTS ledger (
+    id INTEGER PRIMARY KEY,
+    experiment TEXT NOT NULL,
+    release INTEGER NOT NULL,
+    arm INTEGER NOT NULL,
+    rewards INTEGER NOT NULL,
+    measure TEXT NOT NULL,
+    cost REAL NOT NULL,
+    status TEXT NOT NULL,
+    created TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS audit (
+    seq INTEGER PRIMARY KEY,
+    ts TEXT NOT NULL,
+    experiment TEXT NOT NULL,
+    event TEXT NOT NULL,
+    body TEXT NOT NULL,
+    prev TEXT NOT NULL,
+    hash TEXT NOT NULL
+);
+CREATE TRIGGER IF NOT EXISTS audit_no_update BEFORE UPDATE ON audit
+    BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS audit_no_delete BEFORE DELETE ON audit
+    BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
+"#;
+
+/// Open (creating if needed) the database at `path` in WAL mode with full synchronous commits.
+///
+/// # Errors
+/// The file cannot be opened or is not a dpbandits-serve database of this schema version.
+pub fn open(path: &Path) -> Result<Connection> {
+    let conn = Connection::open(path).with_context(|| format!("--db {}", path.display()))?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        bail!("--db {}: SQLite refused WAL mode (got {mode})", path.display());
+    }
+    conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;")?;
+    conn.execute_batch(SCHEMA)
+        .with_context(|| format!("--db {}: not a dpbandits-serve database", path.display()))?;
+    let version: Option<String> = conn
+        .query_row("SELECT value FROM meta WHERE key = 'schema'", [], |r| r.get(0))
+        .optional()?;
+    match version.as_deref() {
+        None => {
+            conn.execute(
+                "INSERT INTO meta (key, value) VALUES ('schema', ?1)",
+                [SCHEMA_VERSION],
+            )?;
+        }
+        Some(SCHEMA_VERSION) => {}
+        Some(v) => bail!(
+            "--db {}: schema version {v}, this build reads version {SCHEMA_VERSION}",
+            path.display()
+        ),
+    }
+    Ok(conn)
+}
+
+/// Open an existing database read-only (verification, inspection).
+///
+/// # Errors
+/// The file does not exist or cannot be read.
+pub fn open_read_only(path: &Path) -> Result<Connection> {
+    if !path.exists() {
+        bail!("--db {}: no such file", path.display());
+    }
+    let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .with_context(|| format!("--db {}", path.display()))?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    Ok(conn)
+}
+
+/// Lowercase hex SHA-256.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    let d = Sha256::digest(bytes);
+    d.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The hash of one audit entry: SHA-256 over the previous hash and the entry's fields, each
+/// followed by a newline (fields never contain one unescaped: the body is compact JSON).
+pub fn entry_hash(prev: &str, seq: i64, ts: &str, experiment: &str, event: &str, body: &str) -> String {
+    sha256_hex(format!("{prev}\n{seq}\n{ts}\n{experiment}\n{event}\n{body}\n").as_bytes())
+}
+
+/// The current time, RFC 3339 UTC with microseconds.
+pub fn now() -> String {
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let secs = d.as_secs() as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60,
+        d.subsec_micros()
+    )
+}
+
+/// Append one entry to the audit chain inside `tx`.
+///
+/// # Errors
+/// SQLite errors.
+pub fn audit(tx: &Transaction<'_>, experiment: &str, event: &str, body: &serde_json::Value) -> Result<()> {
+    let last: Option<(i64, String)> = tx
+        .query_row(
+            "SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?;
+    let (seq, prev) = match last {
+        Some((s, h)) => (s + 1, h),
+        None => (1, GENESIS.to_string()),
+    };
+    let ts = now();
+    let body = body.to_string();
+    let hash = entry_hash(&prev, seq, &ts, experiment, event, &body);
+    tx.execute(
+        "INSERT INTO audit (seq, ts, experiment, event, body, prev, hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        params![seq, ts, experiment, event, body, prev, hash],
+    )?;
+    Ok(())
+}
+
+/// What `dpbandits audit-log verify` reports.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ChainReport {
+    /// Entries checked.
+    pub entries: u64,
+    /// The hash of the last entry (the chain's head; publish it to pin the log).
+    pub head: String,
+}
+
+/// Verify the audit chain of the database at `path`: sequence numbers 1, 2, ... without gaps,
+/// every `prev` equal to the previous entry's hash, every hash recomputed.
+///
+/// # Errors
+/// The first entry that does not verify, naming its sequence number and what differs.
+pub fn verify_chain(path: &Path) -> Result<ChainReport> {
+    let conn = open_read_only(path)?;
+    let mut stmt = conn
+        .prepare("SELECT seq, ts, experiment, event, body, prev, hash FROM audit ORDER BY seq")
+        .with_context(|| format!("--db {}: no audit table (not a dpbandits-serve database)", path.display()))?;
+    let mut rows = stmt.query([])?;
+    let mut prev_hash = GENESIS.to_string();
+    let mut expect_seq = 1i64;
+    let mut n = 0u64;
+    while let Some(r) = rows.next()? {
+        let seq: i64 = r.get(0)?;
+        let (ts, exp, event, body, prev, hash): (String, String, String, String, String, String) =
+            (r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?);
+        if seq != expect_seq {
+            bail!("audit entry seq = {seq}: expected seq = {expect_seq} (an entry is missing)");
+        }
+        if prev != prev_hash {
+            bail!("audit entry seq = {seq}: prev = {prev} does not match the hash of entry {} ({prev_hash})", seq - 1);
+        }
+        let want = entry_hash(&prev, seq, &ts, &exp, &event, &body);
+        if hash != want {
+            bail!("audit entry seq = {seq}: hash = {hash}, but its contents hash to {want} (the entry was changed)");
+        }
+        prev_hash = hash;
+        expect_seq += 1;
+        n += 1;
+    }
+    Ok(ChainReport {
+        entries: n,
+        head: prev_hash,
+    })
+}
+
+/// A read-only view of one experiment, for tests and operators (reads protected data: rewards).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Inspection {
+    /// Decisions issued (rows).
+    pub decisions: u64,
+    /// Rewarded decisions.
+    pub rewarded: u64,
+    /// `(decision_id, arm, reward as reported)` of every rewarded decision.
+    pub rewards: Vec<(u64, usize, f64)>,
+    /// The experiment row's counters: issued, observed, releases.
+    pub issued: u64,
+    /// Rewards applied to the policy according to the service's counter.
+    pub observed: u64,
+    /// Completed commitments (episodes) whose release was charged.
+    pub releases: u64,
+    /// Ledger rows by status: `charged`, `lost` (an intent that never completed: charged),
+    /// `intent` (open; only while the service runs).
+    pub ledger_charged: u64,
+    /// See `ledger_charged`.
+    pub ledger_lost: u64,
+    /// See `ledger_charged`.
+    pub ledger_open: u64,
+    /// Sum of the costs of charged and lost ledger rows.
+    pub ledger_total: f64,
+    /// The stored policy snapshot's state, as JSON.
+    pub policy_state: serde_json::Value,
+}
+
+/// Inspect experiment `name` in the database at `path` (read-only).
+///
+/// # Errors
+/// No such database or experiment.
+pub fn inspect(path: &Path, name: &str) -> Result<Inspection> {
+    let conn = open_read_only(path)?;
+    let (snapshot, issued, observed, releases): (Vec<u8>, i64, i64, i64) = conn
+        .query_row(
+            "SELECT snapshot, issued, observed, releases FROM experiments WHERE name = ?1",
+            [name],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+        )
+        .optional()?
+        .with_context(|| format!("experiment = {name:?}: not in --db {}", path.display()))?;
+    let snap = dpbandits::snapshot::Snapshot::decode(&snapshot)?;
+    let decisions: i64 =
+        conn.query_row("SELECT COUNT(*) FROM decisions WHERE experiment = ?1", [name], |r| r.get(0))?;
+    let mut stmt = conn.prepare(
+        "SELECT id, arm, reward FROM decisions WHERE experiment = ?1 AND reward IS NOT NULL ORDER BY id",
+    )?;
+    let rewards = stmt
+        .query_map([name], |r| Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as usize, r.get(2)?)))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let count = |status: &str| -> Result<u64> {
+        Ok(conn.query_row(
+            "SELECT COUNT(*) FROM ledger WHERE experiment = ?1 AND status = ?2",
+            [name, status],
+            |r| r.get::<_, i64>(0),
+        )? as u64)
+    };
+    let ledger_total: f64 = conn.query_row(
+        "SELECT COALESCE(SUM(cost), 0) FROM ledger WHERE experiment = ?1 AND status IN ('charged', 'lost')",
+        [name],
+        |r| r.get(0),
+    )?;
+    Ok(Inspection {
+        decisions: decisions as u64,
+        rewarded: rewards.len() as u64,
+        rewards,
+        issued: issued as u64,
+        observed: observed as u64,
+        releases: releases as u64,
+        ledger_charged: count("charged")?,
+        ledger_lost: count("lost")?,
+        ledger_open: count("intent")?,
+        ledger_total,
+        policy_state: serde_json::to_value(snap.state_value())?,
+    })
+}
