@@ -75,10 +75,20 @@ pub fn run(opts: ServeOptions) -> Result<()> {
         .worker_threads(2)
         .enable_all()
         .build()?;
-    rt.block_on(serve(opts))
+    rt.block_on(serve_until(opts, shutdown(), |_| ()))
 }
 
-async fn serve(opts: ServeOptions) -> Result<()> {
+/// Serve until `stop` completes (graceful), calling `bound` with the listening address once the
+/// socket is bound. [`run`] is this with SIGTERM/SIGINT as `stop`; embedders (the benchmark)
+/// pass their own future.
+///
+/// # Errors
+/// The database cannot be opened or the address cannot be bound.
+pub async fn serve_until(
+    opts: ServeOptions,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+    bound: impl FnOnce(SocketAddr),
+) -> Result<()> {
     let service = service::Service::open(&opts.db, &opts.admin_token)?;
     let experiments = service.experiment_count();
     let state = Arc::new(Mutex::new(service));
@@ -90,8 +100,9 @@ async fn serve(opts: ServeOptions) -> Result<()> {
         "listening",
         serde_json::json!({"addr": addr.to_string(), "db": opts.db.display().to_string(), "experiments": experiments}),
     );
+    bound(addr);
     axum::serve(listener, api::router(state))
-        .with_graceful_shutdown(shutdown())
+        .with_graceful_shutdown(stop)
         .await?;
     api::log("stopped", serde_json::json!({}));
     Ok(())

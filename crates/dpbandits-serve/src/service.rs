@@ -702,3 +702,96 @@ fn fill_os(buf: &mut [u8]) -> ApiResult<()> {
         .try_fill_bytes(buf)
         .map_err(|e| ApiError::internal(format!("the operating system's entropy source failed: {e}")))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ADMIN: &str = "unit-admin-token-0123456789";
+
+    fn create(s: &mut Service) {
+        s.create(CreateRequest {
+            name: "t".into(),
+            arms: 2,
+            policy: json!({"kind": "adac_ucb", "rho": 0.5}),
+            allow_non_private: false,
+            seed: None,
+        })
+        .unwrap();
+    }
+
+    fn pair(s: &mut Service, reward: f64) {
+        let d = s.decide("t", None).unwrap();
+        let id = d["decision_id"].as_u64().unwrap();
+        assert_eq!(s.reward("t", id, reward).unwrap()["status"], "applied");
+    }
+
+    /// A crash between a release intent and its state change (simulated: the intent row is
+    /// committed, the reward is not) leaves a charged `lost` row after the restart; the redo is
+    /// charged again, and the effective budget doubles.
+    #[test]
+    fn a_lost_release_is_charged_and_its_redo_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("s.sqlite");
+        let mut s = Service::open(&db, ADMIN).unwrap();
+        create(&mut s);
+        pair(&mut s, 1.0);
+        pair(&mut s, 0.0); // two initial episodes of one round: two releases
+        let d = s.decide("t", None).unwrap();
+        let id = d["decision_id"].as_u64().unwrap();
+        let arm = d["arm"].as_i64().unwrap();
+        assert_eq!(s.status("t").unwrap()["commitment"]["rounds_left"], 1);
+        // What `reward` commits before drawing the release, then the process dies.
+        s.conn
+            .execute(
+                "INSERT INTO ledger (experiment, release, arm, rewards, measure, cost, status, created)
+                 VALUES ('t', 3, ?1, 0, 'rho', 0.5, 'intent', 'x')",
+                [arm],
+            )
+            .unwrap();
+        drop(s);
+        let mut s = Service::open(&db, ADMIN).unwrap();
+        let l = s.ledger_rows("t").unwrap();
+        assert_eq!(l["charges"], 3, "{l}");
+        assert_eq!(l["rows"][2]["status"], "lost");
+        assert_eq!(s.status("t").unwrap()["pending"], 1);
+        assert_eq!(s.reward("t", id, 0.5).unwrap()["status"], "applied");
+        assert_eq!(s.reward("t", id, 0.5).unwrap()["status"], "duplicate");
+        let l = s.ledger_rows("t").unwrap();
+        assert_eq!(l["charges"], 4, "{l}");
+        assert_eq!(l["charged_total"], 2.0);
+        assert_eq!(l["max_charges_per_release"], 2);
+        assert_eq!(l["effective_budget"]["value"], 1.0);
+        drop(s);
+        let chain = store::verify_chain(&db).unwrap();
+        assert!(chain.entries > 10);
+        let ins = store::inspect(&db, "t").unwrap();
+        assert_eq!((ins.ledger_charged, ins.ledger_lost, ins.releases), (3, 1, 3));
+    }
+
+    /// The audit chain detects an edited entry (the triggers are dropped first, as an attacker
+    /// with file access could), and names it.
+    #[test]
+    fn an_edited_audit_entry_is_detected() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("s.sqlite");
+        let mut s = Service::open(&db, ADMIN).unwrap();
+        create(&mut s);
+        pair(&mut s, 1.0);
+        pair(&mut s, 1.0);
+        assert!(
+            s.conn
+                .execute("UPDATE audit SET body = '{}' WHERE seq = 2", [])
+                .unwrap_err()
+                .to_string()
+                .contains("append-only")
+        );
+        assert!(s.conn.execute("DELETE FROM audit WHERE seq = 2", []).is_err());
+        s.conn
+            .execute_batch("DROP TRIGGER audit_no_update; UPDATE audit SET body = '{\"arm\":1}' WHERE seq = 3;")
+            .unwrap();
+        drop(s);
+        let e = store::verify_chain(&db).unwrap_err().to_string();
+        assert!(e.starts_with("audit entry seq = 3"), "{e}");
+    }
+}

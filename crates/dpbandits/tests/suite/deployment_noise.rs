@@ -235,7 +235,7 @@ fn deployment_noise_snapshots_as_a_marker() {
 fn restored_deployment_noise_is_fresh() {
     let mut dep = AdaCUcbConfig::private(0.5);
     dep.noise = NoiseKind::Deployment;
-    let mut p = dep.build(4, 1).unwrap();
+    let p = dep.build(4, 1).unwrap();
     let snap = p.snapshot().unwrap();
     let run = |snap: &Snapshot| -> String {
         let mut q = registry::restore_finite(snap).unwrap();
@@ -246,5 +246,4 @@ fn restored_deployment_noise_is_fresh() {
         q.snapshot().unwrap().to_json().unwrap()
     };
     assert_ne!(run(&snap), run(&snap));
-    let _ = p.choose(0);
 }

@@ -1,0 +1,121 @@
+//! Decision-service benchmark (docs/perf.md): decisions per second and p50/p99 latency of the
+//! decision and reward requests, for 1 and 8 concurrent clients, durability on (WAL,
+//! `synchronous = FULL`: every response waits for its commit to reach the disk).
+//!
+//! `cargo run --release -p dpbandits-serve --example bench [-- PAIRS [DIR]]`: PAIRS decision +
+//! reward pairs per configuration (default 2000); the database goes in DIR (default: a
+//! temporary folder under the system's temp dir; put it on the disk you mean to measure).
+//! One HTTP/1.1 connection per request, over loopback.
+
+use dpbandits_serve::client::request;
+use dpbandits_serve::{ServeOptions, serve_until};
+use serde_json::json;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+const ADMIN: &str = "bench-admin-token-0123456789";
+const T: Duration = Duration::from_secs(30);
+
+fn pct(v: &mut [f64], p: f64) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[((v.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn main() -> anyhow::Result<()> {
+    let mut args = std::env::args().skip(1);
+    let pairs: u64 = args.next().map_or(Ok(2000), |a| a.parse())?;
+    let base = args.next().map_or_else(std::env::temp_dir, Into::into);
+    let dir = tempfile::Builder::new().prefix("dpb-bench").tempdir_in(base)?;
+    let db = dir.path().join("bench.sqlite");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let opts = ServeOptions {
+        db: db.clone(),
+        listen: "127.0.0.1:0".parse()?,
+        admin_token: ADMIN.into(),
+    };
+    let server = std::thread::spawn(move || -> anyhow::Result<()> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()?;
+        rt.block_on(serve_until(
+            opts,
+            async move {
+                let _ = stop_rx.await;
+            },
+            move |a| tx.send(a).expect("bench alive"),
+        ))
+    });
+    let addr: SocketAddr = rx.recv_timeout(T)?;
+    println!("database: {} (durability on: WAL, synchronous = FULL)", db.display());
+    println!("| clients | decisions | decisions/s | decision p50 ms | decision p99 ms | reward p50 ms | reward p99 ms | 409 retries |");
+    println!("|---|---|---|---|---|---|---|---|");
+    for clients in [1u64, 8] {
+        let name = format!("bench{clients}");
+        let r = request(
+            addr,
+            "POST",
+            "/v1/experiments",
+            Some(ADMIN),
+            Some(json!({"name": name, "arms": 3, "policy": "kind = \"adac_ucb\"\nrho = 0.5"}).to_string().as_bytes()),
+            T,
+        )?;
+        anyhow::ensure!(r.status == 201, "create: {}", r.body);
+        let token = r.json()["client_token"].as_str().unwrap_or_default().to_string();
+        let retries = Arc::new(AtomicU64::new(0));
+        let start = Instant::now();
+        let handles: Vec<_> = (0..clients)
+            .map(|c| {
+                let (token, name, retries) = (token.clone(), name.clone(), retries.clone());
+                let n = pairs / clients + u64::from(c < pairs % clients);
+                std::thread::spawn(move || -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
+                    let (mut dl, mut rl) = (vec![], vec![]);
+                    for i in 0..n {
+                        let id = loop {
+                            let t = Instant::now();
+                            let r = request(addr, "POST", &format!("/v1/experiments/{name}/decisions"), Some(&token), Some(b"{}"), T)?;
+                            if r.status == 409 {
+                                retries.fetch_add(1, Ordering::Relaxed);
+                                std::thread::sleep(Duration::from_micros(500));
+                                continue;
+                            }
+                            anyhow::ensure!(r.status == 200, "decision: {}", r.body);
+                            dl.push(t.elapsed().as_secs_f64() * 1e3);
+                            break r.json()["decision_id"].as_u64().unwrap_or(0);
+                        };
+                        let reward = ((id + i) % 10) as f64 / 10.0;
+                        let t = Instant::now();
+                        let body = json!({"decision_id": id, "reward": reward}).to_string();
+                        let r = request(addr, "POST", &format!("/v1/experiments/{name}/rewards"), Some(&token), Some(body.as_bytes()), T)?;
+                        anyhow::ensure!(r.status == 200, "reward: {}", r.body);
+                        rl.push(t.elapsed().as_secs_f64() * 1e3);
+                    }
+                    Ok((dl, rl))
+                })
+            })
+            .collect();
+        let (mut dl, mut rl) = (vec![], vec![]);
+        for h in handles {
+            let (d, r) = h.join().map_err(|_| anyhow::anyhow!("client panicked"))??;
+            dl.extend(d);
+            rl.extend(r);
+        }
+        let secs = start.elapsed().as_secs_f64();
+        println!(
+            "| {clients} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {:.2} | {} |",
+            dl.len(),
+            dl.len() as f64 / secs,
+            pct(&mut dl, 0.5),
+            pct(&mut dl, 0.99),
+            pct(&mut rl, 0.5),
+            pct(&mut rl, 0.99),
+            retries.load(Ordering::Relaxed)
+        );
+    }
+    let _ = stop_tx.send(());
+    server.join().map_err(|_| anyhow::anyhow!("server panicked"))??;
+    Ok(())
+}
