@@ -57,10 +57,7 @@ pub fn audit_log(cmd: AuditLogCommand) -> Result<ExitCode> {
     match cmd {
         AuditLogCommand::Verify { db } => match dpbandits_serve::store::verify_chain(&db) {
             Ok(r) => {
-                println!(
-                    "audit log verified: {} entries, head {}",
-                    r.entries, r.head
-                );
+                println!("audit log verified: {} entries, head {}", r.entries, r.head);
                 Ok(ExitCode::SUCCESS)
             }
             Err(e) => {

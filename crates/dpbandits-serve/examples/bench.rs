@@ -27,7 +27,9 @@ fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
     let pairs: u64 = args.next().map_or(Ok(2000), |a| a.parse())?;
     let base = args.next().map_or_else(std::env::temp_dir, Into::into);
-    let dir = tempfile::Builder::new().prefix("dpb-bench").tempdir_in(base)?;
+    let dir = tempfile::Builder::new()
+        .prefix("dpb-bench")
+        .tempdir_in(base)?;
     let db = dir.path().join("bench.sqlite");
     let (tx, rx) = std::sync::mpsc::channel();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -50,8 +52,13 @@ fn main() -> anyhow::Result<()> {
         ))
     });
     let addr: SocketAddr = rx.recv_timeout(T)?;
-    println!("database: {} (durability on: WAL, synchronous = FULL)", db.display());
-    println!("| clients | decisions | decisions/s | decision p50 ms | decision p99 ms | reward p50 ms | reward p99 ms | 409 retries |");
+    println!(
+        "database: {} (durability on: WAL, synchronous = FULL)",
+        db.display()
+    );
+    println!(
+        "| clients | decisions | decisions/s | decision p50 ms | decision p99 ms | reward p50 ms | reward p99 ms | 409 retries |"
+    );
     println!("|---|---|---|---|---|---|---|---|");
     for clients in [1u64, 8] {
         let name = format!("bench{clients}");
@@ -60,11 +67,18 @@ fn main() -> anyhow::Result<()> {
             "POST",
             "/v1/experiments",
             Some(ADMIN),
-            Some(json!({"name": name, "arms": 3, "policy": "kind = \"adac_ucb\"\nrho = 0.5"}).to_string().as_bytes()),
+            Some(
+                json!({"name": name, "arms": 3, "policy": "kind = \"adac_ucb\"\nrho = 0.5"})
+                    .to_string()
+                    .as_bytes(),
+            ),
             T,
         )?;
         anyhow::ensure!(r.status == 201, "create: {}", r.body);
-        let token = r.json()["client_token"].as_str().unwrap_or_default().to_string();
+        let token = r.json()["client_token"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
         let retries = Arc::new(AtomicU64::new(0));
         let start = Instant::now();
         let handles: Vec<_> = (0..clients)
@@ -76,7 +90,14 @@ fn main() -> anyhow::Result<()> {
                     for i in 0..n {
                         let id = loop {
                             let t = Instant::now();
-                            let r = request(addr, "POST", &format!("/v1/experiments/{name}/decisions"), Some(&token), Some(b"{}"), T)?;
+                            let r = request(
+                                addr,
+                                "POST",
+                                &format!("/v1/experiments/{name}/decisions"),
+                                Some(&token),
+                                Some(b"{}"),
+                                T,
+                            )?;
                             if r.status == 409 {
                                 retries.fetch_add(1, Ordering::Relaxed);
                                 std::thread::sleep(Duration::from_micros(500));
@@ -89,7 +110,14 @@ fn main() -> anyhow::Result<()> {
                         let reward = ((id + i) % 10) as f64 / 10.0;
                         let t = Instant::now();
                         let body = json!({"decision_id": id, "reward": reward}).to_string();
-                        let r = request(addr, "POST", &format!("/v1/experiments/{name}/rewards"), Some(&token), Some(body.as_bytes()), T)?;
+                        let r = request(
+                            addr,
+                            "POST",
+                            &format!("/v1/experiments/{name}/rewards"),
+                            Some(&token),
+                            Some(body.as_bytes()),
+                            T,
+                        )?;
                         anyhow::ensure!(r.status == 200, "reward: {}", r.body);
                         rl.push(t.elapsed().as_secs_f64() * 1e3);
                     }
@@ -116,6 +144,8 @@ fn main() -> anyhow::Result<()> {
         );
     }
     let _ = stop_tx.send(());
-    server.join().map_err(|_| anyhow::anyhow!("server panicked"))??;
+    server
+        .join()
+        .map_err(|_| anyhow::anyhow!("server panicked"))??;
     Ok(())
 }

@@ -86,7 +86,8 @@ async fn with_service<T: Send + 'static>(
 
 fn done(route: &str, started: Instant, r: ApiResult<Value>, fields: Value) -> Response {
     let status = r.as_ref().map_or_else(|e| e.status, |_| 200);
-    let mut f = json!({"route": route, "status": status, "micros": started.elapsed().as_micros() as u64});
+    let mut f =
+        json!({"route": route, "status": status, "micros": started.elapsed().as_micros() as u64});
     if let (Some(o), Value::Object(extra)) = (f.as_object_mut(), fields) {
         o.extend(extra);
     }
@@ -122,8 +123,8 @@ fn object(body: &Bytes, allowed: &[&str]) -> ApiResult<Map<String, Value>> {
 
 fn short(v: &Value) -> String {
     let s = v.to_string();
-    if s.len() > 60 {
-        format!("{}...", &s[..s.floor_char_boundary(60)])
+    if s.chars().count() > 60 {
+        format!("{}...", s.chars().take(60).collect::<String>())
     } else {
         s
     }
@@ -166,7 +167,10 @@ async fn create(State(state): State<Shared>, headers: HeaderMap, body: Bytes) ->
     let token = bearer(&headers);
     let r = with_service(&state, move |s| {
         if s.authenticate(token.as_deref(), None)? != Caller::Admin {
-            return Err(ApiError::new(401, "authorization: the admin token is required"));
+            return Err(ApiError::new(
+                401,
+                "authorization: the admin token is required",
+            ));
         }
         let m = object(
             &body,
@@ -174,11 +178,20 @@ async fn create(State(state): State<Shared>, headers: HeaderMap, body: Bytes) ->
         )?;
         let name = match m.get("name") {
             Some(Value::String(s)) => s.clone(),
-            Some(v) => return Err(ApiError::invalid(format!("name = {}: expected a string", short(v)))),
+            Some(v) => {
+                return Err(ApiError::invalid(format!(
+                    "name = {}: expected a string",
+                    short(v)
+                )));
+            }
             None => return Err(ApiError::invalid("name = (missing): expected a string")),
         };
         let arms = required("arms", u64_field(&m, "arms")?, "an integer >= 1")?;
-        let policy = required("policy", m.get("policy").cloned(), "a TOML table as text or a JSON object")?;
+        let policy = required(
+            "policy",
+            m.get("policy").cloned(),
+            "a TOML table as text or a JSON object",
+        )?;
         let allow_non_private = match m.get("allow_non_private") {
             None => false,
             Some(Value::Bool(b)) => *b,
@@ -200,14 +213,21 @@ async fn create(State(state): State<Shared>, headers: HeaderMap, body: Bytes) ->
     })
     .await;
     let status = r.as_ref().map_or_else(|e| e.status, |_| 201);
-    log("request", json!({"route": "create", "status": status, "micros": t.elapsed().as_micros() as u64}));
+    log(
+        "request",
+        json!({"route": "create", "status": status, "micros": t.elapsed().as_micros() as u64}),
+    );
     match r {
         Ok(v) => (StatusCode::CREATED, axum::Json(v)).into_response(),
         Err(e) => e.into_response(),
     }
 }
 
-async fn status(State(state): State<Shared>, Path(name): Path<String>, headers: HeaderMap) -> Response {
+async fn status(
+    State(state): State<Shared>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Response {
     let t = Instant::now();
     let token = bearer(&headers);
     let n = name.clone();
@@ -219,7 +239,11 @@ async fn status(State(state): State<Shared>, Path(name): Path<String>, headers: 
     done("status", t, r, json!({"experiment": name}))
 }
 
-async fn ledger(State(state): State<Shared>, Path(name): Path<String>, headers: HeaderMap) -> Response {
+async fn ledger(
+    State(state): State<Shared>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Response {
     let t = Instant::now();
     let token = bearer(&headers);
     let n = name.clone();
@@ -275,7 +299,11 @@ async fn reward(
     let r = with_service(&state, move |s| {
         s.authenticate(token.as_deref(), Some(&n))?;
         let m = object(&body, &["decision_id", "reward"])?;
-        let id = required("decision_id", u64_field(&m, "decision_id")?, "a decision_id this experiment issued")?;
+        let id = required(
+            "decision_id",
+            u64_field(&m, "decision_id")?,
+            "a decision_id this experiment issued",
+        )?;
         let reward = match m.get("reward") {
             Some(Value::Number(x)) => x.as_f64().filter(|x| x.is_finite()).ok_or_else(|| {
                 ApiError::invalid(format!("reward = {x}: expected a finite number"))
@@ -286,14 +314,20 @@ async fn reward(
                     short(v)
                 )));
             }
-            None => return Err(ApiError::invalid("reward = (missing): expected a finite number")),
+            None => {
+                return Err(ApiError::invalid(
+                    "reward = (missing): expected a finite number",
+                ));
+            }
         };
         s.reward(&n, id, reward)
     })
     .await;
     // The log names the decision and the outcome, never the reward.
     let fields = match &r {
-        Ok(v) => json!({"experiment": name, "decision_id": v["decision_id"], "outcome": v["status"]}),
+        Ok(v) => {
+            json!({"experiment": name, "decision_id": v["decision_id"], "outcome": v["status"]})
+        }
         Err(_) => json!({"experiment": name}),
     };
     done("reward", t, r, fields)
@@ -315,7 +349,10 @@ async fn audit(
     let token = bearer(&headers);
     let r = with_service(&state, move |s| {
         if s.authenticate(token.as_deref(), None)? != Caller::Admin {
-            return Err(ApiError::new(401, "authorization: the admin token is required"));
+            return Err(ApiError::new(
+                401,
+                "authorization: the admin token is required",
+            ));
         }
         let Query(q) = q.map_err(|e| {
             ApiError::bad(format!(
@@ -324,7 +361,9 @@ async fn audit(
         })?;
         let limit = q.limit.unwrap_or(1000);
         if !(1..=10_000).contains(&limit) {
-            return Err(ApiError::invalid(format!("limit = {limit}: expected 1..=10000")));
+            return Err(ApiError::invalid(format!(
+                "limit = {limit}: expected 1..=10000"
+            )));
         }
         s.audit_export(q.experiment.as_deref(), q.after.unwrap_or(0), limit)
     })

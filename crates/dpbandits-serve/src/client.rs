@@ -82,7 +82,9 @@ fn parse(buf: &[u8]) -> std::io::Result<Reply> {
             if k.eq_ignore_ascii_case("retry-after") {
                 retry_after = Some(v.trim().to_string());
             }
-            if k.eq_ignore_ascii_case("transfer-encoding") && v.trim().eq_ignore_ascii_case("chunked") {
+            if k.eq_ignore_ascii_case("transfer-encoding")
+                && v.trim().eq_ignore_ascii_case("chunked")
+            {
                 chunked = true;
             }
         }
@@ -104,7 +106,9 @@ fn dechunk(mut raw: &[u8]) -> std::io::Result<Vec<u8>> {
             .position(|w| w == b"\r\n")
             .ok_or_else(|| bad("truncated chunk"))?;
         let size = usize::from_str_radix(
-            std::str::from_utf8(&raw[..eol]).map_err(|_| bad("chunk size"))?.trim(),
+            std::str::from_utf8(&raw[..eol])
+                .map_err(|_| bad("chunk size"))?
+                .trim(),
             16,
         )
         .map_err(|_| bad("chunk size"))?;

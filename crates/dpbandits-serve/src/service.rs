@@ -131,7 +131,11 @@ pub enum Caller {
 
 /// Constant-time comparison of two equal-length hex digests.
 fn same(a: &str, b: &str) -> bool {
-    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
 }
 
 /// The per-release cost and measure of a guarantee (`rho` of zCDP, `epsilon` of pure or approximate
@@ -177,7 +181,10 @@ fn policy_table(v: &Value) -> ApiResult<toml::Table> {
     }
 }
 
-fn parse_finite(entry: &registry::PolicyEntry, t: toml::Table) -> dpbandits::Result<Box<dyn PolicyConfig>> {
+fn parse_finite(
+    entry: &registry::PolicyEntry,
+    t: toml::Table,
+) -> dpbandits::Result<Box<dyn PolicyConfig>> {
     match entry.build(t)? {
         Built::Finite(c) => Ok(c),
         _ => Err(dpbandits::Error::Config("not a finite-armed kind".into())),
@@ -189,14 +196,19 @@ fn parse_finite(entry: &registry::PolicyEntry, t: toml::Table) -> dpbandits::Res
 fn parse_policy(mut t: toml::Table, allow_non_private: bool) -> ApiResult<Box<dyn PolicyConfig>> {
     let kind = match t.remove("kind") {
         Some(toml::Value::String(k)) => k,
-        Some(v) => return Err(ApiError::invalid(format!("policy.kind = {v}: expected a string"))),
+        Some(v) => {
+            return Err(ApiError::invalid(format!(
+                "policy.kind = {v}: expected a string"
+            )));
+        }
         None => {
             return Err(ApiError::invalid(
                 "policy.kind = (missing): expected a registry kind (`dpbandits list`)",
             ));
         }
     };
-    let entry = registry::policy(&kind).map_err(|e| ApiError::invalid(format!("policy.kind: {e}")))?;
+    let entry =
+        registry::policy(&kind).map_err(|e| ApiError::invalid(format!("policy.kind: {e}")))?;
     if entry.setting() != Setting::FiniteArmed {
         return Err(ApiError::invalid(format!(
             "policy.kind = {kind:?}: a {} kind; the service runs finite-armed kinds only",
@@ -263,8 +275,10 @@ impl Service {
             let mut stmt = tx.prepare(
                 "SELECT id, experiment, release, arm, cost FROM ledger WHERE status = 'intent' ORDER BY id",
             )?;
-            stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))?
-                .collect::<rusqlite::Result<_>>()?
+            stmt.query_map([], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+            })?
+            .collect::<rusqlite::Result<_>>()?
         };
         for (id, exp, release, arm, cost) in open {
             tx.execute("UPDATE ledger SET status = 'lost' WHERE id = ?1", [id])?;
@@ -297,8 +311,9 @@ impl Service {
             for row in rows {
                 let (name, snap, token_hash, issued, observed, carm, cleft, releases) = row?;
                 let snap = Snapshot::decode(&snap)?;
-                let policy = registry::restore_finite(&snap)
-                    .with_context(|| format!("experiment {name:?}: its snapshot does not restore"))?;
+                let policy = registry::restore_finite(&snap).with_context(|| {
+                    format!("experiment {name:?}: its snapshot does not restore")
+                })?;
                 let guarantee = policy.guarantee();
                 let kind = snap.kind().to_string();
                 let commit = match (carm, cleft) {
@@ -350,9 +365,9 @@ impl Service {
     }
 
     fn experiment(&self, name: &str) -> ApiResult<&Experiment> {
-        self.experiments
-            .get(name)
-            .ok_or_else(|| ApiError::not_found(format!("experiment = {name:?}: no such experiment")))
+        self.experiments.get(name).ok_or_else(|| {
+            ApiError::not_found(format!("experiment = {name:?}: no such experiment"))
+        })
     }
 
     /// Create an experiment; returns the response body (with the client token, shown once).
@@ -361,7 +376,10 @@ impl Service {
         dpbandits::error::check::arms("arms", req.arms)
             .map_err(|e| ApiError::invalid(e.to_string()))?;
         if self.experiments.contains_key(&req.name) {
-            return Err(ApiError::new(409, format!("name = {:?}: an experiment of that name exists", req.name)));
+            return Err(ApiError::new(
+                409,
+                format!("name = {:?}: an experiment of that name exists", req.name),
+            ));
         }
         let table = policy_table(&req.policy)?;
         let cfg = parse_policy(table.clone(), req.allow_non_private)?;
@@ -420,8 +438,10 @@ impl Service {
                 releases: 0,
             },
         );
-        Ok(json!({"experiment": req.name, "kind": cfg.kind(), "label": cfg.label(), "arms": req.arms,
-                  "client_token": token, "guarantee": g}))
+        Ok(
+            json!({"experiment": req.name, "kind": cfg.kind(), "label": cfg.label(), "arms": req.arms,
+                  "client_token": token, "guarantee": g}),
+        )
     }
 
     /// Issue a decision. A repeated `request_id` returns the decision it already got.
@@ -469,7 +489,12 @@ impl Service {
             }
         };
         let snapshot = match opened {
-            Some(_) => Some(e.policy.snapshot().and_then(|s| s.to_cbor()).map_err(ApiError::internal)?),
+            Some(_) => Some(
+                e.policy
+                    .snapshot()
+                    .and_then(|s| s.to_cbor())
+                    .map_err(ApiError::internal)?,
+            ),
             None => None,
         };
         let id = e.issued + 1;
@@ -483,15 +508,28 @@ impl Service {
                 "UPDATE experiments SET snapshot = ?2, issued = ?3, commit_arm = ?4, commit_left = ?5 WHERE name = ?1",
                 params![name, s, id as i64, commit.0 as i64, commit.1 as i64],
             )?;
-            store::audit(&tx, name, "commitment", &json!({"arm": arm, "rounds": commit.1, "at_round": e.observed}))?;
+            store::audit(
+                &tx,
+                name,
+                "commitment",
+                &json!({"arm": arm, "rounds": commit.1, "at_round": e.observed}),
+            )?;
         } else {
-            tx.execute("UPDATE experiments SET issued = ?2 WHERE name = ?1", params![name, id as i64])?;
+            tx.execute(
+                "UPDATE experiments SET issued = ?2 WHERE name = ?1",
+                params![name, id as i64],
+            )?;
         }
         tx.execute(
             "INSERT INTO decisions (experiment, id, arm, round, request_id, issued) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             params![name, id as i64, arm as i64, e.issued as i64, request_id, store::now()],
         )?;
-        store::audit(&tx, name, "decision", &json!({"decision_id": id, "arm": arm}))?;
+        store::audit(
+            &tx,
+            name,
+            "decision",
+            &json!({"decision_id": id, "arm": arm}),
+        )?;
         if let Err(err) = tx.commit() {
             // The policy chose in memory but nothing was stored: restore the stored state.
             if opened.is_some() {
@@ -507,9 +545,11 @@ impl Service {
 
     /// Reload one experiment's policy from the database (after a failed commit).
     fn reload(&mut self, name: &str) -> ApiResult<()> {
-        let snap: Vec<u8> =
-            self.conn
-                .query_row("SELECT snapshot FROM experiments WHERE name = ?1", [name], |r| r.get(0))?;
+        let snap: Vec<u8> = self.conn.query_row(
+            "SELECT snapshot FROM experiments WHERE name = ?1",
+            [name],
+            |r| r.get(0),
+        )?;
         let snap = Snapshot::decode(&snap).map_err(ApiError::internal)?;
         let p = registry::restore_finite(&snap).map_err(ApiError::internal)?;
         if let Some(e) = self.experiments.get_mut(name) {
@@ -541,11 +581,15 @@ impl Service {
         let e = self.experiments.get_mut(name).expect("checked above");
         // The policy's own boundary admits the reward first (clip, or refuse in reject mode);
         // a refused reward changes nothing and the decision stays pending.
-        let admitted = e.policy.boundary().single(reward).map_err(|err| {
-            ApiError::invalid(format!("reward: {err}"))
-        })?;
+        let admitted = e
+            .policy
+            .boundary()
+            .single(reward)
+            .map_err(|err| ApiError::invalid(format!("reward: {err}")))?;
         let clipped = admitted.sum() != reward;
-        let (carm, left) = e.commit.ok_or_else(|| ApiError::internal("a pending decision without a commitment"))?;
+        let (carm, left) = e
+            .commit
+            .ok_or_else(|| ApiError::internal("a pending decision without a commitment"))?;
         debug_assert_eq!(carm, arm);
         let completes = left == 1;
         let cost = cost_of(&e.guarantee);
@@ -570,9 +614,17 @@ impl Service {
         if let Err(err) = e.policy.observe(arm, reward) {
             return Err(ApiError::invalid(format!("reward: {err}")));
         }
-        let snap = e.policy.snapshot().and_then(|s| s.to_cbor()).map_err(ApiError::internal)?;
+        let snap = e
+            .policy
+            .snapshot()
+            .and_then(|s| s.to_cbor())
+            .map_err(ApiError::internal)?;
         let observed = e.observed + 1;
-        let commit = if completes { None } else { Some((arm, left - 1)) };
+        let commit = if completes {
+            None
+        } else {
+            Some((arm, left - 1))
+        };
         let releases = if completes { release_no } else { e.releases };
         let result: ApiResult<()> = (|| {
             let tx = conn.transaction()?;
@@ -591,7 +643,12 @@ impl Service {
                 &json!({"decision_id": decision_id, "arm": arm, "reward": reward, "admitted": admitted.sum()}),
             )?;
             if completes {
-                store::audit(&tx, name, "release", &json!({"release": release_no, "arm": arm, "episode_rounds": "complete"}))?;
+                store::audit(
+                    &tx,
+                    name,
+                    "release",
+                    &json!({"release": release_no, "arm": arm, "episode_rounds": "complete"}),
+                )?;
             }
             if let Some((id, measure, c)) = intent {
                 tx.execute("UPDATE ledger SET status = 'charged' WHERE id = ?1", [id])?;
@@ -636,11 +693,14 @@ impl Service {
         for r in &rows {
             if r["status"] != "intent" {
                 total += r["cost"].as_f64().unwrap_or(0.0);
-                *per_release.entry(r["release"].as_i64().unwrap_or(0)).or_default() += 1;
+                *per_release
+                    .entry(r["release"].as_i64().unwrap_or(0))
+                    .or_default() += 1;
             }
         }
         let multiplicity = per_release.values().copied().max().unwrap_or(0);
-        let effective = cost_of(&e.guarantee).map(|(m, c)| json!({"measure": m, "value": c * multiplicity.max(1) as f64}));
+        let effective = cost_of(&e.guarantee)
+            .map(|(m, c)| json!({"measure": m, "value": c * multiplicity.max(1) as f64}));
         Ok(json!({
             "charged_total": total,
             "charges": rows.iter().filter(|r| r["status"] != "intent").count(),
@@ -678,7 +738,12 @@ impl Service {
     }
 
     /// The audit log (admin only): entries after `after`, at most `limit`.
-    pub fn audit_export(&self, experiment: Option<&str>, after: i64, limit: i64) -> ApiResult<Value> {
+    pub fn audit_export(
+        &self,
+        experiment: Option<&str>,
+        after: i64,
+        limit: i64,
+    ) -> ApiResult<Value> {
         let mut stmt = self.conn.prepare(
             "SELECT seq, ts, experiment, event, body, prev, hash FROM audit
              WHERE seq > ?1 AND (?2 IS NULL OR experiment = ?2) ORDER BY seq LIMIT ?3",
@@ -698,9 +763,9 @@ impl Service {
 /// Fill `buf` from the operating system's entropy source.
 fn fill_os(buf: &mut [u8]) -> ApiResult<()> {
     use rand::TryRng;
-    rand::rngs::SysRng
-        .try_fill_bytes(buf)
-        .map_err(|e| ApiError::internal(format!("the operating system's entropy source failed: {e}")))
+    rand::rngs::SysRng.try_fill_bytes(buf).map_err(|e| {
+        ApiError::internal(format!("the operating system's entropy source failed: {e}"))
+    })
 }
 
 #[cfg(test)]
@@ -766,7 +831,10 @@ mod tests {
         let chain = store::verify_chain(&db).unwrap();
         assert!(chain.entries > 10);
         let ins = store::inspect(&db, "t").unwrap();
-        assert_eq!((ins.ledger_charged, ins.ledger_lost, ins.releases), (3, 1, 3));
+        assert_eq!(
+            (ins.ledger_charged, ins.ledger_lost, ins.releases),
+            (3, 1, 3)
+        );
     }
 
     /// The audit chain detects an edited entry (the triggers are dropped first, as an attacker
@@ -786,7 +854,11 @@ mod tests {
                 .to_string()
                 .contains("append-only")
         );
-        assert!(s.conn.execute("DELETE FROM audit WHERE seq = 2", []).is_err());
+        assert!(
+            s.conn
+                .execute("DELETE FROM audit WHERE seq = 2", [])
+                .is_err()
+        );
         s.conn
             .execute_batch("DROP TRIGGER audit_no_update; UPDATE audit SET body = '{\"arm\":1}' WHERE seq = 3;")
             .unwrap();

@@ -83,13 +83,18 @@ pub fn open(path: &Path) -> Result<Connection> {
     conn.busy_timeout(std::time::Duration::from_secs(5))?;
     let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
     if !mode.eq_ignore_ascii_case("wal") {
-        bail!("--db {}: SQLite refused WAL mode (got {mode})", path.display());
+        bail!(
+            "--db {}: SQLite refused WAL mode (got {mode})",
+            path.display()
+        );
     }
     conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;")?;
     conn.execute_batch(SCHEMA)
         .with_context(|| format!("--db {}: not a dpbandits-serve database", path.display()))?;
     let version: Option<String> = conn
-        .query_row("SELECT value FROM meta WHERE key = 'schema'", [], |r| r.get(0))
+        .query_row("SELECT value FROM meta WHERE key = 'schema'", [], |r| {
+            r.get(0)
+        })
         .optional()?;
     match version.as_deref() {
         None => {
@@ -129,7 +134,14 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 
 /// The hash of one audit entry: SHA-256 over the previous hash and the entry's fields, each
 /// followed by a newline (fields never contain one unescaped: the body is compact JSON).
-pub fn entry_hash(prev: &str, seq: i64, ts: &str, experiment: &str, event: &str, body: &str) -> String {
+pub fn entry_hash(
+    prev: &str,
+    seq: i64,
+    ts: &str,
+    experiment: &str,
+    event: &str,
+    body: &str,
+) -> String {
     sha256_hex(format!("{prev}\n{seq}\n{ts}\n{experiment}\n{event}\n{body}\n").as_bytes())
 }
 
@@ -163,7 +175,12 @@ pub fn now() -> String {
 ///
 /// # Errors
 /// SQLite errors.
-pub fn audit(tx: &Transaction<'_>, experiment: &str, event: &str, body: &serde_json::Value) -> Result<()> {
+pub fn audit(
+    tx: &Transaction<'_>,
+    experiment: &str,
+    event: &str,
+    body: &serde_json::Value,
+) -> Result<()> {
     let last: Option<(i64, String)> = tx
         .query_row(
             "SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1",
@@ -203,24 +220,40 @@ pub fn verify_chain(path: &Path) -> Result<ChainReport> {
     let conn = open_read_only(path)?;
     let mut stmt = conn
         .prepare("SELECT seq, ts, experiment, event, body, prev, hash FROM audit ORDER BY seq")
-        .with_context(|| format!("--db {}: no audit table (not a dpbandits-serve database)", path.display()))?;
+        .with_context(|| {
+            format!(
+                "--db {}: no audit table (not a dpbandits-serve database)",
+                path.display()
+            )
+        })?;
     let mut rows = stmt.query([])?;
     let mut prev_hash = GENESIS.to_string();
     let mut expect_seq = 1i64;
     let mut n = 0u64;
     while let Some(r) = rows.next()? {
         let seq: i64 = r.get(0)?;
-        let (ts, exp, event, body, prev, hash): (String, String, String, String, String, String) =
-            (r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?);
+        let (ts, exp, event, body, prev, hash): (String, String, String, String, String, String) = (
+            r.get(1)?,
+            r.get(2)?,
+            r.get(3)?,
+            r.get(4)?,
+            r.get(5)?,
+            r.get(6)?,
+        );
         if seq != expect_seq {
             bail!("audit entry seq = {seq}: expected seq = {expect_seq} (an entry is missing)");
         }
         if prev != prev_hash {
-            bail!("audit entry seq = {seq}: prev = {prev} does not match the hash of entry {} ({prev_hash})", seq - 1);
+            bail!(
+                "audit entry seq = {seq}: prev = {prev} does not match the hash of entry {} ({prev_hash})",
+                seq - 1
+            );
         }
         let want = entry_hash(&prev, seq, &ts, &exp, &event, &body);
         if hash != want {
-            bail!("audit entry seq = {seq}: hash = {hash}, but its contents hash to {want} (the entry was changed)");
+            bail!(
+                "audit entry seq = {seq}: hash = {hash}, but its contents hash to {want} (the entry was changed)"
+            );
         }
         prev_hash = hash;
         expect_seq += 1;
@@ -275,13 +308,22 @@ pub fn inspect(path: &Path, name: &str) -> Result<Inspection> {
         .optional()?
         .with_context(|| format!("experiment = {name:?}: not in --db {}", path.display()))?;
     let snap = dpbandits::snapshot::Snapshot::decode(&snapshot)?;
-    let decisions: i64 =
-        conn.query_row("SELECT COUNT(*) FROM decisions WHERE experiment = ?1", [name], |r| r.get(0))?;
+    let decisions: i64 = conn.query_row(
+        "SELECT COUNT(*) FROM decisions WHERE experiment = ?1",
+        [name],
+        |r| r.get(0),
+    )?;
     let mut stmt = conn.prepare(
         "SELECT id, arm, reward FROM decisions WHERE experiment = ?1 AND reward IS NOT NULL ORDER BY id",
     )?;
     let rewards = stmt
-        .query_map([name], |r| Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as usize, r.get(2)?)))?
+        .query_map([name], |r| {
+            Ok((
+                r.get::<_, i64>(0)? as u64,
+                r.get::<_, i64>(1)? as usize,
+                r.get(2)?,
+            ))
+        })?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     let count = |status: &str| -> Result<u64> {
         Ok(conn.query_row(

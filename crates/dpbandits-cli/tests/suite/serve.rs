@@ -159,12 +159,15 @@ fn create(s: &Server, name: &str, policy: &str, arms: usize) -> String {
 
 /// A reward for decision `id`: deterministic, mostly in [0, 1], every 37th above it (clipped).
 fn reward_of(id: u64) -> f64 {
-    if id % 37 == 0 {
+    if id.is_multiple_of(37) {
         1.75
     } else {
         (id.wrapping_mul(2_654_435_761) % 1000) as f64 / 999.0
     }
 }
+
+/// decision_id -> (arm, the reward acknowledged to the client).
+type Book = HashMap<u64, (u64, Option<f64>)>;
 
 /// SplitMix64 (the test's own fixed-seed stream).
 fn splitmix(state: &mut u64) -> u64 {
@@ -193,8 +196,7 @@ fn sigkill_under_load_loses_nothing() {
 
     let answered = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
-    // decision_id -> (arm, reward acknowledged)
-    let book: Arc<Mutex<HashMap<u64, (u64, Option<f64>)>>> = Arc::default();
+    let book: Arc<Mutex<Book>> = Arc::default();
     let deadline = Instant::now() + Duration::from_secs(240);
 
     let post = move |path: &str, body: &Value, token: &str| -> Reply {
@@ -228,7 +230,10 @@ fn sigkill_under_load_loses_nothing() {
                     );
                     assert_eq!(r.status, 200, "{}", r.body);
                     let v = r.json();
-                    let (id, arm) = (v["decision_id"].as_u64().unwrap(), v["arm"].as_u64().unwrap());
+                    let (id, arm) = (
+                        v["decision_id"].as_u64().unwrap(),
+                        v["arm"].as_u64().unwrap(),
+                    );
                     assert!(arm < 3);
                     let prev = book.lock().unwrap().insert(id, (arm, None));
                     assert!(prev.is_none(), "decision {id} given to two requests");
@@ -280,7 +285,9 @@ fn sigkill_under_load_loses_nothing() {
     assert!(kills >= 10, "only {kills} kills");
 
     let server = Arc::try_unwrap(server).ok().unwrap().into_inner().unwrap();
-    let st = server.call("GET", "/v1/experiments/trial", Some(&token), None).json();
+    let st = server
+        .call("GET", "/v1/experiments/trial", Some(&token), None)
+        .json();
     let book = book.lock().unwrap().clone();
     let n = book.len() as u64;
     assert!(n >= DECISIONS);
@@ -350,7 +357,9 @@ fn sigkill_under_load_loses_nothing() {
 
 /// The audit log's length and the experiment's status: what a refused request must not change.
 fn footprint(s: &Server, token: &str) -> (usize, Value) {
-    let audit = s.call("GET", "/v1/audit?limit=10000", Some(ADMIN), None).json();
+    let audit = s
+        .call("GET", "/v1/audit?limit=10000", Some(ADMIN), None)
+        .json();
     let st = s.call("GET", "/v1/experiments/t", Some(token), None).json();
     (audit["entries"].as_array().unwrap().len(), st)
 }
@@ -361,9 +370,19 @@ fn footprint(s: &Server, token: &str) -> (usize, Value) {
 fn refusals_are_401_or_4xx_naming_the_field() {
     let dir = tempdir();
     let s = Server::start(dir.path(), free_port());
-    let tok = create(&s, "t", "kind = \"adac_ucb\"\nrho = 0.5\nboundary = \"reject\"", 2);
+    let tok = create(
+        &s,
+        "t",
+        "kind = \"adac_ucb\"\nrho = 0.5\nboundary = \"reject\"",
+        2,
+    );
     let other = create(&s, "u", "kind = \"adap_ucb\"\nepsilon = 1.0", 2);
-    let d = s.call("POST", "/v1/experiments/t/decisions", Some(&tok), Some(&json!({})));
+    let d = s.call(
+        "POST",
+        "/v1/experiments/t/decisions",
+        Some(&tok),
+        Some(&json!({})),
+    );
     assert_eq!(d.status, 200, "{}", d.body);
     let before = footprint(&s, &tok);
     let dec = "/v1/experiments/t/decisions";
@@ -383,7 +402,12 @@ fn refusals_are_401_or_4xx_naming_the_field() {
     ] {
         let r = s.call(method, path, token, Some(&body));
         assert_eq!(r.status, 401, "{method} {path} {token:?}: {}", r.body);
-        assert!(r.json()["error"].as_str().unwrap().contains("authorization"));
+        assert!(
+            r.json()["error"]
+                .as_str()
+                .unwrap()
+                .contains("authorization")
+        );
     }
     assert_eq!(footprint(&s, &tok), before, "a 401 changed something");
 
@@ -395,38 +419,160 @@ fn refusals_are_401_or_4xx_naming_the_field() {
         (rew, &tok, b"[1, 2]".to_vec(), 400, "body"),
         (rew, &tok, b"{\"decision_id\": 1}".to_vec(), 422, "reward"),
         (rew, &tok, b"{\"reward\": 0.5}".to_vec(), 422, "decision_id"),
-        (rew, &tok, b"{\"decision_id\": -1, \"reward\": 0.5}".to_vec(), 422, "decision_id"),
-        (rew, &tok, b"{\"decision_id\": 99, \"reward\": 0.5}".to_vec(), 404, "decision_id"),
-        (rew, &tok, b"{\"decision_id\": 1, \"reward\": \"high\"}".to_vec(), 422, "reward"),
-        (rew, &tok, b"{\"decision_id\": 1, \"reward\": 1e999}".to_vec(), 400, "body"),
+        (
+            rew,
+            &tok,
+            b"{\"decision_id\": -1, \"reward\": 0.5}".to_vec(),
+            422,
+            "decision_id",
+        ),
+        (
+            rew,
+            &tok,
+            b"{\"decision_id\": 99, \"reward\": 0.5}".to_vec(),
+            404,
+            "decision_id",
+        ),
+        (
+            rew,
+            &tok,
+            b"{\"decision_id\": 1, \"reward\": \"high\"}".to_vec(),
+            422,
+            "reward",
+        ),
+        (
+            rew,
+            &tok,
+            b"{\"decision_id\": 1, \"reward\": 1e999}".to_vec(),
+            400,
+            "body",
+        ),
         // boundary = "reject": an out-of-range reward is refused naming it; nothing changes.
-        (rew, &tok, b"{\"decision_id\": 1, \"reward\": 1.5}".to_vec(), 422, "reward"),
-        (rew, &tok, b"{\"decision_id\": 1, \"reward\": 0.5, \"x\": 1}".to_vec(), 422, "x"),
-        (dec, &tok, b"{\"request_id\": 7}".to_vec(), 422, "request_id"),
-        ("/v1/experiments/nope/decisions", ADMIN, b"{}".to_vec(), 404, "experiment"),
-        ("/v1/experiments", ADMIN, b"{\"name\": \"a b\", \"arms\": 2, \"policy\": \"kind = 'adac_ucb'\\nrho = 1.0\"}".to_vec(), 422, "name"),
-        ("/v1/experiments", ADMIN, b"{\"name\": \"ab\", \"arms\": 0, \"policy\": \"kind = 'adac_ucb'\\nrho = 1.0\"}".to_vec(), 422, "arms"),
-        ("/v1/experiments", ADMIN, b"{\"name\": \"ab\", \"arms\": 2}".to_vec(), 422, "policy"),
-        ("/v1/experiments", ADMIN, b"{\"name\": \"ab\", \"arms\": 2, \"policy\": \"kind = 'adac_ucb'\\nrho = -1\"}".to_vec(), 422, "rho"),
-        ("/v1/experiments", ADMIN, b"{\"name\": \"ab\", \"arms\": 2, \"policy\": \"kind = 'adac_ucb'\"}".to_vec(), 422, "rho"),
-        ("/v1/experiments", ADMIN, b"{\"name\": \"ab\", \"arms\": 2, \"policy\": \"kind = 'nope'\"}".to_vec(), 422, "kind"),
-        ("/v1/experiments", ADMIN, b"{\"name\": \"ab\", \"arms\": 2, \"policy\": \"kind = 'ucb1'\"}".to_vec(), 422, "allow_non_private"),
-        ("/v1/experiments", ADMIN, b"{\"name\": \"ab\", \"arms\": 2, \"policy\": \"kind = 'dp_ts'\\nepsilon = 1.0\"}".to_vec(), 422, "noise"),
-        ("/v1/experiments", ADMIN, b"{\"name\": \"ab\", \"arms\": 2, \"policy\": \"kind = 'dp_tt'\\nepsilon = 1.0\"}".to_vec(), 422, "finite-armed"),
-        ("/v1/experiments", ADMIN, b"{\"name\": \"t\", \"arms\": 2, \"policy\": \"kind = 'adac_ucb'\\nrho = 1.0\"}".to_vec(), 409, "name"),
+        (
+            rew,
+            &tok,
+            b"{\"decision_id\": 1, \"reward\": 1.5}".to_vec(),
+            422,
+            "reward",
+        ),
+        (
+            rew,
+            &tok,
+            b"{\"decision_id\": 1, \"reward\": 0.5, \"x\": 1}".to_vec(),
+            422,
+            "x",
+        ),
+        (
+            dec,
+            &tok,
+            b"{\"request_id\": 7}".to_vec(),
+            422,
+            "request_id",
+        ),
+        (
+            "/v1/experiments/nope/decisions",
+            ADMIN,
+            b"{}".to_vec(),
+            404,
+            "experiment",
+        ),
+        (
+            "/v1/experiments",
+            ADMIN,
+            b"{\"name\": \"a b\", \"arms\": 2, \"policy\": \"kind = 'adac_ucb'\\nrho = 1.0\"}"
+                .to_vec(),
+            422,
+            "name",
+        ),
+        (
+            "/v1/experiments",
+            ADMIN,
+            b"{\"name\": \"ab\", \"arms\": 0, \"policy\": \"kind = 'adac_ucb'\\nrho = 1.0\"}"
+                .to_vec(),
+            422,
+            "arms",
+        ),
+        (
+            "/v1/experiments",
+            ADMIN,
+            b"{\"name\": \"ab\", \"arms\": 2}".to_vec(),
+            422,
+            "policy",
+        ),
+        (
+            "/v1/experiments",
+            ADMIN,
+            b"{\"name\": \"ab\", \"arms\": 2, \"policy\": \"kind = 'adac_ucb'\\nrho = -1\"}"
+                .to_vec(),
+            422,
+            "rho",
+        ),
+        (
+            "/v1/experiments",
+            ADMIN,
+            b"{\"name\": \"ab\", \"arms\": 2, \"policy\": \"kind = 'adac_ucb'\"}".to_vec(),
+            422,
+            "rho",
+        ),
+        (
+            "/v1/experiments",
+            ADMIN,
+            b"{\"name\": \"ab\", \"arms\": 2, \"policy\": \"kind = 'nope'\"}".to_vec(),
+            422,
+            "kind",
+        ),
+        (
+            "/v1/experiments",
+            ADMIN,
+            b"{\"name\": \"ab\", \"arms\": 2, \"policy\": \"kind = 'ucb1'\"}".to_vec(),
+            422,
+            "allow_non_private",
+        ),
+        (
+            "/v1/experiments",
+            ADMIN,
+            b"{\"name\": \"ab\", \"arms\": 2, \"policy\": \"kind = 'dp_ts'\\nepsilon = 1.0\"}"
+                .to_vec(),
+            422,
+            "noise",
+        ),
+        (
+            "/v1/experiments",
+            ADMIN,
+            b"{\"name\": \"ab\", \"arms\": 2, \"policy\": \"kind = 'dp_tt'\\nepsilon = 1.0\"}"
+                .to_vec(),
+            422,
+            "finite-armed",
+        ),
+        (
+            "/v1/experiments",
+            ADMIN,
+            b"{\"name\": \"t\", \"arms\": 2, \"policy\": \"kind = 'adac_ucb'\\nrho = 1.0\"}"
+                .to_vec(),
+            409,
+            "name",
+        ),
     ];
     for (path, token, body, status, field) in cases {
         let r = raw(path, token, &body);
         let shown = String::from_utf8_lossy(&body);
         assert_eq!(r.status, status, "{path} {shown}: {}", r.body);
         let msg = r.json()["error"].as_str().unwrap_or_default().to_string();
-        assert!(msg.contains(field), "{path} {shown}: {msg:?} does not name {field:?}");
+        assert!(
+            msg.contains(field),
+            "{path} {shown}: {msg:?} does not name {field:?}"
+        );
     }
     // A refused reward left decision 1 pending; a valid one is applied, once.
     let st = s.call("GET", "/v1/experiments/t", Some(&tok), None).json();
     assert_eq!(st["pending"], 1, "{st}");
     for want in ["applied", "duplicate"] {
-        let r = s.call("POST", rew, Some(&tok), Some(&json!({"decision_id": 1, "reward": 0.5})));
+        let r = s.call(
+            "POST",
+            rew,
+            Some(&tok),
+            Some(&json!({"decision_id": 1, "reward": 0.5})),
+        );
         assert_eq!(r.json()["status"], want, "{}", r.body);
     }
     // Explicit simulation-grade noise and allow_non_private are accepted and labelled.
@@ -451,14 +597,41 @@ fn fuzzed_bodies_never_panic() {
     let s = Server::start(dir.path(), free_port());
     let tok = create(&s, "f", "kind = \"adac_ucb\"\nrho = 0.5", 4);
     let seeds: Vec<(&str, &str, Vec<u8>)> = vec![
-        ("/v1/experiments/f/decisions", tok.as_str(), br#"{"request_id": "abc"}"#.to_vec()),
-        ("/v1/experiments/f/rewards", tok.as_str(), br#"{"decision_id": 1, "reward": 0.25}"#.to_vec()),
-        ("/v1/experiments", ADMIN, br#"{"name": "g", "arms": 3, "policy": {"kind": "adac_ucb", "rho": 0.5, "beta": 1.0}}"#.to_vec()),
-        ("/v1/experiments", ADMIN, br#"{"name": "h", "arms": 2, "policy": "kind = \"adap_ucb\"\nepsilon = 0.5"}"#.to_vec()),
+        (
+            "/v1/experiments/f/decisions",
+            tok.as_str(),
+            br#"{"request_id": "abc"}"#.to_vec(),
+        ),
+        (
+            "/v1/experiments/f/rewards",
+            tok.as_str(),
+            br#"{"decision_id": 1, "reward": 0.25}"#.to_vec(),
+        ),
+        (
+            "/v1/experiments",
+            ADMIN,
+            br#"{"name": "g", "arms": 3, "policy": {"kind": "adac_ucb", "rho": 0.5, "beta": 1.0}}"#
+                .to_vec(),
+        ),
+        (
+            "/v1/experiments",
+            ADMIN,
+            br#"{"name": "h", "arms": 2, "policy": "kind = \"adap_ucb\"\nepsilon = 0.5"}"#.to_vec(),
+        ),
     ];
     let junk: [&[u8]; 12] = [
-        b"null", b"-1", b"1e309", b"18446744073709551616", b"\"\\ud800\"", b"[]", b"{}",
-        b"true", b"\xff\xfe", b"0.0000000001", b"\"kind = [\"", b"[[[[[[[[[[[[[[[[[[[[[[[[[[",
+        b"null",
+        b"-1",
+        b"1e309",
+        b"18446744073709551616",
+        b"\"\\ud800\"",
+        b"[]",
+        b"{}",
+        b"true",
+        b"\xff\xfe",
+        b"0.0000000001",
+        b"\"kind = [\"",
+        b"[[[[[[[[[[[[[[[[[[[[[[[[[[",
     ];
     let mut rng = 0xf00d_2026u64;
     let mut statuses: HashMap<u16, u64> = HashMap::new();
@@ -471,7 +644,7 @@ fn fuzzed_bodies_never_panic() {
             match r % 5 {
                 0 if !b.is_empty() => {
                     let p = pos.min(b.len() - 1);
-                    b[p] ^= 1 << (r >> 40) % 8;
+                    b[p] ^= 1 << ((r >> 40) % 8);
                 }
                 1 => b.truncate(pos),
                 2 => b.insert(pos, (r >> 32) as u8),
@@ -493,8 +666,12 @@ fn fuzzed_bodies_never_panic() {
                 }
             }
         }
-        let r = request(s.addr, "POST", path, Some(token), Some(&b), TIMEOUT)
-            .unwrap_or_else(|e| panic!("{path} {:?}: connection failed: {e}", String::from_utf8_lossy(&b)));
+        let r = request(s.addr, "POST", path, Some(token), Some(&b), TIMEOUT).unwrap_or_else(|e| {
+            panic!(
+                "{path} {:?}: connection failed: {e}",
+                String::from_utf8_lossy(&b)
+            )
+        });
         *statuses.entry(r.status).or_default() += 1;
         assert!(
             (200..500).contains(&r.status),
@@ -507,11 +684,21 @@ fn fuzzed_bodies_never_panic() {
             assert!(r.json()["error"].is_string(), "{}: {}", r.status, r.body);
         }
         // Keep the experiment moving so reward bodies sometimes hit pending decisions.
-        if i % 50 == 0 {
-            let d = s.call("POST", "/v1/experiments/f/decisions", Some(&tok), Some(&json!({})));
+        if i.is_multiple_of(50) {
+            let d = s.call(
+                "POST",
+                "/v1/experiments/f/decisions",
+                Some(&tok),
+                Some(&json!({})),
+            );
             if d.status == 200 {
                 let id = d.json()["decision_id"].clone();
-                s.call("POST", "/v1/experiments/f/rewards", Some(&tok), Some(&json!({"decision_id": id, "reward": 0.5})));
+                s.call(
+                    "POST",
+                    "/v1/experiments/f/rewards",
+                    Some(&tok),
+                    Some(&json!({"decision_id": id, "reward": 0.5})),
+                );
             }
         }
     }

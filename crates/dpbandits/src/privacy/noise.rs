@@ -526,9 +526,7 @@ struct DeploymentMarker {
 #[derive(Serialize, Deserialize)]
 #[serde(untagged)]
 enum NoiseRepr {
-    Deployment {
-        deployment: DeploymentMarker,
-    },
+    Deployment { deployment: DeploymentMarker },
     Simulation(SimRng),
 }
 
