@@ -89,6 +89,28 @@ pub async fn serve_until(
     stop: impl std::future::Future<Output = ()> + Send + 'static,
     bound: impl FnOnce(SocketAddr),
 ) -> Result<()> {
+    // One service per database: the in-memory policies must be the only writers. The lock is
+    // released by the OS when the process ends, however it ends.
+    let lock_path = opts.db.with_extension("lock");
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .with_context(|| {
+            format!(
+                "--db {}: cannot create {}",
+                opts.db.display(),
+                lock_path.display()
+            )
+        })?;
+    if lock.try_lock().is_err() {
+        bail!(
+            "--db {}: another dpbandits serve holds {} (one service per database)",
+            opts.db.display(),
+            lock_path.display()
+        );
+    }
     let service = service::Service::open(&opts.db, &opts.admin_token)?;
     let experiments = service.experiment_count();
     let state = Arc::new(Mutex::new(service));
@@ -105,6 +127,7 @@ pub async fn serve_until(
         .with_graceful_shutdown(stop)
         .await?;
     api::log("stopped", serde_json::json!({}));
+    drop(lock);
     Ok(())
 }
 

@@ -709,3 +709,38 @@ fn fuzzed_bodies_never_panic() {
     s.terminate();
     dpbandits_serve::store::verify_chain(&db).unwrap();
 }
+
+/// A second `serve` on the same database is refused (the running one keeps serving); a
+/// non-loopback address needs `--allow-remote`; a missing admin token is a clear error.
+#[test]
+fn one_service_per_database_and_loopback_by_default() {
+    let dir = tempdir();
+    let s = Server::start(dir.path(), free_port());
+    let out = bin()
+        .args(["serve", "--db"])
+        .arg(&s.db)
+        .args(["--listen", "127.0.0.1:0", "--admin-token-file"])
+        .arg(&s.token_file)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("another dpbandits serve"), "{err}");
+    let out = bin()
+        .args(["serve", "--db"])
+        .arg(dir.path().join("other.sqlite"))
+        .args(["--listen", "0.0.0.0:0", "--admin-token-file"])
+        .arg(&s.token_file)
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--listen 0.0.0.0:0"));
+    let out = bin()
+        .args(["serve", "--db"])
+        .arg(dir.path().join("other.sqlite"))
+        .env_remove("DPBANDITS_ADMIN_TOKEN")
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("DPBANDITS_ADMIN_TOKEN"));
+    assert_eq!(s.call("GET", "/v1/health", None, None).status, 200);
+    s.terminate();
+}
