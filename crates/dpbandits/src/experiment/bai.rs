@@ -289,6 +289,11 @@ pub fn write_outputs(plan: &Plan, outcome: &Outcome, out: &Path) -> Result<Vec<P
                     name: name.clone(),
                     points: vec![],
                     band: Some(vec![]),
+                    role: if eps.is_infinite() {
+                        plot::Role::Baseline
+                    } else {
+                        plot::Role::Data
+                    },
                 });
                 series.last_mut().expect("just pushed")
             }
@@ -309,6 +314,7 @@ pub fn write_outputs(plan: &Plan, outcome: &Outcome, out: &Path) -> Result<Vec<P
             .map(|b| (b.epsilon, b.lower_bound))
             .collect(),
         band: None,
+        role: plot::Role::Theory,
     });
     for s in &mut series {
         let mut idx: Vec<usize> = (0..s.points.len()).collect();
@@ -318,17 +324,26 @@ pub fn write_outputs(plan: &Plan, outcome: &Outcome, out: &Path) -> Result<Vec<P
             b.sort_by(|x, y| x.0.total_cmp(&y.0));
         }
     }
+    let capped: u64 = rows.iter().flatten().map(|r| r.capped).sum();
+    let total: u64 = rows.iter().flatten().map(|r| r.runs).sum();
+    let capped_note = (capped > 0).then(|| {
+        format!(
+            "{capped} of {total} runs hit the sample cap {}: counted at the cap, so their means are lower bounds",
+            plan.spec.horizon
+        )
+    });
     let spec = PlotSpec {
         title: format!(
-            "{}: mean stopping time (band 5%-95%), delta = {}",
-            plan.spec.name, plan.env_info["delta"]
+            "{}: mean stopping time ({} runs; band 5%-95% over runs), delta = {}",
+            plan.spec.name, plan.spec.runs, plan.env_info["delta"]
         ),
         x_label: "epsilon".into(),
         y_label: "stopping time".into(),
         log_x: true,
         log_y: true,
         series,
-        hline: None,
+        notes: super::output::notes(plan, capped_note.as_deref()),
+        ..Default::default()
     };
     let mut files = vec![summary, mpath];
     files.extend(plot::draw(&out.join("stopping_time"), &spec)?);

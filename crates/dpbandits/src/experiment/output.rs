@@ -1,7 +1,7 @@
 //! Running a plan and writing its results folder.
 
 use super::Plan;
-use super::plot::{PlotSpec, Series};
+use super::plot::{PlotSpec, Role, Series};
 use crate::error::{Error, Result};
 use crate::math::stats::Summary;
 use crate::sim::{CellRuns, run_jobs};
@@ -64,14 +64,49 @@ fn csv_field(s: &str) -> String {
     }
 }
 
-/// Write `manifest.json`, `summary.csv`, `regret.{svg,png}` and the figures into `dir`.
+/// Per cell: [`Role::Baseline`] for the one non-private cell of a plan that also has private
+/// cells, else [`Role::Data`].
+pub(super) fn roles(plan: &Plan) -> Vec<Role> {
+    let public: Vec<usize> = (0..plan.cells.len())
+        .filter(|&i| !plan.cells[i].guarantee().is_private())
+        .collect();
+    (0..plan.cells.len())
+        .map(|i| {
+            if public.len() == 1 && public[0] == i && plan.cells.len() > 1 {
+                Role::Baseline
+            } else {
+                Role::Data
+            }
+        })
+        .collect()
+}
+
+/// The notes of a figure: its own (from the file), then the quick-look warning when `--runs` or
+/// `--horizon` changed the file's values.
+pub(super) fn notes(plan: &Plan, own: Option<&str>) -> Vec<String> {
+    own.into_iter()
+        .map(str::to_string)
+        .chain(plan.spec.overrides.clone())
+        .collect()
+}
+
+/// Write `manifest.json`, `summary.csv`, `regret.{svg,png}`, the figures (each with its
+/// `.plot.json`) and `report.html` into `dir`.
 /// Everything that can be written is written even when some cells failed (their errors are in
 /// the manifest). Output bytes depend only on the plan and its results (no timestamps), so two
 /// runs with the same seed give identical folders whatever the thread count.
 pub fn write_outputs(plan: &Plan, outcome: &Outcome, dir: &Path) -> Result<Vec<PathBuf>> {
-    if plan.setting == crate::config::Setting::Bai {
-        return super::bai::write_outputs(plan, outcome, dir);
-    }
+    let mut files = if plan.setting == crate::config::Setting::Bai {
+        super::bai::write_outputs(plan, outcome, dir)?
+    } else {
+        write_regret_outputs(plan, outcome, dir)?
+    };
+    let report = super::report::write(plan, dir, &files)?;
+    files.push(report);
+    Ok(files)
+}
+
+fn write_regret_outputs(plan: &Plan, outcome: &Outcome, dir: &Path) -> Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir).map_err(io(dir))?;
     let mut files = vec![];
     let summaries = outcome.summaries();
@@ -154,15 +189,17 @@ pub fn write_outputs(plan: &Plan, outcome: &Outcome, dir: &Path) -> Result<Vec<P
     std::fs::write(&p, text + "\n").map_err(io(&p))?;
     files.push(p);
 
-    // regret plot: mean with 5%-95% band
+    // regret plot: mean with 5%-95% band, full labels, the baseline in its own style
+    let roles = roles(plan);
     let series: Vec<Series> = plan
         .cells
         .iter()
         .zip(&summaries)
-        .filter_map(|(c, s)| {
+        .zip(&roles)
+        .filter_map(|((c, s), &role)| {
             let s = s.as_ref()?;
             Some(Series {
-                name: super::plot::short_label(c.kind(), &c.params()),
+                name: c.label(),
                 points: grid
                     .iter()
                     .zip(s)
@@ -174,26 +211,22 @@ pub fn write_outputs(plan: &Plan, outcome: &Outcome, dir: &Path) -> Result<Vec<P
                         .map(|(&t, s)| (t as f64, s.q05, s.q95))
                         .collect(),
                 ),
+                role,
             })
         })
         .collect();
     let spec = PlotSpec {
         title: format!(
-            "{}: mean cumulative pseudo-regret ({} runs{})",
-            plan.spec.name,
-            plan.spec.runs,
-            if plan.cells.len() <= 6 {
-                "; band 5%-95%"
-            } else {
-                ""
-            }
+            "{}: mean cumulative pseudo-regret ({} runs; band 5%-95% over runs)",
+            plan.spec.name, plan.spec.runs,
         ),
         x_label: "t".into(),
         y_label: "regret".into(),
         log_x: true,
         log_y: false,
         series,
-        hline: None,
+        notes: notes(plan, None),
+        ..Default::default()
     };
     files.extend(super::plot::draw(&dir.join("regret"), &spec)?);
 

@@ -95,6 +95,11 @@ pub struct ExperimentSpec {
     /// Equal-privacy comparison: budget conversions in the manifest and a comparison table.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub comparison: Option<super::ComparisonSpec>,
+    /// Set by [`ExperimentSpec::with_overrides`] (`--runs`, `--horizon`): what was changed from
+    /// the file, printed on every figure and in `report.html` (a quick look is not the paper's
+    /// setting).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overrides: Option<String>,
 }
 
 impl ExperimentSpec {
@@ -138,17 +143,85 @@ impl ExperimentSpec {
 
     /// Apply the `--runs` / `--horizon` overrides of a quick look (the CLI's flags and the
     /// Python `run(..., runs=, horizon=)` arguments go through here, so they cannot differ).
-    /// A smaller horizon drops the `gap_vs_param` horizons and extra checkpoints beyond it.
+    ///
+    /// A new horizon `h` (file: `H`) rescales everything the file gives in absolute rounds, so
+    /// that the quick look is the same experiment shrunk: the environment's `breakpoints`
+    /// (`b -> round((b - 1) h / H) + 1`; refused with a hint when two would merge) and the extra
+    /// checkpoints (same map). `gap_vs_param` horizons beyond `h` are dropped (`h` is used when
+    /// none is left). Policy parameters in rounds (windows) are not rescaled: the note says so.
+    /// For a BAI file the horizon is the sample cap, and `--horizon` sets it.
     pub fn with_overrides(&mut self, runs: Option<u64>, horizon: Option<u64>) -> Result<()> {
+        let mut changed = vec![];
         if let Some(r) = runs {
             if r == 0 {
                 return Err(Error::param("runs", 0, "an integer >= 1"));
+            }
+            if r != self.runs {
+                changed.push(format!("runs = {r} (file: {})", self.runs));
             }
             self.runs = r;
         }
         if let Some(h) = horizon {
             if h == 0 {
                 return Err(Error::param("horizon", 0, "an integer >= 1 (T)"));
+            }
+            let old = self.horizon;
+            let bai = self.env.get("kind").and_then(|k| k.as_str()) == Some("bai_bernoulli");
+            if h != old {
+                let scale = |b: u64| -> u64 {
+                    if b == 0 {
+                        return 0;
+                    }
+                    (((b - 1) as f64 * h as f64 / old as f64).round() as u64 + 1).min(h.max(1))
+                };
+                if let Some(toml::Value::Array(bs)) = self.env.get_mut("breakpoints") {
+                    let mut scaled = vec![];
+                    for (i, b) in bs.iter().enumerate() {
+                        let v = b
+                            .as_integer()
+                            .and_then(|v| u64::try_from(v).ok())
+                            .or_else(|| b.as_float().filter(|f| f.fract() == 0.0 && *f >= 0.0).map(|f| f as u64))
+                            .ok_or_else(|| Error::param(format!("env.breakpoints[{i}]"), b, "a round number"))?;
+                        let s = scale(v);
+                        if s < 2 || scaled.last().is_some_and(|&p| s <= p) {
+                            return Err(Error::param(
+                                "horizon",
+                                h,
+                                format!(
+                                    "a horizon large enough to keep the file's breakpoints apart \
+                                     (rescaled from T = {old}, breakpoint {v} would become {s}); \
+                                     try --horizon {} or more, or give `breakpoint_fractions`",
+                                    old / 100
+                                ),
+                            ));
+                        }
+                        scaled.push(s);
+                    }
+                    *bs = scaled
+                        .iter()
+                        .map(|&v| toml::Value::Integer(v as i64))
+                        .collect();
+                    changed.push(format!("env.breakpoints rescaled to {scaled:?}"));
+                }
+                let mut extra: Vec<u64> = self.checkpoints.extra.iter().map(|&x| scale(x)).collect();
+                extra.retain(|&x| x >= 1 && x <= h);
+                extra.dedup();
+                self.checkpoints.extra = extra;
+                if bai {
+                    changed.push(format!("sample cap (horizon) = {h} (file: {old})"));
+                } else {
+                    changed.push(format!("horizon = {h} (file: {old})"));
+                    let windows: Vec<&str> = self
+                        .policy
+                        .iter()
+                        .flat_map(|t| t.keys())
+                        .filter(|k| ["window", "gamma", "tau"].contains(&k.as_str()))
+                        .map(|k| k.as_str())
+                        .collect();
+                    if !windows.is_empty() {
+                        changed.push("window/discount parameters tuned for the file's horizon are not rescaled".into());
+                    }
+                }
             }
             self.horizon = h;
             for f in &mut self.figure {
@@ -159,7 +232,11 @@ impl ExperimentSpec {
                     }
                 }
             }
-            self.checkpoints.extra.retain(|&x| x <= h);
+        }
+        if !changed.is_empty() {
+            let mut all: Vec<String> = self.overrides.iter().cloned().collect();
+            all.push(format!("quick look, not the file's setting: {}", changed.join("; ")));
+            self.overrides = Some(all.join(" / "));
         }
         Ok(())
     }
