@@ -25,7 +25,8 @@ pub enum FigureSpec {
         /// Swept parameter of the private policy (default `rho`).
         #[serde(default = "rho")]
         param: String,
-        /// Horizons, each one curve (added to the checkpoints).
+        /// Horizons, each one curve (added to the checkpoints); `1e7` allowed.
+        #[serde(deserialize_with = "super::spec::whole_vec")]
         horizons: Vec<u64>,
         /// Output file stem (default `gap_vs_<param>`).
         #[serde(default)]

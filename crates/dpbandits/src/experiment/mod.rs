@@ -27,4 +27,4 @@ pub use comparison::{BudgetRow, ComparisonSpec, budget_row};
 pub use figures::FigureSpec;
 pub use output::{Outcome, run, write_outputs};
 pub use plan::{Limits, Plan, Work, expand_sweep};
-pub use spec::{CheckpointSpec, ExperimentSpec};
+pub use spec::{CheckpointSpec, ExperimentSpec, parse_count};

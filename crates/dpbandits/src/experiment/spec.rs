@@ -13,7 +13,7 @@ pub struct CheckpointSpec {
     #[serde(default = "default_points", deserialize_with = "whole_usize")]
     pub points: usize,
     /// Extra rounds to include exactly.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "whole_vec")]
     pub extra: Vec<u64>,
 }
 
@@ -44,6 +44,47 @@ fn whole<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<u64, D::
         }
     }
     d.deserialize_any(V)
+}
+
+/// A list of counts, each as in `whole`.
+pub(super) fn whole_vec<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Vec<u64>, D::Error> {
+    #[derive(Deserialize)]
+    struct W(#[serde(deserialize_with = "whole")] u64);
+    Ok(Vec::<W>::deserialize(d)?.into_iter().map(|w| w.0).collect())
+}
+
+/// Parse a count as written on a command line or in a file: `1000000`, `1_000_000`, `1e6`,
+/// `2.5e6` (a whole number >= 0; at most `u64::MAX`).
+///
+/// # Errors
+/// A message naming the value and what is allowed.
+pub fn parse_count(s: &str) -> std::result::Result<u64, String> {
+    let t = s.trim().replace('_', "");
+    let bad = || format!("'{s}': expected a whole number >= 0, e.g. 100000, 100_000 or 1e5");
+    if t.is_empty() || t.starts_with(['_', '-', '+']) || s.trim().starts_with('_') {
+        return Err(bad());
+    }
+    if let Ok(v) = t.parse::<u64>() {
+        return Ok(v);
+    }
+    if !t.contains(['e', 'E', '.']) || t.contains(['i', 'n', 'N']) {
+        return Err(bad());
+    }
+    let f: f64 = t.parse().map_err(|_| bad())?;
+    if f.is_finite() && f >= 0.0 && f.fract() == 0.0 && f < 18_446_744_073_709_551_616.0 {
+        // exact for every whole float below 2^64; beyond 2^53 floats are spaced > 1 apart, so
+        // `1e17` means exactly 10^17 only if written as an integer: refuse the ambiguous ones
+        if f > 9_007_199_254_740_992.0 {
+            return Err(format!(
+                "'{s}': a count above 2^53 written in scientific notation is not exact; write it in full (e.g. 1_000_000_000_000_000_000)"
+            ));
+        }
+        Ok(f as u64)
+    } else {
+        Err(bad())
+    }
 }
 
 fn whole_usize<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<usize, D::Error> {
@@ -239,5 +280,55 @@ impl ExperimentSpec {
             self.overrides = Some(all.join(" / "));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts() {
+        assert_eq!(parse_count("1e7"), Ok(10_000_000));
+        assert_eq!(parse_count("1E7"), Ok(10_000_000));
+        assert_eq!(parse_count("1_000_000"), Ok(1_000_000));
+        assert_eq!(parse_count("2.5e6"), Ok(2_500_000));
+        assert_eq!(parse_count("100000"), Ok(100_000));
+        assert_eq!(parse_count("1e15"), Ok(1_000_000_000_000_000));
+        for bad in ["1.5", "-1", "1e-3", "abc", "", "inf", "nan", "1e30", "_1"] {
+            let e = parse_count(bad).unwrap_err();
+            assert!(e.contains(bad) && e.contains("expected") || e.contains("2^53"), "{bad}: {e}");
+        }
+        let spec = ExperimentSpec::from_toml(
+            "name = \"x\"\nmaster_seed = 1\nhorizon = 1e6\nruns = 1e1\n[checkpoints]\nextra = [2.5e5, 500_000]\n[env]\nkind = \"bernoulli\"\nmeans = [0.5, 0.4]\n[[policy]]\nkind = \"ucb1\"\n",
+        )
+        .unwrap();
+        assert_eq!((spec.horizon, spec.runs), (1_000_000, 10));
+        assert_eq!(spec.checkpoints.extra, vec![250_000, 500_000]);
+    }
+
+    /// `--horizon` rescales absolute breakpoints and extra checkpoints, refuses when they would
+    /// merge (naming a horizon that works), sets the BAI cap, and leaves a note.
+    #[test]
+    fn horizon_override() {
+        let text = "name = \"x\"\nmaster_seed = 1\nhorizon = 1_000_000\nruns = 20\n[checkpoints]\nextra = [250_001]\n[env]\nkind = \"piecewise_bernoulli\"\nmeans = [[0.8, 0.2], [0.2, 0.8]]\nbreakpoints = [250_001]\n[[policy]]\nkind = \"sw_ucb\"\nwindow = 4292\n";
+        let mut s = ExperimentSpec::from_toml(text).unwrap();
+        s.with_overrides(Some(10), Some(100_000)).unwrap();
+        assert_eq!(s.env["breakpoints"].as_array().unwrap()[0].as_integer(), Some(25_001));
+        assert_eq!(s.checkpoints.extra, vec![25_001]);
+        let note = s.overrides.clone().unwrap();
+        assert!(note.contains("runs = 10 (file: 20)") && note.contains("not rescaled"), "{note}");
+        let mut s = ExperimentSpec::from_toml(text).unwrap();
+        let e = s.with_overrides(None, Some(1)).unwrap_err().to_string();
+        assert!(e.contains("horizon = 1") && e.contains("--horizon 10000"), "{e}");
+        let bai = "name = \"b\"\nmaster_seed = 1\nhorizon = 1e12\nruns = 20\n[env]\nkind = \"bai_bernoulli\"\nmeans = [0.5, 0.4]\ndelta = 0.1\n[[policy]]\nkind = \"eb_tci\"\n";
+        let mut s = ExperimentSpec::from_toml(bai).unwrap();
+        s.with_overrides(None, Some(1000)).unwrap();
+        assert_eq!(s.horizon, 1000);
+        assert!(s.overrides.unwrap().contains("sample cap (horizon) = 1000"));
+        // no override, no note
+        let mut s = ExperimentSpec::from_toml(text).unwrap();
+        s.with_overrides(Some(20), Some(1_000_000)).unwrap();
+        assert!(s.overrides.is_none());
     }
 }
