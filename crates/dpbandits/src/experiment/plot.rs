@@ -148,8 +148,8 @@ const PALETTE: [(u8, u8, u8); MAX_DISTINCT] = [
     (200, 0, 200),
     (0, 200, 120),
     (75, 0, 130),
-    (230, 190, 0),
-    (255, 80, 160),
+    (255, 215, 0),
+    (255, 0, 100),
     (70, 130, 255),
 ];
 const DATA_DASHES: [Dash; 4] = [Dash::Solid, Dash::Dashed, Dash::Dotted, Dash::LongDash];
