@@ -12,6 +12,7 @@ mod contextual;
 mod durable;
 mod ldp;
 mod linear;
+mod listing;
 
 /// The `dpbandits` binary under test.
 fn bin() -> Command {
