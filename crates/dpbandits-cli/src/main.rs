@@ -112,7 +112,12 @@ enum Command {
     /// Characteristic times and the lower bound of fixed-confidence BAI under eps-global DP.
     Bounds {
         /// Bernoulli means, comma-separated, each in (0, 1), unique best arm.
-        #[arg(long, value_delimiter = ',', allow_hyphen_values = true, required = true)]
+        #[arg(
+            long,
+            value_delimiter = ',',
+            allow_hyphen_values = true,
+            required = true
+        )]
         means: Vec<f64>,
         /// Privacy budget eps > 0.
         #[arg(long, allow_hyphen_values = true)]

@@ -183,7 +183,9 @@ pub struct EnvEntry {
 /// now accept too. Recursive (arrays and sub-tables).
 pub fn counts_as_integers(v: &mut toml::Value) {
     match v {
-        toml::Value::Float(f) if f.is_finite() && f.fract() == 0.0 && f.abs() < 9.007_199_254_740_992e15 => {
+        toml::Value::Float(f)
+            if f.is_finite() && f.fract() == 0.0 && f.abs() < 9.007_199_254_740_992e15 =>
+        {
             *v = toml::Value::Integer(*f as i64);
         }
         toml::Value::Array(a) => a.iter_mut().for_each(counts_as_integers),
@@ -248,7 +250,10 @@ pub fn from_table<T: serde::de::DeserializeOwned>(t: toml::Table) -> Result<T> {
                 (p, Some(value)) => Error::param(
                     p,
                     value,
-                    match msg.split_once(", expected ").map_or(msg.as_str(), |(_, e)| e) {
+                    match msg
+                        .split_once(", expected ")
+                        .map_or(msg.as_str(), |(_, e)| e)
+                    {
                         "u64" | "usize" | "u32" | "u16" | "u8" => {
                             "a whole number >= 0 (e.g. 1000, 1_000 or 1e3)".to_string()
                         }

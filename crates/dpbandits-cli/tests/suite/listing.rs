@@ -193,7 +193,10 @@ fn the_checker_sees_claims_and_wrong_defaults() {
             ("eta".into(), f(1.0)),
             ("beta".into(), OpenUnit),
             ("beta".into(), f(0.5)),
-            ("threshold".into(), Default(toml::Value::String("joint".into()))),
+            (
+                "threshold".into(),
+                Default(toml::Value::String("joint".into()))
+            ),
             ("window".into(), AtLeastOne),
             ("gamma".into(), OpenUnit),
         ]
@@ -214,7 +217,11 @@ fn list_prints_the_checked_text() {
     for e in registry::POLICIES {
         let p = e.parameters();
         if !p.is_empty() {
-            assert!(out.contains(&p), "{}: parameters missing from list", e.info.kind);
+            assert!(
+                out.contains(&p),
+                "{}: parameters missing from list",
+                e.info.kind
+            );
         }
     }
     let dp_tt = out

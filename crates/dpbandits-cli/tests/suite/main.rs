@@ -10,6 +10,7 @@ mod cli;
 mod compare;
 mod contextual;
 mod durable;
+mod figures;
 mod ldp;
 mod linear;
 mod listing;

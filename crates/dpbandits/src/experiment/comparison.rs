@@ -239,7 +239,11 @@ impl ComparisonSpec {
                         name: c.label(),
                         points: means,
                         band: Some(band),
-                        role: if g.is_private() { Role::Data } else { Role::Baseline },
+                        role: if g.is_private() {
+                            Role::Data
+                        } else {
+                            Role::Baseline
+                        },
                     });
                     format!(
                         "{:.1} | {:.1} | {:.1} | {:.1} | {:.1}",

@@ -229,7 +229,9 @@ pub(super) fn regret_vs_t(
         });
     }
     let _ = ymax;
-    let breakpoints = Instance::of(plan).map(|i| i.breakpoints).unwrap_or_default();
+    let breakpoints = Instance::of(plan)
+        .map(|i| i.breakpoints)
+        .unwrap_or_default();
     let spec = PlotSpec {
         title: format!(
             "{}: mean cumulative regret ({} runs; band +-2 s.e.)",

@@ -1,7 +1,7 @@
 //! Running a plan and writing its results folder.
 
 use super::Plan;
-use super::plot::{PlotSpec, Role, Series};
+use super::plot::{MAX_DISTINCT, PlotSpec, Role, Series};
 use crate::error::{Error, Result};
 use crate::math::stats::Summary;
 use crate::sim::{CellRuns, run_jobs};
@@ -81,6 +81,42 @@ pub(super) fn roles(plan: &Plan) -> Vec<Role> {
         .collect()
 }
 
+/// The cells of each panel of the regret plot: at most [`MAX_DISTINCT`] data curves per panel,
+/// the cells of one kind together where they fit (consecutive cells of a kind are packed
+/// greedily; a kind with more than 20 is split), the baseline in every panel.
+pub(super) fn panels(plan: &Plan, roles: &[Role]) -> Vec<Vec<usize>> {
+    let baseline: Vec<usize> = (0..roles.len())
+        .filter(|&i| roles[i] == Role::Baseline)
+        .collect();
+    let mut groups: Vec<Vec<usize>> = vec![];
+    for i in (0..plan.cells.len()).filter(|&i| roles[i] != Role::Baseline) {
+        match groups.last_mut() {
+            Some(g)
+                if plan.cells[g[0]].kind() == plan.cells[i].kind() && g.len() < MAX_DISTINCT =>
+            {
+                g.push(i)
+            }
+            _ => groups.push(vec![i]),
+        }
+    }
+    let mut panels: Vec<Vec<usize>> = vec![];
+    for g in groups {
+        match panels.last_mut() {
+            Some(p) if p.len() + g.len() <= MAX_DISTINCT => p.extend(g),
+            _ => panels.push(g),
+        }
+    }
+    if panels.is_empty() {
+        panels.push(vec![]);
+    }
+    for p in &mut panels {
+        let mut v = baseline.clone();
+        v.extend(p.iter());
+        *p = v;
+    }
+    panels
+}
+
 /// The notes of a figure: its own (from the file), then the quick-look warning when `--runs` or
 /// `--horizon` changed the file's values.
 pub(super) fn notes(plan: &Plan, own: Option<&str>) -> Vec<String> {
@@ -101,6 +137,10 @@ pub fn write_outputs(plan: &Plan, outcome: &Outcome, dir: &Path) -> Result<Vec<P
     } else {
         write_regret_outputs(plan, outcome, dir)?
     };
+    let canonical = super::durable::canonical(&plan.spec)?;
+    let exp = dir.join(super::report::EXPERIMENT);
+    std::fs::write(&exp, canonical).map_err(io(&exp))?;
+    files.push(exp);
     let report = super::report::write(plan, dir, &files)?;
     files.push(report);
     Ok(files)
@@ -189,46 +229,55 @@ fn write_regret_outputs(plan: &Plan, outcome: &Outcome, dir: &Path) -> Result<Ve
     std::fs::write(&p, text + "\n").map_err(io(&p))?;
     files.push(p);
 
-    // regret plot: mean with 5%-95% band, full labels, the baseline in its own style
+    // regret plot: mean with 5%-95% band, full labels, the baseline in its own style; more
+    // than 20 curves are split into panels (`regret.svg`, `regret_2.svg`, ...), each with the
+    // baseline
     let roles = roles(plan);
-    let series: Vec<Series> = plan
-        .cells
-        .iter()
-        .zip(&summaries)
-        .zip(&roles)
-        .filter_map(|((c, s), &role)| {
-            let s = s.as_ref()?;
-            Some(Series {
-                name: c.label(),
-                points: grid
-                    .iter()
+    let curve = |i: usize| -> Option<Series> {
+        let (c, s) = (&plan.cells[i], summaries[i].as_ref()?);
+        Some(Series {
+            name: c.label(),
+            points: grid
+                .iter()
+                .zip(s)
+                .map(|(&t, s)| (t as f64, s.mean))
+                .collect(),
+            band: Some(
+                grid.iter()
                     .zip(s)
-                    .map(|(&t, s)| (t as f64, s.mean))
+                    .map(|(&t, s)| (t as f64, s.q05, s.q95))
                     .collect(),
-                band: Some(
-                    grid.iter()
-                        .zip(s)
-                        .map(|(&t, s)| (t as f64, s.q05, s.q95))
-                        .collect(),
-                ),
-                role,
-            })
+            ),
+            role: roles[i],
         })
-        .collect();
-    let spec = PlotSpec {
-        title: format!(
-            "{}: mean cumulative pseudo-regret ({} runs; band 5%-95% over runs)",
-            plan.spec.name, plan.spec.runs,
-        ),
-        x_label: "t".into(),
-        y_label: "regret".into(),
-        log_x: true,
-        log_y: false,
-        series,
-        notes: notes(plan, None),
-        ..Default::default()
     };
-    files.extend(super::plot::draw(&dir.join("regret"), &spec)?);
+    let panels = panels(plan, &roles);
+    for (k, cells) in panels.iter().enumerate() {
+        let part = if panels.len() > 1 {
+            format!("; part {} of {}", k + 1, panels.len())
+        } else {
+            String::new()
+        };
+        let spec = PlotSpec {
+            title: format!(
+                "{}: mean cumulative pseudo-regret ({} runs; band 5%-95% over runs{part})",
+                plan.spec.name, plan.spec.runs,
+            ),
+            x_label: "t".into(),
+            y_label: "regret".into(),
+            log_x: true,
+            log_y: false,
+            series: cells.iter().filter_map(|&i| curve(i)).collect(),
+            notes: notes(plan, None),
+            ..Default::default()
+        };
+        let stem = if k == 0 {
+            "regret".to_string()
+        } else {
+            format!("regret_{}", k + 1)
+        };
+        files.extend(super::plot::draw(&dir.join(stem), &spec)?);
+    }
 
     if let Some(c) = &plan.spec.comparison {
         files.extend(c.write(plan, &outcome.cells, dir)?);

@@ -186,20 +186,32 @@ pub fn data_style(i: usize) -> Style {
     }
 }
 
-/// The style of every series of `spec`, in order. More than one [`Role::Baseline`] series: all
-/// but the first are drawn as data.
-pub fn styles(spec: &PlotSpec) -> Vec<Style> {
-    let mut data = 0;
+/// The role each series is drawn with: as given, except that only the first
+/// [`Role::Baseline`] keeps it (the others are drawn as data).
+pub fn roles(spec: &PlotSpec) -> Vec<Role> {
     let mut baseline = false;
     spec.series
         .iter()
         .map(|s| match s.role {
-            Role::Theory => THEORY,
             Role::Baseline if !baseline => {
                 baseline = true;
-                BASELINE
+                Role::Baseline
             }
-            _ => {
+            Role::Baseline => Role::Data,
+            r => r,
+        })
+        .collect()
+}
+
+/// The style of every series of `spec`, in order (see [`roles`]).
+pub fn styles(spec: &PlotSpec) -> Vec<Style> {
+    let mut data = 0;
+    roles(spec)
+        .into_iter()
+        .map(|r| match r {
+            Role::Theory => THEORY,
+            Role::Baseline => BASELINE,
+            Role::Data => {
                 data += 1;
                 data_style(data - 1)
             }
@@ -324,8 +336,14 @@ pub fn draw(stem: &Path, spec: &PlotSpec) -> Result<Vec<PathBuf>> {
         }
     };
     let styles = styles(spec);
+    let roles = roles(spec);
     let size = canvas(spec);
-    draw_on(SVGBackend::new(&svg, size).into_drawing_area(), spec, &styles).map_err(err(&svg))?;
+    draw_on(
+        SVGBackend::new(&svg, size).into_drawing_area(),
+        spec,
+        &styles,
+    )
+    .map_err(err(&svg))?;
     draw_on(
         BitMapBackend::new(&png, size).into_drawing_area(),
         spec,
@@ -344,9 +362,10 @@ pub fn draw(stem: &Path, spec: &PlotSpec) -> Result<Vec<PathBuf>> {
             .series
             .iter()
             .zip(&styles)
-            .map(|(s, st)| SeriesData {
+            .zip(&roles)
+            .map(|((s, st), &role)| SeriesData {
                 name: &s.name,
-                role: s.role,
+                role,
                 style: *st,
                 band: s.band.as_ref().is_some_and(|b| !b.is_empty()),
                 points: s.points.len(),
@@ -538,7 +557,9 @@ where
     let p = EmptyElement::at(at);
     match st.marker {
         Marker::None => Ok(()),
-        Marker::Circle => area.draw(&(p + Circle::new((0, 0), 4, c.filled()))).map_err(e),
+        Marker::Circle => area
+            .draw(&(p + Circle::new((0, 0), 4, c.filled())))
+            .map_err(e),
         Marker::Ring => area
             .draw(&(p + Circle::new((0, 0), 5, c.stroke_width(2))))
             .map_err(e),
@@ -766,9 +787,9 @@ mod tests {
             assert_ne!(a.marker, Marker::None);
             for b in &all[i + 1..] {
                 let d = |x: u8, y: u8| (x as f64 - y as f64).powi(2);
-                let dist = (d(a.color.0, b.color.0) + d(a.color.1, b.color.1)
-                    + d(a.color.2, b.color.2))
-                .sqrt();
+                let dist =
+                    (d(a.color.0, b.color.0) + d(a.color.1, b.color.1) + d(a.color.2, b.color.2))
+                        .sqrt();
                 assert!(dist > 60.0, "{a:?} {b:?}: colours too close ({dist})");
                 assert!((a.dash, a.marker) != (b.dash, b.marker), "{a:?} {b:?}");
             }

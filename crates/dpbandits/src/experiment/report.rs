@@ -12,6 +12,9 @@ use std::path::{Path, PathBuf};
 
 /// File name of the report.
 pub const REPORT: &str = "report.html";
+/// The resolved experiment written beside the report (`--runs`/`--horizon` applied): running it
+/// reproduces the folder.
+pub const EXPERIMENT: &str = "experiment.toml";
 
 fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
@@ -48,12 +51,9 @@ fn read(p: &Path) -> Result<String> {
     })
 }
 
-/// The command that reproduces the folder from the experiment file.
+/// The command that reproduces the folder: the resolved experiment written beside the report.
 pub fn command(plan: &Plan) -> String {
-    format!(
-        "dpbandits run experiments/{}.toml --runs {} --horizon {}",
-        plan.spec.name, plan.spec.runs, plan.spec.horizon
-    )
+    format!("dpbandits run {EXPERIMENT} --out {}-again", plan.spec.name)
 }
 
 /// Write `report.html` into `dir` from the files already written there (`files`: the SVGs, in
@@ -81,13 +81,18 @@ pub fn write(plan: &Plan, dir: &Path, files: &[PathBuf]) -> Result<PathBuf> {
         h,
         "<p>{} runs per configuration, horizon {}, master seed {}, dpbandits {}.</p>\n\
          <h2>Reproduce</h2>\n<pre id=\"command\">{}</pre>\n\
-         <p>(from the experiment file; the resolved configuration that ran is below and in \
-         <code>manifest.json</code>; the same seed gives the same bytes for any thread count)</p>",
+         <p>(run in this folder: <code>{EXPERIMENT}</code> is the resolved configuration that ran, \
+         also shown below; from the repository's file of the same name: <code>dpbandits run \
+         experiments/{}.toml --runs {} --horizon {}</code>. The same seed gives the same bytes \
+         for any thread count.)</p>",
         plan.spec.runs,
         plan.spec.horizon,
         plan.spec.master_seed,
         env!("CARGO_PKG_VERSION"),
-        esc(&command(plan))
+        esc(&command(plan)),
+        name,
+        plan.spec.runs,
+        plan.spec.horizon,
     );
 
     // privacy claims, from the manifest as written

@@ -221,8 +221,14 @@ impl ExperimentSpec {
                         let v = b
                             .as_integer()
                             .and_then(|v| u64::try_from(v).ok())
-                            .or_else(|| b.as_float().filter(|f| f.fract() == 0.0 && *f >= 0.0).map(|f| f as u64))
-                            .ok_or_else(|| Error::param(format!("env.breakpoints[{i}]"), b, "a round number"))?;
+                            .or_else(|| {
+                                b.as_float()
+                                    .filter(|f| f.fract() == 0.0 && *f >= 0.0)
+                                    .map(|f| f as u64)
+                            })
+                            .ok_or_else(|| {
+                                Error::param(format!("env.breakpoints[{i}]"), b, "a round number")
+                            })?;
                         let s = scale(v);
                         if s < 2 || scaled.last().is_some_and(|&p| s <= p) {
                             return Err(Error::param(
@@ -244,7 +250,8 @@ impl ExperimentSpec {
                         .collect();
                     changed.push(format!("env.breakpoints rescaled to {scaled:?}"));
                 }
-                let mut extra: Vec<u64> = self.checkpoints.extra.iter().map(|&x| scale(x)).collect();
+                let mut extra: Vec<u64> =
+                    self.checkpoints.extra.iter().map(|&x| scale(x)).collect();
                 extra.retain(|&x| x >= 1 && x <= h);
                 extra.dedup();
                 self.checkpoints.extra = extra;
@@ -276,7 +283,10 @@ impl ExperimentSpec {
         }
         if !changed.is_empty() {
             let mut all: Vec<String> = self.overrides.iter().cloned().collect();
-            all.push(format!("quick look, not the file's setting: {}", changed.join("; ")));
+            all.push(format!(
+                "quick look, not the file's setting: {}",
+                changed.join("; ")
+            ));
             self.overrides = Some(all.join(" / "));
         }
         Ok(())
@@ -297,7 +307,10 @@ mod tests {
         assert_eq!(parse_count("1e15"), Ok(1_000_000_000_000_000));
         for bad in ["1.5", "-1", "1e-3", "abc", "", "inf", "nan", "1e30", "_1"] {
             let e = parse_count(bad).unwrap_err();
-            assert!(e.contains(bad) && e.contains("expected") || e.contains("2^53"), "{bad}: {e}");
+            assert!(
+                e.contains(bad) && e.contains("expected") || e.contains("2^53"),
+                "{bad}: {e}"
+            );
         }
         let spec = ExperimentSpec::from_toml(
             "name = \"x\"\nmaster_seed = 1\nhorizon = 1e6\nruns = 1e1\n[checkpoints]\nextra = [2.5e5, 500_000]\n[env]\nkind = \"bernoulli\"\nmeans = [0.5, 0.4]\n[[policy]]\nkind = \"ucb1\"\n",
@@ -314,13 +327,22 @@ mod tests {
         let text = "name = \"x\"\nmaster_seed = 1\nhorizon = 1_000_000\nruns = 20\n[checkpoints]\nextra = [250_001]\n[env]\nkind = \"piecewise_bernoulli\"\nmeans = [[0.8, 0.2], [0.2, 0.8]]\nbreakpoints = [250_001]\n[[policy]]\nkind = \"sw_ucb\"\nwindow = 4292\n";
         let mut s = ExperimentSpec::from_toml(text).unwrap();
         s.with_overrides(Some(10), Some(100_000)).unwrap();
-        assert_eq!(s.env["breakpoints"].as_array().unwrap()[0].as_integer(), Some(25_001));
+        assert_eq!(
+            s.env["breakpoints"].as_array().unwrap()[0].as_integer(),
+            Some(25_001)
+        );
         assert_eq!(s.checkpoints.extra, vec![25_001]);
         let note = s.overrides.clone().unwrap();
-        assert!(note.contains("runs = 10 (file: 20)") && note.contains("not rescaled"), "{note}");
+        assert!(
+            note.contains("runs = 10 (file: 20)") && note.contains("not rescaled"),
+            "{note}"
+        );
         let mut s = ExperimentSpec::from_toml(text).unwrap();
         let e = s.with_overrides(None, Some(1)).unwrap_err().to_string();
-        assert!(e.contains("horizon = 1") && e.contains("--horizon 10000"), "{e}");
+        assert!(
+            e.contains("horizon = 1") && e.contains("--horizon 10000"),
+            "{e}"
+        );
         let bai = "name = \"b\"\nmaster_seed = 1\nhorizon = 1e12\nruns = 20\n[env]\nkind = \"bai_bernoulli\"\nmeans = [0.5, 0.4]\ndelta = 0.1\n[[policy]]\nkind = \"eb_tci\"\n";
         let mut s = ExperimentSpec::from_toml(bai).unwrap();
         s.with_overrides(None, Some(1000)).unwrap();
