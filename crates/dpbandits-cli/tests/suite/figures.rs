@@ -105,10 +105,18 @@ fn check_plot(exp: &str, stem: &str, p: &serde_json::Value) -> Vec<String> {
         }
     }
     let special: Vec<&serde_json::Value> = series.iter().filter(|s| s["role"] != "data").collect();
-    for s in &special {
+    for (i, s) in special.iter().enumerate() {
         for d in &data {
             if style(s) == style(d) {
                 bad.push(format!("{exp}/{stem}: {} is styled like data", s["name"]));
+            }
+        }
+        for t in &special[i + 1..] {
+            if style(s) == style(t) {
+                bad.push(format!(
+                    "{exp}/{stem}: {} and {} share a style",
+                    s["name"], t["name"]
+                ));
             }
         }
     }

@@ -106,6 +106,10 @@ pub enum Marker {
     Cross,
     /// Open circle.
     Ring,
+    /// Open square (theory curves only).
+    OpenSquare,
+    /// Open triangle (theory curves only).
+    OpenTriangle,
 }
 
 /// How one curve is drawn.
@@ -167,13 +171,25 @@ pub const BASELINE: Style = Style {
     marker: Marker::None,
     width: 3,
 };
-/// The style of theory and lower-bound curves.
+/// The style of the first theory or lower-bound curve of a figure.
 pub const THEORY: Style = Style {
     color: (60, 60, 60),
     dash: Dash::WideDash,
     marker: Marker::None,
     width: 3,
 };
+
+/// The style of the `i`-th theory curve: grey, thick wide dashes, with open markers no data
+/// curve uses (none, open square, open triangle), then a lighter grey for the next three.
+pub fn theory_style(i: usize) -> Style {
+    const M: [Marker; 3] = [Marker::None, Marker::OpenSquare, Marker::OpenTriangle];
+    const C: [(u8, u8, u8); 2] = [(60, 60, 60), (140, 140, 140)];
+    Style {
+        color: C[(i / M.len()) % C.len()],
+        marker: M[i % M.len()],
+        ..THEORY
+    }
+}
 
 /// The style of the `i`-th data curve: colour `i mod 20`, pattern `i mod 4`, marker `i mod 5`
 /// (4 and 5 are coprime, so the (pattern, marker) pairs of the first 20 curves are distinct).
@@ -206,10 +222,14 @@ pub fn roles(spec: &PlotSpec) -> Vec<Role> {
 /// The style of every series of `spec`, in order (see [`roles`]).
 pub fn styles(spec: &PlotSpec) -> Vec<Style> {
     let mut data = 0;
+    let mut theory = 0;
     roles(spec)
         .into_iter()
         .map(|r| match r {
-            Role::Theory => THEORY,
+            Role::Theory => {
+                theory += 1;
+                theory_style(theory - 1)
+            }
             Role::Baseline => BASELINE,
             Role::Data => {
                 data += 1;
@@ -490,7 +510,14 @@ fn tick_label(v: f64, log: bool, span: f64) -> String {
     if log {
         let r = v.round();
         if (v - r).abs() < 1e-6 {
-            format!("1e{r}")
+            match r as i64 {
+                0 => "1".into(),
+                1 => "10".into(),
+                k => format!("1e{k}"),
+            }
+        } else if span < 2.5 {
+            // less than ~2 decades: label intermediate ticks with their values
+            short_number(10f64.powf(v), 2)
         } else {
             String::new()
         }
@@ -571,6 +598,12 @@ where
             .map_err(e),
         Marker::Cross => area
             .draw(&(p + Cross::new((0, 0), 5, c.stroke_width(2))))
+            .map_err(e),
+        Marker::OpenSquare => area
+            .draw(&(p + Rectangle::new([(-5, -5), (5, 5)], c.stroke_width(2))))
+            .map_err(e),
+        Marker::OpenTriangle => area
+            .draw(&(p + TriangleMarker::new((0, 0), 7, c.stroke_width(2))))
             .map_err(e),
     }
 }
@@ -814,6 +847,14 @@ mod tests {
         };
         let s = styles(&spec);
         assert_eq!(s, vec![BASELINE, data_style(0), THEORY, data_style(1)]);
+        let theory: Vec<Style> = (0..6).map(theory_style).collect();
+        for (i, a) in theory.iter().enumerate() {
+            assert!(!all.contains(a) && *a != BASELINE);
+            for b in &theory[i + 1..] {
+                assert_ne!(a, b);
+                assert!(a.marker != b.marker || a.color != b.color);
+            }
+        }
     }
 
     #[test]
@@ -822,6 +863,10 @@ mod tests {
         assert_eq!(tick_label(0.25, false, 0.5), "0.25");
         assert_eq!(tick_label(2e6, false, 1e7), "2e6");
         assert_eq!(tick_label(3.0, true, 4.0), "1e3");
+        assert_eq!(tick_label(0.0, true, 4.0), "1");
+        assert_eq!(tick_label(-0.0, true, 4.0), "1");
+        assert_eq!(tick_label(2f64.log10(), true, 1.5), "2");
+        assert_eq!(tick_label(2f64.log10(), true, 4.0), "");
         let w = wrap("ldp(inner=sw_klucb_cf(window=1166),epsilon=1)", 20);
         assert!(w.iter().all(|l| l.chars().count() <= 20), "{w:?}");
         assert_eq!(w.concat(), "ldp(inner=sw_klucb_cf(window=1166),epsilon=1)");
