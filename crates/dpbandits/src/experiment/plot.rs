@@ -297,7 +297,7 @@ trait TrailingZerosDec {
 impl TrailingZerosDec for u64 {
     fn trailing_zeros_dec(mut self) -> u32 {
         let mut n = 0;
-        while self != 0 && self % 10 == 0 {
+        while self != 0 && self.is_multiple_of(10) {
             self /= 10;
             n += 1;
         }
