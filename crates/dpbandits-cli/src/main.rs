@@ -58,11 +58,11 @@ enum Command {
         #[arg(long)]
         threads: Option<usize>,
         /// Override the number of runs of the file (e.g. for a quick look; `1e3`, `1_000` allowed).
-        #[arg(long, value_parser = experiment::parse_count)]
+        #[arg(long, value_parser = experiment::parse_count, allow_hyphen_values = true)]
         runs: Option<u64>,
         /// Override the horizon of the file (`1e5`, `100_000` allowed). Breakpoints and extra
         /// checkpoints given in rounds are rescaled; for BAI files it is the sample cap.
-        #[arg(long, value_parser = experiment::parse_count)]
+        #[arg(long, value_parser = experiment::parse_count, allow_hyphen_values = true)]
         horizon: Option<u64>,
         /// No progress bar.
         #[arg(long)]

@@ -11,6 +11,7 @@ mod compare;
 mod contextual;
 mod durable;
 mod figures;
+mod habits;
 mod ldp;
 mod linear;
 mod listing;

@@ -83,8 +83,9 @@ pub enum FigureSpec {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         note: Option<String>,
     },
-    /// Mean regret curves of selected policies, with optional log axes (e.g. Figure 5: one panel
-    /// per rho, log y-axis).
+    /// Mean regret curves of selected policies with their 5%-95% bands, with optional log axes
+    /// (e.g. Figure 5: one panel per rho; linear y by default, where the gap between the two
+    /// algorithms shows).
     RegretCurves {
         /// Keep only policies whose parameter `param` equals `value` (both or neither), plus every
         /// policy without that parameter.
