@@ -13,7 +13,7 @@ pub(crate) struct AuditArgs {
     #[arg(long = "param")]
     params: Vec<String>,
     /// Runs per table and scenario (half select events, half evaluate them).
-    #[arg(long, default_value_t = 4000)]
+    #[arg(long, default_value_t = 4000, value_parser = dpbandits::experiment::parse_count)]
     runs: u64,
     /// Master seed.
     #[arg(long, default_value_t = 20240917)]
@@ -27,8 +27,8 @@ pub(crate) struct AuditArgs {
     /// Confidence of the lower bound.
     #[arg(long, default_value_t = 0.95, allow_hyphen_values = true)]
     confidence: f64,
-    /// Horizon (BAI: sample cap); default depends on the setting.
-    #[arg(long)]
+    /// Horizon (BAI: sample cap); default depends on the setting. `1e5` allowed.
+    #[arg(long, value_parser = dpbandits::experiment::parse_count)]
     horizon: Option<u64>,
     /// Number of arms.
     #[arg(long, default_value_t = 2)]

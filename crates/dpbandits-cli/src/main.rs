@@ -4,7 +4,8 @@
 //!   `[--resume] [--force] [--shard i/n] [--allow-large]`
 //! * `dpbandits run --default` runs the embedded default experiment (the paper's Figure 4(a)).
 //! * `dpbandits merge DIR... --out OUT` merges the folders of `--shard 0/n .. n-1/n`.
-//! * `dpbandits list` shows every algorithm with its paper reference and privacy claim.
+//! * `dpbandits list` shows every algorithm with its paper reference, privacy claim and parameters.
+//! * `dpbandits completions bash|zsh|fish` prints a shell completion script.
 //! * `dpbandits audit KIND --param rho=0.5 [--runs N] [--seed S] [--delta D ...]
 //!   [--noise-multiplier M] [--json FILE]`: the empirical privacy auditor (`docs/privacy.md`).
 //!
@@ -60,11 +61,12 @@ enum Command {
         /// Worker threads (default: all cores). Results do not depend on it.
         #[arg(long)]
         threads: Option<usize>,
-        /// Override the number of runs of the file (e.g. for a quick look).
-        #[arg(long)]
+        /// Override the number of runs of the file (e.g. for a quick look; `1e3`, `1_000` allowed).
+        #[arg(long, value_parser = experiment::parse_count, allow_hyphen_values = true)]
         runs: Option<u64>,
-        /// Override the horizon of the file.
-        #[arg(long)]
+        /// Override the horizon of the file (`1e5`, `100_000` allowed). Breakpoints and extra
+        /// checkpoints given in rounds are rescaled; for BAI files it is the sample cap.
+        #[arg(long, value_parser = experiment::parse_count, allow_hyphen_values = true)]
         horizon: Option<u64>,
         /// No progress bar.
         #[arg(long)]
@@ -100,8 +102,14 @@ enum Command {
         #[arg(long)]
         threads: Option<usize>,
     },
-    /// List algorithms and environments with their references and privacy claims.
+    /// List algorithms and environments with their references, privacy claims and parameters.
     List,
+    /// Print a shell completion script: `dpbandits completions bash > ~/.local/share/bash-completion/completions/dpbandits`
+    /// (zsh: into a folder of `$fpath` as `_dpbandits`; fish: `~/.config/fish/completions/dpbandits.fish`).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
     /// Empirical privacy audit of a private kind: a lower bound on epsilon from neighbouring
     /// reward tables (docs/privacy.md). Exit code 1 when the bound exceeds the claim.
     Audit(audit::AuditArgs),
@@ -113,7 +121,12 @@ enum Command {
     /// Characteristic times and the lower bound of fixed-confidence BAI under eps-global DP.
     Bounds {
         /// Bernoulli means, comma-separated, each in (0, 1), unique best arm.
-        #[arg(long, value_delimiter = ',', allow_hyphen_values = true)]
+        #[arg(
+            long,
+            value_delimiter = ',',
+            allow_hyphen_values = true,
+            required = true
+        )]
         means: Vec<f64>,
         /// Privacy budget eps > 0.
         #[arg(long, allow_hyphen_values = true)]
@@ -144,6 +157,16 @@ fn real_main() -> Result<ExitCode> {
         Command::Audit(args) => audit::audit(args),
         Command::Serve(args) => serve::serve(args),
         Command::AuditLog(cmd) => serve::audit_log(cmd),
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "dpbandits",
+                &mut std::io::stdout(),
+            );
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Bounds {
             means,
             epsilon,

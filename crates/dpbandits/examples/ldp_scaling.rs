@@ -10,7 +10,7 @@
 //!     experiments/ldp_e3_scaling.toml results/ldp_e3_scaling 1e4,3e4,1e5,3e5,1e6,3e6,1e7
 //! ```
 
-use dpbandits::experiment::plot::{PlotSpec, Series, draw};
+use dpbandits::experiment::plot::{PlotSpec, Role, Series, draw};
 use dpbandits::experiment::{ExperimentSpec, Plan, run};
 use dpbandits::finite::theory_window;
 use dpbandits::math::stats::Summary;
@@ -124,6 +124,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             name: f.clone(),
             points: p.clone(),
             band: None,
+            role: Role::Data,
         })
         .collect();
     if let Some((_, p)) = fams.first() {
@@ -133,11 +134,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             name: "slope 1/2 (reference)".into(),
             points: vec![(t0, y0), (t1, y0 * (t1 / t0).sqrt())],
             band: None,
+            role: Role::Theory,
         });
         series.push(Series {
             name: "slope 1 (linear regret)".into(),
             points: vec![(t0, y0), (t1, y0 * t1 / t0)],
             band: None,
+            role: Role::Theory,
         });
     }
     let files = draw(
@@ -152,7 +155,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             log_x: true,
             log_y: true,
             series,
-            hline: None,
+            ..Default::default()
         },
     )?;
     for f in files {

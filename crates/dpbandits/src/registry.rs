@@ -178,29 +178,92 @@ pub struct EnvEntry {
     pub parse: EnvParse,
 }
 
-/// Deserialize a table into `T` with a clear message (unknown keys, wrong types, missing
-/// required fields).
+/// Counts may be written `1e6` in any table: a whole float (finite, `|x| < 2^53`) becomes an
+/// integer before deserializing, which `f64` fields accept unchanged and `u64`/`usize` fields
+/// now accept too. Recursive (arrays and sub-tables).
+pub fn counts_as_integers(v: &mut toml::Value) {
+    match v {
+        toml::Value::Float(f)
+            if f.is_finite() && f.fract() == 0.0 && f.abs() < 9.007_199_254_740_992e15 =>
+        {
+            *v = toml::Value::Integer(*f as i64);
+        }
+        toml::Value::Array(a) => a.iter_mut().for_each(counts_as_integers),
+        toml::Value::Table(t) => t.iter_mut().for_each(|(_, v)| counts_as_integers(v)),
+        _ => {}
+    }
+}
+
+/// The value at a serde path (`window`, `per_arm.epsilon[1]`) of a table, for error messages.
+fn value_at(t: &toml::Table, path: &serde_path_to_error::Path) -> Option<String> {
+    let mut cur: Option<&toml::Value> = None;
+    for seg in path.iter() {
+        cur = match seg {
+            serde_path_to_error::Segment::Map { key } => match cur {
+                None => t.get(key.as_str()),
+                Some(v) => v.get(key.as_str()),
+            },
+            serde_path_to_error::Segment::Seq { index } => cur.and_then(|v| v.get(*index)),
+            _ => return None,
+        };
+        cur?;
+    }
+    cur.map(|v| v.to_string())
+}
+
+/// Deserialize a table into `T` with a clear message: unknown keys named with the allowed ones,
+/// missing required fields, and type errors naming the field (`window = [1, 2]: expected u64`).
+/// Counts may be written `1e6` ([`counts_as_integers`]).
 ///
 /// # Errors
 /// As said.
 pub fn from_table<T: serde::de::DeserializeOwned>(t: toml::Table) -> Result<T> {
-    toml::Value::Table(t)
-        .try_into()
-        .map_err(|e: toml::de::Error| {
-            let msg = e.message().trim();
+    let mut v = toml::Value::Table(t);
+    counts_as_integers(&mut v);
+    let toml::Value::Table(t) = v else {
+        unreachable!("a table stays a table")
+    };
+    serde_path_to_error::deserialize(toml::Value::Table(t.clone())).map_err(
+        |e: serde_path_to_error::Error<toml::de::Error>| {
+            let msg = e.inner().message().trim().to_string();
             // serde's "missing field `rho`": name the field the way every other error does.
-            match msg
+            if let Some(field) = msg
                 .strip_prefix("missing field `")
                 .and_then(|r| r.strip_suffix('`'))
             {
-                Some(field) => Error::param(
+                let field = match e.path().to_string().as_str() {
+                    "." | "" => field.to_string(),
+                    p => format!("{p}.{field}"),
+                };
+                return Error::param(
                     field,
                     "(missing)",
                     "a value: this parameter is required (its range: `dpbandits list`)",
-                ),
-                None => Error::Config(msg.to_string()),
+                );
             }
-        })
+            if msg.starts_with("unknown field") {
+                return Error::Config(msg);
+            }
+            let path = e.path().to_string();
+            match (path.as_str(), value_at(&t, e.path())) {
+                ("." | "", _) | (_, None) => Error::Config(msg),
+                (p, Some(value)) => Error::param(
+                    p,
+                    value,
+                    match msg
+                        .split_once(", expected ")
+                        .map_or(msg.as_str(), |(_, e)| e)
+                    {
+                        "u64" | "usize" | "u32" | "u16" | "u8" => {
+                            "a whole number >= 0 (e.g. 1000, 1_000 or 1e3)".to_string()
+                        }
+                        "f64" | "f32" => "a number".to_string(),
+                        other => other.to_string(),
+                    },
+                ),
+            }
+        },
+    )
 }
 
 /// Deserialize and validate: the one way a configuration is made from a table.

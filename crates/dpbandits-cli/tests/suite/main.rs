@@ -10,8 +10,11 @@ mod cli;
 mod compare;
 mod contextual;
 mod durable;
+mod figures;
+mod habits;
 mod ldp;
 mod linear;
+mod listing;
 mod serve;
 
 /// The `dpbandits` binary under test.

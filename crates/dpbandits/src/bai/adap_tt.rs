@@ -12,8 +12,10 @@
 //!   §5.4.3 (spec §4.4): same, with the cost `W^{G,eps} = Delta_+ min(3 eps, Delta_+) / (2 sigma^2
 //!   (1/w_a + 1/w_b))` for both challenger and stopping and the threshold (5.14).
 //!
-//! Thresholds: `thesis` (default) or, for AdaP-TT, `code23` (the DP-BAI code's heuristic, with its
-//! sigma = 1 cost).
+//! Thresholds: `thesis` (default) or, for AdaP-TT, `code23`: only the *threshold formula* of the
+//! DP-BAI code (2023), with its sigma = 1 cost, inside **our** stopping rule (EB leader, signed
+//! gap). It is not the authors' algorithm: their code's stopping rule tests the UCB leader with an
+//! unsigned gap. A heuristic, not proved delta-correct.
 //!
 //! # Privacy
 //! eps-global DP (central, pure), adjacency: reward tables differing in one row. Each phase mean
@@ -23,8 +25,8 @@
 //! challenger, tracking, stopping, phase ends) is post-processing of releases and counts.
 //!
 //! # Parameters
-//! `epsilon` (> 0), `beta` (default 1/2), `threshold` (`thesis` default, `code23` for AdaP-TT),
-//! `lazy` (>= 0, default 0).
+//! `epsilon` (> 0), `beta` (default 1/2), `threshold` (`thesis` default; `code23` for AdaP-TT:
+//! the 2023 code's threshold formula in our stopping rule, a heuristic), `lazy` (>= 0, default 0).
 
 use super::top_two::{Challenger, Estimator, Forcing, Leader, StopCost, TopTwoParams};
 use super::{BaiConfig, BaiEngine, ThresholdKind, TopTwo, fmt_num, forcing_label};

@@ -8,7 +8,7 @@
 //! | `h_arm` | DP-TT | per arm `1/2 ln(1/delta) + ln(1 + ln m)` (spec §3.5.3) | heuristic |
 //! | `eb` | EB-TCI | pair `ln((1 + ln n)/delta)`, `n` total samples (authors' heuristic) | heuristic |
 //! | `thesis` | AdaP-TT, AdaP-TT* | Azize thesis Eqs. (5.10)–(5.11) resp. (5.14), `s = 2` | yes (thesis Thm), `s` is our choice |
-//! | `code23` | AdaP-TT | the DP-BAI code's heuristic (spec §4.3) | heuristic |
+//! | `code23` | AdaP-TT | the threshold formula of the DP-BAI code (2023, spec §4.3) inside our stopping rule (EB leader, signed gap); the code's own rule tests the UCB leader with an unsigned gap, so this is not the authors' algorithm | heuristic |
 //!
 //! The exact threshold of Jourdan & Azize (2025), Eq. (8), was **not recovered**; `joint` and `r`
 //! are our own delta-correct replacements. Every output names the threshold it used.
@@ -90,7 +90,8 @@ pub enum ThresholdKind {
     Eb,
     /// Thesis thresholds of AdaP-TT (5.10)-(5.11) / AdaP-TT* (5.14).
     Thesis,
-    /// The DP-BAI code's AdaP-TT heuristic.
+    /// The threshold formula of the DP-BAI code (2023) for AdaP-TT, used in our stopping rule
+    /// (not the code's UCB-leader, unsigned-gap rule): a heuristic.
     Code23,
 }
 

@@ -244,7 +244,7 @@ pub fn write_outputs(plan: &Plan, outcome: &Outcome, out: &Path) -> Result<Vec<P
         "spec": plan.spec,
         "environment": plan.env_info,
         "characteristic_times": bounds,
-        "threshold_note": "DP-TT's exact threshold (Jourdan & Azize 2025, Eq. (8)) was not recovered; 'joint' (default) is our delta-correct pair threshold Proposal J (bai::threshold docs), 'r' the delta-correct Proposal R of spec dp-bai 3.5.2, 'h_half'/'h_arm'/'eb'/'code23' are heuristics (not proved), 'thesis' are the AdaP-TT thresholds of Azize's thesis with s = 2",
+        "threshold_note": "DP-TT's exact threshold (Jourdan & Azize 2025, Eq. (8)) was not recovered; 'joint' (default) is our delta-correct pair threshold Proposal J (bai::threshold docs), 'r' the delta-correct Proposal R of spec dp-bai 3.5.2, 'h_half'/'h_arm'/'eb' are heuristics (not proved), 'code23' is the threshold formula of the 2023 DP-BAI code inside our stopping rule (EB leader, signed gap; the code itself tests the UCB leader with an unsigned gap), a heuristic, not the authors' algorithm, 'thesis' are the AdaP-TT thresholds of Azize's thesis with s = 2",
         "simulation": "algorithms request blocks of n samples of one arm, answered with one exact Binomial(n, mu_a) reward sum from the arm's stream; Top Two algorithms hold the sums until the arm's next release and check stopping after each release; lazy_challenger = theta > 0 recomputes the challenger at least every max(1, floor(theta t)) rounds and after each release (0 = every round)",
         "cells": cells,
         "errors": rows.iter().zip(&plan.cells).filter_map(|(r, c)| r.as_ref().err().map(|e| format!("{}: {e}", c.label()))).collect::<Vec<_>>(),
@@ -289,6 +289,11 @@ pub fn write_outputs(plan: &Plan, outcome: &Outcome, out: &Path) -> Result<Vec<P
                     name: name.clone(),
                     points: vec![],
                     band: Some(vec![]),
+                    role: if eps.is_infinite() {
+                        plot::Role::Baseline
+                    } else {
+                        plot::Role::Data
+                    },
                 });
                 series.last_mut().expect("just pushed")
             }
@@ -309,6 +314,7 @@ pub fn write_outputs(plan: &Plan, outcome: &Outcome, out: &Path) -> Result<Vec<P
             .map(|b| (b.epsilon, b.lower_bound))
             .collect(),
         band: None,
+        role: plot::Role::Theory,
     });
     for s in &mut series {
         let mut idx: Vec<usize> = (0..s.points.len()).collect();
@@ -318,17 +324,26 @@ pub fn write_outputs(plan: &Plan, outcome: &Outcome, out: &Path) -> Result<Vec<P
             b.sort_by(|x, y| x.0.total_cmp(&y.0));
         }
     }
+    let capped: u64 = rows.iter().flatten().map(|r| r.capped).sum();
+    let total: u64 = rows.iter().flatten().map(|r| r.runs).sum();
+    let capped_note = (capped > 0).then(|| {
+        format!(
+            "{capped} of {total} runs hit the sample cap {}: counted at the cap, so their means are lower bounds",
+            plan.spec.horizon
+        )
+    });
     let spec = PlotSpec {
         title: format!(
-            "{}: mean stopping time (band 5%-95%), delta = {}",
-            plan.spec.name, plan.env_info["delta"]
+            "{}: mean stopping time ({} runs; band 5%-95% over runs), delta = {}",
+            plan.spec.name, plan.spec.runs, plan.env_info["delta"]
         ),
         x_label: "epsilon".into(),
         y_label: "stopping time".into(),
         log_x: true,
         log_y: true,
         series,
-        hline: None,
+        notes: super::output::notes(plan, capped_note.as_deref()),
+        ..Default::default()
     };
     let mut files = vec![summary, mpath];
     files.extend(plot::draw(&out.join("stopping_time"), &spec)?);

@@ -19,7 +19,7 @@
 //! ```
 
 use super::Plan;
-use super::plot::{PlotSpec, Series};
+use super::plot::{PlotSpec, Role, Series};
 use crate::error::{Error, Result};
 use crate::math::stats::Summary;
 use crate::privacy::{
@@ -224,13 +224,26 @@ impl ComparisonSpec {
                         .enumerate()
                         .map(|(i, &t)| {
                             let m = runs.iter().map(|r| r[i]).sum::<f64>() / runs.len() as f64;
-                            (t as f64, m.max(1e-1))
+                            (t as f64, m)
+                        })
+                        .collect();
+                    let band = grid
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &t)| {
+                            let s = Summary::of(&mut runs.iter().map(|r| r[i]).collect::<Vec<_>>());
+                            (t as f64, s.q05, s.q95)
                         })
                         .collect();
                     series.push(Series {
                         name: c.label(),
                         points: means,
-                        band: None,
+                        band: Some(band),
+                        role: if g.is_private() {
+                            Role::Data
+                        } else {
+                            Role::Baseline
+                        },
                     });
                     format!(
                         "{:.1} | {:.1} | {:.1} | {:.1} | {:.1}",
@@ -262,15 +275,17 @@ impl ComparisonSpec {
         let mut files = vec![p];
         let spec = PlotSpec {
             title: format!(
-                "{}: mean cumulative pseudo-regret at equal privacy ({} runs)",
+                "{}: mean cumulative pseudo-regret at equal privacy ({} runs; band 5%-95% over runs)",
                 plan.spec.name, plan.spec.runs
             ),
             x_label: "t".into(),
             y_label: "regret".into(),
+            // linear y: a log axis cannot show zero regret
             log_x: true,
-            log_y: true,
+            log_y: false,
             series,
-            hline: None,
+            notes: super::output::notes(plan, None),
+            ..Default::default()
         };
         files.extend(super::plot::draw(&dir.join("comparison"), &spec)?);
         Ok(files)

@@ -25,11 +25,15 @@ pub enum FigureSpec {
         /// Swept parameter of the private policy (default `rho`).
         #[serde(default = "rho")]
         param: String,
-        /// Horizons, each one curve (added to the checkpoints).
+        /// Horizons, each one curve (added to the checkpoints); `1e7` allowed.
+        #[serde(deserialize_with = "super::spec::whole_vec")]
         horizons: Vec<u64>,
         /// Output file stem (default `gap_vs_<param>`).
         #[serde(default)]
         name: Option<String>,
+        /// A one-line note printed on the figure (e.g. why it does not show the paper's claim).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        note: Option<String>,
     },
     /// `PoP(t) = (Reg_priv(t) - Reg_base(t)) / Reg_base(t)` against t, one curve per parameter value
     /// (Figure 4, right panels).
@@ -46,6 +50,9 @@ pub enum FigureSpec {
         /// Output file stem (default `price_of_privacy`).
         #[serde(default)]
         name: Option<String>,
+        /// A one-line note printed on the figure (e.g. why it does not show the paper's claim).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        note: Option<String>,
     },
     /// Mean cumulative regret against t on linear axes, with the breakpoints of a piecewise
     /// environment as vertical lines (spec ldp §6.3 F1).
@@ -56,6 +63,9 @@ pub enum FigureSpec {
         /// Output file stem (default `regret_vs_t`).
         #[serde(default)]
         name: Option<String>,
+        /// A one-line note printed on the figure (e.g. why it does not show the paper's claim).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        note: Option<String>,
     },
     /// Regret at the horizon against `epsilon` (log-log), one line per algorithm, with the shape of
     /// Gajane (2023) Corollary 2 fitted to one algorithm (spec ldp §6.3 F2).
@@ -69,9 +79,13 @@ pub enum FigureSpec {
         /// Output file stem (default `regret_vs_eps`).
         #[serde(default)]
         name: Option<String>,
+        /// A one-line note printed on the figure (e.g. why it does not show the paper's claim).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        note: Option<String>,
     },
-    /// Mean regret curves of selected policies, with optional log axes (e.g. Figure 5: one panel
-    /// per rho, log y-axis).
+    /// Mean regret curves of selected policies with their 5%-95% bands, with optional log axes
+    /// (e.g. Figure 5: one panel per rho; linear y by default, where the gap between the two
+    /// algorithms shows).
     RegretCurves {
         /// Keep only policies whose parameter `param` equals `value` (both or neither), plus every
         /// policy without that parameter.
@@ -83,21 +97,21 @@ pub enum FigureSpec {
         /// Log-scale x axis (default false).
         #[serde(default)]
         log_x: bool,
-        /// Log-scale y axis (default true).
-        #[serde(default = "yes")]
+        /// Log-scale y axis (default false: a log y axis hides the differences the figure is
+        /// about).
+        #[serde(default)]
         log_y: bool,
         /// Output file stem (default `regret_curves`).
         #[serde(default)]
         name: Option<String>,
+        /// A one-line note printed on the figure (e.g. why it does not show the paper's claim).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        note: Option<String>,
     },
 }
 
 fn sw_klucb_cf() -> String {
     "sw_klucb_cf".into()
-}
-
-fn yes() -> bool {
-    true
 }
 
 fn rho() -> String {
@@ -112,6 +126,17 @@ impl FigureSpec {
             FigureSpec::PriceOfPrivacy { .. } => vec![],
             FigureSpec::RegretVsT { .. } | FigureSpec::RegretVsEps { .. } => vec![],
             FigureSpec::RegretCurves { .. } => vec![],
+        }
+    }
+
+    /// The file's note for this figure.
+    pub fn note(&self) -> Option<&str> {
+        match self {
+            FigureSpec::GapVsParam { note, .. }
+            | FigureSpec::PriceOfPrivacy { note, .. }
+            | FigureSpec::RegretVsT { note, .. }
+            | FigureSpec::RegretVsEps { note, .. }
+            | FigureSpec::RegretCurves { note, .. } => note.as_deref(),
         }
     }
 
@@ -226,7 +251,14 @@ impl FigureSpec {
     ) -> Result<Vec<std::path::PathBuf>> {
         match self {
             FigureSpec::RegretVsT { policies, .. } => {
-                return super::ldp_figures::regret_vs_t(plan, results, dir, &self.stem(), policies);
+                return super::ldp_figures::regret_vs_t(
+                    plan,
+                    results,
+                    dir,
+                    &self.stem(),
+                    policies,
+                    self.note(),
+                );
             }
             FigureSpec::RegretVsEps { policies, fit, .. } => {
                 return super::ldp_figures::regret_vs_eps(
@@ -236,6 +268,7 @@ impl FigureSpec {
                     &self.stem(),
                     policies,
                     fit,
+                    self.note(),
                 );
             }
             _ => {}
@@ -255,6 +288,7 @@ impl FigureSpec {
                 &self.stem(),
                 param.as_deref().zip(*value),
                 (*log_x, *log_y),
+                self.note(),
             );
         }
         let (private, baseline, param) = self.parts();
@@ -289,9 +323,10 @@ impl FigureSpec {
                         band.push((v, gap.mean - 2.0 * gap.sem, gap.mean + 2.0 * gap.sem));
                     }
                     series.push(Series {
-                        name: format!("T = {h}"),
+                        name: format!("T = {}", super::plot::count(h)),
                         points: pts,
                         band: Some(band),
+                        ..Default::default()
                     });
                 }
                 PlotSpec {
@@ -304,6 +339,8 @@ impl FigureSpec {
                     log_y: false,
                     series,
                     hline: Some(0.0),
+                    notes: super::output::notes(plan, self.note()),
+                    ..Default::default()
                 }
             }
             FigureSpec::PriceOfPrivacy { values, .. } => {
@@ -327,9 +364,10 @@ impl FigureSpec {
                         }
                     }
                     series.push(Series {
-                        name: format!("{param} = {}", super::plot::short_number(v, 3)),
+                        name: format!("{param} = {v}"),
                         points: pts,
                         band: None,
+                        ..Default::default()
                     });
                 }
                 PlotSpec {
@@ -338,10 +376,13 @@ impl FigureSpec {
                     ),
                     x_label: "t".into(),
                     y_label: "PoP(t)".into(),
-                    log_x: true,
+                    // the paper's axis: linear t
+                    log_x: false,
                     log_y: false,
                     series,
                     hline: Some(0.0),
+                    notes: super::output::notes(plan, self.note()),
+                    ..Default::default()
                 }
             }
             FigureSpec::RegretVsT { .. } | FigureSpec::RegretVsEps { .. } => {
@@ -374,6 +415,7 @@ fn regret_cells(plan: &Plan, filter: Option<(&str, f64)>) -> Vec<usize> {
         .collect()
 }
 
+#[allow(clippy::too_many_arguments)]
 fn render_regret_curves(
     plan: &Plan,
     results: &[CellRuns],
@@ -381,31 +423,47 @@ fn render_regret_curves(
     stem: &str,
     filter: Option<(&str, f64)>,
     (log_x, log_y): (bool, bool),
+    note: Option<&str>,
 ) -> Result<Vec<std::path::PathBuf>> {
     let grid = plan.grid.points();
-    let mut csv = String::from("policy,t,mean,sem,runs\n");
+    let roles = super::output::roles(plan);
+    let mut csv = String::from("policy,t,mean,sem,q05,q95,runs\n");
     let mut series = vec![];
     for c in regret_cells(plan, filter) {
         let Ok(runs) = &results[c] else { continue };
         let label = plan.cells[c].label();
         let mut pts = vec![];
+        let mut band = vec![];
         for (i, &t) in grid.iter().enumerate() {
             let s = Summary::of(&mut runs.iter().map(|r| r[i]).collect::<Vec<_>>());
-            csv.push_str(&format!("{label},{t},{},{},{}\n", s.mean, s.sem, s.runs));
+            csv.push_str(&format!(
+                "{},{t},{},{},{},{},{}\n",
+                csv_field(&label),
+                s.mean,
+                s.sem,
+                s.q05,
+                s.q95,
+                s.runs
+            ));
             pts.push((t as f64, s.mean));
+            band.push((t as f64, s.q05, s.q95));
         }
         series.push(Series {
             name: label,
             points: pts,
-            band: None,
+            band: Some(band),
+            role: roles[c],
         });
     }
     let title = match filter {
         Some((p, v)) => format!(
-            "{}: mean cumulative pseudo-regret, {p} = {v}",
-            plan.spec.name
+            "{}: mean cumulative pseudo-regret, {p} = {v} ({} runs; band 5%-95% over runs)",
+            plan.spec.name, plan.spec.runs
         ),
-        None => format!("{}: mean cumulative pseudo-regret", plan.spec.name),
+        None => format!(
+            "{}: mean cumulative pseudo-regret ({} runs; band 5%-95% over runs)",
+            plan.spec.name, plan.spec.runs
+        ),
     };
     let spec = PlotSpec {
         title,
@@ -414,7 +472,8 @@ fn render_regret_curves(
         log_x,
         log_y,
         series,
-        hline: None,
+        notes: super::output::notes(plan, note),
+        ..Default::default()
     };
     let stem = dir.join(stem);
     let csv_path = stem.with_extension("csv");
@@ -425,6 +484,15 @@ fn render_regret_curves(
     let mut files = vec![csv_path];
     files.extend(super::plot::draw(&stem, &spec)?);
     Ok(files)
+}
+
+/// A CSV field, quoted when it holds a comma, a quote or a newline.
+pub(super) fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
 }
 
 fn same(a: f64, b: f64) -> bool {

@@ -3,7 +3,7 @@
 //! Gajane (2023) Corollary 2 overlaid (one fitted constant; spec ldp §3).
 
 use super::Plan;
-use super::plot::{PlotSpec, Series};
+use super::plot::{PlotSpec, Role, Series};
 use crate::error::{Error, Result};
 use crate::finite::{f_safe, theory_window};
 use crate::math::stats::Summary;
@@ -198,8 +198,10 @@ pub(super) fn regret_vs_t(
     dir: &Path,
     stem: &str,
     policies: &[String],
+    note: Option<&str>,
 ) -> Result<Vec<PathBuf>> {
     let grid = plan.grid.points();
+    let roles = super::output::roles(plan);
     let mut csv = String::from("policy,t,mean,sem,q05,q95\n");
     let mut series = vec![];
     let mut ymax: f64 = 0.0;
@@ -223,17 +225,13 @@ pub(super) fn regret_vs_t(
             name: label,
             points: pts,
             band: Some(band),
+            role: roles[c],
         });
     }
-    if let Some(inst) = Instance::of(plan) {
-        for &b in &inst.breakpoints {
-            series.push(Series {
-                name: format!("breakpoint t = {b}"),
-                points: vec![(b as f64, 0.0), (b as f64, ymax)],
-                band: None,
-            });
-        }
-    }
+    let _ = ymax;
+    let breakpoints = Instance::of(plan)
+        .map(|i| i.breakpoints)
+        .unwrap_or_default();
     let spec = PlotSpec {
         title: format!(
             "{}: mean cumulative regret ({} runs; band +-2 s.e.)",
@@ -244,7 +242,17 @@ pub(super) fn regret_vs_t(
         log_x: false,
         log_y: false,
         series,
-        hline: None,
+        vline_label: format!(
+            "breakpoints t = {}",
+            breakpoints
+                .iter()
+                .map(|b| b.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        vlines: breakpoints.iter().map(|&b| b as f64).collect(),
+        notes: super::output::notes(plan, note),
+        ..Default::default()
     };
     write(dir, stem, &csv, &spec)
 }
@@ -285,6 +293,7 @@ pub(super) fn regret_vs_eps(
     stem: &str,
     policies: &[String],
     fit: &str,
+    note: Option<&str>,
 ) -> Result<Vec<PathBuf>> {
     let horizon = plan.grid.horizon();
     let last = plan.grid.points().len() - 1;
@@ -307,7 +316,7 @@ pub(super) fn regret_vs_eps(
         }
     }
     let mut csv = String::from(
-        "policy,epsilon,T,mean,sem,runs,cor2_pinsker_fitted,heuristic_fitted,a_plus_b_over_tanh2_fitted\n",
+        "policy,epsilon,T,mean,sem,runs,cor2_pinsker_fitted,heuristic_fitted,a_plus_b_over_tanh2_fitted,status\n",
     );
     let inst = Instance::of(plan);
     let mut series = vec![];
@@ -359,6 +368,7 @@ pub(super) fn regret_vs_eps(
                     .map(|&e| (e, a + b / (e / 2.0).tanh().powi(2)))
                     .collect(),
                 band: None,
+                role: Role::Theory,
             });
             shapes.push(Series {
                 name: format!("Cor. 2 shape (Pinsker form) x {c1:.3} [fitted to {fit}]"),
@@ -367,6 +377,7 @@ pub(super) fn regret_vs_eps(
                     .map(|&e| (e, c1 * cor2_pinsker(inst, horizon, e)))
                     .collect(),
                 band: None,
+                role: Role::Theory,
             });
             shapes.push(Series {
                 name: format!("heuristic shape L w + (T/w) sum f(w)/(2 s^2 D) x {c2:.3}"),
@@ -375,6 +386,7 @@ pub(super) fn regret_vs_eps(
                     .map(|&e| (e, c2 * heuristic_shape(inst, horizon, e)))
                     .collect(),
                 band: None,
+                role: Role::Theory,
             });
             if let Some(p) = pts.iter().find(|p| p.0.is_infinite()) {
                 hline = Some(p.1.mean);
@@ -399,10 +411,32 @@ pub(super) fn regret_vs_eps(
                 }
                 _ => f64::NAN,
             };
+            // empty fitted cells instead of NaN, with the reason in `status`
+            let cell = |v: f64| {
+                if v.is_finite() {
+                    v.to_string()
+                } else {
+                    String::new()
+                }
+            };
+            let status = if fitted.is_none() {
+                format!("not fitted: the shapes are fitted to '{fit}' only")
+            } else if inst.is_none() {
+                "not fitted: no instance in the manifest".to_string()
+            } else if [a, b, two].iter().all(|v| v.is_finite()) {
+                "ok".to_string()
+            } else {
+                "not fitted: a fitted value is not finite (too few epsilons >= 1?)".to_string()
+            };
             let _ = writeln!(
                 csv,
-                "\"{fam}\",{e},{horizon},{},{},{},{a},{b},{two}",
-                s.mean, s.sem, s.runs
+                "\"{fam}\",{e},{horizon},{},{},{},{},{},{},\"{status}\"",
+                s.mean,
+                s.sem,
+                s.runs,
+                cell(a),
+                cell(b),
+                cell(two)
             );
         }
         series.push(Series {
@@ -414,6 +448,7 @@ pub(super) fn regret_vs_eps(
                     .map(|p| (p.0, p.1.mean - 2.0 * p.1.sem, p.1.mean + 2.0 * p.1.sem))
                     .collect(),
             ),
+            ..Default::default()
         });
     }
     series.extend(shapes);
@@ -428,6 +463,8 @@ pub(super) fn regret_vs_eps(
         log_y: true,
         series,
         hline,
+        notes: super::output::notes(plan, note),
+        ..Default::default()
     };
     write(dir, stem, &csv, &spec)
 }

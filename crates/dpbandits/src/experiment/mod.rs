@@ -7,7 +7,8 @@
 //!    loop, whatever the setting (the setting is the environment's).
 //! 3. [`run`] executes the plan's ordered `(cell, run)` jobs on the current rayon pool
 //!    ([`crate::sim::run_jobs`]), byte-identical for any thread count.
-//! 4. [`write_outputs`] writes `manifest.json`, `summary.csv` and the plots.
+//! 4. [`write_outputs`] writes `manifest.json`, `summary.csv`, the plots (SVG, PNG and the plot
+//!    data `<stem>.plot.json`) and `report.html` ([`report`]).
 
 mod bai;
 mod comparison;
@@ -18,6 +19,7 @@ pub mod ldp_figures;
 mod output;
 mod plan;
 pub mod plot;
+pub mod report;
 mod spec;
 
 pub use bai::BaiRow;
@@ -25,4 +27,4 @@ pub use comparison::{BudgetRow, ComparisonSpec, budget_row};
 pub use figures::FigureSpec;
 pub use output::{Outcome, run, write_outputs};
 pub use plan::{Limits, Plan, Work, expand_sweep};
-pub use spec::{CheckpointSpec, ExperimentSpec};
+pub use spec::{CheckpointSpec, ExperimentSpec, parse_count};

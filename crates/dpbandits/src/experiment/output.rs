@@ -1,7 +1,7 @@
 //! Running a plan and writing its results folder.
 
 use super::Plan;
-use super::plot::{PlotSpec, Series};
+use super::plot::{MAX_DISTINCT, PlotSpec, Role, Series};
 use crate::error::{Error, Result};
 use crate::math::stats::Summary;
 use crate::sim::{CellRuns, run_jobs};
@@ -64,14 +64,89 @@ fn csv_field(s: &str) -> String {
     }
 }
 
-/// Write `manifest.json`, `summary.csv`, `regret.{svg,png}` and the figures into `dir`.
+/// Per cell: [`Role::Baseline`] for the one non-private cell of a plan that also has private
+/// cells, else [`Role::Data`].
+pub(super) fn roles(plan: &Plan) -> Vec<Role> {
+    let public: Vec<usize> = (0..plan.cells.len())
+        .filter(|&i| !plan.cells[i].guarantee().is_private())
+        .collect();
+    (0..plan.cells.len())
+        .map(|i| {
+            if public.len() == 1 && public[0] == i && plan.cells.len() > 1 {
+                Role::Baseline
+            } else {
+                Role::Data
+            }
+        })
+        .collect()
+}
+
+/// The cells of each panel of the regret plot: at most [`MAX_DISTINCT`] data curves per panel,
+/// the cells of one kind together where they fit (consecutive cells of a kind are packed
+/// greedily; a kind with more than 20 is split), the baseline in every panel.
+pub(super) fn panels(plan: &Plan, roles: &[Role]) -> Vec<Vec<usize>> {
+    let baseline: Vec<usize> = (0..roles.len())
+        .filter(|&i| roles[i] == Role::Baseline)
+        .collect();
+    let mut groups: Vec<Vec<usize>> = vec![];
+    for i in (0..plan.cells.len()).filter(|&i| roles[i] != Role::Baseline) {
+        match groups.last_mut() {
+            Some(g)
+                if plan.cells[g[0]].kind() == plan.cells[i].kind() && g.len() < MAX_DISTINCT =>
+            {
+                g.push(i)
+            }
+            _ => groups.push(vec![i]),
+        }
+    }
+    let mut panels: Vec<Vec<usize>> = vec![];
+    for g in groups {
+        match panels.last_mut() {
+            Some(p) if p.len() + g.len() <= MAX_DISTINCT => p.extend(g),
+            _ => panels.push(g),
+        }
+    }
+    if panels.is_empty() {
+        panels.push(vec![]);
+    }
+    for p in &mut panels {
+        let mut v = baseline.clone();
+        v.extend(p.iter());
+        *p = v;
+    }
+    panels
+}
+
+/// The notes of a figure: its own (from the file), then the quick-look warning when `--runs` or
+/// `--horizon` changed the file's values.
+pub(super) fn notes(plan: &Plan, own: Option<&str>) -> Vec<String> {
+    own.into_iter()
+        .map(str::to_string)
+        .chain(plan.spec.overrides.clone())
+        .collect()
+}
+
+/// Write `manifest.json`, `summary.csv`, `regret.{svg,png}`, the figures (each with its
+/// `.plot.json`) and `report.html` into `dir`.
 /// Everything that can be written is written even when some cells failed (their errors are in
 /// the manifest). Output bytes depend only on the plan and its results (no timestamps), so two
 /// runs with the same seed give identical folders whatever the thread count.
 pub fn write_outputs(plan: &Plan, outcome: &Outcome, dir: &Path) -> Result<Vec<PathBuf>> {
-    if plan.setting == crate::config::Setting::Bai {
-        return super::bai::write_outputs(plan, outcome, dir);
-    }
+    let mut files = if plan.setting == crate::config::Setting::Bai {
+        super::bai::write_outputs(plan, outcome, dir)?
+    } else {
+        write_regret_outputs(plan, outcome, dir)?
+    };
+    let canonical = super::durable::canonical(&plan.spec)?;
+    let exp = dir.join(super::report::EXPERIMENT);
+    std::fs::write(&exp, canonical).map_err(io(&exp))?;
+    files.push(exp);
+    let report = super::report::write(plan, dir, &files)?;
+    files.push(report);
+    Ok(files)
+}
+
+fn write_regret_outputs(plan: &Plan, outcome: &Outcome, dir: &Path) -> Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir).map_err(io(dir))?;
     let mut files = vec![];
     let summaries = outcome.summaries();
@@ -154,48 +229,55 @@ pub fn write_outputs(plan: &Plan, outcome: &Outcome, dir: &Path) -> Result<Vec<P
     std::fs::write(&p, text + "\n").map_err(io(&p))?;
     files.push(p);
 
-    // regret plot: mean with 5%-95% band
-    let series: Vec<Series> = plan
-        .cells
-        .iter()
-        .zip(&summaries)
-        .filter_map(|(c, s)| {
-            let s = s.as_ref()?;
-            Some(Series {
-                name: super::plot::short_label(c.kind(), &c.params()),
-                points: grid
-                    .iter()
+    // regret plot: mean with 5%-95% band, full labels, the baseline in its own style; more
+    // than 20 curves are split into panels (`regret.svg`, `regret_2.svg`, ...), each with the
+    // baseline
+    let roles = roles(plan);
+    let curve = |i: usize| -> Option<Series> {
+        let (c, s) = (&plan.cells[i], summaries[i].as_ref()?);
+        Some(Series {
+            name: c.label(),
+            points: grid
+                .iter()
+                .zip(s)
+                .map(|(&t, s)| (t as f64, s.mean))
+                .collect(),
+            band: Some(
+                grid.iter()
                     .zip(s)
-                    .map(|(&t, s)| (t as f64, s.mean))
+                    .map(|(&t, s)| (t as f64, s.q05, s.q95))
                     .collect(),
-                band: Some(
-                    grid.iter()
-                        .zip(s)
-                        .map(|(&t, s)| (t as f64, s.q05, s.q95))
-                        .collect(),
-                ),
-            })
+            ),
+            role: roles[i],
         })
-        .collect();
-    let spec = PlotSpec {
-        title: format!(
-            "{}: mean cumulative pseudo-regret ({} runs{})",
-            plan.spec.name,
-            plan.spec.runs,
-            if plan.cells.len() <= 6 {
-                "; band 5%-95%"
-            } else {
-                ""
-            }
-        ),
-        x_label: "t".into(),
-        y_label: "regret".into(),
-        log_x: true,
-        log_y: false,
-        series,
-        hline: None,
     };
-    files.extend(super::plot::draw(&dir.join("regret"), &spec)?);
+    let panels = panels(plan, &roles);
+    for (k, cells) in panels.iter().enumerate() {
+        let part = if panels.len() > 1 {
+            format!("; part {} of {}", k + 1, panels.len())
+        } else {
+            String::new()
+        };
+        let spec = PlotSpec {
+            title: format!(
+                "{}: mean cumulative pseudo-regret ({} runs; band 5%-95% over runs{part})",
+                plan.spec.name, plan.spec.runs,
+            ),
+            x_label: "t".into(),
+            y_label: "regret".into(),
+            log_x: true,
+            log_y: false,
+            series: cells.iter().filter_map(|&i| curve(i)).collect(),
+            notes: notes(plan, None),
+            ..Default::default()
+        };
+        let stem = if k == 0 {
+            "regret".to_string()
+        } else {
+            format!("regret_{}", k + 1)
+        };
+        files.extend(super::plot::draw(&dir.join(stem), &spec)?);
+    }
 
     if let Some(c) = &plan.spec.comparison {
         files.extend(c.write(plan, &outcome.cells, dir)?);

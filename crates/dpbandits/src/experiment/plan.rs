@@ -145,7 +145,8 @@ impl Plan {
                 )));
             }
             let at = || format!("policy[{i}] ({kind})");
-            for t in expand_sweep(&without_kind(table)).at(at)? {
+            for mut t in expand_sweep(&without_kind(table)).at(at)? {
+                per_horizon(&mut t, spec.horizon);
                 built.push((i, entry.build(t).at(at)?));
             }
         }
@@ -311,6 +312,16 @@ fn bytes(b: u64) -> String {
         format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64)
     } else {
         format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64)
+    }
+}
+
+/// A policy parameter written `"1/T"` (e.g. DP-SE's `beta`) is `1 / horizon`, so that it follows
+/// `--horizon`.
+fn per_horizon(t: &mut toml::Table, horizon: u64) {
+    for (_, v) in t.iter_mut() {
+        if v.as_str().is_some_and(|s| s.replace(' ', "") == "1/T") {
+            *v = toml::Value::Float(1.0 / horizon as f64);
+        }
     }
 }
 

@@ -13,7 +13,7 @@ pub struct CheckpointSpec {
     #[serde(default = "default_points", deserialize_with = "whole_usize")]
     pub points: usize,
     /// Extra rounds to include exactly.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "whole_vec")]
     pub extra: Vec<u64>,
 }
 
@@ -44,6 +44,47 @@ fn whole<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<u64, D::
         }
     }
     d.deserialize_any(V)
+}
+
+/// A list of counts, each as in `whole`.
+pub(super) fn whole_vec<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Vec<u64>, D::Error> {
+    #[derive(Deserialize)]
+    struct W(#[serde(deserialize_with = "whole")] u64);
+    Ok(Vec::<W>::deserialize(d)?.into_iter().map(|w| w.0).collect())
+}
+
+/// Parse a count as written on a command line or in a file: `1000000`, `1_000_000`, `1e6`,
+/// `2.5e6` (a whole number >= 0; at most `u64::MAX`).
+///
+/// # Errors
+/// A message naming the value and what is allowed.
+pub fn parse_count(s: &str) -> std::result::Result<u64, String> {
+    let t = s.trim().replace('_', "");
+    let bad = || format!("'{s}': expected a whole number >= 0, e.g. 100000, 100_000 or 1e5");
+    if t.is_empty() || t.starts_with(['_', '-', '+']) || s.trim().starts_with('_') {
+        return Err(bad());
+    }
+    if let Ok(v) = t.parse::<u64>() {
+        return Ok(v);
+    }
+    if !t.contains(['e', 'E', '.']) || t.contains(['i', 'n', 'N']) {
+        return Err(bad());
+    }
+    let f: f64 = t.parse().map_err(|_| bad())?;
+    if f.is_finite() && f >= 0.0 && f.fract() == 0.0 && f < 18_446_744_073_709_551_616.0 {
+        // exact for every whole float below 2^64; beyond 2^53 floats are spaced > 1 apart, so
+        // `1e17` means exactly 10^17 only if written as an integer: refuse the ambiguous ones
+        if f > 9_007_199_254_740_992.0 {
+            return Err(format!(
+                "'{s}': a count above 2^53 written in scientific notation is not exact; write it in full (e.g. 1_000_000_000_000_000_000)"
+            ));
+        }
+        Ok(f as u64)
+    } else {
+        Err(bad())
+    }
 }
 
 fn whole_usize<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<usize, D::Error> {
@@ -95,6 +136,11 @@ pub struct ExperimentSpec {
     /// Equal-privacy comparison: budget conversions in the manifest and a comparison table.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub comparison: Option<super::ComparisonSpec>,
+    /// Set by [`ExperimentSpec::with_overrides`] (`--runs`, `--horizon`): what was changed from
+    /// the file, printed on every figure and in `report.html` (a quick look is not the paper's
+    /// setting).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overrides: Option<String>,
 }
 
 impl ExperimentSpec {
@@ -138,17 +184,92 @@ impl ExperimentSpec {
 
     /// Apply the `--runs` / `--horizon` overrides of a quick look (the CLI's flags and the
     /// Python `run(..., runs=, horizon=)` arguments go through here, so they cannot differ).
-    /// A smaller horizon drops the `gap_vs_param` horizons and extra checkpoints beyond it.
+    ///
+    /// A new horizon `h` (file: `H`) rescales everything the file gives in absolute rounds, so
+    /// that the quick look is the same experiment shrunk: the environment's `breakpoints`
+    /// (`b -> round((b - 1) h / H) + 1`; refused with a hint when two would merge) and the extra
+    /// checkpoints (same map). `gap_vs_param` horizons beyond `h` are dropped (`h` is used when
+    /// none is left). Policy parameters in rounds (windows) are not rescaled: the note says so.
+    /// For a BAI file the horizon is the sample cap, and `--horizon` sets it.
     pub fn with_overrides(&mut self, runs: Option<u64>, horizon: Option<u64>) -> Result<()> {
+        let mut changed = vec![];
         if let Some(r) = runs {
             if r == 0 {
                 return Err(Error::param("runs", 0, "an integer >= 1"));
+            }
+            if r != self.runs {
+                changed.push(format!("runs = {r} (file: {})", self.runs));
             }
             self.runs = r;
         }
         if let Some(h) = horizon {
             if h == 0 {
                 return Err(Error::param("horizon", 0, "an integer >= 1 (T)"));
+            }
+            let old = self.horizon;
+            let bai = self.env.get("kind").and_then(|k| k.as_str()) == Some("bai_bernoulli");
+            if h != old {
+                let scale = |b: u64| -> u64 {
+                    if b == 0 {
+                        return 0;
+                    }
+                    (((b - 1) as f64 * h as f64 / old as f64).round() as u64 + 1).min(h.max(1))
+                };
+                if let Some(toml::Value::Array(bs)) = self.env.get_mut("breakpoints") {
+                    let mut scaled = vec![];
+                    for (i, b) in bs.iter().enumerate() {
+                        let v = b
+                            .as_integer()
+                            .and_then(|v| u64::try_from(v).ok())
+                            .or_else(|| {
+                                b.as_float()
+                                    .filter(|f| f.fract() == 0.0 && *f >= 0.0)
+                                    .map(|f| f as u64)
+                            })
+                            .ok_or_else(|| {
+                                Error::param(format!("env.breakpoints[{i}]"), b, "a round number")
+                            })?;
+                        let s = scale(v);
+                        if s < 2 || scaled.last().is_some_and(|&p| s <= p) {
+                            return Err(Error::param(
+                                "horizon",
+                                h,
+                                format!(
+                                    "a horizon large enough to keep the file's breakpoints apart \
+                                     (rescaled from T = {old}, breakpoint {v} would become {s}); \
+                                     try --horizon {} or more, or give `breakpoint_fractions`",
+                                    old / 100
+                                ),
+                            ));
+                        }
+                        scaled.push(s);
+                    }
+                    *bs = scaled
+                        .iter()
+                        .map(|&v| toml::Value::Integer(v as i64))
+                        .collect();
+                    changed.push(format!("env.breakpoints rescaled to {scaled:?}"));
+                }
+                let mut extra: Vec<u64> =
+                    self.checkpoints.extra.iter().map(|&x| scale(x)).collect();
+                extra.retain(|&x| x >= 1 && x <= h);
+                extra.dedup();
+                self.checkpoints.extra = extra;
+                if bai {
+                    changed.push(format!("sample cap (horizon) = {h} (file: {old})"));
+                } else {
+                    changed.push(format!("horizon = {h} (file: {old})"));
+                    let windows: Vec<&str> = self
+                        .policy
+                        .iter()
+                        .flat_map(|t| t.keys())
+                        .filter(|k| ["window", "gamma", "tau"].contains(&k.as_str()))
+                        .map(|k| k.as_str())
+                        .collect();
+                    if !windows.is_empty() {
+                        changed.push("window/discount parameters tuned for the file's horizon are not rescaled".into());
+                    }
+                }
             }
             self.horizon = h;
             for f in &mut self.figure {
@@ -159,8 +280,77 @@ impl ExperimentSpec {
                     }
                 }
             }
-            self.checkpoints.extra.retain(|&x| x <= h);
+        }
+        if !changed.is_empty() {
+            let mut all: Vec<String> = self.overrides.iter().cloned().collect();
+            all.push(format!(
+                "quick look, not the file's setting: {}",
+                changed.join("; ")
+            ));
+            self.overrides = Some(all.join(" / "));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts() {
+        assert_eq!(parse_count("1e7"), Ok(10_000_000));
+        assert_eq!(parse_count("1E7"), Ok(10_000_000));
+        assert_eq!(parse_count("1_000_000"), Ok(1_000_000));
+        assert_eq!(parse_count("2.5e6"), Ok(2_500_000));
+        assert_eq!(parse_count("100000"), Ok(100_000));
+        assert_eq!(parse_count("1e15"), Ok(1_000_000_000_000_000));
+        for bad in ["1.5", "-1", "1e-3", "abc", "", "inf", "nan", "1e30", "_1"] {
+            let e = parse_count(bad).unwrap_err();
+            assert!(
+                e.contains(bad) && e.contains("expected") || e.contains("2^53"),
+                "{bad}: {e}"
+            );
+        }
+        let spec = ExperimentSpec::from_toml(
+            "name = \"x\"\nmaster_seed = 1\nhorizon = 1e6\nruns = 1e1\n[checkpoints]\nextra = [2.5e5, 500_000]\n[env]\nkind = \"bernoulli\"\nmeans = [0.5, 0.4]\n[[policy]]\nkind = \"ucb1\"\n",
+        )
+        .unwrap();
+        assert_eq!((spec.horizon, spec.runs), (1_000_000, 10));
+        assert_eq!(spec.checkpoints.extra, vec![250_000, 500_000]);
+    }
+
+    /// `--horizon` rescales absolute breakpoints and extra checkpoints, refuses when they would
+    /// merge (naming a horizon that works), sets the BAI cap, and leaves a note.
+    #[test]
+    fn horizon_override() {
+        let text = "name = \"x\"\nmaster_seed = 1\nhorizon = 1_000_000\nruns = 20\n[checkpoints]\nextra = [250_001]\n[env]\nkind = \"piecewise_bernoulli\"\nmeans = [[0.8, 0.2], [0.2, 0.8]]\nbreakpoints = [250_001]\n[[policy]]\nkind = \"sw_ucb\"\nwindow = 4292\n";
+        let mut s = ExperimentSpec::from_toml(text).unwrap();
+        s.with_overrides(Some(10), Some(100_000)).unwrap();
+        assert_eq!(
+            s.env["breakpoints"].as_array().unwrap()[0].as_integer(),
+            Some(25_001)
+        );
+        assert_eq!(s.checkpoints.extra, vec![25_001]);
+        let note = s.overrides.clone().unwrap();
+        assert!(
+            note.contains("runs = 10 (file: 20)") && note.contains("not rescaled"),
+            "{note}"
+        );
+        let mut s = ExperimentSpec::from_toml(text).unwrap();
+        let e = s.with_overrides(None, Some(1)).unwrap_err().to_string();
+        assert!(
+            e.contains("horizon = 1") && e.contains("--horizon 10000"),
+            "{e}"
+        );
+        let bai = "name = \"b\"\nmaster_seed = 1\nhorizon = 1e12\nruns = 20\n[env]\nkind = \"bai_bernoulli\"\nmeans = [0.5, 0.4]\ndelta = 0.1\n[[policy]]\nkind = \"eb_tci\"\n";
+        let mut s = ExperimentSpec::from_toml(bai).unwrap();
+        s.with_overrides(None, Some(1000)).unwrap();
+        assert_eq!(s.horizon, 1000);
+        assert!(s.overrides.unwrap().contains("sample cap (horizon) = 1000"));
+        // no override, no note
+        let mut s = ExperimentSpec::from_toml(text).unwrap();
+        s.with_overrides(Some(20), Some(1_000_000)).unwrap();
+        assert!(s.overrides.is_none());
     }
 }

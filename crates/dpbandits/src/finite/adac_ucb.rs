@@ -318,8 +318,19 @@ impl AdaCUcb {
         self.releases
     }
 
-    /// Total pulls of each arm.
-    pub fn pulls(&self) -> &[u64] {
+    /// Total pulls of each arm: the rounds of finished episodes plus the rewards observed so far
+    /// in the episode in progress (public: counts, not rewards).
+    pub fn pulls(&self) -> Vec<u64> {
+        let mut p = self.pulls.clone();
+        if let Some(ep) = &self.episode {
+            p[ep.arm] += ep.sum.n();
+        }
+        p
+    }
+
+    /// Pulls of each arm in finished episodes only (the counts the index uses; powers of two
+    /// after the initial round).
+    pub fn finished_pulls(&self) -> &[u64] {
         &self.pulls
     }
 
@@ -454,6 +465,25 @@ mod tests {
         }
     }
 
+    /// `pulls()` counts every observed reward, also those of the episode in progress (issue 17:
+    /// it used to leave them out while documented as total pulls); `finished_pulls()` does not.
+    #[test]
+    fn pulls_include_the_episode_in_progress() {
+        let mut p = AdaCUcb::new(2, AdaCUcbConfig::private(1.0), 1).unwrap();
+        let mut observed = [0u64; 2];
+        let mut t = 0;
+        let mut partial = false;
+        while t < 200 {
+            let pull = p.choose(t);
+            p.observe(pull.arm, 0.5).unwrap();
+            observed[pull.arm] += 1;
+            t += 1;
+            assert_eq!(p.pulls(), observed.to_vec(), "t = {t}");
+            partial |= p.pulls() != p.finished_pulls();
+        }
+        assert!(partial, "some step ended inside an episode");
+    }
+
     /// Spec §8 T7: episode lengths double, counts are powers of two, init pulls each arm once.
     #[test]
     fn episode_structure() {
@@ -475,7 +505,7 @@ mod tests {
         for &(_, steps, before) in &lens[3..] {
             assert_eq!(steps, before, "an episode doubles the count");
         }
-        for &n in p.pulls() {
+        for &n in p.finished_pulls() {
             assert!(n.is_power_of_two(), "{n}");
         }
         let bound = 3 * ((10_000f64).log2().floor() as usize + 1);

@@ -272,8 +272,19 @@ impl AdaP {
         })
     }
 
-    /// Total pulls of each arm.
-    pub fn pulls(&self) -> &[u64] {
+    /// Total pulls of each arm: the rounds of finished episodes plus the rewards observed so far
+    /// in the episode in progress (public: counts, not rewards).
+    pub fn pulls(&self) -> Vec<u64> {
+        let mut p = self.pulls.clone();
+        if let Some(ep) = &self.episode {
+            p[ep.arm] += ep.sum.n();
+        }
+        p
+    }
+
+    /// Pulls of each arm in finished episodes only (the counts the index uses; powers of two
+    /// after the initial round).
+    pub fn finished_pulls(&self) -> &[u64] {
         &self.pulls
     }
 

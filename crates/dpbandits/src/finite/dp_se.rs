@@ -33,7 +33,8 @@
 //!
 //! # Parameters
 //! `epsilon > 0` (inf = non-private successive elimination), `beta` in (0, 1) (failure
-//! probability; the paper's regret analysis uses `beta = 1/T`, so DP-SE is not anytime),
+//! probability; the paper's regret analysis uses `beta = 1/T`, so DP-SE is not anytime; in an
+//! experiment file `beta = "1/T"` is `1/horizon` and follows `--horizon`),
 //! `boundary` (`clip` | `reject`).
 
 use super::{Policy, PolicyConfig, Pull};
