@@ -11,13 +11,18 @@
 //!
 //! # Parameters
 //! `c` (finite, >= 0, default 0: the `c ln ln t` term of the exploration function).
+//!
+//! # Blocks
+//! With a promised reward range inside `[0, 1]` ([`Policy::enable_blocks`], the simulator's
+//! episode mode on Bernoulli or Beta arms), kl-UCB commits to the rounds its leader keeps whatever
+//! the rewards ([`super::blocks`]: proof, and which policies cannot do this).
 
 use super::{ArmStats, Policy, PolicyConfig, Pull};
 use crate::config::{AlgorithmInfo, Setting};
 use crate::error::{Error, Result, check};
 use crate::math::kl::kl_upper;
 use crate::privacy::PrivacyGuarantee;
-use crate::privacy::RewardBoundary;
+use crate::privacy::{RewardBoundary, RewardSum};
 use crate::protocol::Gate;
 use serde::Deserialize;
 
@@ -68,6 +73,9 @@ pub struct KlUcb {
     gate: Gate,
     c: f64,
     stats: ArmStats,
+    /// Block commitments enabled ([`Policy::enable_blocks`]); the gate holds the promised range.
+    #[serde(default)]
+    blocks: bool,
 }
 
 impl KlUcb {
@@ -81,6 +89,7 @@ impl KlUcb {
             gate: Gate::new(RewardBoundary::numeric()),
             c,
             stats: ArmStats::new(k),
+            blocks: false,
         })
     }
 }
@@ -103,8 +112,36 @@ impl Policy for KlUcb {
         self.stats.record(arm, reward.clamp(0.0, 1.0));
         Ok(())
     }
+    fn observe_batch(&mut self, arm: usize, sum: &RewardSum) -> Result<()> {
+        if sum.n() == 1 {
+            return self.observe(arm, sum.sum());
+        }
+        // Rewards are clamped one by one; a sum can only be taken when nothing needs clamping.
+        let (lo, hi) = sum.range();
+        if lo < 0.0 || hi > 1.0 {
+            return Err(Error::Protocol(format!(
+                "a sum of {} rewards in [{lo}, {hi}]: kl-UCB clamps each reward to [0, 1]; \
+                 observe them one by one",
+                sum.n()
+            )));
+        }
+        let total = self.gate.admit_sum(arm, sum)?;
+        self.stats.record_sum(arm, sum.n(), total);
+        Ok(())
+    }
     fn boundary(&self) -> RewardBoundary {
         self.gate.boundary()
+    }
+    fn enable_blocks(&mut self, reward_range: (f64, f64)) {
+        let (lo, hi) = reward_range;
+        if lo >= 0.0
+            && hi <= 1.0
+            && self.gate.open().is_none()
+            && let Some(b) = super::blocks::promised_boundary(reward_range)
+        {
+            self.gate = Gate::new(b);
+            self.blocks = true;
+        }
     }
 }
 impl KlUcb {
@@ -113,12 +150,7 @@ impl KlUcb {
         if let Some(a) = self.stats.first_unplayed() {
             return Pull { arm: a, steps: 1 };
         }
-        let lt = (t.max(1) as f64).ln();
-        let level = if self.c > 0.0 && lt > 1.0 {
-            lt + self.c * lt.ln()
-        } else {
-            lt
-        };
+        let level = super::blocks::kl_level(t, self.c);
         // Exact argmax with pruning: Pinsker's inequality kl(p, q) >= 2 (q - p)^2 gives
         // u(p, d) <= p + sqrt(d / 2), so an arm whose bound does not beat the best index found so
         // far cannot be the (lowest-index) argmax and its index need not be solved.
@@ -140,7 +172,12 @@ impl KlUcb {
                 arm = a;
             }
         }
-        Pull { arm, steps: 1 }
+        let steps = if self.blocks {
+            super::blocks::kl_ucb_block(&self.stats, arm, t, self.c, best)
+        } else {
+            1
+        };
+        Pull { arm, steps }
     }
 }
 
