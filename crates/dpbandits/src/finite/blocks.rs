@@ -58,7 +58,7 @@
 //! * **Private per-step policies** (LDP-UCB, DP-SE, ...): their noise is part of the index.
 
 use super::ArmStats;
-use crate::math::kl::kl_bernoulli;
+use crate::math::kl::{kl_bernoulli, kl_upper_bound};
 use crate::privacy::{BoundaryMode, MAX_ABS_REWARD, RewardBoundary};
 
 /// The rejecting boundary of a promised reward range (intersected with the numeric boundary), or
@@ -184,14 +184,14 @@ pub(crate) fn kl_ucb_block(stats: &ArmStats, a: usize, t0: u64, c: f64, ua: f64)
     let level0 = kl_level(t0, c);
     let means = stats.means();
     let inv = stats.inv_pulls();
-    // The best other index (exact, with Pinsker pruning against the running maximum).
+    // The best other index (exact, with bound-first pruning against the running maximum).
     let (mut ub, mut b2) = (f64::NEG_INFINITY, usize::MAX);
     for b in 0..k {
         if b == a {
             continue;
         }
         let d = level0 * inv[b];
-        if means[b] + (d / 2.0).sqrt() <= ub {
+        if kl_upper_bound(means[b], d) <= ub {
             continue;
         }
         let u = crate::math::kl::kl_upper(means[b], d);
@@ -221,10 +221,24 @@ pub(crate) fn kl_ucb_block(stats: &ArmStats, a: usize, t0: u64, c: f64, ua: f64)
         if b == a {
             continue;
         }
-        if means[b] >= x {
+        let p = means[b];
+        if p >= x {
             return 1;
         }
-        let kb = kl_bernoulli(means[b], x);
+        // Skip the logarithms when the variance bound kl(p, x) >= (x - p)^2 / (2 V), V the
+        // largest y (1 - y) on [p, x], already puts this arm's limit above the current one.
+        let var = if x <= 0.5 {
+            x * (1.0 - x)
+        } else if p >= 0.5 {
+            p * (1.0 - p)
+        } else {
+            0.25
+        };
+        let lb = (x - p) * (x - p) / (2.0 * var) * (1.0 - 1e-9);
+        if ((lb - 2e-12) / (1.0 + 2e-10)) / inv[b] * (1.0 - REL) >= lmax {
+            continue;
+        }
+        let kb = kl_bernoulli(p, x);
         // kl(mu_b, x) >= d_b + slack(d_b), d_b = level * inv_b (rounded: relative REL).
         // kl_slack is increasing in d, so require d_b <= (kb - 2e-12) / (1 + 2e-10).
         let dmax = (kb - 2e-12) / (1.0 + 2e-10);

@@ -20,7 +20,7 @@
 use super::{ArmStats, Policy, PolicyConfig, Pull};
 use crate::config::{AlgorithmInfo, Setting};
 use crate::error::{Error, Result, check};
-use crate::math::kl::kl_upper;
+use crate::math::kl::{kl_upper, kl_upper_bound};
 use crate::privacy::PrivacyGuarantee;
 use crate::privacy::{RewardBoundary, RewardSum};
 use crate::protocol::Gate;
@@ -76,6 +76,9 @@ pub struct KlUcb {
     /// Block commitments enabled ([`Policy::enable_blocks`]); the gate holds the promised range.
     #[serde(default)]
     blocks: bool,
+    /// The last leader: where the argmax search starts (any start gives the same argmax).
+    #[serde(skip)]
+    hint: usize,
 }
 
 impl KlUcb {
@@ -90,6 +93,7 @@ impl KlUcb {
             c,
             stats: ArmStats::new(k),
             blocks: false,
+            hint: 0,
         })
     }
 }
@@ -151,27 +155,8 @@ impl KlUcb {
             return Pull { arm: a, steps: 1 };
         }
         let level = super::blocks::kl_level(t, self.c);
-        // Exact argmax with pruning: Pinsker's inequality kl(p, q) >= 2 (q - p)^2 gives
-        // u(p, d) <= p + sqrt(d / 2), so an arm whose bound does not beat the best index found so
-        // far cannot be the (lowest-index) argmax and its index need not be solved.
-        let (mut arm, mut best) = (0, f64::NEG_INFINITY);
-        for (a, (&p, &inv)) in self
-            .stats
-            .means()
-            .iter()
-            .zip(self.stats.inv_pulls())
-            .enumerate()
-        {
-            let d = level * inv;
-            if p + (d / 2.0).sqrt() <= best {
-                continue;
-            }
-            let u = kl_upper(p, d);
-            if u > best {
-                best = u;
-                arm = a;
-            }
-        }
+        let (arm, best) = argmax_index(&self.stats, level, self.hint);
+        self.hint = arm;
         let steps = if self.blocks {
             super::blocks::kl_ucb_block(&self.stats, arm, t, self.c, best)
         } else {
@@ -179,6 +164,34 @@ impl KlUcb {
         };
         Pull { arm, steps }
     }
+}
+
+/// The lowest-index argmax of the kl-UCB indices at `level` (all arms played) and its index.
+///
+/// Exact argmax with pruning: the index of `hint` (the last leader, usually the argmax again) is
+/// solved first, and an arm whose cheap bound ([`kl_upper_bound`], above the solver's result)
+/// cannot beat the best index so far, under the lowest-index tie rule, is skipped. At steady state
+/// this solves one or two KL inversions per round instead of K.
+pub(crate) fn argmax_index(stats: &ArmStats, level: f64, hint: usize) -> (usize, f64) {
+    let (means, inv) = (stats.means(), stats.inv_pulls());
+    let h = hint.min(means.len() - 1);
+    let (mut arm, mut best) = (h, kl_upper(means[h], level * inv[h]));
+    for (a, (&p, &i)) in means.iter().zip(inv).enumerate() {
+        if a == h {
+            continue;
+        }
+        let d = level * i;
+        let bound = kl_upper_bound(p, d);
+        if bound < best || (bound == best && a > arm) {
+            continue;
+        }
+        let u = kl_upper(p, d);
+        if u > best || (u == best && a < arm) {
+            best = u;
+            arm = a;
+        }
+    }
+    (arm, best)
 }
 
 impl crate::config::Config for KlUcbConfig {
