@@ -184,23 +184,30 @@ pub(crate) fn kl_ucb_block(stats: &ArmStats, a: usize, t0: u64, c: f64, ua: f64)
     let level0 = kl_level(t0, c);
     let means = stats.means();
     let inv = stats.inv_pulls();
-    // The best other index (exact, with bound-first pruning against the running maximum).
-    let (mut ub, mut b2) = (f64::NEG_INFINITY, usize::MAX);
+    // The best other index: start from the arm with the largest cheap bound, then solve only the
+    // arms that may beat it (as in the policy's argmax).
+    let bounds = |b: usize| kl_upper_bound(means[b], level0 * inv[b]);
+    let Some(first) = (0..k)
+        .filter(|&b| b != a)
+        .max_by(|&x, &y| bounds(x).total_cmp(&bounds(y)))
+    else {
+        return MAX_BLOCK;
+    };
+    let (mut ub, b2) = (
+        crate::math::kl::kl_upper(means[first], level0 * inv[first]),
+        first,
+    );
     for b in 0..k {
-        if b == a {
+        if b == a || b == first {
             continue;
         }
         let d = level0 * inv[b];
-        if kl_upper_bound(means[b], d) <= ub {
+        if kl_upper_bound(means[b], d) <= ub || !super::kl_ucb::may_reach(means[b], d, ub) {
             continue;
         }
-        let u = crate::math::kl::kl_upper(means[b], d);
-        if u > ub {
-            ub = u;
-            b2 = b;
-        }
+        ub = ub.max(crate::math::kl::kl_upper(means[b], d));
     }
-    if b2 == usize::MAX || !(ua - ub > 4.0 * REL) || ua >= 1.0 {
+    if !(ua - ub > 4.0 * REL) || ua >= 1.0 {
         return 1;
     }
     // Threshold: balance the leader's worst-case decline against the others' rise.

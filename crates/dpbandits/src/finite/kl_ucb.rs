@@ -20,7 +20,7 @@
 use super::{ArmStats, Policy, PolicyConfig, Pull};
 use crate::config::{AlgorithmInfo, Setting};
 use crate::error::{Error, Result, check};
-use crate::math::kl::{kl_upper, kl_upper_bound};
+use crate::math::kl::{kl_bernoulli, kl_upper, kl_upper_bound};
 use crate::privacy::PrivacyGuarantee;
 use crate::privacy::{RewardBoundary, RewardSum};
 use crate::protocol::Gate;
@@ -168,10 +168,13 @@ impl KlUcb {
 
 /// The lowest-index argmax of the kl-UCB indices at `level` (all arms played) and its index.
 ///
-/// Exact argmax with pruning: the index of `hint` (the last leader, usually the argmax again) is
-/// solved first, and an arm whose cheap bound ([`kl_upper_bound`], above the solver's result)
-/// cannot beat the best index so far, under the lowest-index tie rule, is skipped. At steady state
-/// this solves one or two KL inversions per round instead of K.
+/// Exactly the argmax of the solved indices, with few KL inversions: the index of `hint` (the
+/// last leader, usually the argmax again) is solved first; then an arm is skipped without solving
+/// when its cheap bound ([`kl_upper_bound`], above the solver's result) cannot beat the best index
+/// so far under the lowest-index tie rule, or when `kl(p, best)` exceeds its `d` by more than the
+/// solver's tolerance ([`beats`]: the solver's result then lies below `best`). Only arms that may
+/// beat the best are solved, usually none: at steady state a round costs one inversion and one KL
+/// evaluation per arm instead of K inversions.
 pub(crate) fn argmax_index(stats: &ArmStats, level: f64, hint: usize) -> (usize, f64) {
     let (means, inv) = (stats.means(), stats.inv_pulls());
     let h = hint.min(means.len() - 1);
@@ -182,7 +185,7 @@ pub(crate) fn argmax_index(stats: &ArmStats, level: f64, hint: usize) -> (usize,
         }
         let d = level * i;
         let bound = kl_upper_bound(p, d);
-        if bound < best || (bound == best && a > arm) {
+        if bound < best || (bound == best && a > arm) || !may_reach(p, d, best) {
             continue;
         }
         let u = kl_upper(p, d);
@@ -192,6 +195,15 @@ pub(crate) fn argmax_index(stats: &ArmStats, level: f64, hint: usize) -> (usize,
         }
     }
     (arm, best)
+}
+
+/// Whether the solved index `kl_upper(p, d)` may be `>= q`. `false` only when
+/// `kl(p, q) >= d + 2e-12 + 2e-10 d` with `p < q < 1`: the solver stops at a point whose KL is
+/// within `max(1e-12, 1e-10 d)` of `d` (or below `d`), and `kl(p, .)` increases on `[p, 1]`, so its
+/// result lies below `q`.
+#[inline]
+pub(crate) fn may_reach(p: f64, d: f64, q: f64) -> bool {
+    !(p < q && q < 1.0 && p > 0.0 && kl_bernoulli(p, q) >= d * (1.0 + 2e-10) + 2e-12)
 }
 
 impl crate::config::Config for KlUcbConfig {

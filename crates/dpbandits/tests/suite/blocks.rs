@@ -5,19 +5,52 @@
 
 use dpbandits::finite::{BernoulliConfig, EnvConfig, FiniteCell, PolicyConfig};
 use dpbandits::finite::{KlUcbConfig, Ucb1Config};
+use dpbandits::math::kl::kl_upper;
 use dpbandits::math::stats::{Summary, ks_critical, ks_statistic};
 use dpbandits::rng::SimRng;
 use dpbandits::sim::{Cell, CheckpointGrid, SimMode};
 use rand::{RngExt, SeedableRng};
 use std::sync::Arc;
 
-fn configs() -> Vec<Box<dyn PolicyConfig>> {
+/// The policies, each with its textbook index `(mean, pulls, t) -> index` (every arm solved, no
+/// pruning), the reference the pruned argmax and the blocks are checked against.
+type Index = Box<dyn Fn(f64, f64, u64) -> f64>;
+fn configs() -> Vec<(Box<dyn PolicyConfig>, Index)> {
+    let ucb = |alpha: f64| -> Index {
+        Box::new(move |m, n, t| m + (alpha * (t.max(1) as f64).ln() * (1.0 / n)).sqrt())
+    };
+    let kl = |c: f64| -> Index {
+        Box::new(move |m, n, t| {
+            let lt = (t.max(1) as f64).ln();
+            let level = if c > 0.0 && lt > 1.0 {
+                lt + c * lt.ln()
+            } else {
+                lt
+            };
+            kl_upper(m, level * (1.0 / n))
+        })
+    };
     vec![
-        Box::new(Ucb1Config::default()),
-        Box::new(Ucb1Config { alpha: 0.5 }),
-        Box::new(KlUcbConfig::default()),
-        Box::new(KlUcbConfig { c: 3.0 }),
+        (Box::new(Ucb1Config::default()), ucb(2.0)),
+        (Box::new(Ucb1Config { alpha: 0.5 }), ucb(0.5)),
+        (Box::new(KlUcbConfig::default()), kl(0.0)),
+        (Box::new(KlUcbConfig { c: 3.0 }), kl(3.0)),
     ]
+}
+
+/// The lowest-index argmax of the textbook indices (unplayed arms first, lowest index).
+fn textbook_choice(index: &Index, sums: &[f64], pulls: &[f64], t: u64) -> usize {
+    if let Some(a) = pulls.iter().position(|&n| n == 0.0) {
+        return a;
+    }
+    let mut best = (0, f64::NEG_INFINITY);
+    for (a, (&s, &n)) in sums.iter().zip(pulls).enumerate() {
+        let v = index(s / n, n, t);
+        if v > best.1 {
+            best = (a, v);
+        }
+    }
+    best.0
 }
 
 /// How the rewards of a round are drawn.
@@ -34,9 +67,10 @@ enum Rewards {
 }
 
 /// The blocked policy (promised range [0, 1]) and the plain one see the same rewards one by one;
-/// at every round the blocked policy's open commitment must be the plain policy's choice. Both
-/// policies are deterministic and fed identical rewards, so their states are bit-identical and any
-/// block that outlives its leader fails the assertion.
+/// at every round the blocked policy's open commitment must be the plain policy's choice, and both
+/// must be the textbook argmax (every index computed, lowest index on ties). The policies are
+/// deterministic and fed identical rewards, so their states are bit-identical and any block that
+/// outlives its leader, or any wrongly pruned arm, fails the assertion.
 #[test]
 fn a_block_never_changes_a_choice() {
     let instances: [&[f64]; 3] = [
@@ -45,7 +79,7 @@ fn a_block_never_changes_a_choice() {
         &[0.3, 0.45, 0.5, 0.2, 0.35, 0.5, 0.1, 0.25, 0.4, 0.05],
     ];
     let horizon = 30_000u64;
-    for cfg in configs() {
+    for (cfg, index) in configs() {
         for means in instances {
             for mode in [
                 Rewards::Bernoulli,
@@ -58,6 +92,7 @@ fn a_block_never_changes_a_choice() {
                 blocked.enable_blocks((0.0, 1.0));
                 let mut plain = cfg.build(k, 1).unwrap();
                 let mut rng = SimRng::seed_from_u64(7);
+                let (mut sums, mut pulls) = (vec![0.0; k], vec![0.0; k]);
                 let (mut decisions, mut left, mut len) = (0u64, 0u64, 0u64);
                 for t in 0..horizon {
                     let b = blocked.choose(t);
@@ -75,6 +110,12 @@ fn a_block_never_changes_a_choice() {
                         cfg.label(),
                         len - left
                     );
+                    assert_eq!(
+                        p.arm,
+                        textbook_choice(&index, &sums, &pulls, t),
+                        "{} {means:?} {mode:?}: round {t}: not the textbook argmax",
+                        cfg.label()
+                    );
                     let (in_block, pos) = (len > 1, len - left);
                     left -= 1;
                     let mu = means[b.arm];
@@ -85,6 +126,7 @@ fn a_block_never_changes_a_choice() {
                         Rewards::LateRecovery if in_block => f64::from(2 * pos >= len),
                         _ => f64::from(rng.random::<f64>() < mu),
                     };
+                    (sums[b.arm], pulls[b.arm]) = (sums[b.arm] + r, pulls[b.arm] + 1.0);
                     blocked.observe(b.arm, r).unwrap();
                     plain.observe(p.arm, r).unwrap();
                 }
