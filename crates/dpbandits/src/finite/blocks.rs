@@ -57,6 +57,9 @@
 //!   rounds (not done here).
 //! * **Private per-step policies** (LDP-UCB, DP-SE, ...): their noise is part of the index.
 
+// `!(a <= b)` on purpose throughout: a NaN must fail every test (and give a block of 1).
+#![allow(clippy::neg_cmp_op_on_partial_ord)]
+
 use super::ArmStats;
 use crate::math::kl::{kl_bernoulli, kl_upper_bound};
 use crate::privacy::{BoundaryMode, MAX_ABS_REWARD, RewardBoundary};

@@ -67,7 +67,7 @@ pub fn kl_upper(p: f64, d: f64) -> f64 {
 /// bound is taken at `d` plus the solver's tolerance, so it also covers where the solver stops.
 #[inline]
 pub fn kl_upper_bound(p: f64, d: f64) -> f64 {
-    if !(d >= 0.0 && p >= 0.0 && p <= 1.0) {
+    if !(d >= 0.0 && (0.0..=1.0).contains(&p)) {
         return f64::INFINITY;
     }
     // The solver stops within its tolerance above the root: bound the root at d + tolerance.
