@@ -207,3 +207,66 @@ fn block_path_matches_step_loop_in_distribution() {
         }
     }
 }
+
+/// The promise is enforced: once blocks are enabled, a reward outside the promised range is
+/// refused (naming the reward and the range) and changes nothing; UCB1 without a finite lower
+/// end, and kl-UCB with a range outside [0, 1], do not enable blocks at all; kl-UCB refuses a sum
+/// of rewards it would have had to clamp one by one.
+#[test]
+fn the_promised_range_is_enforced() {
+    use dpbandits::Error;
+    use dpbandits::finite::{KlUcb, Policy, Ucb1};
+    use dpbandits::privacy::RewardSum;
+    let mut p = Ucb1::new(2, 2.0).unwrap();
+    p.enable_blocks((0.0, 1.0));
+    assert_eq!((p.boundary().lo, p.boundary().hi), (0.0, 1.0));
+    let c = p.choose(0);
+    let err = p.observe(c.arm, 1.5).unwrap_err();
+    assert!(
+        matches!(err, Error::Boundary { .. } | Error::Param { .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("1.5"), "{err}");
+    p.observe(c.arm, 1.0).unwrap();
+
+    let mut g = Ucb1::new(2, 2.0).unwrap();
+    g.enable_blocks((f64::NEG_INFINITY, f64::INFINITY));
+    assert_eq!(
+        g.boundary().lo,
+        -1e12,
+        "no finite lower end: no blocks, numeric boundary"
+    );
+    let mut g = Ucb1::new(2, 2.0).unwrap();
+    g.enable_blocks((f64::NEG_INFINITY, f64::INFINITY));
+    for t in 0..1000 {
+        let c = g.choose(t);
+        assert_eq!(c.steps, 1, "round {t}");
+        g.observe(c.arm, if c.arm == 0 { 0.9 } else { 0.1 })
+            .unwrap();
+    }
+
+    let mut k = KlUcb::new(2, 0.0).unwrap();
+    k.enable_blocks((-1.0, 2.0));
+    assert_eq!(k.boundary().lo, -1e12, "range outside [0, 1]: no blocks");
+    let c = k.choose(0);
+    let sum = RewardSum::numeric(1.0, 1).unwrap();
+    k.observe_batch(c.arm, &sum).unwrap();
+    let mut k = KlUcb::new(1, 0.0).unwrap();
+    let c = k.choose(0);
+    assert_eq!(c.steps, 1, "blocks are off until enabled");
+    let mut k = KlUcb::new(1, 0.0).unwrap();
+    k.enable_blocks((0.0, 1.0));
+    let c = k.choose(0);
+    assert_eq!(c.steps, 1, "the first round of an arm is a single round");
+    k.observe(c.arm, 1.0).unwrap();
+    let c = k.choose(1);
+    assert!(
+        c.steps > 1_000_000,
+        "one arm: the rest of the run is one block ({c:?})"
+    );
+    let wide = RewardSum::numeric(2.0, 2).unwrap();
+    assert!(matches!(
+        k.observe_batch(c.arm, &wide),
+        Err(Error::Protocol(_))
+    ));
+}
