@@ -2,7 +2,8 @@
 //!
 //! `cargo bench -p dpbandits --bench policies`. Each "step" is one `choose`, one Bernoulli `pull`
 //! and one `observe`, at steady state (after 10^4 warm-up rounds). Results and the machine are
-//! recorded in docs/perf.md.
+//! recorded in docs/perf.md. `block_run` times whole runs in episode mode (exact block
+//! commitments, `finite::blocks`) per policy at K = 5 and 100.
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use dpbandits::finite::simulate_finite;
@@ -79,5 +80,40 @@ fn episodic_run(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, per_step, episodic_run);
+/// Whole runs in episode mode (the simulator's path: exact block commitments for UCB1 and kl-UCB,
+/// `finite::blocks`), per policy at K = 5 and 100, means 0.75 .. 0.25. Divide by T for the cost
+/// per round.
+fn block_run(c: &mut Criterion) {
+    let mut g = c.benchmark_group("block_run");
+    g.sample_size(10);
+    let configs: Vec<(Box<dyn PolicyConfig>, u64)> = vec![
+        (Box::new(Ucb1Config::default()), 1_000_000),
+        (Box::new(KlUcbConfig::default()), 1_000_000),
+        (Box::new(ThompsonConfig::default()), 100_000),
+    ];
+    for (cfg, horizon) in &configs {
+        let grid = CheckpointGrid::log(*horizon, 100, &[]).unwrap();
+        for k in [5usize, 100] {
+            let id = BenchmarkId::new(format!("{}/T={horizon}", cfg.label()), k);
+            g.bench_with_input(id, &k, |b, &k| {
+                let means: Vec<f64> = (0..k)
+                    .map(|i| 0.75 - 0.5 * i as f64 / (k - 1) as f64)
+                    .collect();
+                let mut seed = 0;
+                b.iter(|| {
+                    seed += 1;
+                    let mut env = Bernoulli::new(means.clone(), seed).unwrap();
+                    let mut p = cfg.build(k, seed).unwrap();
+                    let mut out = vec![0.0; grid.points().len()];
+                    simulate_finite(&mut env, p.as_mut(), &grid, SimMode::Episodes, &mut out)
+                        .unwrap();
+                    black_box(out[out.len() - 1])
+                });
+            });
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(benches, per_step, episodic_run, block_run);
 criterion_main!(benches);

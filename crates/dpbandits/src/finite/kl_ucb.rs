@@ -11,13 +11,18 @@
 //!
 //! # Parameters
 //! `c` (finite, >= 0, default 0: the `c ln ln t` term of the exploration function).
+//!
+//! # Blocks
+//! With a promised reward range inside `[0, 1]` ([`Policy::enable_blocks`], the simulator's
+//! episode mode on Bernoulli or Beta arms), kl-UCB commits to the rounds its leader keeps whatever
+//! the rewards ([`super::blocks`]: proof, and which policies cannot do this).
 
 use super::{ArmStats, Policy, PolicyConfig, Pull};
 use crate::config::{AlgorithmInfo, Setting};
 use crate::error::{Error, Result, check};
-use crate::math::kl::kl_upper;
+use crate::math::kl::{kl_bernoulli, kl_upper, kl_upper_bound};
 use crate::privacy::PrivacyGuarantee;
-use crate::privacy::RewardBoundary;
+use crate::privacy::{RewardBoundary, RewardSum};
 use crate::protocol::Gate;
 use serde::Deserialize;
 
@@ -68,6 +73,12 @@ pub struct KlUcb {
     gate: Gate,
     c: f64,
     stats: ArmStats,
+    /// Block commitments enabled ([`Policy::enable_blocks`]); the gate holds the promised range.
+    #[serde(default)]
+    blocks: bool,
+    /// The last leader: where the argmax search starts (any start gives the same argmax).
+    #[serde(skip)]
+    hint: usize,
 }
 
 impl KlUcb {
@@ -81,6 +92,8 @@ impl KlUcb {
             gate: Gate::new(RewardBoundary::numeric()),
             c,
             stats: ArmStats::new(k),
+            blocks: false,
+            hint: 0,
         })
     }
 }
@@ -103,8 +116,36 @@ impl Policy for KlUcb {
         self.stats.record(arm, reward.clamp(0.0, 1.0));
         Ok(())
     }
+    fn observe_batch(&mut self, arm: usize, sum: &RewardSum) -> Result<()> {
+        if sum.n() == 1 {
+            return self.observe(arm, sum.sum());
+        }
+        // Rewards are clamped one by one; a sum can only be taken when nothing needs clamping.
+        let (lo, hi) = sum.range();
+        if lo < 0.0 || hi > 1.0 {
+            return Err(Error::Protocol(format!(
+                "a sum of {} rewards in [{lo}, {hi}]: kl-UCB clamps each reward to [0, 1]; \
+                 observe them one by one",
+                sum.n()
+            )));
+        }
+        let total = self.gate.admit_sum(arm, sum)?;
+        self.stats.record_sum(arm, sum.n(), total);
+        Ok(())
+    }
     fn boundary(&self) -> RewardBoundary {
         self.gate.boundary()
+    }
+    fn enable_blocks(&mut self, reward_range: (f64, f64)) {
+        let (lo, hi) = reward_range;
+        if lo >= 0.0
+            && hi <= 1.0
+            && self.gate.open().is_none()
+            && let Some(b) = super::blocks::promised_boundary(reward_range)
+        {
+            self.gate = Gate::new(b);
+            self.blocks = true;
+        }
     }
 }
 impl KlUcb {
@@ -113,35 +154,56 @@ impl KlUcb {
         if let Some(a) = self.stats.first_unplayed() {
             return Pull { arm: a, steps: 1 };
         }
-        let lt = (t.max(1) as f64).ln();
-        let level = if self.c > 0.0 && lt > 1.0 {
-            lt + self.c * lt.ln()
+        let level = super::blocks::kl_level(t, self.c);
+        let (arm, best) = argmax_index(&self.stats, level, self.hint);
+        self.hint = arm;
+        let steps = if self.blocks {
+            super::blocks::kl_ucb_block(&self.stats, arm, t, self.c, best)
         } else {
-            lt
+            1
         };
-        // Exact argmax with pruning: Pinsker's inequality kl(p, q) >= 2 (q - p)^2 gives
-        // u(p, d) <= p + sqrt(d / 2), so an arm whose bound does not beat the best index found so
-        // far cannot be the (lowest-index) argmax and its index need not be solved.
-        let (mut arm, mut best) = (0, f64::NEG_INFINITY);
-        for (a, (&p, &inv)) in self
-            .stats
-            .means()
-            .iter()
-            .zip(self.stats.inv_pulls())
-            .enumerate()
-        {
-            let d = level * inv;
-            if p + (d / 2.0).sqrt() <= best {
-                continue;
-            }
-            let u = kl_upper(p, d);
-            if u > best {
-                best = u;
-                arm = a;
-            }
-        }
-        Pull { arm, steps: 1 }
+        Pull { arm, steps }
     }
+}
+
+/// The lowest-index argmax of the kl-UCB indices at `level` (all arms played) and its index.
+///
+/// Exactly the argmax of the solved indices, with few KL inversions: the index of `hint` (the
+/// last leader, usually the argmax again) is solved first; then an arm is skipped without solving
+/// when its cheap bound ([`kl_upper_bound`], above the solver's result) cannot beat the best index
+/// so far under the lowest-index tie rule, or when `kl(p, best)` exceeds its `d` by more than the
+/// solver's tolerance ([`beats`]: the solver's result then lies below `best`). Only arms that may
+/// beat the best are solved, usually none: at steady state a round costs one inversion and one KL
+/// evaluation per arm instead of K inversions.
+pub(crate) fn argmax_index(stats: &ArmStats, level: f64, hint: usize) -> (usize, f64) {
+    let (means, inv) = (stats.means(), stats.inv_pulls());
+    let h = hint.min(means.len() - 1);
+    let (mut arm, mut best) = (h, kl_upper(means[h], level * inv[h]));
+    for (a, (&p, &i)) in means.iter().zip(inv).enumerate() {
+        if a == h {
+            continue;
+        }
+        let d = level * i;
+        let bound = kl_upper_bound(p, d);
+        if bound < best || (bound == best && a > arm) || !may_reach(p, d, best) {
+            continue;
+        }
+        let u = kl_upper(p, d);
+        if u > best || (u == best && a < arm) {
+            best = u;
+            arm = a;
+        }
+    }
+    (arm, best)
+}
+
+/// Whether the solved index `kl_upper(p, d)` may be `>= q`. `false` only when
+/// `kl(p, q) >= d + 2e-12 + 2e-10 d` with `p < q < 1`: the solver stops at a point whose KL is
+/// within `max(1e-12, 1e-10 d)` of `d` (or below `d`), and `kl(p, .)` increases on `[p, 1]`, so its
+/// result lies below `q`.
+#[inline]
+pub(crate) fn may_reach(p: f64, d: f64, q: f64) -> bool {
+    !(p < q && q < 1.0 && p > 0.0 && kl_bernoulli(p, q) >= d * (1.0 + 2e-10) + 2e-12)
 }
 
 impl crate::config::Config for KlUcbConfig {

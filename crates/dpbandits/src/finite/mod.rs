@@ -49,6 +49,7 @@ mod adac_ucb;
 mod adap_ucb;
 mod bernoulli;
 mod beta;
+pub mod blocks;
 mod d_ucb;
 mod dp_se;
 mod dp_ts;
@@ -209,6 +210,15 @@ pub trait Policy: Send + Debug {
     /// The boundary every reward passes: the privacy boundary of a private policy, the numeric
     /// boundary ([`RewardBoundary::numeric`]) of a non-private one.
     fn boundary(&self) -> RewardBoundary;
+
+    /// Allow exact block commitments ([`blocks`]): the caller promises that every reward lies in
+    /// `reward_range` (the simulator passes [`Environment::reward_range`] in episode mode) and
+    /// will observe a block's rewards as one [`RewardSum`] or one by one. A per-step index policy
+    /// that can use it (UCB1, kl-UCB) then commits to as many rounds as it provably keeps its
+    /// leader whatever those rewards are, and its gate refuses rewards outside the range from
+    /// then on ([`Policy::boundary`] narrows to it). Call it before the first `choose`. Default:
+    /// nothing (the policy keeps committing as before).
+    fn enable_blocks(&mut self, _reward_range: (f64, f64)) {}
 
     /// Save the complete state (statistics, generators, the episode in progress) for a
     /// bit-identical restore ([`crate::snapshot`]; restore with `registry::restore_finite`).
@@ -375,6 +385,19 @@ impl ArmStats {
         let n = self.pulls[arm] as f64;
         self.means[arm] = self.sums[arm] / n;
         self.inv_pulls[arm] = 1.0 / n;
+    }
+    /// Add `n >= 1` rewards of `arm` whose total is `sum` (a block of the episode fast path).
+    #[inline]
+    pub fn record_sum(&mut self, arm: usize, n: u64, sum: f64) {
+        self.pulls[arm] += n;
+        self.sums[arm] += sum;
+        let n = self.pulls[arm] as f64;
+        self.means[arm] = self.sums[arm] / n;
+        self.inv_pulls[arm] = 1.0 / n;
+    }
+    /// Reward sums.
+    pub fn sums(&self) -> &[f64] {
+        &self.sums
     }
     /// The first arm never played, if any (initialisation rounds of index policies).
     #[inline]

@@ -37,6 +37,10 @@ pub fn simulate_finite(
     out: &mut [f64],
 ) -> Result<()> {
     let clip_each = clip_each(env.reward_range(), &policy.guarantee());
+    if mode == SimMode::Episodes && clip_each.is_none() {
+        // Per-step index policies may commit to exact blocks (`finite::blocks`).
+        policy.enable_blocks(env.reward_range());
+    }
     let cps = grid.points();
     assert_eq!(out.len(), cps.len());
     let horizon = grid.horizon();

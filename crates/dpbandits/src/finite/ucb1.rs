@@ -10,12 +10,17 @@
 //!
 //! # Parameters
 //! `alpha` (finite, > 0, default 2: the exploration constant).
+//!
+//! # Blocks
+//! With a promised reward range of finite lower end ([`Policy::enable_blocks`], the simulator's
+//! episode mode), UCB1 commits to the rounds its leader keeps whatever the rewards
+//! ([`super::blocks`]: proof, and which policies cannot do this).
 
 use super::{ArmStats, Policy, PolicyConfig, Pull, argmax};
 use crate::config::{AlgorithmInfo, Setting};
 use crate::error::{Result, check};
 use crate::privacy::PrivacyGuarantee;
-use crate::privacy::RewardBoundary;
+use crate::privacy::{RewardBoundary, RewardSum};
 use crate::protocol::Gate;
 use serde::Deserialize;
 
@@ -76,6 +81,9 @@ pub struct Ucb1 {
     gate: Gate,
     alpha: f64,
     stats: ArmStats,
+    /// Block commitments enabled ([`Policy::enable_blocks`]); the gate holds the promised range.
+    #[serde(default)]
+    blocks: bool,
 }
 
 impl Ucb1 {
@@ -87,6 +95,7 @@ impl Ucb1 {
             gate: Gate::new(RewardBoundary::numeric()),
             alpha,
             stats: ArmStats::new(k),
+            blocks: false,
         })
     }
 }
@@ -109,8 +118,22 @@ impl Policy for Ucb1 {
         self.stats.record(arm, reward);
         Ok(())
     }
+    fn observe_batch(&mut self, arm: usize, sum: &RewardSum) -> Result<()> {
+        let total = self.gate.admit_sum(arm, sum)?;
+        self.stats.record_sum(arm, sum.n(), total);
+        Ok(())
+    }
     fn boundary(&self) -> RewardBoundary {
         self.gate.boundary()
+    }
+    fn enable_blocks(&mut self, reward_range: (f64, f64)) {
+        if let Some(b) = super::blocks::promised_boundary(reward_range)
+            && reward_range.0.is_finite()
+            && self.gate.open().is_none()
+        {
+            self.gate = Gate::new(b);
+            self.blocks = true;
+        }
     }
 }
 impl Ucb1 {
@@ -127,7 +150,12 @@ impl Ucb1 {
                 .zip(s.inv_pulls())
                 .map(|(&m, &inv)| m + (c * inv).sqrt()),
         );
-        Pull { arm, steps: 1 }
+        let steps = if self.blocks {
+            super::blocks::ucb1_block(s, arm, t, self.alpha, self.gate.boundary().lo)
+        } else {
+            1
+        };
+        Pull { arm, steps }
     }
 }
 

@@ -3,6 +3,7 @@
 
 mod architecture;
 mod bai;
+mod blocks;
 mod conformance;
 mod contextual;
 mod deployment_noise;
