@@ -184,6 +184,7 @@ pub struct EnvEntry {
 /// # Errors
 /// As said.
 pub fn from_table<T: serde::de::DeserializeOwned>(t: toml::Table) -> Result<T> {
+    let copy = t.clone();
     toml::Value::Table(t)
         .try_into()
         .map_err(|e: toml::de::Error| {
@@ -198,9 +199,26 @@ pub fn from_table<T: serde::de::DeserializeOwned>(t: toml::Table) -> Result<T> {
                     "(missing)",
                     "a value: this parameter is required (its range: `dpbandits list`)",
                 ),
-                None => Error::Config(msg.to_string()),
+                None => match offending_key::<T>(&copy) {
+                    Some(k) => Error::param(
+                        &k,
+                        copy.get(&k).map_or("?".to_string(), |v| v.to_string()),
+                        msg,
+                    ),
+                    None => Error::Config(msg.to_string()),
+                },
             }
         })
+}
+
+/// The key whose value a deserialization error is about (a wrong type, say): the table is
+/// written as TOML text and parsed again, which gives the error a position, hence its line.
+fn offending_key<T: serde::de::DeserializeOwned>(t: &toml::Table) -> Option<String> {
+    let text = toml::to_string(t).ok()?;
+    let span = toml::from_str::<T>(&text).err()?.span()?;
+    let start = text[..span.start].rfind('\n').map_or(0, |i| i + 1);
+    let key = text[start..].split('=').next()?.trim().trim_matches('"');
+    t.contains_key(key).then(|| key.to_string())
 }
 
 /// Deserialize and validate: the one way a configuration is made from a table.

@@ -7,7 +7,8 @@
 //!    loop, whatever the setting (the setting is the environment's).
 //! 3. [`run`] executes the plan's ordered `(cell, run)` jobs on the current rayon pool
 //!    ([`crate::sim::run_jobs`]), byte-identical for any thread count.
-//! 4. [`write_outputs`] writes `manifest.json`, `summary.csv` and the plots.
+//! 4. [`write_outputs`] writes `manifest.json`, `summary.csv` (the tidy [`SummaryTable`]) and
+//!    the plots.
 
 mod bai;
 mod comparison;
@@ -19,10 +20,12 @@ mod output;
 mod plan;
 pub mod plot;
 mod spec;
+pub mod summary;
 
 pub use bai::BaiRow;
 pub use comparison::{BudgetRow, ComparisonSpec, budget_row};
 pub use figures::FigureSpec;
-pub use output::{Outcome, run, write_outputs};
+pub use output::{Outcome, manifest, run, write_outputs};
 pub use plan::{Limits, Plan, Work, expand_sweep};
 pub use spec::{CheckpointSpec, ExperimentSpec};
+pub use summary::{Field, SummaryTable};
