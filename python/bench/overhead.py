@@ -68,6 +68,56 @@ def dpb_rust(kind, params, steps):
     return go
 
 
+class ConstEnv:
+    """The cheapest Python environment: measures the Rust -> Python callback itself."""
+
+    reward_range = (0.0, 1.0)
+
+    def __init__(self):
+        self.means = MEANS
+        self.calls = 0
+
+    def pull(self, arm, t):
+        self.calls += 1
+        return 0.5
+
+
+class ConstEnvSum(ConstEnv):
+    def pull_sum(self, arm, t, n):
+        self.calls += 1
+        return 0.5 * n
+
+
+def env_cost(kind, params, horizon, runs, with_sum, repeat):
+    """ns per callback: (time with a Python environment - time with the built-in Bernoulli) /
+    number of callbacks, same spec (the policy's own work cancels out)."""
+    spec = {
+        "name": "bench_env",
+        "master_seed": 1,
+        "horizon": horizon,
+        "runs": runs,
+        "simulation": "episodes" if with_sum else "steps",
+        "checkpoints": {"points": 2},
+        "env": {"kind": "bernoulli", "means": MEANS},
+        "policy": [{"kind": kind, **params}],
+    }
+    calls = []
+
+    def py():
+        env = ConstEnvSum() if with_sum else ConstEnv()
+        dpbandits.run(spec, env=env, threads=1)
+        calls.append(env.calls)
+        return 1
+
+    def builtin():
+        dpbandits.run(spec, threads=1)
+        return 1
+
+    t_py = best_of(repeat, py)
+    t_rust = best_of(repeat, builtin)
+    return (t_py - t_rust) / calls[-1], calls[-1]
+
+
 def empty_loop(steps):
     table = rewards(steps)
 
@@ -134,9 +184,16 @@ def main():
     add("dpbandits adac_ucb rho=1: Python choose+observe",
         lambda n: dpb_python("adac_ucb", {"rho": 1.0}, n), a.steps)
     add("SMPyBandits UCB: choice+getReward", smpybandits, a.steps)
+    for name, args in [
+        ("Python env pull(arm, t): ucb1, steps", ("ucb1", {}, a.steps, 1, False)),
+        ("Python env pull_sum(arm, t, n): adac_ucb, episodes",
+         ("adac_ucb", {"rho": 1.0}, 100_000, 200, True)),
+    ]:
+        ns, calls = env_cost(*args, a.repeat)
+        rows.append((name + " [ns per call]", calls, f"{ns * 1e9:,.0f}"))
     add("MABWiser UCB1: predict+partial_fit", mabwiser, a.slow_steps)
     w = max(len(r[0]) for r in rows)
-    print(f"{'loop':<{w}}  {'steps':>8}  ns/step")
+    print(f"{'loop':<{w}}  {'steps':>8}  ns/step (ns/call for the env rows)")
     for name, steps, ns in rows:
         print(f"{name:<{w}}  {steps:>8}  {ns}")
 

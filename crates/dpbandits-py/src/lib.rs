@@ -80,9 +80,7 @@ fn to_toml(field: &str, v: &Bound<'_, PyAny>) -> PyResult<toml::Value> {
     if v.hasattr("tolist")? {
         return to_toml(field, &v.call_method0("tolist")?);
     }
-    Err(bad(
-        "a bool, int, float, str, list or dict (a TOML value)",
-    ))
+    Err(bad("a bool, int, float, str, list or dict (a TOML value)"))
 }
 
 fn dict_to_table(prefix: &str, d: &Bound<'_, PyDict>) -> PyResult<toml::Table> {
@@ -207,9 +205,7 @@ fn take<'py, T: FromPyObjectOwned<'py>>(
     what: &str,
 ) -> PyResult<T> {
     let v = kw.get_item(key)?.ok_or_else(|| {
-        PyValueError::new_err(format!(
-            "{key} = (missing): {kind} needs {key}, {what}"
-        ))
+        PyValueError::new_err(format!("{key} = (missing): {kind} needs {key}, {what}"))
     })?;
     kw.del_item(key)?;
     v.extract().map_err(|_| {
@@ -324,7 +320,14 @@ impl Policy {
                     )));
                 }
                 let features: Vec<f64> = a.iter().copied().collect();
-                let arm = p.choose(t, &ActionSet { d, k, features: &features });
+                let arm = p.choose(
+                    t,
+                    &ActionSet {
+                        d,
+                        k,
+                        features: &features,
+                    },
+                );
                 s.pending = Some((k, d, features));
                 Ok(Some(arm))
             }
@@ -360,8 +363,16 @@ impl Policy {
                         "observe: no open choice; call choose(actions) first",
                     ));
                 };
-                p.observe(&ActionSet { d: *d, k: *k, features }, arm, reward)
-                    .map_err(err)?;
+                p.observe(
+                    &ActionSet {
+                        d: *d,
+                        k: *k,
+                        features,
+                    },
+                    arm,
+                    reward,
+                )
+                .map_err(err)?;
                 st.pending = None;
             }
         }
@@ -397,7 +408,9 @@ impl Policy {
     #[staticmethod]
     #[pyo3(signature = (data, t = None))]
     fn restore(data: &[u8], t: Option<u64>) -> PyResult<Policy> {
-        let (snap, t, stopped, pending, bai_guarantee) = match ciborium::from_reader::<Envelope, _>(data) {
+        let (snap, t, stopped, pending, bai_guarantee) = match ciborium::from_reader::<Envelope, _>(
+            data,
+        ) {
             Ok(e) if e.format == ENVELOPE => {
                 if e.version != ENVELOPE_VERSION {
                     return Err(PyValueError::new_err(format!(
@@ -451,9 +464,10 @@ impl Policy {
     /// cannot be pickled, with the snapshot's error.
     fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyTuple>> {
         let py = slf.py();
-        let bytes = slf.borrow().snapshot_bytes().map_err(|e| {
-            PyValueError::new_err(format!("cannot pickle this policy: {e}"))
-        })?;
+        let bytes = slf
+            .borrow()
+            .snapshot_bytes()
+            .map_err(|e| PyValueError::new_err(format!("cannot pickle this policy: {e}")))?;
         let restore = py.get_type::<Policy>().getattr("restore")?;
         PyTuple::new(
             py,
@@ -495,7 +509,9 @@ impl Policy {
                 })?;
                 kw.del_item("arms")?;
                 let a: PyReadonlyArray2<'_, f64> = arms.extract().map_err(|_| {
-                    PyValueError::new_err("arms: expected a K x d numpy array of float64 arm vectors")
+                    PyValueError::new_err(
+                        "arms: expected a K x d numpy array of float64 arm vectors",
+                    )
                 })?;
                 let vecs: Vec<DVector<f64>> = a
                     .as_array()
@@ -571,7 +587,11 @@ fn env_attrs(obj: &Bound<'_, PyAny>) -> PyResult<(Vec<f64>, (f64, f64))> {
         .getattr("means")
         .and_then(|m| m.call_method0("__iter__").and_then(|_| m.extract()))
         .or_else(|_| obj.getattr("means")?.call_method0("tolist")?.extract())
-        .map_err(|_| PyValueError::new_err("env.means: expected a sequence of the arms' mean rewards (floats)"))?;
+        .map_err(|_| {
+            PyValueError::new_err(
+                "env.means: expected a sequence of the arms' mean rewards (floats)",
+            )
+        })?;
     if means.len() < 2 || means.iter().any(|m| !m.is_finite()) {
         return Err(PyValueError::new_err(format!(
             "env.means = {means:?}: expected at least 2 finite means"
@@ -602,9 +622,11 @@ impl EnvConfig for PyEnvConfig {
     fn build(&self, seed: u64) -> dpbandits::Result<Box<dyn Environment>> {
         Python::attach(|py| {
             let obj = if self.factory {
-                let o = self.obj.bind(py).call1((seed,)).map_err(|e| {
-                    Error::Config(format!("env factory (seed {seed}): {e}"))
-                })?;
+                let o = self
+                    .obj
+                    .bind(py)
+                    .call1((seed,))
+                    .map_err(|e| Error::Config(format!("env factory (seed {seed}): {e}")))?;
                 let (means, range) = env_attrs(&o)
                     .map_err(|e| Error::Config(format!("env factory (seed {seed}): {e}")))?;
                 if means != self.means || range != self.range {
@@ -649,15 +671,15 @@ impl PyEnv {
         &self,
         f: impl for<'py> FnOnce(&Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>>,
     ) -> f64 {
-        Python::attach(|py| {
-            match f(self.obj.bind(py)).and_then(|r| r.extract::<f64>()) {
+        Python::attach(
+            |py| match f(self.obj.bind(py)).and_then(|r| r.extract::<f64>()) {
                 Ok(x) => x,
                 Err(e) => {
                     lock(&self.error).get_or_insert(e);
                     f64::NAN
                 }
-            }
-        })
+            },
+        )
     }
 }
 
@@ -716,7 +738,9 @@ fn spec_of(spec: &Bound<'_, PyAny>) -> PyResult<ExperimentSpec> {
 /// A rayon pool of `threads` workers (default: rayon's default, the number of cores).
 fn pool(threads: Option<usize>) -> PyResult<rayon::ThreadPool> {
     if threads == Some(0) {
-        return Err(PyValueError::new_err("threads = 0: expected an integer >= 1 (or None: all cores)"));
+        return Err(PyValueError::new_err(
+            "threads = 0: expected an integer >= 1 (or None: all cores)",
+        ));
     }
     rayon::ThreadPoolBuilder::new()
         .num_threads(threads.unwrap_or(0))
@@ -741,7 +765,11 @@ impl Experiment {
             None => (Plan::new(spec).map_err(err)?, None),
             Some(obj) => {
                 let factory = !obj.hasattr("pull")? && obj.is_callable();
-                let probe = if factory { obj.call1((0u64,))? } else { obj.clone() };
+                let probe = if factory {
+                    obj.call1((0u64,))?
+                } else {
+                    obj.clone()
+                };
                 let (means, range) = env_attrs(&probe)?;
                 let error = Arc::new(Mutex::new(None));
                 let cfg = PyEnvConfig {
@@ -815,47 +843,74 @@ impl Experiment {
         let progress = progress.map(Bound::unbind);
         let mut interrupted: Option<PyErr> = None;
         let mut callback_error: Option<PyErr> = None;
-        let rows = py.detach(|| {
-            std::thread::scope(|s| {
-                let worker = s.spawn(|| {
-                    pool.install(|| {
-                        durable::run_shard(
-                            &plan,
-                            shard,
-                            &|| {
-                                done.fetch_add(1, Ordering::Relaxed);
-                            },
-                            &stop,
-                        )
-                    })
-                });
-                let mut last = u64::MAX;
-                loop {
-                    let finished = worker.is_finished();
-                    let n = done.load(Ordering::Relaxed);
-                    Python::attach(|py| {
-                        if let Err(e) = py.check_signals() {
-                            stop.store(true, Ordering::SeqCst);
-                            interrupted.get_or_insert(e);
-                        }
-                        if let Some(cb) = &progress
-                            && n != last
-                            && callback_error.is_none()
-                            && let Err(e) = cb.bind(py).call1((n, total))
-                        {
-                            stop.store(true, Ordering::SeqCst);
-                            callback_error = Some(e);
-                        }
-                    });
-                    last = n;
-                    if finished {
-                        break;
-                    }
-                    std::thread::sleep(std::time::Duration::from_millis(100));
+        let mut report = |py: Python<'_>, n: u64, last: &mut u64| {
+            if let Err(e) = py.check_signals() {
+                stop.store(true, Ordering::SeqCst);
+                interrupted.get_or_insert(e);
+            }
+            if let Some(cb) = &progress
+                && n != *last
+                && callback_error.is_none()
+                && let Err(e) = cb.bind(py).call1((n, total))
+            {
+                stop.store(true, Ordering::SeqCst);
+                callback_error = Some(e);
+            }
+            *last = n;
+        };
+        let rows = if self.python_env() {
+            // A Python environment calls back into Python for every reward: run the jobs here,
+            // on the calling thread, which holds the GIL (each callback is then a plain call;
+            // from another thread it would take and release the GIL, and create a Python
+            // thread state, every time).
+            let jobs = dpbandits::sim::JobSet::new(&plan.cells, plan.spec.runs);
+            let mut last = u64::MAX;
+            let mut rows = vec![];
+            for j in (0..jobs.len()).filter(|&j| shard.owns(j)) {
+                if stop.load(Ordering::SeqCst) {
+                    rows.push((j, None));
+                    continue;
                 }
-                worker.join().unwrap_or_default()
+                rows.push((j, Some(jobs.run(j))));
+                report(py, rows.len() as u64, &mut last);
+            }
+            rows
+        } else {
+            py.detach(|| {
+                std::thread::scope(|s| {
+                    let (tx, rx) = std::sync::mpsc::channel::<()>();
+                    let (pool, plan, done, stop) = (&pool, &plan, &done, &stop);
+                    let worker = s.spawn(move || {
+                        let rows = pool.install(|| {
+                            durable::run_shard(
+                                plan,
+                                shard,
+                                &|| {
+                                    done.fetch_add(1, Ordering::Relaxed);
+                                },
+                                stop,
+                            )
+                        });
+                        let _ = tx.send(());
+                        rows
+                    });
+                    let mut last = u64::MAX;
+                    loop {
+                        // Wake at the end of the run, or every 0.1 s for progress and Ctrl-C.
+                        let finished = !matches!(
+                            rx.recv_timeout(std::time::Duration::from_millis(100)),
+                            Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+                        );
+                        let n = done.load(Ordering::Relaxed);
+                        Python::attach(|py| report(py, n, &mut last));
+                        if finished {
+                            break;
+                        }
+                    }
+                    worker.join().unwrap_or_default()
+                })
             })
-        });
+        };
         if let Some(e) = interrupted.or(callback_error) {
             return Err(e);
         }
@@ -863,7 +918,9 @@ impl Experiment {
             return Err(e);
         }
         if rows.iter().any(|r| r.1.is_none()) {
-            return Err(PyKeyboardInterrupt::new_err("run stopped before every job ran"));
+            return Err(PyKeyboardInterrupt::new_err(
+                "run stopped before every job ran",
+            ));
         }
         let out = PyList::empty(py);
         for (job, res) in rows {
@@ -925,7 +982,9 @@ pub struct Outcome {
 impl Outcome {
     /// The tidy summary table as CSV text (the CLI's `summary.csv`, byte for byte).
     fn summary_csv(&self) -> PyResult<String> {
-        SummaryTable::of(&self.plan, &self.runs).to_csv().map_err(err)
+        SummaryTable::of(&self.plan, &self.runs)
+            .to_csv()
+            .map_err(err)
     }
 
     /// The manifest as JSON text (the CLI's `manifest.json` without the run-folder fields
@@ -958,9 +1017,17 @@ impl Outcome {
     /// The checkpoint grid (regret settings) or the BAI outcome field names.
     fn columns(&self) -> Vec<String> {
         if self.plan.setting == Setting::Bai {
-            dpbandits::bai::OUTCOME_FIELDS.iter().map(|s| s.to_string()).collect()
+            dpbandits::bai::OUTCOME_FIELDS
+                .iter()
+                .map(|s| s.to_string())
+                .collect()
         } else {
-            self.plan.grid.points().iter().map(|t| t.to_string()).collect()
+            self.plan
+                .grid
+                .points()
+                .iter()
+                .map(|t| t.to_string())
+                .collect()
         }
     }
 

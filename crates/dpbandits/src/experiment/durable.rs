@@ -777,45 +777,6 @@ pub fn load_shards(dirs: &[PathBuf]) -> Result<(ExperimentSpec, Vec<JobRow>)> {
     Ok((spec, records))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn shards_partition_jobs() {
-        for n in 1..7u64 {
-            for total in 0..20u64 {
-                let mut count = vec![0; total as usize];
-                let mut lens = 0;
-                for i in 0..n {
-                    let s = Shard { index: i, count: n };
-                    lens += s.len(total);
-                    for j in 0..total {
-                        if s.owns(j) {
-                            count[j as usize] += 1;
-                        }
-                    }
-                    assert_eq!(
-                        s.len(total),
-                        (0..total).filter(|&j| s.owns(j)).count() as u64
-                    );
-                }
-                assert!(count.iter().all(|&c| c == 1));
-                assert_eq!(lens, total);
-            }
-        }
-        assert_eq!(Shard::parse("1/3").unwrap(), Shard { index: 1, count: 3 });
-        for bad in ["3/3", "1", "a/3", "0/0", "-1/2"] {
-            let e = Shard::parse(bad).unwrap_err().to_string();
-            assert!(e.contains("--shard") && e.contains(bad), "{e}");
-        }
-        assert_eq!(
-            ranges([1, 2, 3, 5, 7, 8].into_iter()),
-            vec![[1, 3], [5, 5], [7, 8]]
-        );
-    }
-}
-
 /// Run the jobs of `shard` on the current rayon pool, without a folder or journal: `(job,
 /// row)` for every job of the shard, in job order (`None` for a job skipped because `stop` was
 /// set). The executor path of library users (the Python binding sends one call per shard to a
@@ -907,5 +868,44 @@ pub fn save(
             "{}: the run did not finish ({other:?})",
             dir.display()
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shards_partition_jobs() {
+        for n in 1..7u64 {
+            for total in 0..20u64 {
+                let mut count = vec![0; total as usize];
+                let mut lens = 0;
+                for i in 0..n {
+                    let s = Shard { index: i, count: n };
+                    lens += s.len(total);
+                    for j in 0..total {
+                        if s.owns(j) {
+                            count[j as usize] += 1;
+                        }
+                    }
+                    assert_eq!(
+                        s.len(total),
+                        (0..total).filter(|&j| s.owns(j)).count() as u64
+                    );
+                }
+                assert!(count.iter().all(|&c| c == 1));
+                assert_eq!(lens, total);
+            }
+        }
+        assert_eq!(Shard::parse("1/3").unwrap(), Shard { index: 1, count: 3 });
+        for bad in ["3/3", "1", "a/3", "0/0", "-1/2"] {
+            let e = Shard::parse(bad).unwrap_err().to_string();
+            assert!(e.contains("--shard") && e.contains(bad), "{e}");
+        }
+        assert_eq!(
+            ranges([1, 2, 3, 5, 7, 8].into_iter()),
+            vec![[1, 3], [5, 5], [7, 8]]
+        );
     }
 }

@@ -74,7 +74,7 @@ impl Plan {
     /// # Errors
     /// Any field of the spec, with its name and value; a plan beyond the limits.
     pub fn with_limits(spec: ExperimentSpec, limits: &Limits) -> Result<Plan> {
-        Plan::plan(spec, limits, None)
+        Plan::build(spec, limits, None)
     }
 
     /// Plan a parsed spec whose finite-armed environment is `env` (e.g. an environment written
@@ -88,10 +88,10 @@ impl Plan {
         env: Box<dyn EnvConfig>,
         limits: &Limits,
     ) -> Result<Plan> {
-        Plan::plan(spec, limits, Some(env))
+        Plan::build(spec, limits, Some(env))
     }
 
-    fn plan(
+    fn build(
         spec: ExperimentSpec,
         limits: &Limits,
         custom: Option<Box<dyn EnvConfig>>,

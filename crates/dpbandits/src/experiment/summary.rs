@@ -98,7 +98,11 @@ impl Builder {
             match f {
                 Some(Field::Num(x)) if !x.is_finite() => {
                     notes.push(note(col, x, false));
-                    row.push(if x.is_nan() { None } else { Some(Field::Num(x)) });
+                    row.push(if x.is_nan() {
+                        None
+                    } else {
+                        Some(Field::Num(x))
+                    });
                 }
                 f => row.push(f),
             }
@@ -199,7 +203,13 @@ impl SummaryTable {
                     }
                     Err(e) => {
                         let n = b.stat_columns.len();
-                        b.push(c.label(), c.kind(), &params, empty(n), vec![format!("error: {e}")]);
+                        b.push(
+                            c.label(),
+                            c.kind(),
+                            &params,
+                            empty(n),
+                            vec![format!("error: {e}")],
+                        );
                     }
                 }
             }
@@ -232,7 +242,13 @@ impl SummaryTable {
                 (None, r) => {
                     let e = r.as_ref().err().map_or(String::new(), |e| e.to_string());
                     let n = b.stat_columns.len();
-                    b.push(c.label(), c.kind(), &params, empty(n), vec![format!("error: {e}")]);
+                    b.push(
+                        c.label(),
+                        c.kind(),
+                        &params,
+                        empty(n),
+                        vec![format!("error: {e}")],
+                    );
                 }
             }
         }
@@ -279,7 +295,10 @@ mod tests {
         );
         let head = csv.lines().next().unwrap();
         assert!(head.starts_with("label,kind,"), "{head}");
-        assert!(head.contains(",rho,") && head.ends_with(",runs,status"), "{head}");
+        assert!(
+            head.contains(",rho,") && head.ends_with(",runs,status"),
+            "{head}"
+        );
         assert!(!head.contains("params"));
         let n_cp = t.rows.len() / 3;
         assert_eq!(t.rows.len(), 3 * n_cp);
@@ -321,7 +340,7 @@ mod tests {
             };
             assert!(s.contains("every run hit the sample cap"), "{s}");
         }
-        assert_eq!(t.rows[0][col("epsilon")], None);
+        assert_eq!(t.rows[0][col("epsilon")], Some(Field::Num(f64::INFINITY)));
         assert_eq!(t.rows[1][col("epsilon")], Some(Field::Num(1.0)));
         assert!(!csv.to_lowercase().contains("nan"), "{csv}");
     }
