@@ -10,8 +10,9 @@
 //! Simulations run with the GIL released (`Python::detach`) on a rayon pool of `threads`
 //! workers; the calling thread wakes every 0.1 s to report progress (under the GIL) and to check
 //! for Ctrl-C. A Python environment's `pull`/`pull_sum` are called back under the GIL, so such
-//! experiments run on one worker (the calls would serialize on the GIL anyway, and one worker
-//! keeps a shared environment object's call order deterministic).
+//! experiments run on the calling thread, which holds it (the calls would serialize on the GIL
+//! anyway; a callback from another thread would also create a Python thread state each time; one
+//! thread keeps a shared environment object's call order deterministic).
 
 use dpbandits::bai::{BaiAlgorithm, BaiStep};
 use dpbandits::config::Setting;
