@@ -145,14 +145,22 @@ def test_restore_refuses_garbage():
         dpbandits.Policy.restore(b"not a snapshot")
 
 
-def test_bai_runs_to_a_recommendation():
-    p = dpbandits.Policy("eb_tci", arms=3, delta=0.05, seed=2)
+@pytest.mark.parametrize(
+    "kind,params",
+    [("eb_tci", {}), ("dp_tt", {"epsilon": 10.0}), ("dp_se_bai", {"epsilon": 10.0})],
+)
+def test_bai_runs_to_a_recommendation(kind, params):
+    """Requests of n samples are served one sample at a time (buffered, observed as one sum)."""
+    p = dpbandits.Policy(kind, arms=3, delta=0.05, seed=2, **params)
     rng = np.random.default_rng(9)
     means = [0.9, 0.5, 0.3]
-    for _ in range(200_000):
+    for _ in range(300_000):
         arm = p.choose()
         if arm is None:
             break
         p.observe(arm, float(rng.random() < means[arm]))
-    assert p.stopped
+    assert p.stopped, p.t
     assert p.recommend() == 0
+    assert p.t > 20  # it sampled before stopping
+    with pytest.raises(ValueError):
+        p.observe(0, 1.0)  # no open request after the stop

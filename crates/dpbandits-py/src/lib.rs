@@ -26,6 +26,7 @@ use dpbandits::snapshot::Snapshot;
 use dpbandits::{Error, finite};
 use nalgebra::DVector;
 use numpy::{PyArray1, PyArrayMethods, PyReadonlyArray2};
+use pyo3::conversion::FromPyObjectOwned;
 use pyo3::exceptions::{PyKeyboardInterrupt, PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
@@ -139,7 +140,8 @@ struct State {
     t: u64,
     /// BAI: the stopping rule fired.
     stopped: bool,
-    /// Contextual: the action set of the open `choose` (`k`, `d`, features).
+    /// Contextual: the action set of the open `choose` (`k`, `d`, features). BAI: the open
+    /// request (arm, samples requested, rewards observed so far).
     pending: Option<(usize, usize, Vec<f64>)>,
     /// BAI: the claim of the configuration (runs do not carry it).
     bai_guarantee: Option<serde_json::Value>,
@@ -181,9 +183,10 @@ mod bytes {
     }
 }
 
+/// The `format` of the envelope. `restore` tries the envelope first, then a library snapshot
+/// (CBOR or JSON, `Snapshot::decode`).
 const ENVELOPE: &str = "dpbandits-python-policy";
-/// CBOR of a map starts with 0xa6 (6 fields); the library's own snapshots are told apart by
-/// trying the envelope first.
+/// Raised when the envelope's fields change.
 const ENVELOPE_VERSION: u32 = 1;
 
 /// A policy of any registry kind, for real rewards, one decision at a time.
@@ -216,8 +219,6 @@ fn take<'py, T: FromPyObjectOwned<'py>>(
         ))
     })
 }
-
-use pyo3::conversion::FromPyObjectOwned;
 
 impl Policy {
     fn with<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
@@ -300,18 +301,34 @@ impl Policy {
     /// round's `k x d` array of action features). BAI: `None` once the stopping rule fired.
     #[pyo3(signature = (actions = None))]
     fn choose(&self, actions: Option<PyReadonlyArray2<'_, f64>>) -> PyResult<Option<usize>> {
-        let mut s = lock(&self.state);
+        let mut guard = lock(&self.state);
+        let s = &mut *guard;
         let t = s.t;
         match (&mut s.policy, actions) {
             (Running::Finite(p), None) => Ok(Some(p.choose(t).arm)),
             (Running::Linear(p), None) => Ok(Some(p.choose(t).map_err(err)?.arm)),
-            (Running::Bai(p), None) => match p.next(t) {
-                BaiStep::Sample { arm, .. } => Ok(Some(arm)),
-                BaiStep::Stop => {
-                    s.stopped = true;
-                    Ok(None)
+            (Running::Bai(p), None) => {
+                // A request of n samples is served one sample per choose/observe; the rewards
+                // are buffered and observed as one sum when the request is complete (the
+                // algorithm committed to all n whatever their values, and a shorter sum means
+                // "truncated by the sample cap" to it).
+                if let Some((arm, n, got)) = &s.pending
+                    && got.len() < *n
+                {
+                    return Ok(Some(*arm));
                 }
-            },
+                match p.next(t) {
+                    BaiStep::Sample { arm, n } => {
+                        let n = usize::try_from(n).unwrap_or(usize::MAX);
+                        s.pending = Some((arm, n, vec![]));
+                        Ok(Some(arm))
+                    }
+                    BaiStep::Stop => {
+                        s.stopped = true;
+                        Ok(None)
+                    }
+                }
+            }
             (Running::Contextual(p), Some(a)) => {
                 let a = a.as_array();
                 let (k, d) = (a.nrows(), a.ncols());
@@ -355,8 +372,24 @@ impl Policy {
                 p.observe_batch(arm, &sum).map_err(err)?
             }
             Running::Bai(p) => {
-                let sum = p.boundary().single(reward).map_err(err)?;
-                p.observe(arm, &sum).map_err(err)?
+                let b = p.boundary();
+                let Some((want, n, got)) = &mut st.pending else {
+                    return Err(PyValueError::new_err(
+                        "observe: no open request; call choose() first",
+                    ));
+                };
+                if arm != *want {
+                    return Err(PyValueError::new_err(format!(
+                        "arm = {arm}: expected {want}, the arm of the open request (protocol)"
+                    )));
+                }
+                b.single(reward).map_err(err)?;
+                got.push(reward);
+                if got.len() == *n {
+                    let sum = b.sum_of(got.iter().copied()).map_err(err)?;
+                    p.observe(arm, &sum).map_err(err)?;
+                    st.pending = None;
+                }
             }
             Running::Contextual(p) => {
                 let Some((k, d, features)) = &st.pending else {
