@@ -30,6 +30,12 @@ def key(r):
 
 def main(path):
     rows = list(csv.DictReader(open(path)))
+    for r in rows:
+        # The tidy summary (issue 15) names the algorithm `kind` and leaves `epsilon` empty for
+        # non-private algorithms; older files say `algorithm` and `inf`.
+        r.setdefault("algorithm", r.get("kind"))
+        if not r.get("epsilon"):
+            r["epsilon"] = "inf"
     private = [r for r in rows if r["epsilon"] != "inf"]
     public = [r for r in rows if r["epsilon"] == "inf"]
     cols = []

@@ -164,91 +164,11 @@ pub fn write_outputs(plan: &Plan, outcome: &Outcome, out: &Path) -> Result<Vec<P
         }
     };
     let rows = rows(plan, outcome);
-    let mut csv = String::from(
-        "algorithm,label,epsilon,threshold,threshold_proved,runs,capped,mean_tau,std_tau,sem_tau,q05_tau,median_tau,q95_tau,max_tau,errors,error_rate,error_upper95,t_star,lower_bound,ratio_to_lower_bound,mean_noise_draws,status\n",
-    );
-    for (c, r) in plan.cells.iter().zip(&rows) {
-        match r {
-            Ok(r) => csv.push_str(&format!(
-                "{},\"{}\",{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},ok\n",
-                r.algorithm,
-                r.label,
-                g(r.epsilon),
-                r.threshold,
-                r.threshold_proved,
-                r.runs,
-                r.capped,
-                r.tau.mean,
-                r.tau.std,
-                r.tau.sem,
-                r.tau.q05,
-                r.tau.q50,
-                r.tau.q95,
-                r.tau_max,
-                r.errors,
-                r.error_rate,
-                r.error_upper95,
-                r.t_star,
-                r.lower_bound,
-                r.ratio,
-                r.noise_draws
-            )),
-            Err(e) => csv.push_str(&format!(
-                "{},\"{}\",{},{},,,,,,,,,,,,,,,,,,\"error: {}\"\n",
-                c.kind(),
-                c.label(),
-                g(epsilon(c.as_ref())),
-                threshold(c.as_ref()).0,
-                e.replace('"', "'")
-            )),
-        }
-    }
+    let csv = super::SummaryTable::of(plan, outcome).to_csv()?;
     let summary = out.join("summary.csv");
     std::fs::write(&summary, csv).map_err(io(&summary))?;
 
-    let cells: Vec<serde_json::Value> = plan
-        .cells
-        .iter()
-        .map(|c| {
-            let mut v = serde_json::json!({
-                "label": c.label(),
-                "kind": c.kind(),
-                "epsilon": g(epsilon(c.as_ref())),
-                "guarantee": c.guarantee(),
-                "privacy_summary": c.guarantee().summary(),
-            });
-            if let serde_json::Value::Object(facts) = c.describe() {
-                for (key, x) in facts {
-                    v[key] = x;
-                }
-            }
-            v
-        })
-        .collect();
-    let bounds: Vec<serde_json::Value> = plan
-        .bounds
-        .iter()
-        .map(|b| {
-            let mut v = serde_json::to_value(b).unwrap_or_default();
-            v["epsilon"] = serde_json::Value::String(g(b.epsilon));
-            v
-        })
-        .collect();
-    let manifest = serde_json::json!({
-        "dpbandits_version": env!("CARGO_PKG_VERSION"),
-        "rustc": env!("DPB_RUSTC_VERSION"),
-        "master_seed": plan.spec.master_seed,
-        "generator": "Xoshiro256PlusPlus (rand_xoshiro), seeds derived with SplitMix64 from master_seed",
-        "seed_derivation": rng::describe(&[rng::ENV_RUN, rng::ENV_ARM, rng::POLICY_RUN, rng::POLICY_OWN, rng::POLICY_NOISE]),
-        "setting": "bai",
-        "spec": plan.spec,
-        "environment": plan.env_info,
-        "characteristic_times": bounds,
-        "threshold_note": "DP-TT's exact threshold (Jourdan & Azize 2025, Eq. (8)) was not recovered; 'joint' (default) is our delta-correct pair threshold Proposal J (bai::threshold docs), 'r' the delta-correct Proposal R of spec dp-bai 3.5.2, 'h_half'/'h_arm'/'eb' are heuristics (not proved), 'code23' is the threshold formula of the 2023 DP-BAI code inside our stopping rule (EB leader, signed gap; the code itself tests the UCB leader with an unsigned gap), a heuristic, not the authors' algorithm, 'thesis' are the AdaP-TT thresholds of Azize's thesis with s = 2",
-        "simulation": "algorithms request blocks of n samples of one arm, answered with one exact Binomial(n, mu_a) reward sum from the arm's stream; Top Two algorithms hold the sums until the arm's next release and check stopping after each release; lazy_challenger = theta > 0 recomputes the challenger at least every max(1, floor(theta t)) rounds and after each release (0 = every round)",
-        "cells": cells,
-        "errors": rows.iter().zip(&plan.cells).filter_map(|(r, c)| r.as_ref().err().map(|e| format!("{}: {e}", c.label()))).collect::<Vec<_>>(),
-    });
+    let manifest = manifest(plan, outcome);
     let mpath = out.join("manifest.json");
     std::fs::write(
         &mpath,
@@ -348,4 +268,51 @@ pub fn write_outputs(plan: &Plan, outcome: &Outcome, out: &Path) -> Result<Vec<P
     let mut files = vec![summary, mpath];
     files.extend(plot::draw(&out.join("stopping_time"), &spec)?);
     Ok(files)
+}
+
+/// The BAI `manifest.json` (what [`write_outputs`] writes).
+pub(super) fn manifest(plan: &Plan, outcome: &Outcome) -> serde_json::Value {
+    let cells: Vec<serde_json::Value> = plan
+        .cells
+        .iter()
+        .map(|c| {
+            let mut v = serde_json::json!({
+                "label": c.label(),
+                "kind": c.kind(),
+                "epsilon": g(epsilon(c.as_ref())),
+                "guarantee": c.guarantee(),
+                "privacy_summary": c.guarantee().summary(),
+            });
+            if let serde_json::Value::Object(facts) = c.describe() {
+                for (key, x) in facts {
+                    v[key] = x;
+                }
+            }
+            v
+        })
+        .collect();
+    let bounds: Vec<serde_json::Value> = plan
+        .bounds
+        .iter()
+        .map(|b| {
+            let mut v = serde_json::to_value(b).unwrap_or_default();
+            v["epsilon"] = serde_json::Value::String(g(b.epsilon));
+            v
+        })
+        .collect();
+    serde_json::json!({
+        "dpbandits_version": env!("CARGO_PKG_VERSION"),
+        "rustc": env!("DPB_RUSTC_VERSION"),
+        "master_seed": plan.spec.master_seed,
+        "generator": "Xoshiro256PlusPlus (rand_xoshiro), seeds derived with SplitMix64 from master_seed",
+        "seed_derivation": rng::describe(&[rng::ENV_RUN, rng::ENV_ARM, rng::POLICY_RUN, rng::POLICY_OWN, rng::POLICY_NOISE]),
+        "setting": "bai",
+        "spec": plan.spec,
+        "environment": plan.env_info,
+        "characteristic_times": bounds,
+        "threshold_note": "DP-TT's exact threshold (Jourdan & Azize 2025, Eq. (8)) was not recovered; 'joint' (default) is our delta-correct pair threshold Proposal J (bai::threshold docs), 'r' the delta-correct Proposal R of spec dp-bai 3.5.2, 'h_half'/'h_arm'/'eb' are heuristics (not proved), 'code23' is the threshold formula of the 2023 DP-BAI code inside our stopping rule (EB leader, signed gap; the code itself tests the UCB leader with an unsigned gap), a heuristic, not the authors' algorithm, 'thesis' are the AdaP-TT thresholds of Azize's thesis with s = 2",
+        "simulation": "algorithms request blocks of n samples of one arm, answered with one exact Binomial(n, mu_a) reward sum from the arm's stream; Top Two algorithms hold the sums until the arm's next release and check stopping after each release; lazy_challenger = theta > 0 recomputes the challenger at least every max(1, floor(theta t)) rounds and after each release (0 = every round)",
+        "cells": cells,
+        "errors": rows(plan, outcome).iter().zip(&plan.cells).filter_map(|(r, c)| r.as_ref().err().map(|e| format!("{}: {e}", c.label()))).collect::<Vec<_>>(),
+    })
 }

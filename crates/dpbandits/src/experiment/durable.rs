@@ -777,6 +777,100 @@ pub fn load_shards(dirs: &[PathBuf]) -> Result<(ExperimentSpec, Vec<JobRow>)> {
     Ok((spec, records))
 }
 
+/// Run the jobs of `shard` on the current rayon pool, without a folder or journal: `(job,
+/// row)` for every job of the shard, in job order (`None` for a job skipped because `stop` was
+/// set). The executor path of library users (the Python binding sends one call per shard to a
+/// Ray, Dask or `concurrent.futures` worker) and [`assemble`] merges the shards' rows, so the
+/// result is the one of the CLI's `--shard` + `merge`, byte-identical to a local run.
+pub fn run_shard(
+    plan: &Plan,
+    shard: Shard,
+    progress: &(dyn Fn() + Sync),
+    stop: &AtomicBool,
+) -> Vec<(u64, Option<Result<Vec<f64>>>)> {
+    let jobs = JobSet::new(&plan.cells, plan.spec.runs);
+    let mine: Vec<u64> = (0..jobs.len()).filter(|&j| shard.owns(j)).collect();
+    mine.into_par_iter()
+        .map(|j| {
+            if stop.load(Ordering::SeqCst) {
+                return (j, None);
+            }
+            let res = jobs.run(j);
+            progress();
+            (j, Some(res))
+        })
+        .collect()
+}
+
+/// The per-cell runs of `plan` from the `(job, row or error)` results of a set of shards
+/// ([`run_shard`]), which must hold every job exactly once with the width the plan gives it.
+///
+/// # Errors
+/// A job out of range, given twice or missing, or a row of the wrong width (naming the job).
+pub fn assemble(
+    plan: &Plan,
+    results: Vec<(u64, std::result::Result<Vec<f64>, String>)>,
+) -> Result<Outcome> {
+    let jobs = JobSet::new(&plan.cells, plan.spec.runs);
+    let mut by_job: Vec<Option<Result<Vec<f64>>>> = (0..jobs.len()).map(|_| None).collect();
+    for (job, res) in results {
+        if job >= jobs.len() {
+            return Err(Error::param(
+                "job",
+                job,
+                format!("a job of this experiment (0..{})", jobs.len()),
+            ));
+        }
+        if by_job[job as usize].is_some() {
+            return Err(Error::param("job", job, "each job once (given twice)"));
+        }
+        if let Ok(row) = &res
+            && row.len() != jobs.width(job)
+        {
+            return Err(Error::param(
+                "job",
+                job,
+                format!("a row of {} values (got {})", jobs.width(job), row.len()),
+            ));
+        }
+        by_job[job as usize] = Some(res.map_err(Error::Config));
+    }
+    if let Some(j) = by_job.iter().position(Option::is_none) {
+        return Err(Error::param(
+            "job",
+            j,
+            "a result for every job (missing: the shards do not cover the experiment)",
+        ));
+    }
+    Ok(Outcome {
+        cells: jobs.assemble(by_job),
+    })
+}
+
+/// Write the folder the CLI writes (`dpbandits run FILE --out dir`: journal, manifest, summary,
+/// plots) from rows computed elsewhere ([`run_shard`]): the folder is opened as a whole run,
+/// the rows are imported into its journal and the outputs are written from it. Returns the
+/// files written.
+///
+/// # Errors
+/// As [`RunDir::open`] (a folder holding something else), [`RunDir::import`] and the outputs.
+pub fn save(
+    dir: &Path,
+    plan: &Plan,
+    rows: Vec<JobRow>,
+    existing: Existing,
+) -> Result<Vec<PathBuf>> {
+    let mut rd = RunDir::open(dir, plan, Shard::WHOLE, existing)?;
+    rd.import(plan, rows)?;
+    match rd.run(plan, &|| {}, &AtomicBool::new(false))? {
+        Finished::Outputs { files, .. } => Ok(files),
+        other => Err(Error::Config(format!(
+            "{}: the run did not finish ({other:?})",
+            dir.display()
+        ))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,7 +7,7 @@
 //!    loop, whatever the setting (the setting is the environment's).
 //! 3. [`run`] executes the plan's ordered `(cell, run)` jobs on the current rayon pool
 //!    ([`crate::sim::run_jobs`]), byte-identical for any thread count.
-//! 4. [`write_outputs`] writes `manifest.json`, `summary.csv`, the plots (SVG, PNG and the plot
+//! 4. [`write_outputs`] writes `manifest.json`, `summary.csv` (the tidy [`SummaryTable`]), the plots (SVG, PNG and the plot
 //!    data `<stem>.plot.json`) and `report.html` ([`report`]).
 
 mod bai;
@@ -21,10 +21,12 @@ mod plan;
 pub mod plot;
 pub mod report;
 mod spec;
+pub mod summary;
 
 pub use bai::BaiRow;
 pub use comparison::{BudgetRow, ComparisonSpec, budget_row};
 pub use figures::FigureSpec;
-pub use output::{Outcome, run, write_outputs};
+pub use output::{Outcome, manifest, run, write_outputs};
 pub use plan::{Limits, Plan, Work, expand_sweep};
 pub use spec::{CheckpointSpec, ExperimentSpec, parse_count};
+pub use summary::{Field, SummaryTable};

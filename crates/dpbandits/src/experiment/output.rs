@@ -6,7 +6,6 @@ use crate::error::{Error, Result};
 use crate::math::stats::Summary;
 use crate::sim::{CellRuns, run_jobs};
 use serde_json::json;
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 /// The runs of every cell of a plan, in cell order.
@@ -53,14 +52,6 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
     move |e| Error::Io {
         path: path.display().to_string(),
         error: e,
-    }
-}
-
-fn csv_field(s: &str) -> String {
-    if s.contains([',', '"', '\n']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_string()
     }
 }
 
@@ -152,78 +143,14 @@ fn write_regret_outputs(plan: &Plan, outcome: &Outcome, dir: &Path) -> Result<Ve
     let summaries = outcome.summaries();
     let grid = plan.grid.points();
 
-    // summary.csv
-    let mut csv = String::from("policy,kind,params,t,mean,std,sem,q05,q50,q95,runs\n");
-    for (cell, sums) in plan.cells.iter().zip(&summaries) {
-        let Some(sums) = sums else { continue };
-        let params: Vec<String> = cell
-            .params()
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect();
-        let (label, params) = (csv_field(&cell.label()), csv_field(&params.join(";")));
-        for (t, s) in grid.iter().zip(sums) {
-            let _ = writeln!(
-                csv,
-                "{label},{},{params},{t},{},{},{},{},{},{},{}",
-                cell.kind(),
-                s.mean,
-                s.std,
-                s.sem,
-                s.q05,
-                s.q50,
-                s.q95,
-                s.runs
-            );
-        }
-    }
+    // summary.csv: the tidy table
+    let csv = super::SummaryTable::of(plan, outcome).to_csv()?;
     let p = dir.join("summary.csv");
     std::fs::write(&p, csv).map_err(io(&p))?;
     files.push(p);
 
     // manifest.json
-    let policies: Vec<serde_json::Value> = plan
-        .cells
-        .iter()
-        .map(|c| {
-            json!({
-                "label": c.label(),
-                "kind": c.kind(),
-                "params": c.params().iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
-                "privacy": c.guarantee(),
-                "privacy_summary": c.guarantee().summary(),
-                // false for deployment-grade noise (OS-seeded): such runs cannot be replayed.
-                "reproducible": c.guarantee().noise.reproducible(),
-                "details": c.describe(),
-            })
-        })
-        .collect();
-    let errors: Vec<serde_json::Value> = outcome
-        .errors(plan)
-        .into_iter()
-        .map(|(l, e)| json!({"policy": l, "error": e}))
-        .collect();
-    let mut manifest = json!({
-        "experiment": plan.spec.name,
-        "description": plan.spec.description,
-        "dpbandits_version": env!("CARGO_PKG_VERSION"),
-        "rustc": env!("DPB_RUSTC_VERSION"),
-        "master_seed": plan.spec.master_seed,
-        "horizon": plan.spec.horizon,
-        "runs": plan.spec.runs,
-        "setting": plan.setting,
-        "simulation": plan.spec.simulation,
-        "generator": "Xoshiro256PlusPlus (rand_xoshiro), seeds derived with SplitMix64 from master_seed",
-        "metric": "cumulative pseudo-regret sum_t (mu*(t) - mu_{a_t}(t)) at each checkpoint",
-        "checkpoints": grid,
-        "environment": plan.env_info,
-        "policies": policies,
-        "errors": errors,
-        "resolved_spec": plan.spec,
-    });
-    if let Some(c) = &plan.spec.comparison {
-        manifest["comparison"] = c.manifest(&plan.cells)?;
-    }
+    let manifest = manifest(plan, outcome)?;
     let p = dir.join("manifest.json");
     let text = serde_json::to_string_pretty(&manifest).map_err(|e| Error::Config(e.to_string()))?;
     std::fs::write(&p, text + "\n").map_err(io(&p))?;
@@ -286,4 +213,58 @@ fn write_regret_outputs(plan: &Plan, outcome: &Outcome, dir: &Path) -> Result<Ve
         files.extend(f.render(plan, &outcome.cells, dir)?);
     }
     Ok(files)
+}
+
+/// The `manifest.json` of `outcome` (what [`write_outputs`] writes; BAI has its own).
+///
+/// # Errors
+/// A comparison section that cannot be computed.
+pub fn manifest(plan: &Plan, outcome: &Outcome) -> Result<serde_json::Value> {
+    if plan.setting == crate::config::Setting::Bai {
+        return Ok(super::bai::manifest(plan, outcome));
+    }
+    let grid = plan.grid.points();
+    let policies: Vec<serde_json::Value> = plan
+        .cells
+        .iter()
+        .map(|c| {
+            json!({
+                "label": c.label(),
+                "kind": c.kind(),
+                "params": c.params().iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
+                "privacy": c.guarantee(),
+                "privacy_summary": c.guarantee().summary(),
+                // false for deployment-grade noise (OS-seeded): such runs cannot be replayed.
+                "reproducible": c.guarantee().noise.reproducible(),
+                "details": c.describe(),
+            })
+        })
+        .collect();
+    let errors: Vec<serde_json::Value> = outcome
+        .errors(plan)
+        .into_iter()
+        .map(|(l, e)| json!({"policy": l, "error": e}))
+        .collect();
+    let mut manifest = json!({
+        "experiment": plan.spec.name,
+        "description": plan.spec.description,
+        "dpbandits_version": env!("CARGO_PKG_VERSION"),
+        "rustc": env!("DPB_RUSTC_VERSION"),
+        "master_seed": plan.spec.master_seed,
+        "horizon": plan.spec.horizon,
+        "runs": plan.spec.runs,
+        "setting": plan.setting,
+        "simulation": plan.spec.simulation,
+        "generator": "Xoshiro256PlusPlus (rand_xoshiro), seeds derived with SplitMix64 from master_seed",
+        "metric": "cumulative pseudo-regret sum_t (mu*(t) - mu_{a_t}(t)) at each checkpoint",
+        "checkpoints": grid,
+        "environment": plan.env_info,
+        "policies": policies,
+        "errors": errors,
+        "resolved_spec": plan.spec,
+    });
+    if let Some(c) = &plan.spec.comparison {
+        manifest["comparison"] = c.manifest(&plan.cells)?;
+    }
+    Ok(manifest)
 }

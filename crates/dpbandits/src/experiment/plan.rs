@@ -74,6 +74,28 @@ impl Plan {
     /// # Errors
     /// Any field of the spec, with its name and value; a plan beyond the limits.
     pub fn with_limits(spec: ExperimentSpec, limits: &Limits) -> Result<Plan> {
+        Plan::build(spec, limits, None)
+    }
+
+    /// Plan a parsed spec whose finite-armed environment is `env` (e.g. an environment written
+    /// in Python) instead of the `[env]` table's registry kind; the `[env]` table is kept as
+    /// written (for the manifest and the config hash).
+    ///
+    /// # Errors
+    /// As [`Plan::with_limits`]; a policy of another setting than finite-armed.
+    pub fn with_finite_env(
+        spec: ExperimentSpec,
+        env: Box<dyn EnvConfig>,
+        limits: &Limits,
+    ) -> Result<Plan> {
+        Plan::build(spec, limits, Some(env))
+    }
+
+    fn build(
+        spec: ExperimentSpec,
+        limits: &Limits,
+        custom: Option<Box<dyn EnvConfig>>,
+    ) -> Result<Plan> {
         let points = spec.checkpoints.points as u64 + spec.checkpoints.extra.len() as u64;
         if points > limits.max_checkpoints {
             return Err(Error::param(
@@ -105,17 +127,23 @@ impl Plan {
             CheckpointGrid::log(spec.horizon, spec.checkpoints.points, &extra)
                 .at(|| "checkpoints".into())?,
         );
-        let env_kind = env_kind(&spec.env)?;
-        let entry = registry::environment(&env_kind).at(|| "env".into())?;
-        let setting = entry.info.setting;
-        let at_env = || format!("env ({env_kind})");
-        let t = without_kind(&spec.env);
-        let mut env = match entry.parse {
-            EnvParse::Finite(parse) => Env::Finite(parse(t).at(at_env)?),
-            EnvParse::Linear(parse) => Env::Linear(parse(t).at(at_env)?),
-            EnvParse::Contextual(parse) => Env::Contextual(parse(t).at(at_env)?),
-            EnvParse::Bai(parse) => Env::Bai(parse(t).at(at_env)?),
+        let (env_kind, setting, mut env) = match custom {
+            Some(e) => (e.kind().to_string(), Setting::FiniteArmed, Env::Finite(e)),
+            None => {
+                let env_kind = env_kind(&spec.env)?;
+                let entry = registry::environment(&env_kind).at(|| "env".into())?;
+                let at_env = || format!("env ({env_kind})");
+                let t = without_kind(&spec.env);
+                let env = match entry.parse {
+                    EnvParse::Finite(parse) => Env::Finite(parse(t).at(at_env)?),
+                    EnvParse::Linear(parse) => Env::Linear(parse(t).at(at_env)?),
+                    EnvParse::Contextual(parse) => Env::Contextual(parse(t).at(at_env)?),
+                    EnvParse::Bai(parse) => Env::Bai(parse(t).at(at_env)?),
+                };
+                (env_kind, entry.info.setting, env)
+            }
         };
+        let at_env = || format!("env ({env_kind})");
         match &mut env {
             Env::Finite(e) => e.instantiate(spec.master_seed, spec.horizon).at(at_env)?,
             Env::Linear(e) => e.instantiate(spec.master_seed).at(at_env)?,

@@ -1,0 +1,178 @@
+"""dpbandits for Python: differentially private bandit algorithms on a Rust core.
+
+* ``Policy(kind, *, seed=0, **params)``: any registry kind, one decision at a time
+  (``choose`` / ``observe``; BAI ``recommend`` / ``stopped``), ``snapshot`` / ``restore``, pickling.
+* ``run(spec, runs=, horizon=, threads=, executor=, env=, progress=)``: an experiment file (path,
+  TOML text or dict) run locally or sharded on a Ray / Dask / ``concurrent.futures`` executor,
+  returned as a :class:`Result` (``summary`` DataFrame, ``runs`` arrays, ``manifest``, ``save``).
+
+See docs/python.md.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
+
+import numpy as np
+
+from . import _native
+from ._native import Policy
+
+__all__ = ["Policy", "Result", "run", "kinds", "RayExecutor", "__version__"]
+__version__ = _native.version()
+
+
+def kinds() -> List[Dict[str, str]]:
+    """Every registry kind: ``kind``, ``setting``, ``name`` (paper name), ``example`` (TOML)."""
+    return [
+        {"kind": k, "setting": s, "name": n, "example": e} for (k, s, n, e) in _native.kinds()
+    ]
+
+
+@dataclass
+class Result:
+    """The result of :func:`run`.
+
+    ``summary``: the tidy summary table (pandas DataFrame; the CLI's ``summary.csv``).
+    ``runs``: ``{label: array}``, per cell a ``runs x checkpoints`` float64 array of cumulative
+    regret (BAI: ``runs x fields``, see ``columns``). ``manifest``: the manifest as a dict.
+    ``save(dir)`` writes the folder the CLI writes.
+    """
+
+    _outcome: Any
+    name: str
+
+    @property
+    def summary_csv(self) -> str:
+        return self._outcome.summary_csv()
+
+    @property
+    def summary(self):
+        import pandas as pd
+
+        return pd.read_csv(io.StringIO(self.summary_csv), keep_default_na=False, na_values=[""])
+
+    @property
+    def runs(self) -> Dict[str, np.ndarray]:
+        out = {}
+        for label, _kind, values in self._outcome.runs():
+            out[label] = values if isinstance(values, np.ndarray) else None
+        return out
+
+    @property
+    def errors(self) -> Dict[str, str]:
+        return {l: v for (l, _k, v) in self._outcome.runs() if isinstance(v, str)}
+
+    @property
+    def columns(self) -> List[str]:
+        """The checkpoints (regret settings) or BAI outcome fields: the columns of ``runs``."""
+        return self._outcome.columns()
+
+    @property
+    def manifest(self) -> Dict[str, Any]:
+        return json.loads(self._outcome.manifest_json())
+
+    def save(self, dir: Union[str, os.PathLike], force: bool = False) -> List[str]:
+        """Write the CLI's results folder (journal, manifest, summary.csv, plots) into ``dir``."""
+        return self._outcome.save(os.fspath(dir), force)
+
+
+def _spec_arg(spec: Union[str, os.PathLike, Mapping[str, Any]]):
+    if isinstance(spec, Mapping):
+        return dict(spec)
+    if isinstance(spec, (str, os.PathLike)):
+        s = os.fspath(spec)
+        if "\n" not in s and (os.path.exists(s) or s.endswith(".toml")):
+            with open(s, encoding="utf-8") as f:
+                return f.read()
+        return s
+    raise ValueError(f"spec = {spec!r}: expected a path to a TOML file, TOML text or a dict")
+
+
+def _run_shard(canonical: str, index: int, count: int, threads: Optional[int]):
+    """One shard of an experiment, run in a worker (Ray task, Dask task, executor job)."""
+    exp = _native.Experiment(canonical)
+    return exp.run_shard(index, count, threads)
+
+
+class RayExecutor:
+    """A ``concurrent.futures``-style executor over Ray tasks (``ray.init`` first, or pass
+    ``address``). Each ``submit`` is one ``ray.remote`` task; ``num_cpus`` per task."""
+
+    def __init__(self, num_cpus: float = 1, **init_kwargs):
+        import ray
+
+        if not ray.is_initialized():
+            ray.init(**init_kwargs)
+        self._ray = ray
+        self._num_cpus = num_cpus
+
+    def submit(self, fn, *args, **kwargs):
+        remote = self._ray.remote(num_cpus=self._num_cpus)(fn)
+        return remote.remote(*args, **kwargs).future()
+
+    def shutdown(self, wait: bool = True):
+        pass
+
+
+def _executor_of(executor):
+    if executor is None:
+        return None
+    mod = getattr(executor, "__name__", "")
+    if mod == "ray":  # the ray module itself
+        return RayExecutor()
+    if hasattr(executor, "submit"):
+        return executor
+    raise ValueError(
+        f"executor = {executor!r}: expected a concurrent.futures.Executor, a dask "
+        "distributed.Client, dpbandits.RayExecutor() or the ray module"
+    )
+
+
+def run(
+    spec: Union[str, os.PathLike, Mapping[str, Any]],
+    runs: Optional[int] = None,
+    horizon: Optional[int] = None,
+    threads: Optional[int] = None,
+    executor: Any = None,
+    shards: Optional[int] = None,
+    env: Any = None,
+    progress: Optional[Callable[[int, int], None]] = None,
+) -> Result:
+    """Run an experiment: ``spec`` is a TOML path, TOML text or a dict of the file's structure.
+
+    ``runs`` / ``horizon`` override the file (the CLI's ``--runs`` / ``--horizon``).
+    ``threads``: rayon workers of this process (default: all cores); the GIL is released while
+    Rust simulates. ``progress(done, total)`` is called about every 0.1 s (e.g. a tqdm update).
+    ``executor``: shards of jobs (job ``j`` to shard ``j mod shards``, the CLI's ``--shard``)
+    are submitted as tasks and merged; the result is byte-identical to the local run.
+    ``env``: a Python environment (``means`` and ``pull(arm, t)``, optional ``pull_sum``), or a
+    callable ``make(seed)`` returning one, replacing the file's ``[env]`` (finite-armed only).
+    """
+    text = _spec_arg(spec)
+    if env is not None and isinstance(text, dict):
+        text.setdefault("env", {"kind": "python"})
+    exp = _native.Experiment(text, runs, horizon, env)
+    ex = _executor_of(executor)
+    if ex is None:
+        rows = exp.run_shard(0, 1, threads, progress)
+    else:
+        if exp.python_env:
+            raise ValueError(
+                "executor: an experiment with a Python env= runs in this process only "
+                "(the environment object is not shipped to workers); drop executor="
+            )
+        n = shards if shards is not None else max(1, min(exp.jobs, 16))
+        if not isinstance(n, int) or n < 1:
+            raise ValueError(f"shards = {shards!r}: expected an integer >= 1")
+        futures = [ex.submit(_run_shard, exp.canonical, i, n, threads) for i in range(n)]
+        rows = []
+        for i, f in enumerate(futures):
+            rows.extend(f.result())
+            if progress is not None:
+                progress(len(rows), exp.jobs)
+    return Result(exp.assemble(rows), exp.name)
