@@ -136,3 +136,20 @@ def test_env_errors_are_raised():
 
     with pytest.raises(ValueError, match="means"):
         dpbandits.run(s, env=NoMeans())
+
+
+def test_a_broken_reward_range_promise_fails_the_run():
+    """`reward_range` lets the run loop trust `pull_sum` inside a private boundary; an
+    environment that breaks the promise must fail loudly, not void the guarantee silently."""
+
+    class Liar(Bernoulli):
+        def pull_sum(self, arm, t, n):
+            return 5.0 * n  # rewards of 5 from a declared range of [0, 1]
+
+        def pull(self, arm, t):
+            return 5.0
+
+    s = spec("adac_ucb", rho=1.0)
+    s["runs"] = 1
+    with pytest.raises(ValueError, match="reward_range"):
+        dpbandits.run(s, env=Liar(MEANS, 0))

@@ -699,6 +699,24 @@ struct PyEnv {
 }
 
 impl PyEnv {
+    /// The declared `reward_range` is a promise the run loop relies on (a sum drawn by
+    /// `pull_sum` from an environment whose range lies inside a private policy's boundary is not
+    /// clipped again): a value outside `n * reward_range` fails the run with an error naming it,
+    /// instead of silently voiding the privacy guarantee.
+    fn in_range(&self, method: &str, x: f64, n: u64) -> f64 {
+        let (lo, hi) = (self.range.0 * n as f64, self.range.1 * n as f64);
+        if x.is_nan() || (lo <= x && x <= hi) {
+            return x;
+        }
+        lock(&self.error).get_or_insert_with(|| {
+            PyValueError::new_err(format!(
+                "env.{method} returned {x} for n = {n}: outside n * reward_range = [{lo}, {hi}] \
+                 (the declared reward_range must hold for every reward)"
+            ))
+        });
+        f64::NAN
+    }
+
     /// Call `name(args)` under the GIL; an exception or a non-float result is kept and NaN
     /// returned (the policy's boundary refuses NaN, so the run fails and `run` raises it).
     fn call(
@@ -728,11 +746,13 @@ impl Environment for PyEnv {
         self.best
     }
     fn pull(&mut self, arm: usize, t: u64) -> f64 {
-        self.call(|o| o.call_method1("pull", (arm, t)))
+        let x = self.call(|o| o.call_method1("pull", (arm, t)));
+        self.in_range("pull", x, 1)
     }
     fn pull_sum(&mut self, arm: usize, t: u64, n: u64) -> f64 {
         if self.has_sum {
-            self.call(|o| o.call_method1("pull_sum", (arm, t, n)))
+            let x = self.call(|o| o.call_method1("pull_sum", (arm, t, n)));
+            self.in_range("pull_sum", x, n)
         } else {
             (0..n).map(|i| self.pull(arm, t + i)).sum()
         }

@@ -1,23 +1,6 @@
 //! CLI integration tests: smoke experiments, thread-count invariance, bad input.
 
-use crate::{bin, repo};
-use std::process::Output;
-
-fn run(args: &[&str]) -> Output {
-    bin()
-        .args(args)
-        .current_dir(repo())
-        .output()
-        .expect("binary runs")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+use crate::{bin, repo, run, text};
 
 /// Every smoke experiment runs and writes a manifest, a summary and the plots.
 #[test]

@@ -2,24 +2,7 @@
 //! `--horizon` on piecewise and BAI files, unknown keys and type errors naming the field,
 //! `bounds --help`, shell completions.
 
-use crate::{bin, repo};
-use std::process::Output;
-
-fn run(args: &[&str]) -> Output {
-    bin()
-        .args(args)
-        .current_dir(repo())
-        .output()
-        .expect("binary runs")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+use crate::{run, text};
 
 fn file(dir: &tempfile::TempDir, body: &str) -> String {
     let p = dir.path().join("x.toml");

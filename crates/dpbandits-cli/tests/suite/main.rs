@@ -2,7 +2,7 @@
 //! invariance, bad input, `list` and `bounds`.
 
 use std::path::PathBuf;
-use std::process::Command;
+use std::process::{Command, Output};
 
 mod audit;
 mod bai;
@@ -25,4 +25,22 @@ fn bin() -> Command {
 /// The workspace root (experiment files are named relative to it).
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Run the binary from the workspace root.
+fn run(args: &[&str]) -> Output {
+    bin()
+        .args(args)
+        .current_dir(repo())
+        .output()
+        .expect("binary runs")
+}
+
+/// Everything the binary printed (stdout, then stderr).
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
 }
