@@ -76,6 +76,18 @@ struct Builder {
 }
 
 impl Builder {
+    /// The row of a cell that failed: empty statistics, the error as its status.
+    fn push_error(
+        &mut self,
+        label: String,
+        kind: &str,
+        params: &[(&'static str, f64)],
+        error: &dyn std::fmt::Display,
+    ) {
+        let stats = vec![None; self.stat_columns.len()];
+        self.push(label, kind, params, stats, vec![format!("error: {error}")]);
+    }
+
     fn push(
         &mut self,
         label: String,
@@ -159,7 +171,6 @@ impl SummaryTable {
             stat_columns: if bai { BAI.to_vec() } else { REGRET.to_vec() },
             rows: vec![],
         };
-        let empty = |n: usize| vec![None; n];
         if bai {
             for (c, r) in plan.cells.iter().zip(super::bai::rows(plan, outcome)) {
                 let params = c.params();
@@ -201,16 +212,7 @@ impl SummaryTable {
                         ];
                         b.push(r.label.clone(), c.kind(), &params, stats, notes);
                     }
-                    Err(e) => {
-                        let n = b.stat_columns.len();
-                        b.push(
-                            c.label(),
-                            c.kind(),
-                            &params,
-                            empty(n),
-                            vec![format!("error: {e}")],
-                        );
-                    }
+                    Err(e) => b.push_error(c.label(), c.kind(), &params, &e),
                 }
             }
             return b.finish(&["label", "kind"]);
@@ -241,14 +243,7 @@ impl SummaryTable {
                 }
                 (None, r) => {
                     let e = r.as_ref().err().map_or(String::new(), |e| e.to_string());
-                    let n = b.stat_columns.len();
-                    b.push(
-                        c.label(),
-                        c.kind(),
-                        &params,
-                        empty(n),
-                        vec![format!("error: {e}")],
-                    );
+                    b.push_error(c.label(), c.kind(), &params, &e);
                 }
             }
         }
