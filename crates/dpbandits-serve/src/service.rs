@@ -215,27 +215,41 @@ fn parse_policy(mut t: toml::Table, allow_non_private: bool) -> ApiResult<Box<dy
             entry.setting()
         )));
     }
+    // A trial's rewards are data: one outside the boundary is refused (422 naming `reward`), not
+    // clipped, unless the table asks for `boundary = "clip"` (kinds without a `boundary` key keep
+    // their own: the non-private kinds reject at the numeric boundary anyway).
+    let parse = |t: toml::Table| {
+        if t.contains_key("boundary") {
+            return parse_finite(entry, t);
+        }
+        let mut strict = t.clone();
+        strict.insert("boundary".into(), toml::Value::String("reject".into()));
+        match parse_finite(entry, strict) {
+            Err(e) if e.to_string().contains("unknown field `boundary`") => parse_finite(entry, t),
+            r => r,
+        }
+    };
     let bad = |e: dpbandits::Error| ApiError::invalid(format!("policy: {e}"));
     let no_noise_key = |e: &dpbandits::Error| e.to_string().contains("unknown field `noise`");
     let explicit = t.get("noise").cloned();
     let cfg = match explicit.as_ref().and_then(|v| v.as_str()) {
-        Some("simulation") => match parse_finite(entry, t.clone()) {
+        Some("simulation") => match parse(t.clone()) {
             Err(e) if no_noise_key(&e) => {
                 t.remove("noise");
-                parse_finite(entry, t).map_err(bad)?
+                parse(t).map_err(bad)?
             }
             r => r.map_err(bad)?,
         },
-        Some(_) => parse_finite(entry, t).map_err(bad)?,
-        None if explicit.is_some() => parse_finite(entry, t).map_err(bad)?,
+        Some(_) => parse(t).map_err(bad)?,
+        None if explicit.is_some() => parse(t).map_err(bad)?,
         None => {
             let mut dep = t.clone();
             dep.insert("noise".into(), toml::Value::String("deployment".into()));
-            match parse_finite(entry, dep) {
+            match parse(dep) {
                 Ok(c) => c,
                 Err(e) => {
                     // No deployment path (no `noise` key), or a non-private member of a family.
-                    let plain = parse_finite(entry, t).map_err(bad)?;
+                    let plain = parse(t).map_err(bad)?;
                     if plain.guarantee().is_private() {
                         if no_noise_key(&e) {
                             return Err(ApiError::invalid(format!(

@@ -190,7 +190,13 @@ fn sigkill_under_load_loses_nothing() {
     const KILLS: usize = 12;
     let dir = tempdir();
     let server = Server::start(dir.path(), free_port());
-    let token = create(&server, "trial", "kind = \"adac_ucb\"\nrho = 0.5", 3);
+    // boundary = "clip" explicitly: every 37th reward is above 1 and acknowledged as clipped.
+    let token = create(
+        &server,
+        "trial",
+        "kind = \"adac_ucb\"\nrho = 0.5\nboundary = \"clip\"",
+        3,
+    );
     let addr = server.addr;
     let server = Arc::new(Mutex::new(server));
 
@@ -370,12 +376,8 @@ fn footprint(s: &Server, token: &str) -> (usize, Value) {
 fn refusals_are_401_or_4xx_naming_the_field() {
     let dir = tempdir();
     let s = Server::start(dir.path(), free_port());
-    let tok = create(
-        &s,
-        "t",
-        "kind = \"adac_ucb\"\nrho = 0.5\nboundary = \"reject\"",
-        2,
-    );
+    // No `boundary` key: the service's default is "reject".
+    let tok = create(&s, "t", "kind = \"adac_ucb\"\nrho = 0.5", 2);
     let other = create(&s, "u", "kind = \"adap_ucb\"\nepsilon = 1.0", 2);
     let d = s.call(
         "POST",
@@ -447,7 +449,8 @@ fn refusals_are_401_or_4xx_naming_the_field() {
             400,
             "body",
         ),
-        // boundary = "reject": an out-of-range reward is refused naming it; nothing changes.
+        // The default boundary = "reject": an out-of-range reward is refused naming it; nothing
+        // changes.
         (
             rew,
             &tok,
