@@ -3,12 +3,12 @@
 //! arm the step-by-step policy would not choose, on any reward sequence, adversarial ones
 //! included) and KS tests of the simulator's block path against the step loop.
 
-use dpbandits::finite::{BernoulliConfig, EnvConfig, FiniteCell, PolicyConfig};
+use dpbandits::finite::{BernoulliConfig, EnvConfig, PolicyConfig};
 use dpbandits::finite::{KlUcbConfig, Ucb1Config};
 use dpbandits::math::kl::kl_upper;
 use dpbandits::math::stats::{Summary, ks_critical, ks_statistic};
 use dpbandits::rng::SimRng;
-use dpbandits::sim::{Cell, CheckpointGrid, SimMode};
+use dpbandits::sim::{CheckpointGrid, SimMode};
 use rand::{RngExt, SeedableRng};
 use std::sync::Arc;
 
@@ -143,7 +143,8 @@ fn a_block_never_changes_a_choice() {
     }
 }
 
-/// Regret at three checkpoints for `runs` runs: `[run][checkpoint]`.
+/// Regret on the grid for `runs` runs on Bernoulli `means`: `[run][checkpoint]` (the fast-path
+/// suite's runner).
 fn regrets(
     means: &[f64],
     policy: Box<dyn PolicyConfig>,
@@ -153,14 +154,7 @@ fn regrets(
     grid: &CheckpointGrid,
 ) -> Vec<Vec<f64>> {
     let env: Arc<dyn EnvConfig> = Arc::new(BernoulliConfig::new(means.to_vec()).unwrap());
-    let cell = FiniteCell::new(env, policy, Arc::new(grid.clone()), seed, mode).unwrap();
-    (0..runs)
-        .map(|r| {
-            let mut out = vec![0.0; grid.points().len()];
-            cell.run(r, &mut out).unwrap();
-            out
-        })
-        .collect()
+    crate::fast_path::regrets(env, policy, mode, seed, runs, grid)
 }
 
 /// Two-sample KS tests of the regret distribution, block path (episode mode) vs step loop, at

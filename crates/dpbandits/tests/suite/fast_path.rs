@@ -16,7 +16,7 @@ fn bernoulli() -> Arc<dyn EnvConfig> {
 }
 
 /// Regret at every checkpoint for `runs` runs: `[run][checkpoint]`.
-fn regrets(
+pub(crate) fn regrets(
     env: Arc<dyn EnvConfig>,
     policy: Box<dyn PolicyConfig>,
     mode: SimMode,
