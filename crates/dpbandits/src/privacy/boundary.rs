@@ -229,6 +229,29 @@ impl RewardSum {
     pub fn is_within(&self, b: &RewardBoundary) -> bool {
         self.lo >= b.lo && self.hi <= b.hi
     }
+    /// The sum's reward count, checked for a release under `boundary` (the one precondition of
+    /// every mechanism: Gaussian, Laplace, and the deployment samplers): at least one reward,
+    /// every one inside `boundary`, so the mean's sensitivity is `boundary.width() / n`.
+    ///
+    /// # Errors
+    /// [`Error::Param`] naming `n` for an empty sum; [`Error::Protocol`] for a sum built by a
+    /// wider boundary.
+    pub fn releasable(&self, boundary: &RewardBoundary) -> Result<u64> {
+        if self.n == 0 {
+            return Err(Error::param(
+                "n",
+                0,
+                "at least one reward in a released mean",
+            ));
+        }
+        if !self.is_within(boundary) {
+            return Err(Error::Protocol(format!(
+                "a sum of rewards in [{}, {}] cannot be released under the boundary [{}, {}]",
+                self.lo, self.hi, boundary.lo, boundary.hi
+            )));
+        }
+        Ok(self.n)
+    }
     /// Add the rewards of `other`, whose range must lie inside this sum's range.
     ///
     /// # Errors

@@ -121,21 +121,7 @@ impl GaussianMechanism {
         boundary: &RewardBoundary,
         rng: &mut (impl Rng + ?Sized),
     ) -> Result<NoisyMean> {
-        let n = sum.n();
-        if n == 0 {
-            return Err(Error::param(
-                "n",
-                0,
-                "at least one reward in a released mean",
-            ));
-        }
-        if !sum.is_within(boundary) {
-            let (lo, hi) = sum.range();
-            return Err(Error::Protocol(format!(
-                "a sum of rewards in [{lo}, {hi}] cannot be released under the boundary [{}, {}]",
-                boundary.lo, boundary.hi
-            )));
-        }
+        let n = sum.releasable(boundary)?;
         let mean = sum.sum() / n as f64;
         Ok(NoisyMean {
             value: self.release(mean, rng),

@@ -109,21 +109,8 @@ impl LaplaceMechanism {
         boundary: &RewardBoundary,
         rng: &mut (impl Rng + ?Sized),
     ) -> Result<f64> {
-        if sum.n() == 0 {
-            return Err(Error::param(
-                "n",
-                0,
-                "at least one reward in a released mean",
-            ));
-        }
-        if !sum.is_within(boundary) {
-            let (lo, hi) = sum.range();
-            return Err(Error::Protocol(format!(
-                "a sum of rewards in [{lo}, {hi}] cannot be released under the boundary [{}, {}]",
-                boundary.lo, boundary.hi
-            )));
-        }
-        Ok(self.release(sum.sum() / sum.n() as f64, rng))
+        let n = sum.releasable(boundary)?;
+        Ok(self.release(sum.sum() / n as f64, rng))
     }
 
     /// Release `value + Lap(b)` (inverse-CDF sampling from one uniform).

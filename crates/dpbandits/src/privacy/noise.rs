@@ -399,7 +399,7 @@ impl NoiseSource {
             }
             Inner::Deployment(d) => {
                 GaussianMechanism::for_zcdp(sensitivity, rho)?; // same parameter checks
-                let n = check_sum(sum, boundary)?;
+                let n = sum.releasable(boundary)?;
                 let grid = Grid::for_release(d.grid_bits, n, boundary);
                 let s = grid.units(sum.sum());
                 let sigma2 = if rho.is_infinite() {
@@ -448,7 +448,7 @@ impl NoiseSource {
             }
             Inner::Deployment(d) => {
                 LaplaceMechanism::for_pure_dp(sensitivity, epsilon)?; // same parameter checks
-                let n = check_sum(sum, boundary)?;
+                let n = sum.releasable(boundary)?;
                 let grid = Grid::for_release(d.grid_bits, n, boundary);
                 let s = grid.units(sum.sum());
                 let scale = if epsilon.is_infinite() {
@@ -465,22 +465,6 @@ impl NoiseSource {
             }
         }
     }
-}
-
-/// The sum's reward count, checked: at least one reward, every one inside `boundary`.
-fn check_sum(sum: &RewardSum, boundary: &RewardBoundary) -> Result<u64> {
-    let n = sum.n();
-    if n == 0 {
-        return Err(Error::param("n", n, "at least 1 reward per release"));
-    }
-    if !sum.is_within(boundary) {
-        let (lo, hi) = sum.range();
-        return Err(Error::Protocol(format!(
-            "a sum of rewards in [{lo}, {hi}] cannot be released under the boundary [{}, {}]",
-            boundary.lo, boundary.hi
-        )));
-    }
-    Ok(n)
 }
 
 /// Snapshots ([`crate::snapshot`]) hold the simulation generator's exact state (byte-exact
