@@ -1,7 +1,8 @@
 //! The journal: an append-only file of finished jobs, the truth about a run folder.
 //!
 //! # Format (`journal.bin`, little endian)
-//! * Header, written once to a temporary name, fsync'd and renamed (so it is whole or absent):
+//! * Header, written once to a temporary name, fsync'd and renamed (so it is whole or absent;
+//!   for a new run on a thread of its own, see [`start`]):
 //!   magic `DPBJRNL1`, shard index `u64`, shard count `u64`, config hash `u64`, total jobs
 //!   `u64`, length `u32` + the canonical experiment (TOML, see [`super::durable::config_hash`]),
 //!   then a CRC-32 of all of the above.
@@ -22,7 +23,9 @@
 //! last 20 ms, which `--resume` recomputes). The file is fsync'd (`sync_data`) at most every
 //! [`SYNC_INTERVAL`] and when the run stops, so both costs per second are bounded whatever the
 //! job rate (fig4a: 1300 jobs in 40 ms; one `write` per job cost +29%, see docs/perf.md). A power
-//! loss loses at most the records of the last interval (they are recomputed on resume).
+//! loss loses at most the records of the last interval (they are recomputed on resume). The
+//! final fsync runs on a thread of its own ([`Writer::sync_in_background`]) while the outputs
+//! are written, and is joined before the manifest may say `complete`.
 
 use crate::error::{Error, Result};
 use std::fs::{File, OpenOptions};
@@ -202,19 +205,42 @@ pub fn read(path: &Path) -> Result<Contents> {
     })
 }
 
-/// Create a journal holding only `header` at `path` (temporary name, fsync, rename).
+/// Start a new journal holding `header` at `path` and return its writer at once.
+///
+/// The header is written to `<path>.tmp` and the writer appends through that open file. A
+/// thread of its own then fsyncs the header, renames the file to `path` (so the journal is whole
+/// or absent under its name) and fsyncs the folder, while the caller simulates
+/// ([`Writer::after_startup`] queues more work behind it: the run folder's `running` manifest).
+/// The writer joins that thread before its first fsync (and [`Writer::settle`] joins it on
+/// demand), so no record is made durable ahead of its header and nothing written after it can
+/// be overtaken by it.
 ///
 /// # Errors
-/// I/O.
-pub fn create(path: &Path, header: &Header) -> Result<()> {
+/// I/O writing the header (so an unwritable folder fails here, before any simulation).
+pub fn start(path: &Path, header: &Header) -> Result<Writer> {
     let tmp = tmp_name(path);
     let mut f = File::create(&tmp).map_err(io(&tmp))?;
     f.write_all(&header.bytes()).map_err(io(&tmp))?;
-    f.sync_all().map_err(io(&tmp))?;
-    drop(f);
-    std::fs::rename(&tmp, path).map_err(io(path))?;
-    sync_dir(path);
-    Ok(())
+    let sync_handle = f.try_clone().map_err(io(&tmp))?;
+    let (tmp2, target) = (tmp.clone(), path.to_path_buf());
+    let startup = std::thread::spawn(move || -> Result<()> {
+        sync_handle.sync_all().map_err(io(&tmp2))?;
+        std::fs::rename(&tmp2, &target).map_err(io(&target))?;
+        sync_dir(&target);
+        Ok(())
+    });
+    // `File::create` opened it for writing at offset 0; the header is written, so appends go on
+    // from its end.
+    Ok(Writer {
+        path: path.to_path_buf(),
+        file: f,
+        startup: Some(startup),
+        last_sync: Instant::now(),
+        last_flush: Instant::now(),
+        dirty: false,
+        buf: vec![],
+        appended: 0,
+    })
 }
 
 /// `<path>.tmp`.
@@ -241,6 +267,8 @@ pub struct Writer {
     last_sync: Instant,
     last_flush: Instant,
     dirty: bool,
+    /// The thread that makes a new journal's header durable ([`start`]); joined before any fsync.
+    startup: Option<std::thread::JoinHandle<Result<()>>>,
     /// Records not yet written to the OS.
     buf: Vec<u8>,
     /// Records appended by this writer.
@@ -272,12 +300,57 @@ impl Writer {
         Ok(Writer {
             path: path.to_path_buf(),
             file: f,
+            startup: None,
             last_sync: Instant::now(),
             last_flush: Instant::now(),
             dirty: false,
             buf: vec![],
             appended: 0,
         })
+    }
+
+    /// Wait for the start-up work of [`start`] (header durable and named, `running` manifest
+    /// written); a no-op afterwards and for a reopened journal. Call it before writing anything
+    /// the start-up thread also writes.
+    ///
+    /// # Errors
+    /// That work failed (I/O), or its thread panicked.
+    pub fn settle(&mut self) -> Result<()> {
+        let Some(h) = self.startup.take() else {
+            return Ok(());
+        };
+        let t0 = Instant::now();
+        let r = h.join().unwrap_or_else(|_| {
+            Err(Error::Io {
+                path: self.path.display().to_string(),
+                error: std::io::Error::other("the journal's start-up thread panicked"),
+            })
+        });
+        charge(t0);
+        r
+    }
+
+    /// Run `f` after the start-up work of [`start`], on its thread (at once, on this thread, for a
+    /// reopened journal or once settled).
+    ///
+    /// # Errors
+    /// `f` failed (only when it runs at once; otherwise [`Writer::settle`] reports it).
+    pub fn after_startup(&mut self, f: Box<dyn FnOnce() -> Result<()> + Send>) -> Result<()> {
+        match self.startup.take() {
+            None => f(),
+            Some(h) => {
+                self.startup = Some(std::thread::spawn(move || {
+                    h.join().unwrap_or_else(|_| {
+                        Err(Error::Io {
+                            path: "journal".into(),
+                            error: std::io::Error::other("the journal's start-up thread panicked"),
+                        })
+                    })?;
+                    f()
+                }));
+                Ok(())
+            }
+        }
     }
 
     /// Append the record of `job`; fsync if the last one is older than [`SYNC_INTERVAL`].
@@ -338,7 +411,38 @@ impl Writer {
         r
     }
 
+    /// Write the pending records and start their fsync on a thread of its own, so the caller
+    /// can go on (e.g. write the outputs) while the disk works; [`PendingSync::wait`] joins it.
+    /// Nothing may be appended after this (the writer is done).
+    ///
+    /// # Errors
+    /// I/O (writing the records, or duplicating the file handle for the thread).
+    pub fn sync_in_background(&mut self) -> Result<PendingSync> {
+        let t0 = Instant::now();
+        let r = self.start_sync();
+        charge(t0);
+        r
+    }
+
+    fn start_sync(&mut self) -> Result<PendingSync> {
+        self.flush()?;
+        self.settle()?;
+        let handle = if self.dirty {
+            let file = self.file.try_clone().map_err(io(&self.path))?;
+            self.dirty = false;
+            Some(std::thread::spawn(move || file.sync_data()))
+        } else {
+            None
+        };
+        self.last_sync = Instant::now();
+        Ok(PendingSync {
+            path: self.path.clone(),
+            handle,
+        })
+    }
+
     fn sync_data(&mut self) -> Result<()> {
+        self.settle()?;
         if self.dirty {
             self.file.sync_data().map_err(io(&self.path))?;
             self.dirty = false;
@@ -348,11 +452,42 @@ impl Writer {
     }
 }
 
+/// An fsync of the journal running on its own thread ([`Writer::sync_in_background`]).
+#[derive(Debug)]
+#[must_use = "the records are durable only once `wait` returns Ok"]
+pub struct PendingSync {
+    path: PathBuf,
+    handle: Option<std::thread::JoinHandle<std::io::Result<()>>>,
+}
+
+impl PendingSync {
+    /// Wait for the fsync; Ok means every record appended so far is on disk.
+    ///
+    /// # Errors
+    /// The fsync failed (or its thread panicked).
+    pub fn wait(self) -> Result<()> {
+        let Some(h) = self.handle else {
+            return Ok(());
+        };
+        let t0 = Instant::now();
+        let r = match h.join() {
+            Ok(r) => r.map_err(io(&self.path)),
+            Err(_) => Err(Error::Io {
+                path: self.path.display().to_string(),
+                error: std::io::Error::other("the journal's fsync thread panicked"),
+            }),
+        };
+        charge(t0);
+        r
+    }
+}
+
 impl Drop for Writer {
     /// Best effort: hand pending records to the OS (an error or a panic unwinding through the
     /// run must not lose finished jobs).
     fn drop(&mut self) {
         let _ = self.flush();
+        let _ = self.settle();
     }
 }
 
@@ -371,10 +506,43 @@ mod tests {
     }
 
     #[test]
+    fn a_started_journal_is_named_only_when_its_header_is_durable_and_keeps_every_record() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join(JOURNAL);
+        let mut w = start(&p, &header()).unwrap();
+        w.append(3, &[0.25, -1.0]).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let seen = p.clone();
+        w.after_startup(Box::new(move || {
+            // Queued work runs after the header was fsync'd and renamed into place.
+            tx.send(read(&seen).map(|c| c.header)).unwrap();
+            Ok(())
+        }))
+        .unwrap();
+        let pending = w.sync_in_background().unwrap();
+        assert_eq!(rx.recv().unwrap().unwrap(), header());
+        pending.wait().unwrap();
+        drop(w);
+        let c = read(&p).unwrap();
+        assert_eq!(c.header, header());
+        assert_eq!(c.records, vec![(3, vec![0.25, -1.0])]);
+        assert!(!tmp_name(&p).exists());
+        // A failing queued step is reported by `settle` (and so before any fsync of records).
+        let p2 = d.path().join("other.bin");
+        let mut w = start(&p2, &header()).unwrap();
+        w.after_startup(Box::new(|| Err(Error::Config("queued step failed".into()))))
+            .unwrap();
+        let e = w.sync().unwrap_err().to_string();
+        assert!(e.contains("queued step failed"), "{e}");
+    }
+
+    #[test]
     fn records_round_trip_bit_exactly_and_torn_tails_are_dropped() {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join(JOURNAL);
-        create(&p, &header()).unwrap();
+        let mut w = start(&p, &header()).unwrap();
+        w.sync().unwrap();
+        drop(w);
         let c = read(&p).unwrap();
         assert_eq!(c.header, header());
         assert!(c.records.is_empty() && !c.discarded_tail);
