@@ -37,10 +37,25 @@ fn explore() {
             noise_multiplier: m,
             mutant,
             horizon: std::env::var("AUDIT_H").ok().and_then(|s| s.parse().ok()),
+            scenarios: std::env::var("AUDIT_SCENARIOS")
+                .map_or(AuditOptions::default().scenarios, |s| {
+                    s.split(',').map(|x| Scenario::parse(x).unwrap()).collect()
+                }),
+            deltas: std::env::var("AUDIT_DELTAS").map_or(vec![], |s| {
+                s.split(',').map(|x| x.parse().unwrap()).collect()
+            }),
             ..AuditOptions::default()
         };
         match audit(e.kind(), &params, &opts) {
-            Ok(r) => print!("{}", r.table()),
+            Ok(r) => {
+                print!("{}", r.table());
+                for d in &r.designs {
+                    println!(
+                        "  design {:?}: {:?} row {}",
+                        d.scenario, d.background, d.target_row
+                    );
+                }
+            }
             Err(err) => println!("{}: ERROR {err}", e.kind()),
         }
     }
@@ -116,6 +131,103 @@ fn noise_resampled_inside_an_episode_is_caught() {
             },
         );
     }
+}
+
+/// The audit of `kind` with `opts` on the correct policy (`honest`) and on the audited variant
+/// `opts` describes (under-noised or mutant) on the **same design**: the correct policy passes,
+/// the variant fails. A variant that is only "caught" on a design where the correct policy also
+/// fails would be no evidence.
+fn caught_where_honest_passes(kind: &str, params: &str, opts: AuditOptions) -> (f64, f64) {
+    let t: toml::Table = toml::from_str(params).unwrap();
+    let honest_opts = AuditOptions {
+        noise_multiplier: 1.0,
+        mutant: None,
+        ..opts.clone()
+    };
+    let h = audit(kind, &t, &honest_opts).unwrap();
+    assert_eq!(h.verdict, Verdict::Pass, "honest fails:\n{}", h.table());
+    let r = audit(kind, &t, &opts).unwrap();
+    assert_eq!(r.verdict, Verdict::Fail, "not caught:\n{}", r.table());
+    assert_eq!(r.designs.len(), h.designs.len());
+    (h.eps_lower_bound, r.eps_lower_bound)
+}
+
+/// Mutant "a budget split across fewer releases than the algorithm makes"
+/// ([`AuditMutant::ForgetlessReleases`]: each release is the running mean of every reward of the
+/// arm, each calibrated with the whole budget, so user 0 enters every later release of arm 0):
+/// caught on AdaP-UCB at epsilon = 1 in the `mid_tie` and `first_tie` designs, by the features
+/// that sum evidence over decisions (the joint pattern of the first commitments' arms); the
+/// correct policy passes on the same design. False failure of the honest leg: at most 1e-3
+/// (confidence 0.999).
+#[test]
+fn budget_spent_many_times_is_caught() {
+    let (honest, mutant) = caught_where_honest_passes(
+        "adap_ucb",
+        "epsilon = 1.0",
+        AuditOptions {
+            runs: 8000,
+            confidence: 0.999,
+            mutant: Some(AuditMutant::ForgetlessReleases),
+            scenarios: vec![Scenario::MidTie, Scenario::FirstTie],
+            ..AuditOptions::default()
+        },
+    );
+    assert!(honest < 1.0 && mutant > 1.0, "{honest} {mutant}");
+}
+
+/// Power where the default designs have none: in the `tuned` design (arm 0's background bisected
+/// by pilot runs so that an elimination / stopping decision is about 50/50, the target row
+/// picked by pilot runs on independent seeds), noise x0.1 is caught on DP-SE (finite), the three
+/// GOPE kinds and AdaP-TT / AdaP-TT*, and the correct policies pass on the same designs.
+/// False failure of the honest legs: at most 1e-3 each (confidence 0.999), 6e-3 in all.
+#[test]
+fn tuned_designs_give_power_where_the_defaults_have_none() {
+    for (kind, params, horizon) in [
+        ("dp_se", "epsilon = 1.0\nbeta = 0.001", Some(4096)),
+        ("adac_gope", "rho = 0.1\ndelta = 0.001", Some(8192)),
+        ("adar_gope_var", "rho = 0.1\ndelta = 0.001", Some(8192)),
+        (
+            "gope_output_perturbation",
+            "rho = 0.1\ndelta = 0.001",
+            Some(8192),
+        ),
+        ("adap_tt", "epsilon = 1.0", None),
+        ("adap_tt_star", "epsilon = 1.0", None),
+    ] {
+        caught_where_honest_passes(
+            kind,
+            params,
+            AuditOptions {
+                runs: 2000,
+                confidence: 0.999,
+                noise_multiplier: 0.1,
+                horizon,
+                scenarios: vec![Scenario::Tuned],
+                ..AuditOptions::default()
+            },
+        );
+    }
+}
+
+/// The tuned design is a function of pilot runs only: it does not depend on the number of
+/// audited runs' outcomes, and the same seed gives the same design.
+#[test]
+fn tuned_design_is_reproducible_and_inside_the_boundary() {
+    let t: toml::Table = toml::from_str("epsilon = 1.0\nbeta = 0.001").unwrap();
+    let opts = AuditOptions {
+        runs: 400,
+        horizon: Some(4096),
+        scenarios: vec![Scenario::Tuned],
+        ..AuditOptions::default()
+    };
+    let a = audit("dp_se", &t, &opts).unwrap();
+    let b = audit("dp_se", &t, &opts).unwrap();
+    assert_eq!(a.designs, b.designs);
+    let d = &a.designs[0];
+    assert_eq!(d.background[1], 1.0);
+    // the elimination threshold of DP-SE's first epoch lies strictly inside (0, 1)
+    assert!(d.background[0] > 0.5 && d.background[0] < 1.0, "{d:?}");
+    assert!(d.target_row < 4096);
 }
 
 /// A mutated policy never reports a normal guarantee, and no file can build one.
