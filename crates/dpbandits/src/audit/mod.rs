@@ -20,6 +20,19 @@
 //!   decides whether arm 0 is played again (its threshold is positioned by the other arms).
 //! * [`Scenario::Late`]: the target is a user in the middle of the horizon (a late episode, where
 //!   an episodic policy's sensitivity is `1/L`); every background reward at the top.
+//! * [`Scenario::FirstTie`], [`Scenario::MidTie`]: user 0 with every arm tied (at the top, at
+//!   the middle of the boundary): every later comparison involving arm 0 is decided by the
+//!   noise, so a release that reuses user 0's reward shows it again and again.
+//! * [`Scenario::Tuned`]: a design chosen per policy by pilot runs on independent seeds (arm 0's
+//!   background bisected until an elimination / stopping decision is about 50/50, the target
+//!   row the one with the best pilot score); the audited runs never influence the design.
+//!
+//! # Features
+//! Single-decision features (the arm at each round, each commitment's arm and length, pulls,
+//! BAI stopping time and answer) and features that **sum evidence over decisions**: the number
+//! of arm-0 commitments among the first `j`, the joint arm pattern of the first 4/6/8/10
+//! commitments, and arm 0's cumulative pulls at 16 checkpoints. A leak spread thinly over many
+//! releases (each shifted slightly in the same direction) adds up in them.
 //!
 //! # The claim
 //! Pure DP (central or local): `epsilon` at every delta. zCDP: the CKS 2020 conversion
