@@ -361,10 +361,20 @@ struct Shape {
 }
 
 /// Commitment features recorded per run.
-const COMMITMENTS: usize = 16;
+const COMMITMENTS: usize = 24;
 
-/// Lengths of the commitment prefixes whose joint arm pattern is a feature.
-const PATTERNS: [usize; 4] = [4, 6, 8, 10];
+/// Windows `[a, b)` of commitments whose joint arm pattern is a feature: prefixes, and later
+/// windows (a policy whose first decisions are forced, e.g. by a clipped index, decides later).
+const PATTERNS: [(usize, usize); 8] = [
+    (0, 4),
+    (0, 6),
+    (0, 8),
+    (0, 10),
+    (4, 12),
+    (8, 16),
+    (12, 20),
+    (16, 24),
+];
 
 /// Checkpoints (equally spaced over the horizon or sample cap) of the cumulative pulls of arm 0.
 const CHECKPOINTS: u64 = 16;
@@ -385,7 +395,7 @@ impl Shape {
         // Features that sum evidence over many decisions (a leak spread thinly over every
         // release of an arm adds up in them).
         n.extend((2..=COMMITMENTS).map(|j| format!("arm0_commitments[<{j}]")));
-        n.extend(PATTERNS.iter().map(|j| format!("pattern[<{j}]")));
+        n.extend(PATTERNS.iter().map(|(a, b)| format!("pattern[{a}..{b})")));
         n.extend(self.checkpoints().map(|t| format!("pulls[0]@{t}")));
         if bai {
             n.extend(["tau".into(), "recommendation".into(), "capped".into()]);
@@ -424,8 +434,8 @@ impl Shape {
         }
         // base K + 1: digit K for "no such commitment"
         let base = self.arms as i64 + 1;
-        for &j in &PATTERNS {
-            f.push((0..j).fold(0i64, |acc, i| {
+        for &(a, b) in &PATTERNS {
+            f.push((a..b).fold(0i64, |acc, i| {
                 acc.saturating_mul(base)
                     .saturating_add(commitments.get(i).map_or(base - 1, |c| c.0 as i64))
             }));

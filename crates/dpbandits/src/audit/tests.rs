@@ -155,31 +155,39 @@ fn caught_where_honest_passes(kind: &str, params: &str, opts: AuditOptions) -> (
 /// Mutant "a budget split across fewer releases than the algorithm makes"
 /// ([`AuditMutant::ForgetlessReleases`]: each release is the running mean of every reward of the
 /// arm, each calibrated with the whole budget, so user 0 enters every later release of arm 0):
-/// caught on AdaP-UCB at epsilon = 1 in the `mid_tie` and `first_tie` designs, by the features
-/// that sum evidence over decisions (the joint pattern of the first commitments' arms); the
-/// correct policy passes on the same design. False failure of the honest leg: at most 1e-3
-/// (confidence 0.999).
+/// caught at epsilon = 1 on AdaP-UCB (horizon 128, `mid_tie` and `first_tie`) and AdaP-KLUCB
+/// (horizon 1024, `mid_tie`: its clipped index makes the first decisions ties, the evidence is
+/// in later commitments), by the features that sum evidence over decisions (joint arm patterns
+/// of windows of commitments); the correct policies pass on the same designs. False failure of
+/// the honest legs: at most 1e-3 each (confidence 0.999).
 #[test]
 fn budget_spent_many_times_is_caught() {
-    let (honest, mutant) = caught_where_honest_passes(
-        "adap_ucb",
-        "epsilon = 1.0",
-        AuditOptions {
-            runs: 8000,
-            confidence: 0.999,
-            mutant: Some(AuditMutant::ForgetlessReleases),
-            scenarios: vec![Scenario::MidTie, Scenario::FirstTie],
-            ..AuditOptions::default()
-        },
-    );
-    assert!(honest < 1.0 && mutant > 1.0, "{honest} {mutant}");
+    for (kind, horizon, scenarios) in [
+        ("adap_ucb", None, vec![Scenario::MidTie, Scenario::FirstTie]),
+        ("adap_klucb", Some(1024), vec![Scenario::MidTie]),
+    ] {
+        let (honest, mutant) = caught_where_honest_passes(
+            kind,
+            "epsilon = 1.0",
+            AuditOptions {
+                runs: 8000,
+                confidence: 0.999,
+                horizon,
+                mutant: Some(AuditMutant::ForgetlessReleases),
+                scenarios,
+                ..AuditOptions::default()
+            },
+        );
+        assert!(honest < 1.0 && mutant > 1.0, "{kind}: {honest} {mutant}");
+    }
 }
 
 /// Power where the default designs have none: in the `tuned` design (arm 0's background bisected
 /// by pilot runs so that an elimination / stopping decision is about 50/50, the target row
 /// picked by pilot runs on independent seeds), noise x0.1 is caught on DP-SE (finite), the three
-/// GOPE kinds and AdaP-TT / AdaP-TT*, and the correct policies pass on the same designs.
-/// False failure of the honest legs: at most 1e-3 each (confidence 0.999), 6e-3 in all.
+/// GOPE kinds, AdaP-TT / AdaP-TT*, Lazy-DP-TS and LDP-UCB, and the correct policies pass on the
+/// same designs. False failure of the honest legs: at most 1e-3 each (confidence 0.999), 8e-3
+/// in all.
 #[test]
 fn tuned_designs_give_power_where_the_defaults_have_none() {
     for (kind, params, horizon) in [
@@ -193,6 +201,8 @@ fn tuned_designs_give_power_where_the_defaults_have_none() {
         ),
         ("adap_tt", "epsilon = 1.0", None),
         ("adap_tt_star", "epsilon = 1.0", None),
+        ("dp_ts", "epsilon = 1.0", None),
+        ("ldp_ucb", "epsilon = 1.0", None),
     ] {
         caught_where_honest_passes(
             kind,
