@@ -41,6 +41,10 @@ fn explore() {
                 .map_or(AuditOptions::default().scenarios, |s| {
                     s.split(',').map(|x| Scenario::parse(x).unwrap()).collect()
                 }),
+            confidence: std::env::var("AUDIT_CONF")
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0.95),
             deltas: std::env::var("AUDIT_DELTAS").map_or(vec![], |s| {
                 s.split(',').map(|x| x.parse().unwrap()).collect()
             }),
@@ -134,14 +138,16 @@ fn noise_resampled_inside_an_episode_is_caught() {
 }
 
 /// The audit of `kind` with `opts` on the correct policy (`honest`) and on the audited variant
-/// `opts` describes (under-noised or mutant) on the **same design**: the correct policy passes,
-/// the variant fails. A variant that is only "caught" on a design where the correct policy also
-/// fails would be no evidence.
+/// `opts` describes (under-noised or mutant) on the **same design** (scenarios, horizon, runs,
+/// seeds): the correct policy passes, the variant fails. A variant that is only "caught" on a
+/// design where the correct policy also fails would be no evidence. The honest leg runs at
+/// confidence 0.999 (its false-failure rate, 1e-3), the variant at `opts.confidence`.
 fn caught_where_honest_passes(kind: &str, params: &str, opts: AuditOptions) -> (f64, f64) {
     let t: toml::Table = toml::from_str(params).unwrap();
     let honest_opts = AuditOptions {
         noise_multiplier: 1.0,
         mutant: None,
+        confidence: 0.999,
         ..opts.clone()
     };
     let h = audit(kind, &t, &honest_opts).unwrap();
@@ -179,6 +185,40 @@ fn budget_spent_many_times_is_caught() {
             },
         );
         assert!(honest < 1.0 && mutant > 1.0, "{kind}: {honest} {mutant}");
+    }
+}
+
+/// The zCDP kind: `ForgetlessReleases` and `ResampleReleases` on AdaC-UCB at rho = 1, audited at
+/// delta = 1e-2 (claim 4.34; at 1e-5 the claim 7.08 lies beyond what runs can show), with
+/// `init_count = "actual"` (the default `literal` count calibrates the first release for
+/// sensitivity 2, so user 0 carries a quarter of rho per draw). Caught at confidence 0.95:
+/// ForgetlessReleases with 160000 runs on `mid_tie`, horizon 256 (bound ~4.49; the correct
+/// policy ~3.15 at 0.95), ResampleReleases with 40000 runs on `first` (bound ~4.63; correct
+/// ~3.0). The honest legs run at confidence 0.999 (false failure 1e-3 each).
+#[test]
+fn zcdp_mutants_are_caught_on_adac_ucb() {
+    for (mutant, runs, horizon, scenario) in [
+        (
+            AuditMutant::ForgetlessReleases,
+            160_000,
+            Some(256),
+            Scenario::MidTie,
+        ),
+        (AuditMutant::ResampleReleases, 40_000, None, Scenario::First),
+    ] {
+        let (honest, caught) = caught_where_honest_passes(
+            "adac_ucb",
+            "rho = 1.0\ninit_count = \"actual\"",
+            AuditOptions {
+                runs,
+                horizon,
+                deltas: vec![1e-2],
+                mutant: Some(mutant),
+                scenarios: vec![scenario],
+                ..AuditOptions::default()
+            },
+        );
+        assert!(honest < caught, "{mutant:?}: {honest} {caught}");
     }
 }
 
