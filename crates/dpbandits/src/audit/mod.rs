@@ -30,8 +30,9 @@
 //! # Features
 //! Single-decision features (the arm at each round, each commitment's arm and length, pulls,
 //! BAI stopping time and answer) and features that **sum evidence over decisions**: the number
-//! of arm-0 commitments among the first `j`, the joint arm pattern of the first 4/6/8/10
-//! commitments, and arm 0's cumulative pulls at 16 checkpoints. A leak spread thinly over many
+//! of arm-0 commitments among the first `j`, the joint arm pattern of windows of commitments
+//! (prefixes of 4 to 10, and later windows of 8 up to the 24th), and arm 0's cumulative pulls at
+//! 16 checkpoints. A leak spread thinly over many
 //! releases (each shifted slightly in the same direction) adds up in them.
 //!
 //! # The claim
