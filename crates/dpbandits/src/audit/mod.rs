@@ -963,25 +963,27 @@ mod tests;
 /// Build the code mutant `m` of `kind` (AdaC-UCB, AdaP-UCB, AdaP-KLUCB) from its parameters.
 fn build_mutant(kind: &str, params: toml::Table, m: AuditMutant) -> Result<Built> {
     use crate::finite::{ADAC_UCB, ADAP_KLUCB, ADAP_UCB, AdaCUcbConfig, AdaPConfig, AdaPIndex};
-    let cfg: Box<dyn crate::finite::PolicyConfig> = if kind == ADAC_UCB.kind {
-        let mut c: AdaCUcbConfig = registry::parse(params)?;
-        c.mutant = Some(m);
-        Box::new(c)
-    } else if kind == ADAP_UCB.kind || kind == ADAP_KLUCB.kind {
-        let mut c: AdaPConfig = registry::parse(params)?;
-        c.index = if kind == ADAP_UCB.kind {
-            AdaPIndex::Ucb
+    let cfg: Box<dyn crate::finite::PolicyConfig> =
+        if kind == ADAC_UCB.kind && m != AuditMutant::TwoEpisodeReleases {
+            let mut c: AdaCUcbConfig = registry::parse(params)?;
+            c.mutant = Some(m);
+            Box::new(c)
+        } else if kind == ADAP_UCB.kind || kind == ADAP_KLUCB.kind {
+            let mut c: AdaPConfig = registry::parse(params)?;
+            c.index = if kind == ADAP_UCB.kind {
+                AdaPIndex::Ucb
+            } else {
+                AdaPIndex::KlUcb
+            };
+            c.mutant = Some(m);
+            Box::new(c)
         } else {
-            AdaPIndex::KlUcb
+            return Err(Error::param(
+                "mutant",
+                format!("{m:?} of \"{kind}\""),
+                "a mutant of adac_ucb, adap_ucb or adap_klucb (TwoEpisodeReleases: adap_ucb or \
+             adap_klucb)",
+            ));
         };
-        c.mutant = Some(m);
-        Box::new(c)
-    } else {
-        return Err(Error::param(
-            "mutant",
-            format!("{m:?} of \"{kind}\""),
-            "a mutant of adac_ucb, adap_ucb or adap_klucb",
-        ));
-    };
     Ok(Built::Finite(cfg))
 }

@@ -30,6 +30,7 @@ fn explore() {
         let mutant = match std::env::var("AUDIT_MUTANT").as_deref() {
             Ok("resample") => Some(AuditMutant::ResampleReleases),
             Ok("forgetless") => Some(AuditMutant::ForgetlessReleases),
+            Ok("two") => Some(AuditMutant::TwoEpisodeReleases),
             _ => None,
         };
         let opts = AuditOptions {
@@ -186,6 +187,35 @@ fn budget_spent_many_times_is_caught() {
         );
         assert!(honest < 1.0 && mutant > 1.0, "{kind}: {honest} {mutant}");
     }
+}
+
+/// The literal "budget split across fewer episodes" ([`AuditMutant::TwoEpisodeReleases`]: each
+/// release is the mean of the arm's last two episodes with the whole budget, so every reward
+/// enters two releases, loss 2 epsilon): caught on AdaP-UCB at epsilon = 1, 40000 runs, scenario
+/// first, confidence 0.95 (bound ~1.18; the correct policy ~0.74 at 0.95 on the same design;
+/// honest leg at 0.999). Not caught on AdaP-KLUCB (0.90 at 40000 runs, 0.83 at 80000).
+#[test]
+fn budget_split_across_two_episodes_is_caught() {
+    let (honest, mutant) = caught_where_honest_passes(
+        "adap_ucb",
+        "epsilon = 1.0",
+        AuditOptions {
+            runs: 40_000,
+            mutant: Some(AuditMutant::TwoEpisodeReleases),
+            scenarios: vec![Scenario::First],
+            ..AuditOptions::default()
+        },
+    );
+    assert!(honest < 1.0 && mutant > 1.0, "{honest} {mutant}");
+    // the mutant exists only where it is implemented
+    assert!(
+        build_mutant(
+            "adac_ucb",
+            toml::Table::new(),
+            AuditMutant::TwoEpisodeReleases
+        )
+        .is_err()
+    );
 }
 
 /// The zCDP kind: `ForgetlessReleases` and `ResampleReleases` on AdaC-UCB at rho = 1, audited at

@@ -165,6 +165,10 @@ pub(crate) enum AuditMutant {
     /// mean of *all* the arm's rewards so far (every reward enters every later release of its
     /// arm), each calibrated with the whole budget as if it were the only release.
     ForgetlessReleases,
+    /// "Budget split across fewer episodes", literally (AdaP only): each release is the mean of
+    /// the arm's last **two** episodes, calibrated with the whole budget, so every reward enters
+    /// two releases (loss 2 epsilon).
+    TwoEpisodeReleases,
 }
 
 /// The guarantee of a (possibly) mutated policy: a mutant never reports a normal guarantee.
