@@ -120,12 +120,12 @@ fn noise_scaled_by_a_tenth_is_caught() {
 }
 
 /// Mutant "noise re-sampled inside an episode" ([`AuditMutant::ResampleReleases`]): caught on
-/// AdaP-UCB and AdaP-KLUCB at epsilon = 3 (the correct policies give bounds of about 2.7 and
-/// 2.9 on the same design, `docs/privacy.md`).
+/// AdaP-UCB and AdaP-KLUCB at epsilon = 3 (bounds ~3.8 and ~4.4 at confidence 0.95), and the
+/// correct policies pass on the same design (~2.9 at 0.95; honest legs at 0.999).
 #[test]
 fn noise_resampled_inside_an_episode_is_caught() {
     for kind in ["adap_ucb", "adap_klucb"] {
-        caught(
+        caught_where_honest_passes(
             kind,
             "epsilon = 3.0",
             AuditOptions {
