@@ -32,8 +32,8 @@
 //! BAI stopping time and answer) and features that **sum evidence over decisions**: the number
 //! of arm-0 commitments among the first `j`, the joint arm pattern of windows of commitments
 //! (prefixes of 4 to 10, and later windows of 8 up to the 24th), and arm 0's cumulative pulls at
-//! 16 checkpoints. A leak spread thinly over many
-//! releases (each shifted slightly in the same direction) adds up in them.
+//! 16 checkpoints. A leak spread thinly over many releases (each shifted slightly in the same
+//! direction) adds up in them.
 //!
 //! # The claim
 //! Pure DP (central or local): `epsilon` at every delta. zCDP: the CKS 2020 conversion
@@ -81,9 +81,10 @@ pub enum Scenario {
     /// A design tuned for the audited policy by pilot runs on independent seeds: arm 0's
     /// background level is bisected until arm 0's pulls are halfway between their values at
     /// the bottom and at the top (an elimination / stopping decision about 50/50), the other
-    /// arms at the top; the target is the first row of one of arm 0's first commitments in a
-    /// pilot run, the one with the best pilot selection score. The design depends only on
-    /// pilot runs, never on the audited runs, so the confidence statement is unchanged.
+    /// arms at the top; the target row is, among row 0, the first rows of arm 0's first
+    /// commitments in a pilot run and the rows `i L / 8` of that run (length `L`), the one with
+    /// the best pilot selection score. The design depends only on pilot runs, never on the
+    /// audited runs, so the confidence statement is unchanged.
     Tuned,
 }
 
