@@ -33,7 +33,8 @@ pub(crate) struct AuditArgs {
     /// Number of arms.
     #[arg(long, default_value_t = 2)]
     arms: usize,
-    /// Scenarios (repeatable): first, late, first_tie (default: all three).
+    /// Scenarios (repeatable): first, late, first_tie (default: these three), mid_tie, tuned
+    /// (a design picked by pilot runs; give a horizon long enough for the decision to tune).
     #[arg(long = "scenario")]
     scenarios: Vec<String>,
     /// Worker threads (default: all cores). Results do not depend on it.

@@ -73,6 +73,42 @@ fn under_noised_policy_fails_with_exit_code_1() {
     assert!(stdout.contains("verdict: FAIL"), "{stdout}");
 }
 
+/// The tuned design: chosen by pilot runs, reported in `designs`, the same for any thread
+/// count; noise x0.1 on DP-SE is caught there (bound 0 on the default designs).
+#[test]
+fn tuned_design_is_reported_and_catches_an_under_noised_dp_se() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut designs = vec![];
+    for threads in ["1", "2"] {
+        let json = dir.path().join(format!("tuned{threads}.json"));
+        let out = bin()
+            .args([
+                "audit",
+                "dp_se",
+                "--param",
+                "epsilon=1",
+                "--param",
+                "beta=0.001",
+            ])
+            .args(["--horizon", "4096", "--scenario", "tuned", "--runs", "400"])
+            .args(["--noise-multiplier", "0.1", "--threads", threads, "--json"])
+            .arg(&json)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(1), "{stdout}");
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        assert_eq!(v["verdict"], "fail");
+        let d = &v["designs"][0];
+        assert_eq!(d["scenario"], "tuned");
+        let level = d["background"][0].as_f64().unwrap();
+        assert!(level > 0.5 && level < 1.0, "{d}");
+        designs.push((d.clone(), v["results"].clone()));
+    }
+    assert_eq!(designs[0], designs[1]);
+}
+
 #[test]
 fn audit_errors_name_the_field() {
     for (args, want) in [

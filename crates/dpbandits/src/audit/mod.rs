@@ -20,6 +20,20 @@
 //!   decides whether arm 0 is played again (its threshold is positioned by the other arms).
 //! * [`Scenario::Late`]: the target is a user in the middle of the horizon (a late episode, where
 //!   an episodic policy's sensitivity is `1/L`); every background reward at the top.
+//! * [`Scenario::FirstTie`], [`Scenario::MidTie`]: user 0 with every arm tied (at the top, at
+//!   the middle of the boundary): every later comparison involving arm 0 is decided by the
+//!   noise, so a release that reuses user 0's reward shows it again and again.
+//! * [`Scenario::Tuned`]: a design chosen per policy by pilot runs on independent seeds (arm 0's
+//!   background bisected until an elimination / stopping decision is about 50/50, the target
+//!   row the one with the best pilot score); the audited runs never influence the design.
+//!
+//! # Features
+//! Single-decision features (the arm at each round, each commitment's arm and length, pulls,
+//! BAI stopping time and answer) and features that **sum evidence over decisions**: the number
+//! of arm-0 commitments among the first `j`, the joint arm pattern of windows of commitments
+//! (prefixes of 4 to 10, and later windows of 8 up to the 24th), and arm 0's cumulative pulls at
+//! 16 checkpoints. A leak spread thinly over many releases (each shifted slightly in the same
+//! direction) adds up in them.
 //!
 //! # The claim
 //! Pure DP (central or local): `epsilon` at every delta. zCDP: the CKS 2020 conversion
@@ -59,6 +73,19 @@ pub enum Scenario {
     /// User 0 with every arm at the top: arm 0 stays competitive, so it is played again and
     /// again, and every later release that (wrongly) reuses user 0's reward shows it.
     FirstTie,
+    /// User 0 with every background reward at the middle of the boundary: every arm ties, so
+    /// each comparison of released means is decided by the noise (no release sits at the edge
+    /// of the boundary), and a release that (wrongly) reuses user 0's reward shifts every later
+    /// comparison of arm 0 in the same direction.
+    MidTie,
+    /// A design tuned for the audited policy by pilot runs on independent seeds: arm 0's
+    /// background level is bisected until arm 0's pulls are halfway between their values at
+    /// the bottom and at the top (an elimination / stopping decision about 50/50), the other
+    /// arms at the top; the target row is, among row 0, the first rows of arm 0's first
+    /// commitments in a pilot run and the rows `i L / 8` of that run (length `L`), the one with
+    /// the best pilot selection score. The design depends only on pilot runs, never on the
+    /// audited runs, so the confidence statement is unchanged.
+    Tuned,
 }
 
 impl Scenario {
@@ -68,6 +95,8 @@ impl Scenario {
             Scenario::First => "first",
             Scenario::Late => "late",
             Scenario::FirstTie => "first_tie",
+            Scenario::MidTie => "mid_tie",
+            Scenario::Tuned => "tuned",
         }
     }
 
@@ -80,10 +109,12 @@ impl Scenario {
             "first" => Ok(Scenario::First),
             "late" => Ok(Scenario::Late),
             "first_tie" => Ok(Scenario::FirstTie),
+            "mid_tie" => Ok(Scenario::MidTie),
+            "tuned" => Ok(Scenario::Tuned),
             _ => Err(Error::param(
                 "scenario",
                 s,
-                "\"first\", \"late\" or \"first_tie\"",
+                "\"first\", \"late\", \"first_tie\", \"mid_tie\" or \"tuned\"",
             )),
         }
     }
@@ -246,6 +277,8 @@ pub struct AuditReport {
     pub seconds: f64,
     /// Every (scenario, delta).
     pub results: Vec<AuditRow>,
+    /// The tables of every scenario (the tuned scenario's are chosen by pilot runs).
+    pub designs: Vec<Design>,
 }
 
 /// The claimed epsilon of `g` at `delta`.
@@ -330,7 +363,23 @@ struct Shape {
 }
 
 /// Commitment features recorded per run.
-const COMMITMENTS: usize = 16;
+const COMMITMENTS: usize = 24;
+
+/// Windows `[a, b)` of commitments whose joint arm pattern is a feature: prefixes, and later
+/// windows (a policy whose first decisions are forced, e.g. by a clipped index, decides later).
+const PATTERNS: [(usize, usize); 8] = [
+    (0, 4),
+    (0, 6),
+    (0, 8),
+    (0, 10),
+    (4, 12),
+    (8, 16),
+    (12, 20),
+    (16, 24),
+];
+
+/// Checkpoints (equally spaced over the horizon or sample cap) of the cumulative pulls of arm 0.
+const CHECKPOINTS: u64 = 16;
 
 impl Shape {
     /// `arm@t` for every round, `pulls[a]`, `commitment[j].arm`, `commitment[j].len`,
@@ -345,6 +394,11 @@ impl Shape {
         n.extend((0..COMMITMENTS).map(|j| format!("commitment[{j}].arm")));
         n.extend((0..COMMITMENTS).map(|j| format!("commitment[{j}].len")));
         n.push("commitments".into());
+        // Features that sum evidence over many decisions (a leak spread thinly over every
+        // release of an arm adds up in them).
+        n.extend((2..=COMMITMENTS).map(|j| format!("arm0_commitments[<{j}]")));
+        n.extend(PATTERNS.iter().map(|(a, b)| format!("pattern[{a}..{b})")));
+        n.extend(self.checkpoints().map(|t| format!("pulls[0]@{t}")));
         if bai {
             n.extend(["tau".into(), "recommendation".into(), "capped".into()]);
         }
@@ -373,7 +427,42 @@ impl Shape {
             f.push(commitments.get(j).map_or(-1, |c| c.1 as i64));
         }
         f.push(commitments.len() as i64);
+        let mut arm0 = 0;
+        for j in 0..COMMITMENTS {
+            arm0 += i64::from(commitments.get(j).is_some_and(|c| c.0 == 0));
+            if j >= 1 {
+                f.push(arm0);
+            }
+        }
+        // base K + 1: digit K for "no such commitment"
+        let base = self.arms as i64 + 1;
+        for &(a, b) in &PATTERNS {
+            f.push((a..b).fold(0i64, |acc, i| {
+                acc.saturating_mul(base)
+                    .saturating_add(commitments.get(i).map_or(base - 1, |c| c.0 as i64))
+            }));
+        }
+        let checkpoints: Vec<u64> = self.checkpoints().collect();
+        let (mut t, mut pulls0, mut c) = (0u64, 0i64, 0usize);
+        for &(a, l) in commitments {
+            while c < checkpoints.len() && checkpoints[c] <= t + l {
+                let inside = checkpoints[c] - t;
+                f.push(pulls0 + if a == 0 { inside as i64 } else { 0 });
+                c += 1;
+            }
+            if a == 0 {
+                pulls0 += l as i64;
+            }
+            t += l;
+        }
+        f.extend(std::iter::repeat_n(pulls0, checkpoints.len() - c));
         f
+    }
+
+    /// The rounds (samples) at which the cumulative pulls of arm 0 are recorded.
+    fn checkpoints(&self) -> impl Iterator<Item = u64> + use<> {
+        let h = self.horizon;
+        (1..=CHECKPOINTS).map(move |i| (h * i / CHECKPOINTS).max(1))
     }
 }
 
@@ -557,7 +646,16 @@ pub fn audit(kind: &str, params: &toml::Table, opts: &AuditOptions) -> Result<Au
     let alpha = (1.0 - opts.confidence) / opts.scenarios.len() as f64;
     let base_label = label(&honest);
     let mut rows = vec![];
+    let min_delta = deltas.iter().copied().fold(f64::INFINITY, f64::min);
+    let runner = Runner {
+        audited: &audited,
+        shape: &shape,
+        engine: engine.as_ref(),
+        seed: opts.seed,
+    };
+    let mut designs = vec![];
     for &sc in &opts.scenarios {
+        let run_label = format!("{base_label}/{}", sc.name());
         let (background, target_row) = match sc {
             Scenario::First => {
                 let mut b = vec![hi; opts.arms];
@@ -566,28 +664,26 @@ pub fn audit(kind: &str, params: &toml::Table, opts: &AuditOptions) -> Result<Au
             }
             Scenario::Late => (vec![hi; opts.arms], horizon / 2),
             Scenario::FirstTie => (vec![hi; opts.arms], 0),
+            Scenario::MidTie => (vec![0.5 * (lo + hi); opts.arms], 0),
+            Scenario::Tuned => runner.tune(&names, lo, hi, &run_label, opts.runs, min_delta)?,
         };
+        designs.push(Design {
+            scenario: sc,
+            background: background.clone(),
+            target_row,
+        });
         let tables = [hi, lo].map(|v| RewardTable {
             background: background.clone(),
             target_row,
             target_value: v,
         });
-        let run_label = format!("{base_label}/{}", sc.name());
-        let mut sides: Vec<Vec<Vec<i64>>> = vec![];
-        for (i, tab) in tables.iter().enumerate() {
-            let runs: Vec<Vec<i64>> = (0..opts.runs)
-                .into_par_iter()
-                .map(|r| {
-                    let seed = rng::audit_seed(opts.seed, &run_label, i == 1, r);
-                    run_once(&audited, tab, &shape, seed, BAI_RISK, engine.as_ref())
-                })
-                .collect::<Result<_>>()?;
-            sides.push(runs);
-        }
+        let sides = [
+            runner.runs(&tables[0], &run_label, false, opts.runs)?,
+            runner.runs(&tables[1], &run_label, true, opts.runs)?,
+        ];
         let half = (opts.runs / 2) as usize;
         let (sel_d, ev_d) = sides[0].split_at(half);
         let (sel_d2, ev_d2) = sides[1].split_at(half);
-        let min_delta = deltas.iter().copied().fold(f64::INFINITY, f64::min);
         let events = stats::select(sel_d, sel_d2, min_delta, opts.events);
         let bounds = stats::evaluate(&events, ev_d, ev_d2, &deltas, alpha, &names);
         for ((&delta, &claimed), b) in deltas.iter().zip(&claims).zip(bounds) {
@@ -636,7 +732,160 @@ pub fn audit(kind: &str, params: &toml::Table, opts: &AuditOptions) -> Result<Au
         verdict,
         seconds: start.elapsed().as_secs_f64(),
         results: rows,
+        designs,
     })
+}
+
+/// The tables of one scenario: arm backgrounds and the target row.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Design {
+    /// Scenario.
+    pub scenario: Scenario,
+    /// Background reward of every arm.
+    pub background: Vec<f64>,
+    /// The user whose rewards differ.
+    pub target_row: u64,
+}
+
+/// Runs of the audited policy on a table.
+struct Runner<'a> {
+    audited: &'a Built,
+    shape: &'a Shape,
+    engine: Option<&'a std::sync::Arc<dyn crate::bai::BaiEngine>>,
+    seed: u64,
+}
+
+/// Steps of the bisection of the tuned scenario's background level.
+const TUNE_STEPS: usize = 20;
+
+/// Candidate target rows of the tuned scenario among the first rows of arm 0's commitments.
+const TUNE_ROWS: usize = 6;
+
+/// The tuned scenario also tries the rows `i L / TUNE_FRACTIONS` (`0 < i < TUNE_FRACTIONS`) of
+/// a pilot run of length `L`.
+const TUNE_FRACTIONS: u64 = 8;
+
+impl Runner<'_> {
+    /// `n` runs on `table` (in parallel, collected in order), seeds keyed by `label` and the
+    /// side (`D` or `D'`).
+    fn runs(
+        &self,
+        table: &RewardTable,
+        label: &str,
+        neighbour: bool,
+        n: u64,
+    ) -> Result<Vec<Vec<i64>>> {
+        (0..n)
+            .into_par_iter()
+            .map(|r| {
+                let seed = rng::audit_seed(self.seed, label, neighbour, r);
+                run_once(self.audited, table, self.shape, seed, BAI_RISK, self.engine)
+            })
+            .collect()
+    }
+
+    /// The tuned scenario's design ([`Scenario::Tuned`]), from pilot runs whose seeds are keyed
+    /// by `label/pilot...` (independent of the audited runs).
+    fn tune(
+        &self,
+        names: &[String],
+        lo: f64,
+        hi: f64,
+        label: &str,
+        runs: u64,
+        delta: f64,
+    ) -> Result<(Vec<f64>, u64)> {
+        let pilot = (runs / 4).clamp(100, 1000);
+        let k = self.shape.arms;
+        let pulls0 = names.iter().position(|n| n == "pulls[0]").expect("feature");
+        let background = |x: f64| {
+            let mut b = vec![hi; k];
+            b[0] = x;
+            b
+        };
+        // No target: every row is the background (common pilot seeds for every level).
+        let plain_label = format!("{label}/pilot-level");
+        let level_runs = |x: f64| {
+            self.runs(
+                &RewardTable {
+                    background: background(x),
+                    target_row: u64::MAX,
+                    target_value: x,
+                },
+                &plain_label,
+                false,
+                pilot,
+            )
+        };
+        let mean_pulls0 = |x: f64| -> Result<f64> {
+            let r = level_runs(x)?;
+            Ok(r.iter().map(|f| f[pulls0] as f64).sum::<f64>() / r.len() as f64)
+        };
+        let (f_lo, f_hi) = (mean_pulls0(lo)?, mean_pulls0(hi)?);
+        let level = if (f_hi - f_lo).abs() < 0.5 {
+            lo
+        } else {
+            let goal = 0.5 * (f_lo + f_hi);
+            let (mut a, mut b) = (lo, hi);
+            for _ in 0..TUNE_STEPS {
+                let m = 0.5 * (a + b);
+                // arm 0's pulls move from f_lo (at lo) to f_hi (at hi)
+                if (mean_pulls0(m)? < goal) == (f_lo < f_hi) {
+                    a = m;
+                } else {
+                    b = m;
+                }
+            }
+            0.5 * (a + b)
+        };
+        // Candidate rows: the first row of each of arm 0's first commitments in pilot run 0,
+        // and rows spread over that run's length (the decisive release of a run that stops,
+        // e.g. BAI, is late).
+        let run0 = level_runs(level)?.swap_remove(0);
+        let length: i64 = (0..k).map(|a| run0[pulls0 + a]).sum::<i64>().max(1);
+        let arm_at = names
+            .iter()
+            .position(|n| n == "commitment[0].arm")
+            .expect("feature");
+        let len_at = names
+            .iter()
+            .position(|n| n == "commitment[0].len")
+            .expect("feature");
+        let mut rows = vec![0u64];
+        let mut start = 0u64;
+        for j in 0..COMMITMENTS {
+            let (a, l) = (run0[arm_at + j], run0[len_at + j]);
+            if l < 0 {
+                break;
+            }
+            if a == 0 && !rows.contains(&start) && rows.len() < TUNE_ROWS {
+                rows.push(start);
+            }
+            start += l as u64;
+        }
+        for i in 1..TUNE_FRACTIONS {
+            let row = (length as u64 * i / TUNE_FRACTIONS).min(self.shape.horizon - 1);
+            if !rows.contains(&row) {
+                rows.push(row);
+            }
+        }
+        let mut best = (0.0, 0u64);
+        for &row in &rows {
+            let tables = [hi, lo].map(|v| RewardTable {
+                background: background(level),
+                target_row: row,
+                target_value: v,
+            });
+            let pl = format!("{label}/pilot-row{row}");
+            let d = self.runs(&tables[0], &pl, false, pilot)?;
+            let d2 = self.runs(&tables[1], &pl, true, pilot)?;
+            let score = stats::best_score(&d, &d2, delta);
+            if score > best.0 {
+                best = (score, row);
+            }
+        }
+        Ok((background(level), best.1))
+    }
 }
 
 /// Parse `key=value` parameters (values as TOML: numbers, booleans, quoted strings; a bare word
@@ -715,25 +964,27 @@ mod tests;
 /// Build the code mutant `m` of `kind` (AdaC-UCB, AdaP-UCB, AdaP-KLUCB) from its parameters.
 fn build_mutant(kind: &str, params: toml::Table, m: AuditMutant) -> Result<Built> {
     use crate::finite::{ADAC_UCB, ADAP_KLUCB, ADAP_UCB, AdaCUcbConfig, AdaPConfig, AdaPIndex};
-    let cfg: Box<dyn crate::finite::PolicyConfig> = if kind == ADAC_UCB.kind {
-        let mut c: AdaCUcbConfig = registry::parse(params)?;
-        c.mutant = Some(m);
-        Box::new(c)
-    } else if kind == ADAP_UCB.kind || kind == ADAP_KLUCB.kind {
-        let mut c: AdaPConfig = registry::parse(params)?;
-        c.index = if kind == ADAP_UCB.kind {
-            AdaPIndex::Ucb
+    let cfg: Box<dyn crate::finite::PolicyConfig> =
+        if kind == ADAC_UCB.kind && m != AuditMutant::TwoEpisodeReleases {
+            let mut c: AdaCUcbConfig = registry::parse(params)?;
+            c.mutant = Some(m);
+            Box::new(c)
+        } else if kind == ADAP_UCB.kind || kind == ADAP_KLUCB.kind {
+            let mut c: AdaPConfig = registry::parse(params)?;
+            c.index = if kind == ADAP_UCB.kind {
+                AdaPIndex::Ucb
+            } else {
+                AdaPIndex::KlUcb
+            };
+            c.mutant = Some(m);
+            Box::new(c)
         } else {
-            AdaPIndex::KlUcb
+            return Err(Error::param(
+                "mutant",
+                format!("{m:?} of \"{kind}\""),
+                "a mutant of adac_ucb, adap_ucb or adap_klucb (TwoEpisodeReleases: adap_ucb or \
+             adap_klucb)",
+            ));
         };
-        c.mutant = Some(m);
-        Box::new(c)
-    } else {
-        return Err(Error::param(
-            "mutant",
-            format!("{m:?} of \"{kind}\""),
-            "a mutant of adac_ucb, adap_ucb or adap_klucb",
-        ));
-    };
     Ok(Built::Finite(cfg))
 }

@@ -101,8 +101,27 @@ fn counts(ev: &Event, d: &[Vec<i64>], d2: &[Vec<i64>]) -> (u64, u64) {
     if ev.swapped { (b, a) } else { (a, b) }
 }
 
+/// The best selection score over every candidate event on `(d, d2)` (0: none has evidence).
+pub fn best_score(d: &[Vec<i64>], d2: &[Vec<i64>], delta: f64) -> f64 {
+    scored(d, d2, delta).first().map_or(0.0, |s| s.0)
+}
+
 /// The `m` events with the best selection score on `(d, d2)` (runs x features), at `delta`.
 pub fn select(d: &[Vec<i64>], d2: &[Vec<i64>], delta: f64, m: usize) -> Vec<Event> {
+    let mut out: Vec<Event> = vec![];
+    for (_, e) in scored(d, d2, delta) {
+        if out.len() == m {
+            break;
+        }
+        if !out.contains(&e) {
+            out.push(e);
+        }
+    }
+    out
+}
+
+/// Every candidate event with a positive selection score, best first (ties: by position).
+fn scored(d: &[Vec<i64>], d2: &[Vec<i64>], delta: f64) -> Vec<(f64, Event)> {
     let nf = d.first().map_or(0, Vec::len);
     let (n, n2) = (d.len() as f64, d2.len() as f64);
     let score = |x: u64, y: u64, xn: f64, yn: f64| {
@@ -153,16 +172,7 @@ pub fn select(d: &[Vec<i64>], d2: &[Vec<i64>], delta: f64, m: usize) -> Vec<Even
     }
     // best first; ties broken by the event's position (deterministic)
     scored.sort_by(|a, b| b.0.total_cmp(&a.0));
-    let mut out: Vec<Event> = vec![];
-    for (_, e) in scored {
-        if out.len() == m {
-            break;
-        }
-        if !out.contains(&e) {
-            out.push(e);
-        }
-    }
-    out
+    scored
 }
 
 /// Evaluate `events` on `(d, d2)`: for each delta, the best bound and its event. Each interval

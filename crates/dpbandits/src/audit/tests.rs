@@ -30,6 +30,7 @@ fn explore() {
         let mutant = match std::env::var("AUDIT_MUTANT").as_deref() {
             Ok("resample") => Some(AuditMutant::ResampleReleases),
             Ok("forgetless") => Some(AuditMutant::ForgetlessReleases),
+            Ok("two") => Some(AuditMutant::TwoEpisodeReleases),
             _ => None,
         };
         let opts = AuditOptions {
@@ -37,10 +38,29 @@ fn explore() {
             noise_multiplier: m,
             mutant,
             horizon: std::env::var("AUDIT_H").ok().and_then(|s| s.parse().ok()),
+            scenarios: std::env::var("AUDIT_SCENARIOS")
+                .map_or(AuditOptions::default().scenarios, |s| {
+                    s.split(',').map(|x| Scenario::parse(x).unwrap()).collect()
+                }),
+            confidence: std::env::var("AUDIT_CONF")
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0.95),
+            deltas: std::env::var("AUDIT_DELTAS").map_or(vec![], |s| {
+                s.split(',').map(|x| x.parse().unwrap()).collect()
+            }),
             ..AuditOptions::default()
         };
         match audit(e.kind(), &params, &opts) {
-            Ok(r) => print!("{}", r.table()),
+            Ok(r) => {
+                print!("{}", r.table());
+                for d in &r.designs {
+                    println!(
+                        "  design {:?}: {:?} row {}",
+                        d.scenario, d.background, d.target_row
+                    );
+                }
+            }
             Err(err) => println!("{}: ERROR {err}", e.kind()),
         }
     }
@@ -100,12 +120,12 @@ fn noise_scaled_by_a_tenth_is_caught() {
 }
 
 /// Mutant "noise re-sampled inside an episode" ([`AuditMutant::ResampleReleases`]): caught on
-/// AdaP-UCB and AdaP-KLUCB at epsilon = 3 (the correct policies give bounds of about 2.7 and
-/// 2.9 on the same design, `docs/privacy.md`).
+/// AdaP-UCB and AdaP-KLUCB at epsilon = 3 (bounds ~3.8 and ~4.4 at confidence 0.95), and the
+/// correct policies pass on the same design (~2.9 at 0.95; honest legs at 0.999).
 #[test]
 fn noise_resampled_inside_an_episode_is_caught() {
     for kind in ["adap_ucb", "adap_klucb"] {
-        caught(
+        caught_where_honest_passes(
             kind,
             "epsilon = 3.0",
             AuditOptions {
@@ -116,6 +136,178 @@ fn noise_resampled_inside_an_episode_is_caught() {
             },
         );
     }
+}
+
+/// The audit of `kind` with `opts` on the correct policy (`honest`) and on the audited variant
+/// `opts` describes (under-noised or mutant) on the **same design** (scenarios, horizon, runs,
+/// seeds): the correct policy passes, the variant fails. A variant that is only "caught" on a
+/// design where the correct policy also fails would be no evidence. The honest leg runs at
+/// confidence 0.999 (its false-failure rate, 1e-3), the variant at `opts.confidence`.
+fn caught_where_honest_passes(kind: &str, params: &str, opts: AuditOptions) -> (f64, f64) {
+    let t: toml::Table = toml::from_str(params).unwrap();
+    let honest_opts = AuditOptions {
+        noise_multiplier: 1.0,
+        mutant: None,
+        confidence: 0.999,
+        ..opts.clone()
+    };
+    let h = audit(kind, &t, &honest_opts).unwrap();
+    assert_eq!(h.verdict, Verdict::Pass, "honest fails:\n{}", h.table());
+    let r = audit(kind, &t, &opts).unwrap();
+    assert_eq!(r.verdict, Verdict::Fail, "not caught:\n{}", r.table());
+    assert_eq!(r.designs.len(), h.designs.len());
+    (h.eps_lower_bound, r.eps_lower_bound)
+}
+
+/// Mutant "a budget split across fewer releases than the algorithm makes"
+/// ([`AuditMutant::ForgetlessReleases`]: each release is the running mean of every reward of the
+/// arm, each calibrated with the whole budget, so user 0 enters every later release of arm 0):
+/// caught at epsilon = 1 on AdaP-UCB (horizon 128, `mid_tie` and `first_tie`) and AdaP-KLUCB
+/// (horizon 1024, `mid_tie`: its clipped index makes the first decisions ties, the evidence is
+/// in later commitments), by the features that sum evidence over decisions (joint arm patterns
+/// of windows of commitments); the correct policies pass on the same designs. False failure of
+/// the honest legs: at most 1e-3 each (confidence 0.999).
+#[test]
+fn budget_spent_many_times_is_caught() {
+    for (kind, horizon, scenarios) in [
+        ("adap_ucb", None, vec![Scenario::MidTie, Scenario::FirstTie]),
+        ("adap_klucb", Some(1024), vec![Scenario::MidTie]),
+    ] {
+        let (honest, mutant) = caught_where_honest_passes(
+            kind,
+            "epsilon = 1.0",
+            AuditOptions {
+                runs: 8000,
+                confidence: 0.999,
+                horizon,
+                mutant: Some(AuditMutant::ForgetlessReleases),
+                scenarios,
+                ..AuditOptions::default()
+            },
+        );
+        assert!(honest < 1.0 && mutant > 1.0, "{kind}: {honest} {mutant}");
+    }
+}
+
+/// The literal "budget split across fewer episodes" ([`AuditMutant::TwoEpisodeReleases`]: each
+/// release is the mean of the arm's last two episodes with the whole budget, so every reward
+/// enters two releases, loss 2 epsilon): caught on AdaP-UCB at epsilon = 1, 40000 runs, scenario
+/// first, confidence 0.95 (bound ~1.18; the correct policy ~0.74 at 0.95 on the same design;
+/// honest leg at 0.999). Not caught on AdaP-KLUCB (0.90 at 40000 runs, 0.83 at 80000).
+#[test]
+fn budget_split_across_two_episodes_is_caught() {
+    let (honest, mutant) = caught_where_honest_passes(
+        "adap_ucb",
+        "epsilon = 1.0",
+        AuditOptions {
+            runs: 40_000,
+            mutant: Some(AuditMutant::TwoEpisodeReleases),
+            scenarios: vec![Scenario::First],
+            ..AuditOptions::default()
+        },
+    );
+    assert!(honest < 1.0 && mutant > 1.0, "{honest} {mutant}");
+    // the mutant exists only where it is implemented
+    assert!(
+        build_mutant(
+            "adac_ucb",
+            toml::Table::new(),
+            AuditMutant::TwoEpisodeReleases
+        )
+        .is_err()
+    );
+}
+
+/// The zCDP kind: `ForgetlessReleases` and `ResampleReleases` on AdaC-UCB at rho = 1, audited at
+/// delta = 1e-2 (claim 4.34; at 1e-5 the claim 7.08 lies beyond what runs can show), with
+/// `init_count = "actual"` (the default `literal` count calibrates the first release for
+/// sensitivity 2, so user 0 carries a quarter of rho per draw). Caught at confidence 0.95:
+/// ForgetlessReleases with 160000 runs on `mid_tie`, horizon 256 (bound ~4.49; the correct
+/// policy ~3.15 at 0.95), ResampleReleases with 40000 runs on `first` (bound ~4.63; correct
+/// ~3.0). The honest legs run at confidence 0.999 (false failure 1e-3 each).
+#[test]
+fn zcdp_mutants_are_caught_on_adac_ucb() {
+    for (mutant, runs, horizon, scenario) in [
+        (
+            AuditMutant::ForgetlessReleases,
+            160_000,
+            Some(256),
+            Scenario::MidTie,
+        ),
+        (AuditMutant::ResampleReleases, 40_000, None, Scenario::First),
+    ] {
+        let (honest, caught) = caught_where_honest_passes(
+            "adac_ucb",
+            "rho = 1.0\ninit_count = \"actual\"",
+            AuditOptions {
+                runs,
+                horizon,
+                deltas: vec![1e-2],
+                mutant: Some(mutant),
+                scenarios: vec![scenario],
+                ..AuditOptions::default()
+            },
+        );
+        assert!(honest < caught, "{mutant:?}: {honest} {caught}");
+    }
+}
+
+/// Power where the default designs have none: in the `tuned` design (arm 0's background bisected
+/// by pilot runs so that an elimination / stopping decision is about 50/50, the target row
+/// picked by pilot runs on independent seeds), noise x0.1 is caught on DP-SE (finite), the three
+/// GOPE kinds, AdaP-TT / AdaP-TT*, Lazy-DP-TS and LDP-UCB, and the correct policies pass on the
+/// same designs. False failure of the honest legs: at most 1e-3 each (confidence 0.999), 8e-3
+/// in all.
+#[test]
+fn tuned_designs_give_power_where_the_defaults_have_none() {
+    for (kind, params, horizon) in [
+        ("dp_se", "epsilon = 1.0\nbeta = 0.001", Some(4096)),
+        ("adac_gope", "rho = 0.1\ndelta = 0.001", Some(8192)),
+        ("adar_gope_var", "rho = 0.1\ndelta = 0.001", Some(8192)),
+        (
+            "gope_output_perturbation",
+            "rho = 0.1\ndelta = 0.001",
+            Some(8192),
+        ),
+        ("adap_tt", "epsilon = 1.0", None),
+        ("adap_tt_star", "epsilon = 1.0", None),
+        ("dp_ts", "epsilon = 1.0", None),
+        ("ldp_ucb", "epsilon = 1.0", None),
+    ] {
+        caught_where_honest_passes(
+            kind,
+            params,
+            AuditOptions {
+                runs: 2000,
+                confidence: 0.999,
+                noise_multiplier: 0.1,
+                horizon,
+                scenarios: vec![Scenario::Tuned],
+                ..AuditOptions::default()
+            },
+        );
+    }
+}
+
+/// The tuned design is a function of pilot runs only: it does not depend on the number of
+/// audited runs' outcomes, and the same seed gives the same design.
+#[test]
+fn tuned_design_is_reproducible_and_inside_the_boundary() {
+    let t: toml::Table = toml::from_str("epsilon = 1.0\nbeta = 0.001").unwrap();
+    let opts = AuditOptions {
+        runs: 400,
+        horizon: Some(4096),
+        scenarios: vec![Scenario::Tuned],
+        ..AuditOptions::default()
+    };
+    let a = audit("dp_se", &t, &opts).unwrap();
+    let b = audit("dp_se", &t, &opts).unwrap();
+    assert_eq!(a.designs, b.designs);
+    let d = &a.designs[0];
+    assert_eq!(d.background[1], 1.0);
+    // the elimination threshold of DP-SE's first epoch lies strictly inside (0, 1)
+    assert!(d.background[0] > 0.5 && d.background[0] < 1.0, "{d:?}");
+    assert!(d.target_row < 4096);
 }
 
 /// A mutated policy never reports a normal guarantee, and no file can build one.

@@ -328,12 +328,17 @@ impl AdaP {
         let a = ep.arm;
         self.pulls[a] += ep.len;
         self.all_sums[a].add(&ep.sum)?;
+        let previous = self.raw[a];
         self.raw[a] = ep.sum;
         if self.cfg.mutant == Some(crate::privacy::AuditMutant::ForgetlessReleases) {
             // MUTANT: the running mean of every reward of the arm, calibrated as a single release.
             self.raw[a] = self.all_sums[a];
         }
-        let sum = self.raw[a];
+        let mut sum = self.raw[a];
+        if self.cfg.mutant == Some(crate::privacy::AuditMutant::TwoEpisodeReleases) {
+            // MUTANT: the mean of the last two episodes, calibrated as a single release.
+            sum.add(&previous)?;
+        }
         let scale = self.release(a, &sum)?;
         self.last_len[a] = ep.len;
         self.last_scale[a] = scale;

@@ -156,6 +156,7 @@ pub const REWARD_ADJACENCY: &str = "reward-level: reward tables (equivalently, o
 /// crate-private, so no experiment file, configuration or public API can build a mutant, and a
 /// mutated policy's guarantee says it is a mutant ([`mutant_guarantee`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(clippy::enum_variant_names)] // each names what it does to the releases
 pub(crate) enum AuditMutant {
     /// "Noise re-sampled inside an episode": every index evaluation re-draws the released
     /// statistics from the raw episode sums (fresh noise each time) instead of reusing the cached
@@ -165,6 +166,10 @@ pub(crate) enum AuditMutant {
     /// mean of *all* the arm's rewards so far (every reward enters every later release of its
     /// arm), each calibrated with the whole budget as if it were the only release.
     ForgetlessReleases,
+    /// "Budget split across fewer episodes", literally (AdaP only): each release is the mean of
+    /// the arm's last **two** episodes, calibrated with the whole budget, so every reward enters
+    /// two releases (loss 2 epsilon).
+    TwoEpisodeReleases,
 }
 
 /// The guarantee of a (possibly) mutated policy: a mutant never reports a normal guarantee.
