@@ -73,7 +73,7 @@
 //! `d <= 3`, an on-stack LU otherwise). Updates factorise `V` with `nalgebra`'s Cholesky. Fixed-size
 //! `nalgebra` types (`d <= MAX_DIM`): no allocation anywhere in the step loop.
 
-use super::{ActionSet, ContextualPolicy, ContextualPolicyConfig};
+use super::{ActionLanes, ActionSet, ContextualPolicy, ContextualPolicyConfig, LANE_GROUP};
 use crate::config::{AlgorithmInfo, Setting};
 use crate::error::{Error, Result, check};
 use crate::privacy::{
@@ -194,6 +194,9 @@ pub struct OfulConfig {
 
 fn one() -> f64 {
     1.0
+}
+fn f64_infinity() -> f64 {
+    f64::INFINITY
 }
 fn default_lambda() -> f64 {
     0.1
@@ -365,6 +368,8 @@ pub trait SquareOps {
     fn det(&self) -> f64;
     /// Smallest eigenvalue of the symmetric `M`.
     fn lambda_min(&self) -> f64;
+    /// Largest eigenvalue of the symmetric `M`.
+    fn lambda_max(&self) -> f64;
 }
 
 macro_rules! square_ops {
@@ -376,6 +381,9 @@ macro_rules! square_ops {
             }
             fn lambda_min(&self) -> f64 {
                 self.symmetric_eigenvalues().min()
+            }
+            fn lambda_max(&self) -> f64 {
+                self.symmetric_eigenvalues().max()
             }
         }
     )*};
@@ -467,6 +475,11 @@ pub struct OfulPolicy<const D: usize> {
     /// Hot-path copy of `theta`.
     #[serde(with = "crate::snapshot::with::array")]
     th: [f64; D],
+    /// `B`: `sqrt(max(q, 0)) <= B ||a||` for every action (see [`Self::refresh_hot_copies`]);
+    /// recomputed from `m` and `th`, so not saved (`inf` after a restore until the next update:
+    /// nothing is skipped, the same actions are chosen).
+    #[serde(skip, default = "f64_infinity")]
+    bound: f64,
     beta: f64,
     gamma: f64,
     played: u64,
@@ -515,6 +528,7 @@ where
             m: SMatrix::<f64, D, D>::identity() * (beta0 * beta0 / lambda),
             w: [[0.0; D]; D],
             th: [0.0; D],
+            bound: f64::INFINITY,
             beta: beta0,
             gamma: 0.0,
             played: 0,
@@ -535,6 +549,23 @@ where
         self
     }
 
+    /// Refresh `w`, `th` and the skip bound `B` from `m` and `theta`.
+    ///
+    /// `B` bounds the computed `sqrt(max(q, 0))` of [`Self::parts`] by `B ||a||`, and absorbs the
+    /// rounding of the skip test of [`Self::argmax_block`]. Let `S` be the symmetric matrix
+    /// whose upper triangle is `m`'s (the form [`Self::parts`] evaluates, `w` being `m` with
+    /// doubled, hence exact, off-diagonal entries), `F = ||S||_F`, and `L = max(lambda_max, 0)
+    /// + 1e-9 F` with `lambda_max` the computed largest eigenvalue of `S` (a backward-stable
+    /// solver: within a few `eps F` of the true one). The computed `q` is at most
+    /// `a^T S a + 6 eps sum_ij |S_ij| |a_i| |a_j| <= (lambda_max(S) + 6 eps F) ||a||^2 <= L ||a||^2`,
+    /// so with `B0 = sqrt(L) (1 + 1e-9)` the computed square root is at most `B0 ||a||`
+    /// (`||a||` itself computed within a few `eps`). With `k = 1e-9` and
+    /// `B = B0 + k (B0 + ||theta~||) (1 + 1e-9)`, the extra `k (B0 + ||theta~||) ||a||` is
+    /// at least `k (|lin| + sqrt(q))` (Cauchy-Schwarz), which covers the rounding of `lin`,
+    /// of the sum `lin + sqrt(q)` and of the test `lin + B ||a|| < c (1 - k) - 1e-300` (each a few
+    /// `eps` times these magnitudes, and `1e-300` the subnormal range). So a skipped action's
+    /// computed index is strictly below the cut `c`. A non-finite `B` (or NaN anywhere in the
+    /// test) skips nothing.
     #[allow(clippy::needless_range_loop)]
     fn refresh_hot_copies(&mut self) {
         for i in 0..D {
@@ -549,6 +580,18 @@ where
                 };
             }
         }
+        let sym = SMatrix::<f64, D, D>::from_fn(|i, j| self.m[(i.min(j), i.max(j))]);
+        let frob = sym.norm();
+        let lmax = sym.lambda_max();
+        let l = lmax.max(0.0) + CUT_MARGIN * frob;
+        let b0 = l.sqrt() * (1.0 + CUT_MARGIN);
+        let thn = self.theta.norm();
+        let b = b0 + CUT_MARGIN * (b0 + thn) * (1.0 + CUT_MARGIN);
+        self.bound = if b.is_finite() && lmax.is_finite() {
+            b
+        } else {
+            f64::INFINITY
+        };
     }
 
     /// Number of updates (episodes started) so far.
@@ -657,7 +700,158 @@ where
         let (lin, q) = self.parts(a);
         lin + q.max(0.0).sqrt()
     }
+
+    /// The optimistic action: `argmax_i <theta~, a_i> + sqrt(max(0, q_i))` over the rows of
+    /// `features` (`q_i = beta~^2 ||a_i||^2_{V_tau^{-1}}`), ties to the lowest index: exactly
+    /// the action of [`Self::argmax_reference`], which evaluates every index in order.
+    /// Transposes blocks of [`ARGMAX_BLOCK`] actions on the stack and runs
+    /// [`Self::argmax_block`] on each.
+    #[inline]
+    fn argmax(&self, features: &[f64]) -> usize {
+        let mut best = (0usize, f64::NEG_INFINITY);
+        let mut cols = [[0.0f64; ARGMAX_BLOCK]; D];
+        let mut norms = [0.0f64; ARGMAX_BLOCK];
+        for (b, block) in features.chunks(ARGMAX_BLOCK * D).enumerate() {
+            let n = block.len() / D;
+            for (i, row) in block.chunks_exact(D).enumerate() {
+                for (j, &x) in row.iter().enumerate() {
+                    cols[j][i] = x;
+                }
+                norms[i] = super::norm(row);
+            }
+            let lanes: [&[f64]; D] = std::array::from_fn(|j| &cols[j][..]);
+            self.argmax_block(block, lanes, &norms, b * ARGMAX_BLOCK, n, &mut best);
+        }
+        best.0
+    }
+
+    /// [`Self::argmax`] on a decision set given both ways (`lanes` is `features` transposed).
+    #[inline]
+    fn argmax_lanes(&self, features: &[f64], lanes: &ActionLanes<'_>) -> usize {
+        let mut best = (0usize, f64::NEG_INFINITY);
+        let mut start = 0;
+        while start < lanes.k {
+            let n = (lanes.k - start).min(ARGMAX_BLOCK);
+            let len = n.div_ceil(LANE_GROUP) * LANE_GROUP;
+            let cols: [&[f64]; D] = std::array::from_fn(|j| {
+                let o = j * lanes.stride + start;
+                &lanes.coords[o..o + len]
+            });
+            let rows = &features[start * D..(start + n) * D];
+            self.argmax_block(rows, cols, &lanes.norms[start..start + len], start, n, &mut best);
+            start += ARGMAX_BLOCK;
+        }
+        best.0
+    }
+
+    /// Fold actions `first .. first + n` (`n <= ARGMAX_BLOCK`) into `best = (index, computed
+    /// index value)`, the running first maximiser. The actions are given as rows (`rows`, `n`
+    /// rows of `D`) and by coordinate (`cols[j][i]` is coordinate `j` of action `first + i`),
+    /// with their norms (`norms[i]`, computed as [`super::norm`] does); `cols[j]` and `norms`
+    /// hold at least `n` rounded up to [`LANE_GROUP`] numbers.
+    ///
+    /// 1. `lin_i = <theta~, a_i>` of every action by groups of [`LANE_GROUP`] (vectorised).
+    /// 2. The cut `c = max(best value so far, max_i lin_i)` is at most the final maximum: the
+    ///    computed index of action `i` is `fl(lin_i + s_i) >= lin_i` (`s_i >= 0`, rounding is
+    ///    monotone).
+    /// 3. Action `i` is skipped when `lin_i + B ||a_i|| < c (1 - 1e-9) - 1e-300` with the
+    ///    per-episode bound `B` of [`Self::refresh_hot_copies`]: then its computed index is
+    ///    strictly below `c`, so it is not the first maximiser (proof at
+    ///    [`OfulPolicy::refresh_hot_copies`]).
+    /// 4. Every other action, in index order, is evaluated exactly as the reference does (its
+    ///    row, [`Self::parts`], `lin + q.max(0).sqrt()`) and replaces the best if strictly
+    ///    larger: the reference's scan restricted to actions that can win.
+    ///
+    /// Late in a run `sqrt(q_i)` is small next to the spread of `lin_i` across actions, so
+    /// usually one or two actions get the full quadratic form and a square root.
+    #[inline(always)]
+    #[allow(clippy::needless_range_loop)] // explicit indices over const bounds: vectorised
+    fn argmax_block(
+        &self,
+        rows: &[f64],
+        cols: [&[f64]; D],
+        norms: &[f64],
+        first: usize,
+        n: usize,
+        best: &mut (usize, f64),
+    ) {
+        let mut lin = [0.0f64; ARGMAX_BLOCK];
+        for g in 0..n.div_ceil(LANE_GROUP) {
+            let o = g * LANE_GROUP;
+            let mut l4 = [0.0f64; LANE_GROUP];
+            for j in 0..D {
+                let x = &cols[j][o..o + LANE_GROUP];
+                for l in 0..LANE_GROUP {
+                    l4[l] += self.th[j] * x[l];
+                }
+            }
+            lin[o..o + LANE_GROUP].copy_from_slice(&l4);
+        }
+        let mut cut = best.1;
+        for &l in &lin[..n] {
+            cut = if l > cut { l } else { cut };
+        }
+        let cut = cut - CUT_MARGIN * cut.abs() - 1e-300;
+        let bound = self.bound;
+        let mut survivors = 0u32;
+        for i in 0..n {
+            let skip = lin[i] + bound * norms[i] < cut;
+            survivors |= u32::from(!skip) << i;
+        }
+        while survivors != 0 {
+            let i = survivors.trailing_zeros() as usize;
+            survivors &= survivors - 1;
+            let Ok(a) = <&[f64; D]>::try_from(&rows[i * D..(i + 1) * D]) else {
+                continue;
+            };
+            let (l, q) = self.parts(a);
+            let v = l + q.max(0.0).sqrt();
+            if v > best.1 {
+                *best = (first + i, v);
+            }
+        }
+    }
+
+    /// The textbook argmax (every index computed, scanned in order, ties to the lowest index):
+    /// the specification [`Self::argmax`] is tested against.
+    #[doc(hidden)]
+    pub fn argmax_reference(&self, features: &[f64]) -> usize {
+        let mut best = 0;
+        let mut best_v = f64::NEG_INFINITY;
+        for (i, row) in features.chunks_exact(D).enumerate() {
+            let Ok(a) = <&[f64; D]>::try_from(row) else {
+                continue;
+            };
+            let (lin, q) = self.parts(a);
+            let v = lin + q.max(0.0).sqrt();
+            if v > best_v {
+                best = i;
+                best_v = v;
+            }
+        }
+        best
+    }
+
+    /// [`Self::argmax`] for a decision set (tests and benches).
+    #[doc(hidden)]
+    pub fn argmax_of(&self, features: &[f64]) -> usize {
+        self.argmax(features)
+    }
+
+    /// [`Self::argmax`] on a transposed decision set (tests and benches).
+    #[doc(hidden)]
+    pub fn argmax_lanes_of(&self, features: &[f64], lanes: &ActionLanes<'_>) -> usize {
+        self.argmax_lanes(features, lanes)
+    }
 }
+
+/// Actions per block of [`OfulPolicy::argmax`] (stack buffers: no allocation for any `k`).
+const ARGMAX_BLOCK: usize = 16;
+
+/// Relative margin of the skip test of [`OfulPolicy::argmax_block`] (on the cut, and on the
+/// bound `B`): far above the few ulps of rounding it must cover (`~1e-15`), far below any gap
+/// that matters for pruning.
+const CUT_MARGIN: f64 = 1e-9;
 
 impl<const D: usize> ContextualPolicy for OfulPolicy<D>
 where
@@ -684,29 +878,26 @@ where
         if self.needs_update() {
             self.update();
         }
-        // argmax of lin + sqrt(q), ties to the lowest index. Blocks of up to 16 actions: the
-        // indices of a block are computed independently (so the square roots pipeline), then
-        // scanned in order. A fixed stack buffer: no allocation for any number of actions.
-        const BLOCK: usize = 16;
-        let mut best = 0;
-        let mut best_v = f64::NEG_INFINITY;
-        let mut s = [f64::NEG_INFINITY; BLOCK];
-        for (b, block) in actions.features.chunks(BLOCK * D).enumerate() {
-            let n = block.len() / D;
-            for (row, si) in block.chunks_exact(D).zip(s.iter_mut()) {
-                let Ok(a) = <&[f64; D]>::try_from(row) else {
-                    continue;
-                };
-                let (lin, q) = self.parts(a);
-                *si = lin + q.max(0.0).sqrt();
-            }
-            for (i, &v) in s[..n].iter().enumerate() {
-                if v > best_v {
-                    best = b * BLOCK + i;
-                    best_v = v;
-                }
-            }
+        let best = self.argmax(actions.features);
+        self.gate.commit(best, 1);
+        best
+    }
+
+    #[inline]
+    fn choose_lanes(&mut self, _t: u64, actions: &ActionSet<'_>, lanes: &ActionLanes<'_>) -> usize {
+        debug_assert_eq!(actions.d, D);
+        debug_assert_eq!(lanes.d, D);
+        self.gate.abandon();
+        if self.needs_update() {
+            self.update();
         }
+        // A lane view that is not this decision set's transpose is ignored (the row scan is
+        // the same function).
+        let best = if lanes.d == D && lanes.k * D == actions.features.len() {
+            self.argmax_lanes(actions.features, lanes)
+        } else {
+            self.argmax(actions.features)
+        };
         self.gate.commit(best, 1);
         best
     }

@@ -30,8 +30,10 @@
 //! policies are simulated with it.
 //!
 //! # Hot path
-//! Contexts live in one preallocated row-major buffer (`k` rows of `d` features); policies read
-//! rows as fixed-size `nalgebra` vectors. Nothing in the step loop allocates.
+//! Contexts live in one preallocated row-major buffer (`k` rows of `d` features); the run loop
+//! transposes each round once into an [`ActionLanes`] buffer shared by all policies, so the
+//! OFUL family computes its `k` indices by coordinate (vectorised over actions) and takes square
+//! roots only for actions that may win. Nothing in the step loop allocates.
 
 mod adac_oful;
 mod file;
@@ -68,6 +70,64 @@ impl<'a> ActionSet<'a> {
     pub fn action(&self, i: usize) -> &'a [f64] {
         &self.features[i * self.d..(i + 1) * self.d]
     }
+}
+
+/// One round's decision set by coordinate ("lanes"), the transpose of an [`ActionSet`]:
+/// `coords[j * stride + i]` is coordinate `j` of action `i`, for `i < k`; `stride >= k` is a
+/// multiple of [`LANE_GROUP`] and the padding (`k <= i < stride`) is zero. [`simulate_contextual`]
+/// builds it once per round ([`ActionLanes::transpose`]) and shares it among all policies, whose
+/// indices then vectorise over actions ([`ContextualPolicy::choose_lanes`]).
+#[derive(Debug, Clone, Copy)]
+pub struct ActionLanes<'a> {
+    /// Dimension.
+    pub d: usize,
+    /// Number of actions.
+    pub k: usize,
+    /// Distance between two coordinates' rows: `k` rounded up to a multiple of [`LANE_GROUP`].
+    pub stride: usize,
+    /// `d * stride` numbers.
+    pub coords: &'a [f64],
+    /// `stride` numbers: the Euclidean norm of every action ([`norm`]), zero in the padding.
+    pub norms: &'a [f64],
+}
+
+/// Lane groups of [`ActionLanes`]: the stride is a multiple of this.
+pub const LANE_GROUP: usize = 4;
+
+impl<'a> ActionLanes<'a> {
+    /// The stride for `k` actions.
+    pub fn stride_for(k: usize) -> usize {
+        k.div_ceil(LANE_GROUP) * LANE_GROUP
+    }
+
+    /// Transpose `actions` into `buf` and compute the norms (`buf` is resized and reused across
+    /// rounds: no allocation once it has grown to its size).
+    pub fn transpose(actions: &ActionSet<'_>, buf: &'a mut Vec<f64>) -> ActionLanes<'a> {
+        let (d, k) = (actions.d, actions.features.len() / actions.d.max(1));
+        let stride = Self::stride_for(k);
+        buf.clear();
+        buf.resize((d + 1) * stride, 0.0);
+        let (coords, norms) = buf.split_at_mut(d * stride);
+        for (i, row) in actions.features.chunks_exact(d.max(1)).enumerate() {
+            for (j, &x) in row.iter().enumerate() {
+                coords[j * stride + i] = x;
+            }
+            norms[i] = norm(row);
+        }
+        ActionLanes {
+            d,
+            k,
+            stride,
+            coords,
+            norms,
+        }
+    }
+}
+
+/// The Euclidean norm `sqrt(sum x_j^2)`, summed in order (the norms of [`ActionLanes`]).
+#[inline]
+pub fn norm(x: &[f64]) -> f64 {
+    x.iter().map(|v| v * v).sum::<f64>().sqrt()
 }
 
 /// A contextual environment for one run.
@@ -120,6 +180,13 @@ pub trait ContextualPolicy: Send + Debug {
     /// Choose an action of the decision set; `t` = rounds already played. Opens a one-round
     /// commitment (replacing a round that was never observed: its context is gone).
     fn choose(&mut self, t: u64, actions: &ActionSet<'_>) -> usize;
+    /// [`Self::choose`] with the same decision set also given by coordinate (`lanes` is
+    /// `actions` transposed, [`ActionLanes::transpose`]): the same action and the same state
+    /// change, possibly faster. The default calls [`Self::choose`].
+    fn choose_lanes(&mut self, t: u64, actions: &ActionSet<'_>, lanes: &ActionLanes<'_>) -> usize {
+        let _ = lanes;
+        self.choose(t, actions)
+    }
     /// Observe the reward of the chosen action `arm` of `actions` ([`crate::protocol`]).
     ///
     /// # Errors
