@@ -562,7 +562,7 @@ where
     /// (`||a||` itself computed within a few `eps`). With `k = 1e-9` and
     /// `B = B0 + k (B0 + ||theta~||) (1 + 1e-9)`, the extra `k (B0 + ||theta~||) ||a||` is
     /// at least `k (|lin| + sqrt(q))` (Cauchy-Schwarz), which covers the rounding of `lin`,
-    /// of the sum `lin + sqrt(q)` and of the test `lin + B ||a|| < c (1 - k) - 1e-300` (each a few
+    /// of the sum `lin + sqrt(q)` and of the test `lin + B ||a|| < c - k |c| - 1e-300` (each a few
     /// `eps` times these magnitudes, and `1e-300` the subnormal range). So a skipped action's
     /// computed index is strictly below the cut `c`. A non-finite `B` (or NaN anywhere in the
     /// test) skips nothing.
@@ -704,23 +704,36 @@ where
     /// The optimistic action: `argmax_i <theta~, a_i> + sqrt(max(0, q_i))` over the rows of
     /// `features` (`q_i = beta~^2 ||a_i||^2_{V_tau^{-1}}`), ties to the lowest index: exactly
     /// the action of [`Self::argmax_reference`], which evaluates every index in order.
-    /// Transposes blocks of [`ARGMAX_BLOCK`] actions on the stack and runs
-    /// [`Self::argmax_block`] on each.
+    /// Transposes the actions into lane groups on the stack, [`ARGMAX_BLOCK`] at a time, and
+    /// runs [`Self::argmax_block`] on each block.
     #[inline]
     fn argmax(&self, features: &[f64]) -> usize {
+        const G: usize = LANE_GROUP;
+        let size = (D + 1) * G;
         let mut best = (0usize, f64::NEG_INFINITY);
-        let mut cols = [[0.0f64; ARGMAX_BLOCK]; D];
-        let mut norms = [0.0f64; ARGMAX_BLOCK];
+        let mut buf = [0.0f64; (MAX_DIM + 1) * ARGMAX_BLOCK];
         for (b, block) in features.chunks(ARGMAX_BLOCK * D).enumerate() {
             let n = block.len() / D;
-            for (i, row) in block.chunks_exact(D).enumerate() {
-                for (j, &x) in row.iter().enumerate() {
-                    cols[j][i] = x;
+            for (g, group) in buf.chunks_exact_mut(size).enumerate().take(n.div_ceil(G)) {
+                for l in 0..G {
+                    match block.get((g * G + l) * D..(g * G + l + 1) * D) {
+                        Some(row) => {
+                            for j in 0..D {
+                                group[j * G + l] = row[j];
+                            }
+                            group[D * G + l] = super::norm(row);
+                        }
+                        None => {
+                            for j in 0..D {
+                                group[j * G + l] = f64::NAN;
+                            }
+                            group[D * G + l] = 0.0;
+                        }
+                    }
                 }
-                norms[i] = super::norm(row);
             }
-            let lanes: [&[f64]; D] = std::array::from_fn(|j| &cols[j][..]);
-            self.argmax_block(block, lanes, &norms, b * ARGMAX_BLOCK, n, &mut best);
+            let last = (b + 1) * ARGMAX_BLOCK * D >= features.len();
+            self.argmax_block(block, &buf, b * ARGMAX_BLOCK, n, last, &mut best);
         }
         best.0
     }
@@ -728,80 +741,99 @@ where
     /// [`Self::argmax`] on a decision set given both ways (`lanes` is `features` transposed).
     #[inline]
     fn argmax_lanes(&self, features: &[f64], lanes: &ActionLanes<'_>) -> usize {
+        let size = (D + 1) * LANE_GROUP;
         let mut best = (0usize, f64::NEG_INFINITY);
-        let mut start = 0;
-        while start < lanes.k {
-            let n = (lanes.k - start).min(ARGMAX_BLOCK);
-            let len = n.div_ceil(LANE_GROUP) * LANE_GROUP;
-            let cols: [&[f64]; D] = std::array::from_fn(|j| {
-                let o = j * lanes.stride + start;
-                &lanes.coords[o..o + len]
-            });
-            let rows = &features[start * D..(start + n) * D];
-            self.argmax_block(rows, cols, &lanes.norms[start..start + len], start, n, &mut best);
-            start += ARGMAX_BLOCK;
+        for (b, (groups, rows)) in lanes
+            .groups
+            .chunks(size * (ARGMAX_BLOCK / LANE_GROUP))
+            .zip(features.chunks(ARGMAX_BLOCK * D))
+            .enumerate()
+        {
+            let last = (b + 1) * ARGMAX_BLOCK >= lanes.k;
+            self.argmax_block(
+                rows,
+                groups,
+                b * ARGMAX_BLOCK,
+                rows.len() / D,
+                last,
+                &mut best,
+            );
         }
         best.0
     }
 
     /// Fold actions `first .. first + n` (`n <= ARGMAX_BLOCK`) into `best = (index, computed
     /// index value)`, the running first maximiser. The actions are given as rows (`rows`, `n`
-    /// rows of `D`) and by coordinate (`cols[j][i]` is coordinate `j` of action `first + i`),
-    /// with their norms (`norms[i]`, computed as [`super::norm`] does); `cols[j]` and `norms`
-    /// hold at least `n` rounded up to [`LANE_GROUP`] numbers.
+    /// rows of `D`) and in lane groups as in [`ActionLanes`] (at least `ceil(n / LANE_GROUP)`
+    /// groups of `(D + 1) * LANE_GROUP` numbers).
     ///
-    /// 1. `lin_i = <theta~, a_i>` of every action by groups of [`LANE_GROUP`] (vectorised).
+    /// 1. `lin_i = <theta~, a_i>` of every action, by groups (vectorised), and
+    ///    `u_i = lin_i + B ||a_i||` with the per-episode bound `B` of
+    ///    [`Self::refresh_hot_copies`].
     /// 2. The cut `c = max(best value so far, max_i lin_i)` is at most the final maximum: the
     ///    computed index of action `i` is `fl(lin_i + s_i) >= lin_i` (`s_i >= 0`, rounding is
     ///    monotone).
-    /// 3. Action `i` is skipped when `lin_i + B ||a_i|| < c (1 - 1e-9) - 1e-300` with the
-    ///    per-episode bound `B` of [`Self::refresh_hot_copies`]: then its computed index is
-    ///    strictly below `c`, so it is not the first maximiser (proof at
-    ///    [`OfulPolicy::refresh_hot_copies`]).
+    /// 3. Action `i` is skipped when `u_i < c - 1e-9 |c| - 1e-300`: then its computed index is
+    ///    strictly below `c` (proof at [`OfulPolicy::refresh_hot_copies`]), so it is not the
+    ///    first maximiser.
     /// 4. Every other action, in index order, is evaluated exactly as the reference does (its
     ///    row, [`Self::parts`], `lin + q.max(0).sqrt()`) and replaces the best if strictly
-    ///    larger: the reference's scan restricted to actions that can win.
+    ///    larger: the reference's scan restricted to actions that can win. If only one action
+    ///    survives in the only block (`last` and nothing before it), it is the answer without
+    ///    any evaluation (all others are strictly below it); the value stored with it is then
+    ///    NaN, unused.
     ///
     /// Late in a run `sqrt(q_i)` is small next to the spread of `lin_i` across actions, so
-    /// usually one or two actions get the full quadratic form and a square root.
+    /// usually one or two actions get the quadratic form and a square root.
     #[inline(always)]
     #[allow(clippy::needless_range_loop)] // explicit indices over const bounds: vectorised
     fn argmax_block(
         &self,
         rows: &[f64],
-        cols: [&[f64]; D],
-        norms: &[f64],
+        groups: &[f64],
         first: usize,
         n: usize,
+        last: bool,
         best: &mut (usize, f64),
     ) {
-        let mut lin = [0.0f64; ARGMAX_BLOCK];
-        for g in 0..n.div_ceil(LANE_GROUP) {
-            let o = g * LANE_GROUP;
-            let mut l4 = [0.0f64; LANE_GROUP];
+        const G: usize = LANE_GROUP;
+        let size = (D + 1) * G;
+        let n = n.min(ARGMAX_BLOCK).min(rows.len() / D);
+        let groups_n = n.div_ceil(G).min(groups.len() / size);
+        let mut upper = [f64::INFINITY; ARGMAX_BLOCK];
+        let mut top = [best.1; G];
+        let bound = self.bound;
+        for g in 0..groups_n {
+            let grp = &groups[g * size..(g + 1) * size];
+            let mut l4 = [0.0f64; G];
             for j in 0..D {
-                let x = &cols[j][o..o + LANE_GROUP];
-                for l in 0..LANE_GROUP {
-                    l4[l] += self.th[j] * x[l];
+                for l in 0..G {
+                    l4[l] += self.th[j] * grp[j * G + l];
                 }
             }
-            lin[o..o + LANE_GROUP].copy_from_slice(&l4);
+            for l in 0..G {
+                top[l] = if l4[l] > top[l] { l4[l] } else { top[l] };
+                upper[(g * G + l) % ARGMAX_BLOCK] = l4[l] + bound * grp[D * G + l];
+            }
         }
-        let mut cut = best.1;
-        for &l in &lin[..n] {
-            cut = if l > cut { l } else { cut };
+        let mut cut = top[0];
+        for &t in &top[1..] {
+            cut = if t > cut { t } else { cut };
         }
         let cut = cut - CUT_MARGIN * cut.abs() - 1e-300;
-        let bound = self.bound;
         let mut survivors = 0u32;
         for i in 0..n {
-            let skip = lin[i] + bound * norms[i] < cut;
-            survivors |= u32::from(!skip) << i;
+            survivors |= u32::from(!(upper[i] < cut)) << i;
+        }
+        if survivors.count_ones() == 1 && first == 0 && last {
+            // One action can win and nothing else is compared with it: it is the answer.
+            *best = (first + survivors.trailing_zeros() as usize, f64::NAN);
+            return;
         }
         while survivors != 0 {
             let i = survivors.trailing_zeros() as usize;
             survivors &= survivors - 1;
-            let Ok(a) = <&[f64; D]>::try_from(&rows[i * D..(i + 1) * D]) else {
+            let Some(Ok(a)) = rows.get(i * D..(i + 1) * D).map(<&[f64; D]>::try_from) else {
                 continue;
             };
             let (l, q) = self.parts(a);
@@ -903,6 +935,7 @@ where
     }
 
     #[inline]
+    #[allow(clippy::needless_range_loop)] // explicit indices over const bounds: unrolled
     fn observe(&mut self, actions: &ActionSet<'_>, arm: usize, reward: f64) -> Result<()> {
         if actions.d != D || arm >= actions.features.len() / D.max(1) {
             return Err(Error::Protocol(format!(
@@ -911,18 +944,29 @@ where
                 actions.d
             )));
         }
-        let mut gate = self.gate;
-        let reward = gate.admit(arm, reward)?;
-        self.gate = gate;
-        let a = SVector::<f64, D>::from_column_slice(actions.action(arm));
-        self.v.ger(1.0, &a, &a, 1.0);
+        // Gate::admit changes nothing on error.
+        let reward = self.gate.admit(arm, reward)?;
+        let row = actions.action(arm);
+        let Ok(a) = <&[f64; D]>::try_from(row) else {
+            unreachable!("an action of length d = {D} (checked above)");
+        };
+        // V += a a^T, entry by entry (the numbers of nalgebra's `ger(1, a, a, 1)`:
+        // v_ij + a_j a_i, exact products commute).
+        for j in 0..D {
+            for i in 0..D {
+                self.v[(i, j)] += a[j] * a[i];
+            }
+        }
         let r = if self.clip {
             // Contribution a r inside the unit ball: |r| <= 1, and a scaled by 1/max(1, ||a||).
-            OFUL_BOUNDARY.clip(reward) / a.norm().max(1.0)
+            OFUL_BOUNDARY.clip(reward) / SVector::<f64, D>::from_column_slice(row).norm().max(1.0)
         } else {
             reward
         };
-        self.episode.axpy(r, &a, 1.0);
+        // episode += r a (the numbers of nalgebra's `axpy(r, a, 1)`).
+        for j in 0..D {
+            self.episode[j] += r * a[j];
+        }
         self.played += 1;
         Ok(())
     }
@@ -946,6 +990,124 @@ mod tests {
         assert!((-470.0..-430.0).contains(&g5), "{g5}");
         assert!((1.4e4..1.6e4).contains(&g6), "{g6}");
         assert!((chi2_tail(3, 1.0) - 3.0).abs() < 1e-12);
+    }
+
+    /// The fast argmax (rows and lanes) against the textbook scan: random policy states driven
+    /// through real episodes, random and adversarial decision sets (exact ties, near-ties one
+    /// ulp apart, NaN, zero and huge actions, every size around the block and group edges).
+    fn check_argmax<const D: usize>(seed: u64, rounds: usize)
+    where
+        SMatrix<f64, D, D>: SquareOps,
+    {
+        use rand::{RngExt, SeedableRng};
+        use rand_distr::{Distribution, StandardNormal};
+        let mut rng = SimRng::seed_from_u64(seed);
+        let mut cfg = OfulConfig::paper(OfulKind::AdacOful, 1.0);
+        cfg.mode = PrivacyMode::Reproduction;
+        let mut pol = OfulPolicy::<D>::new(cfg, 1_000_000, seed).unwrap();
+        let mut buf = Vec::new();
+        let (mut checked, mut skipped_some) = (0usize, false);
+        for round in 0..rounds {
+            let k = [1, 2, 3, 4, 5, 7, 10, 15, 16, 17, 31, 33][rng.random_range(0..12)];
+            let mut f: Vec<f64> = (0..k * D)
+                .map(|_| {
+                    let z: f64 = StandardNormal.sample(&mut rng);
+                    0.5 + 0.3 * z
+                })
+                .collect();
+            match round % 7 {
+                // exact ties: copies of one action
+                1 if k > 2 => {
+                    let (a, b) = (rng.random_range(0..k), rng.random_range(0..k));
+                    let row: Vec<f64> = f[a * D..(a + 1) * D].to_vec();
+                    f[b * D..(b + 1) * D].copy_from_slice(&row);
+                }
+                // near-ties: one coordinate one ulp away
+                2 if k > 2 => {
+                    let (a, b) = (rng.random_range(0..k), rng.random_range(0..k));
+                    let row: Vec<f64> = f[a * D..(a + 1) * D].to_vec();
+                    f[b * D..(b + 1) * D].copy_from_slice(&row);
+                    let j = b * D + rng.random_range(0..D);
+                    f[j] = f64::from_bits(f[j].to_bits() + 1);
+                }
+                3 => {
+                    let i = rng.random_range(0..k * D);
+                    f[i] = [f64::NAN, 0.0, 1e150, -1e150, 1e-300][rng.random_range(0..5)];
+                }
+                4 => {
+                    let i = rng.random_range(0..k);
+                    f[i * D..(i + 1) * D].fill(0.0);
+                }
+                _ => {}
+            }
+            if pol.needs_update() {
+                pol.update();
+            }
+            let want = pol.argmax_reference(&f);
+            assert_eq!(pol.argmax_of(&f), want, "rows, round {round}, k {k}: {f:?}");
+            let set = ActionSet {
+                d: D,
+                k,
+                features: &f,
+            };
+            let lanes = ActionLanes::transpose(&set, &mut buf);
+            assert_eq!(
+                pol.argmax_lanes_of(&f, &lanes),
+                want,
+                "lanes, round {round}, k {k}"
+            );
+            checked += 1;
+            // Drive the policy on with finite actions so its state (episodes, radius) evolves.
+            if f.iter().all(|x| x.is_finite() && x.abs() < 1e3) {
+                let i = pol.choose_lanes(round as u64, &set, &lanes);
+                assert_eq!(i, want);
+                let r: f64 = StandardNormal.sample(&mut rng);
+                pol.observe(&set, i, r).unwrap();
+            }
+            skipped_some |= pol.bound.is_finite();
+        }
+        assert_eq!(checked, rounds);
+        assert!(skipped_some, "the skip bound was never finite");
+    }
+
+    #[test]
+    fn argmax_is_the_reference_scan() {
+        check_argmax::<1>(1, 3_000);
+        check_argmax::<2>(2, 3_000);
+        check_argmax::<3>(3, 20_000);
+        check_argmax::<5>(5, 3_000);
+        check_argmax::<16>(16, 1_000);
+    }
+
+    /// The skip test's margins: an action whose index is within a few ulps of the best (above
+    /// or below) is chosen exactly as the reference chooses.
+    #[test]
+    fn skip_bound_is_exact_at_the_edge() {
+        let mut cfg = OfulConfig::paper(OfulKind::RsOful, f64::INFINITY);
+        cfg.mode = PrivacyMode::Guaranteed;
+        let mut pol = OfulPolicy::<3>::new(cfg, 1000, 1).unwrap();
+        // A frozen state: theta~ = e_1, m = 1e-6 I.
+        pol.theta = SVector::<f64, 3>::new(1.0, 0.0, 0.0);
+        pol.m = SMatrix::<f64, 3, 3>::identity() * 1e-6;
+        pol.refresh_hot_copies();
+        assert!(pol.bound > 1e-3 && pol.bound < 1.1e-3, "{}", pol.bound);
+        let mut buf = Vec::new();
+        for ulps in 0..64u64 {
+            // action 0: index 1 + 1e-3; action 1: lin chosen so that its index is within
+            // `ulps` of action 0's from below or above.
+            let best = 1.0 + 1e-3;
+            let lin1 = f64::from_bits((best - 1e-3 * 0.5f64.sqrt()).to_bits() + ulps);
+            let f = [1.0, 0.0, 0.0, lin1, 0.0, 0.5f64.sqrt(), 0.0, 0.0, 0.0];
+            let want = pol.argmax_reference(&f);
+            assert_eq!(pol.argmax_of(&f), want, "{ulps}");
+            let set = ActionSet {
+                d: 3,
+                k: 3,
+                features: &f,
+            };
+            let lanes = ActionLanes::transpose(&set, &mut buf);
+            assert_eq!(pol.argmax_lanes_of(&f, &lanes), want, "{ulps}");
+        }
     }
 
     #[test]

@@ -72,62 +72,121 @@ impl<'a> ActionSet<'a> {
     }
 }
 
-/// One round's decision set by coordinate ("lanes"), the transpose of an [`ActionSet`]:
-/// `coords[j * stride + i]` is coordinate `j` of action `i`, for `i < k`; `stride >= k` is a
-/// multiple of [`LANE_GROUP`] and the padding (`k <= i < stride`) is zero. [`simulate_contextual`]
-/// builds it once per round ([`ActionLanes::transpose`]) and shares it among all policies, whose
-/// indices then vectorise over actions ([`ContextualPolicy::choose_lanes`]).
+/// One round's decision set by coordinate ("lanes"), the transpose of an [`ActionSet`], with
+/// every action's norm. Actions come in groups of [`LANE_GROUP`]: group `g` is the
+/// `(d + 1) * LANE_GROUP` numbers `groups[g * (d + 1) * LANE_GROUP..]`, coordinate `j` of its
+/// actions at `j * LANE_GROUP + l` (action `g * LANE_GROUP + l`) and their norms ([`norm`]) at
+/// `d * LANE_GROUP + l`. Padding lanes (actions `k..`) have NaN coordinates and norm 0, so they
+/// can never look like the best action. [`simulate_contextual`] builds it once per round
+/// ([`ActionLanes::transpose`]) and shares it among all policies, whose indices then vectorise
+/// over actions ([`ContextualPolicy::choose_lanes`]).
 #[derive(Debug, Clone, Copy)]
 pub struct ActionLanes<'a> {
     /// Dimension.
     pub d: usize,
     /// Number of actions.
     pub k: usize,
-    /// Distance between two coordinates' rows: `k` rounded up to a multiple of [`LANE_GROUP`].
-    pub stride: usize,
-    /// `d * stride` numbers.
-    pub coords: &'a [f64],
-    /// `stride` numbers: the Euclidean norm of every action ([`norm`]), zero in the padding.
-    pub norms: &'a [f64],
+    /// `ceil(k / LANE_GROUP)` groups of `(d + 1) * LANE_GROUP` numbers.
+    pub groups: &'a [f64],
 }
 
-/// Lane groups of [`ActionLanes`]: the stride is a multiple of this.
+/// Actions per group of [`ActionLanes`].
 pub const LANE_GROUP: usize = 4;
 
 impl<'a> ActionLanes<'a> {
-    /// The stride for `k` actions.
-    pub fn stride_for(k: usize) -> usize {
-        k.div_ceil(LANE_GROUP) * LANE_GROUP
-    }
-
     /// Transpose `actions` into `buf` and compute the norms (`buf` is resized and reused across
     /// rounds: no allocation once it has grown to its size).
     pub fn transpose(actions: &ActionSet<'_>, buf: &'a mut Vec<f64>) -> ActionLanes<'a> {
-        let (d, k) = (actions.d, actions.features.len() / actions.d.max(1));
-        let stride = Self::stride_for(k);
-        buf.clear();
-        buf.resize((d + 1) * stride, 0.0);
-        let (coords, norms) = buf.split_at_mut(d * stride);
-        for (i, row) in actions.features.chunks_exact(d.max(1)).enumerate() {
-            for (j, &x) in row.iter().enumerate() {
-                coords[j * stride + i] = x;
-            }
-            norms[i] = norm(row);
+        let d = actions.d.max(1);
+        let k = actions.features.len() / d;
+        let size = (d + 1) * LANE_GROUP;
+        let groups = k.div_ceil(LANE_GROUP);
+        if buf.len() != groups * size {
+            buf.clear();
+            buf.resize(groups * size, 0.0);
         }
+        macro_rules! dispatch {
+            ($($n:literal)*) => {
+                match d {
+                    $($n => fill_groups::<$n>(actions.features, buf),)*
+                    _ => fill_groups_dyn(d, actions.features, buf),
+                }
+            };
+        }
+        dispatch!(1 2 3 4 5 6 7 8);
         ActionLanes {
-            d,
+            d: actions.d,
             k,
-            stride,
-            coords,
-            norms,
+            groups: buf,
         }
     }
 }
 
-/// The Euclidean norm `sqrt(sum x_j^2)`, summed in order (the norms of [`ActionLanes`]).
+/// [`ActionLanes::transpose`] for dimension `D` (constant loop bounds).
+#[inline]
+fn fill_groups<const D: usize>(features: &[f64], buf: &mut [f64]) {
+    const G: usize = LANE_GROUP;
+    for (group, rows) in buf
+        .chunks_exact_mut((D + 1) * G)
+        .zip(features.chunks(D * G))
+    {
+        let group = &mut group[..(D + 1) * G];
+        for l in 0..G {
+            match rows.get(l * D..(l + 1) * D) {
+                Some(row) => {
+                    let mut n2 = 0.0;
+                    for j in 0..D {
+                        group[j * G + l] = row[j];
+                        n2 += row[j] * row[j];
+                    }
+                    group[D * G + l] = n2.sqrt();
+                }
+                None => {
+                    for j in 0..D {
+                        group[j * G + l] = f64::NAN;
+                    }
+                    group[D * G + l] = 0.0;
+                }
+            }
+        }
+    }
+}
+
+/// [`fill_groups`] for any dimension.
+fn fill_groups_dyn(d: usize, features: &[f64], buf: &mut [f64]) {
+    const G: usize = LANE_GROUP;
+    for (group, rows) in buf
+        .chunks_exact_mut((d + 1) * G)
+        .zip(features.chunks(d * G))
+    {
+        for l in 0..G {
+            match rows.get(l * d..(l + 1) * d) {
+                Some(row) => {
+                    for (j, &x) in row.iter().enumerate() {
+                        group[j * G + l] = x;
+                    }
+                    group[d * G + l] = norm(row);
+                }
+                None => {
+                    for j in 0..d {
+                        group[j * G + l] = f64::NAN;
+                    }
+                    group[d * G + l] = 0.0;
+                }
+            }
+        }
+    }
+}
+
+/// The Euclidean norm `sqrt(sum x_j^2)`, summed in order from `0.0` (the norms of
+/// [`ActionLanes`], which [`ActionLanes::transpose`] computes the same way).
 #[inline]
 pub fn norm(x: &[f64]) -> f64 {
-    x.iter().map(|v| v * v).sum::<f64>().sqrt()
+    let mut n2 = 0.0;
+    for &v in x {
+        n2 += v * v;
+    }
+    n2.sqrt()
 }
 
 /// A contextual environment for one run.
