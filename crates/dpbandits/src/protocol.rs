@@ -111,7 +111,7 @@ impl Gate {
 
     /// Admit one reward of `arm`: checks the commitment, applies the boundary, consumes one round.
     /// Nothing changes on error.
-    #[inline]
+    #[inline(always)]
     pub fn admit(&mut self, arm: usize, reward: f64) -> Result<f64> {
         self.check(arm, 1)?;
         let r = self.boundary.admit(reward)?;

@@ -551,21 +551,25 @@ where
 
     /// Refresh `w`, `th` and the skip bound `B` from `m` and `theta`.
     ///
-    /// `B` bounds the computed `sqrt(max(q, 0))` of [`Self::parts`] by `B ||a||`, and absorbs the
-    /// rounding of the skip test of [`Self::argmax_block`]. Let `S` be the symmetric matrix
-    /// whose upper triangle is `m`'s (the form [`Self::parts`] evaluates, `w` being `m` with
-    /// doubled, hence exact, off-diagonal entries), `F = ||S||_F`, and `L = max(lambda_max, 0)
-    /// + 1e-9 F` with `lambda_max` the computed largest eigenvalue of `S` (a backward-stable
-    /// solver: within a few `eps F` of the true one). The computed `q` is at most
-    /// `a^T S a + 6 eps sum_ij |S_ij| |a_i| |a_j| <= (lambda_max(S) + 6 eps F) ||a||^2 <= L ||a||^2`,
-    /// so with `B0 = sqrt(L) (1 + 1e-9)` the computed square root is at most `B0 ||a||`
-    /// (`||a||` itself computed within a few `eps`). With `k = 1e-9` and
-    /// `B = B0 + k (B0 + ||theta~||) (1 + 1e-9)`, the extra `k (B0 + ||theta~||) ||a||` is
-    /// at least `k (|lin| + sqrt(q))` (Cauchy-Schwarz), which covers the rounding of `lin`,
-    /// of the sum `lin + sqrt(q)` and of the test `lin + B ||a|| < c - k |c| - 1e-300` (each a few
-    /// `eps` times these magnitudes, and `1e-300` the subnormal range). So a skipped action's
-    /// computed index is strictly below the cut `c`. A non-finite `B` (or NaN anywhere in the
-    /// test) skips nothing.
+    /// `B` bounds the computed `sqrt(max(q, 0))` of [`Self::parts`] by `B ||a||` with room to
+    /// spare for the rounding of the skip test of [`Self::argmax_block`]
+    /// (`lin + B ||a|| < c - k |c| - 1e-300`, `k = 1e-9`, `eps = 2^-53`):
+    ///
+    /// * Let `S` be the symmetric matrix whose upper triangle is `m`'s (the form
+    ///   [`Self::parts`] evaluates; `w` is `m` with doubled, hence exact, off-diagonal entries),
+    ///   `F = ||S||_F` and `L = max(lambda_max, 0) + k F`, with `lambda_max` the computed largest
+    ///   eigenvalue of `S` (a backward-stable solver: within a few `eps F` of the true one).
+    ///   The computed `q` is at most `a^T S a + 6 eps sum_ij |S_ij| |a_i| |a_j|
+    ///   <= (lambda_max(S) + 6 eps F) ||a||^2 <= L ||a||^2`, so with `B0 = sqrt(L) (1 + k)` the
+    ///   computed square root `s` is at most `B0 ||a||` (`||a||` computed within a few `eps`).
+    /// * `B = B0 + k (B0 + ||theta~||) (1 + k)` leaves a slack `k (B0 + ||theta~||) ||a||`,
+    ///   at least `k (s + |lin|)` (Cauchy-Schwarz) and at least `k B ||a|| / 2`. Every rounding
+    ///   in the computed index `fl(lin + s)` and in the test's left side is a few `eps` times
+    ///   `|lin| + s + B ||a||`, far below the slack; the right side is below `c` by `k |c|`
+    ///   (and `1e-300` for the subnormal range), far more than its own rounding. So a skipped
+    ///   action's computed index is strictly below `c`.
+    ///
+    /// A non-finite `B` (or a NaN anywhere in the test) skips nothing.
     #[allow(clippy::needless_range_loop)]
     fn refresh_hot_copies(&mut self) {
         for i in 0..D {
@@ -821,11 +825,16 @@ where
             cut = if t > cut { t } else { cut };
         }
         let cut = cut - CUT_MARGIN * cut.abs() - 1e-300;
+        // A fixed-width mask (vectorises); lanes past `n` are cleared.
         let mut survivors = 0u32;
-        for i in 0..n {
-            survivors |= u32::from(!(upper[i] < cut)) << i;
+        for (i, &u) in upper.iter().enumerate() {
+            // `!(u < cut)`, not `u >= cut`: a NaN bound survives.
+            #[allow(clippy::neg_cmp_op_on_partial_ord)]
+            let may_win = !(u < cut);
+            survivors |= u32::from(may_win) << i;
         }
-        if survivors.count_ones() == 1 && first == 0 && last {
+        survivors &= (1u32 << n) - 1;
+        if survivors != 0 && survivors & (survivors - 1) == 0 && first == 0 && last {
             // One action can win and nothing else is compared with it: it is the answer.
             *best = (first + survivors.trailing_zeros() as usize, f64::NAN);
             return;
