@@ -77,6 +77,7 @@ impl Gate {
         self.open = None;
     }
 
+    #[inline]
     fn check(&self, arm: usize, n: u64) -> Result<()> {
         match self.open {
             None => Err(Error::Protocol(format!(
@@ -98,6 +99,7 @@ impl Gate {
         }
     }
 
+    #[inline]
     fn consume(&mut self, n: u64) {
         if let Some(c) = self.open.as_mut() {
             c.left -= n;
@@ -109,7 +111,7 @@ impl Gate {
 
     /// Admit one reward of `arm`: checks the commitment, applies the boundary, consumes one round.
     /// Nothing changes on error.
-    #[inline]
+    #[inline(always)]
     pub fn admit(&mut self, arm: usize, reward: f64) -> Result<f64> {
         self.check(arm, 1)?;
         let r = self.boundary.admit(reward)?;

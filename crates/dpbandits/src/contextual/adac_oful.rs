@@ -73,7 +73,7 @@
 //! `d <= 3`, an on-stack LU otherwise). Updates factorise `V` with `nalgebra`'s Cholesky. Fixed-size
 //! `nalgebra` types (`d <= MAX_DIM`): no allocation anywhere in the step loop.
 
-use super::{ActionSet, ContextualPolicy, ContextualPolicyConfig};
+use super::{ActionLanes, ActionSet, ContextualPolicy, ContextualPolicyConfig, LANE_GROUP};
 use crate::config::{AlgorithmInfo, Setting};
 use crate::error::{Error, Result, check};
 use crate::privacy::{
@@ -194,6 +194,9 @@ pub struct OfulConfig {
 
 fn one() -> f64 {
     1.0
+}
+fn f64_infinity() -> f64 {
+    f64::INFINITY
 }
 fn default_lambda() -> f64 {
     0.1
@@ -365,6 +368,8 @@ pub trait SquareOps {
     fn det(&self) -> f64;
     /// Smallest eigenvalue of the symmetric `M`.
     fn lambda_min(&self) -> f64;
+    /// Largest eigenvalue of the symmetric `M`.
+    fn lambda_max(&self) -> f64;
 }
 
 macro_rules! square_ops {
@@ -376,6 +381,9 @@ macro_rules! square_ops {
             }
             fn lambda_min(&self) -> f64 {
                 self.symmetric_eigenvalues().min()
+            }
+            fn lambda_max(&self) -> f64 {
+                self.symmetric_eigenvalues().max()
             }
         }
     )*};
@@ -467,6 +475,11 @@ pub struct OfulPolicy<const D: usize> {
     /// Hot-path copy of `theta`.
     #[serde(with = "crate::snapshot::with::array")]
     th: [f64; D],
+    /// `B`: `sqrt(max(q, 0)) <= B ||a||` for every action (see [`Self::refresh_hot_copies`]);
+    /// recomputed from `m` and `th`, so not saved (`inf` after a restore until the next update:
+    /// nothing is skipped, the same actions are chosen).
+    #[serde(skip, default = "f64_infinity")]
+    bound: f64,
     beta: f64,
     gamma: f64,
     played: u64,
@@ -515,6 +528,7 @@ where
             m: SMatrix::<f64, D, D>::identity() * (beta0 * beta0 / lambda),
             w: [[0.0; D]; D],
             th: [0.0; D],
+            bound: f64::INFINITY,
             beta: beta0,
             gamma: 0.0,
             played: 0,
@@ -535,6 +549,27 @@ where
         self
     }
 
+    /// Refresh `w`, `th` and the skip bound `B` from `m` and `theta`.
+    ///
+    /// `B` bounds the computed `sqrt(max(q, 0))` of [`Self::parts`] by `B ||a||` with room to
+    /// spare for the rounding of the skip test of [`Self::argmax_block`]
+    /// (`lin + B ||a|| < c - k |c| - 1e-300`, `k = 1e-9`, `eps = 2^-53`):
+    ///
+    /// * Let `S` be the symmetric matrix whose upper triangle is `m`'s (the form
+    ///   [`Self::parts`] evaluates; `w` is `m` with doubled, hence exact, off-diagonal entries),
+    ///   `F = ||S||_F` and `L = max(lambda_max, 0) + k F`, with `lambda_max` the computed largest
+    ///   eigenvalue of `S` (a backward-stable solver: within a few `eps F` of the true one).
+    ///   The computed `q` is at most `a^T S a + 6 eps sum_ij |S_ij| |a_i| |a_j|
+    ///   <= (lambda_max(S) + 6 eps F) ||a||^2 <= L ||a||^2`, so with `B0 = sqrt(L) (1 + k)` the
+    ///   computed square root `s` is at most `B0 ||a||` (`||a||` computed within a few `eps`).
+    /// * `B = B0 + k (B0 + ||theta~||) (1 + k)` leaves a slack `k (B0 + ||theta~||) ||a||`,
+    ///   at least `k (s + |lin|)` (Cauchy-Schwarz) and at least `k B ||a|| / 2`. Every rounding
+    ///   in the computed index `fl(lin + s)` and in the test's left side is a few `eps` times
+    ///   `|lin| + s + B ||a||`, far below the slack; the right side is below `c` by `k |c|`
+    ///   (and `1e-300` for the subnormal range), far more than its own rounding. So a skipped
+    ///   action's computed index is strictly below `c`.
+    ///
+    /// A non-finite `B` (or a NaN anywhere in the test) skips nothing.
     #[allow(clippy::needless_range_loop)]
     fn refresh_hot_copies(&mut self) {
         for i in 0..D {
@@ -549,6 +584,18 @@ where
                 };
             }
         }
+        let sym = SMatrix::<f64, D, D>::from_fn(|i, j| self.m[(i.min(j), i.max(j))]);
+        let frob = sym.norm();
+        let lmax = sym.lambda_max();
+        let l = lmax.max(0.0) + CUT_MARGIN * frob;
+        let b0 = l.sqrt() * (1.0 + CUT_MARGIN);
+        let thn = self.theta.norm();
+        let b = b0 + CUT_MARGIN * (b0 + thn) * (1.0 + CUT_MARGIN);
+        self.bound = if b.is_finite() && lmax.is_finite() {
+            b
+        } else {
+            f64::INFINITY
+        };
     }
 
     /// Number of updates (episodes started) so far.
@@ -657,7 +704,195 @@ where
         let (lin, q) = self.parts(a);
         lin + q.max(0.0).sqrt()
     }
+
+    /// The optimistic action: `argmax_i <theta~, a_i> + sqrt(max(0, q_i))` over the rows of
+    /// `features` (`q_i = beta~^2 ||a_i||^2_{V_tau^{-1}}`), ties to the lowest index: exactly
+    /// the action of [`Self::argmax_reference`], which evaluates every index in order.
+    /// Transposes the actions into lane groups on the stack, [`ARGMAX_BLOCK`] at a time, and
+    /// runs [`Self::argmax_block`] on each block.
+    #[inline]
+    fn argmax(&self, features: &[f64]) -> usize {
+        const G: usize = LANE_GROUP;
+        let size = (D + 1) * G;
+        let mut best = (0usize, f64::NEG_INFINITY);
+        let mut buf = [0.0f64; (MAX_DIM + 1) * ARGMAX_BLOCK];
+        for (b, block) in features.chunks(ARGMAX_BLOCK * D).enumerate() {
+            let n = block.len() / D;
+            for (g, group) in buf.chunks_exact_mut(size).enumerate().take(n.div_ceil(G)) {
+                for l in 0..G {
+                    match block.get((g * G + l) * D..(g * G + l + 1) * D) {
+                        Some(row) => {
+                            for j in 0..D {
+                                group[j * G + l] = row[j];
+                            }
+                            group[D * G + l] = super::norm(row);
+                        }
+                        None => {
+                            for j in 0..D {
+                                group[j * G + l] = f64::NAN;
+                            }
+                            group[D * G + l] = 0.0;
+                        }
+                    }
+                }
+            }
+            let last = (b + 1) * ARGMAX_BLOCK * D >= features.len();
+            self.argmax_block(block, &buf, b * ARGMAX_BLOCK, n, last, &mut best);
+        }
+        best.0
+    }
+
+    /// [`Self::argmax`] on a decision set given both ways (`lanes` is `features` transposed).
+    #[inline]
+    fn argmax_lanes(&self, features: &[f64], lanes: &ActionLanes<'_>) -> usize {
+        let size = (D + 1) * LANE_GROUP;
+        let mut best = (0usize, f64::NEG_INFINITY);
+        for (b, (groups, rows)) in lanes
+            .groups
+            .chunks(size * (ARGMAX_BLOCK / LANE_GROUP))
+            .zip(features.chunks(ARGMAX_BLOCK * D))
+            .enumerate()
+        {
+            let last = (b + 1) * ARGMAX_BLOCK >= lanes.k;
+            self.argmax_block(
+                rows,
+                groups,
+                b * ARGMAX_BLOCK,
+                rows.len() / D,
+                last,
+                &mut best,
+            );
+        }
+        best.0
+    }
+
+    /// Fold actions `first .. first + n` (`n <= ARGMAX_BLOCK`) into `best = (index, computed
+    /// index value)`, the running first maximiser. The actions are given as rows (`rows`, `n`
+    /// rows of `D`) and in lane groups as in [`ActionLanes`] (at least `ceil(n / LANE_GROUP)`
+    /// groups of `(D + 1) * LANE_GROUP` numbers).
+    ///
+    /// 1. `lin_i = <theta~, a_i>` of every action, by groups (vectorised), and
+    ///    `u_i = lin_i + B ||a_i||` with the per-episode bound `B` of
+    ///    [`Self::refresh_hot_copies`].
+    /// 2. The cut `c = max(best value so far, max_i lin_i)` is at most the final maximum: the
+    ///    computed index of action `i` is `fl(lin_i + s_i) >= lin_i` (`s_i >= 0`, rounding is
+    ///    monotone).
+    /// 3. Action `i` is skipped when `u_i < c - 1e-9 |c| - 1e-300`: then its computed index is
+    ///    strictly below `c` (proof at [`OfulPolicy::refresh_hot_copies`]), so it is not the
+    ///    first maximiser.
+    /// 4. Every other action, in index order, is evaluated exactly as the reference does (its
+    ///    row, [`Self::parts`], `lin + q.max(0).sqrt()`) and replaces the best if strictly
+    ///    larger: the reference's scan restricted to actions that can win. If only one action
+    ///    survives in the only block (`last` and nothing before it), it is the answer without
+    ///    any evaluation (all others are strictly below it); the value stored with it is then
+    ///    NaN, unused.
+    ///
+    /// Late in a run `sqrt(q_i)` is small next to the spread of `lin_i` across actions, so
+    /// usually one or two actions get the quadratic form and a square root.
+    #[inline(always)]
+    #[allow(clippy::needless_range_loop)] // explicit indices over const bounds: vectorised
+    fn argmax_block(
+        &self,
+        rows: &[f64],
+        groups: &[f64],
+        first: usize,
+        n: usize,
+        last: bool,
+        best: &mut (usize, f64),
+    ) {
+        const G: usize = LANE_GROUP;
+        let size = (D + 1) * G;
+        let n = n.min(ARGMAX_BLOCK).min(rows.len() / D);
+        let groups_n = n.div_ceil(G).min(groups.len() / size);
+        let mut upper = [f64::INFINITY; ARGMAX_BLOCK];
+        let mut top = [best.1; G];
+        let bound = self.bound;
+        for g in 0..groups_n {
+            let grp = &groups[g * size..(g + 1) * size];
+            let mut l4 = [0.0f64; G];
+            for j in 0..D {
+                for l in 0..G {
+                    l4[l] += self.th[j] * grp[j * G + l];
+                }
+            }
+            for l in 0..G {
+                top[l] = if l4[l] > top[l] { l4[l] } else { top[l] };
+                upper[(g * G + l) % ARGMAX_BLOCK] = l4[l] + bound * grp[D * G + l];
+            }
+        }
+        let mut cut = top[0];
+        for &t in &top[1..] {
+            cut = if t > cut { t } else { cut };
+        }
+        let cut = cut - CUT_MARGIN * cut.abs() - 1e-300;
+        // A fixed-width mask (vectorises); lanes past `n` are cleared.
+        let mut survivors = 0u32;
+        for (i, &u) in upper.iter().enumerate() {
+            // `!(u < cut)`, not `u >= cut`: a NaN bound survives.
+            #[allow(clippy::neg_cmp_op_on_partial_ord)]
+            let may_win = !(u < cut);
+            survivors |= u32::from(may_win) << i;
+        }
+        survivors &= (1u32 << n) - 1;
+        if survivors != 0 && survivors & (survivors - 1) == 0 && first == 0 && last {
+            // One action can win and nothing else is compared with it: it is the answer.
+            *best = (first + survivors.trailing_zeros() as usize, f64::NAN);
+            return;
+        }
+        while survivors != 0 {
+            let i = survivors.trailing_zeros() as usize;
+            survivors &= survivors - 1;
+            let Some(Ok(a)) = rows.get(i * D..(i + 1) * D).map(<&[f64; D]>::try_from) else {
+                continue;
+            };
+            let (l, q) = self.parts(a);
+            let v = l + q.max(0.0).sqrt();
+            if v > best.1 {
+                *best = (first + i, v);
+            }
+        }
+    }
+
+    /// The textbook argmax (every index computed, scanned in order, ties to the lowest index):
+    /// the specification [`Self::argmax`] is tested against.
+    #[doc(hidden)]
+    pub fn argmax_reference(&self, features: &[f64]) -> usize {
+        let mut best = 0;
+        let mut best_v = f64::NEG_INFINITY;
+        for (i, row) in features.chunks_exact(D).enumerate() {
+            let Ok(a) = <&[f64; D]>::try_from(row) else {
+                continue;
+            };
+            let (lin, q) = self.parts(a);
+            let v = lin + q.max(0.0).sqrt();
+            if v > best_v {
+                best = i;
+                best_v = v;
+            }
+        }
+        best
+    }
+
+    /// [`Self::argmax`] for a decision set (tests and benches).
+    #[doc(hidden)]
+    pub fn argmax_of(&self, features: &[f64]) -> usize {
+        self.argmax(features)
+    }
+
+    /// [`Self::argmax`] on a transposed decision set (tests and benches).
+    #[doc(hidden)]
+    pub fn argmax_lanes_of(&self, features: &[f64], lanes: &ActionLanes<'_>) -> usize {
+        self.argmax_lanes(features, lanes)
+    }
 }
+
+/// Actions per block of [`OfulPolicy::argmax`] (stack buffers: no allocation for any `k`).
+const ARGMAX_BLOCK: usize = 16;
+
+/// Relative margin of the skip test of [`OfulPolicy::argmax_block`] (on the cut, and on the
+/// bound `B`): far above the few ulps of rounding it must cover (`~1e-15`), far below any gap
+/// that matters for pruning.
+const CUT_MARGIN: f64 = 1e-9;
 
 impl<const D: usize> ContextualPolicy for OfulPolicy<D>
 where
@@ -684,34 +919,32 @@ where
         if self.needs_update() {
             self.update();
         }
-        // argmax of lin + sqrt(q), ties to the lowest index. Blocks of up to 16 actions: the
-        // indices of a block are computed independently (so the square roots pipeline), then
-        // scanned in order. A fixed stack buffer: no allocation for any number of actions.
-        const BLOCK: usize = 16;
-        let mut best = 0;
-        let mut best_v = f64::NEG_INFINITY;
-        let mut s = [f64::NEG_INFINITY; BLOCK];
-        for (b, block) in actions.features.chunks(BLOCK * D).enumerate() {
-            let n = block.len() / D;
-            for (row, si) in block.chunks_exact(D).zip(s.iter_mut()) {
-                let Ok(a) = <&[f64; D]>::try_from(row) else {
-                    continue;
-                };
-                let (lin, q) = self.parts(a);
-                *si = lin + q.max(0.0).sqrt();
-            }
-            for (i, &v) in s[..n].iter().enumerate() {
-                if v > best_v {
-                    best = b * BLOCK + i;
-                    best_v = v;
-                }
-            }
-        }
+        let best = self.argmax(actions.features);
         self.gate.commit(best, 1);
         best
     }
 
     #[inline]
+    fn choose_lanes(&mut self, _t: u64, actions: &ActionSet<'_>, lanes: &ActionLanes<'_>) -> usize {
+        debug_assert_eq!(actions.d, D);
+        debug_assert_eq!(lanes.d, D);
+        self.gate.abandon();
+        if self.needs_update() {
+            self.update();
+        }
+        // A lane view that is not this decision set's transpose is ignored (the row scan is
+        // the same function).
+        let best = if lanes.d == D && lanes.k * D == actions.features.len() {
+            self.argmax_lanes(actions.features, lanes)
+        } else {
+            self.argmax(actions.features)
+        };
+        self.gate.commit(best, 1);
+        best
+    }
+
+    #[inline]
+    #[allow(clippy::needless_range_loop)] // explicit indices over const bounds: unrolled
     fn observe(&mut self, actions: &ActionSet<'_>, arm: usize, reward: f64) -> Result<()> {
         if actions.d != D || arm >= actions.features.len() / D.max(1) {
             return Err(Error::Protocol(format!(
@@ -720,18 +953,29 @@ where
                 actions.d
             )));
         }
-        let mut gate = self.gate;
-        let reward = gate.admit(arm, reward)?;
-        self.gate = gate;
-        let a = SVector::<f64, D>::from_column_slice(actions.action(arm));
-        self.v.ger(1.0, &a, &a, 1.0);
+        // Gate::admit changes nothing on error.
+        let reward = self.gate.admit(arm, reward)?;
+        let row = actions.action(arm);
+        let Ok(a) = <&[f64; D]>::try_from(row) else {
+            unreachable!("an action of length d = {D} (checked above)");
+        };
+        // V += a a^T, entry by entry (the numbers of nalgebra's `ger(1, a, a, 1)`:
+        // v_ij + a_j a_i, exact products commute).
+        for j in 0..D {
+            for i in 0..D {
+                self.v[(i, j)] += a[j] * a[i];
+            }
+        }
         let r = if self.clip {
             // Contribution a r inside the unit ball: |r| <= 1, and a scaled by 1/max(1, ||a||).
-            OFUL_BOUNDARY.clip(reward) / a.norm().max(1.0)
+            OFUL_BOUNDARY.clip(reward) / SVector::<f64, D>::from_column_slice(row).norm().max(1.0)
         } else {
             reward
         };
-        self.episode.axpy(r, &a, 1.0);
+        // episode += r a (the numbers of nalgebra's `axpy(r, a, 1)`).
+        for j in 0..D {
+            self.episode[j] += r * a[j];
+        }
         self.played += 1;
         Ok(())
     }
@@ -755,6 +999,124 @@ mod tests {
         assert!((-470.0..-430.0).contains(&g5), "{g5}");
         assert!((1.4e4..1.6e4).contains(&g6), "{g6}");
         assert!((chi2_tail(3, 1.0) - 3.0).abs() < 1e-12);
+    }
+
+    /// The fast argmax (rows and lanes) against the textbook scan: random policy states driven
+    /// through real episodes, random and adversarial decision sets (exact ties, near-ties one
+    /// ulp apart, NaN, zero and huge actions, every size around the block and group edges).
+    fn check_argmax<const D: usize>(seed: u64, rounds: usize)
+    where
+        SMatrix<f64, D, D>: SquareOps,
+    {
+        use rand::{RngExt, SeedableRng};
+        use rand_distr::{Distribution, StandardNormal};
+        let mut rng = SimRng::seed_from_u64(seed);
+        let mut cfg = OfulConfig::paper(OfulKind::AdacOful, 1.0);
+        cfg.mode = PrivacyMode::Reproduction;
+        let mut pol = OfulPolicy::<D>::new(cfg, 1_000_000, seed).unwrap();
+        let mut buf = Vec::new();
+        let (mut checked, mut skipped_some) = (0usize, false);
+        for round in 0..rounds {
+            let k = [1, 2, 3, 4, 5, 7, 10, 15, 16, 17, 31, 33][rng.random_range(0..12)];
+            let mut f: Vec<f64> = (0..k * D)
+                .map(|_| {
+                    let z: f64 = StandardNormal.sample(&mut rng);
+                    0.5 + 0.3 * z
+                })
+                .collect();
+            match round % 7 {
+                // exact ties: copies of one action
+                1 if k > 2 => {
+                    let (a, b) = (rng.random_range(0..k), rng.random_range(0..k));
+                    let row: Vec<f64> = f[a * D..(a + 1) * D].to_vec();
+                    f[b * D..(b + 1) * D].copy_from_slice(&row);
+                }
+                // near-ties: one coordinate one ulp away
+                2 if k > 2 => {
+                    let (a, b) = (rng.random_range(0..k), rng.random_range(0..k));
+                    let row: Vec<f64> = f[a * D..(a + 1) * D].to_vec();
+                    f[b * D..(b + 1) * D].copy_from_slice(&row);
+                    let j = b * D + rng.random_range(0..D);
+                    f[j] = f64::from_bits(f[j].to_bits() + 1);
+                }
+                3 => {
+                    let i = rng.random_range(0..k * D);
+                    f[i] = [f64::NAN, 0.0, 1e150, -1e150, 1e-300][rng.random_range(0..5)];
+                }
+                4 => {
+                    let i = rng.random_range(0..k);
+                    f[i * D..(i + 1) * D].fill(0.0);
+                }
+                _ => {}
+            }
+            if pol.needs_update() {
+                pol.update();
+            }
+            let want = pol.argmax_reference(&f);
+            assert_eq!(pol.argmax_of(&f), want, "rows, round {round}, k {k}: {f:?}");
+            let set = ActionSet {
+                d: D,
+                k,
+                features: &f,
+            };
+            let lanes = ActionLanes::transpose(&set, &mut buf);
+            assert_eq!(
+                pol.argmax_lanes_of(&f, &lanes),
+                want,
+                "lanes, round {round}, k {k}"
+            );
+            checked += 1;
+            // Drive the policy on with finite actions so its state (episodes, radius) evolves.
+            if f.iter().all(|x| x.is_finite() && x.abs() < 1e3) {
+                let i = pol.choose_lanes(round as u64, &set, &lanes);
+                assert_eq!(i, want);
+                let r: f64 = StandardNormal.sample(&mut rng);
+                pol.observe(&set, i, r).unwrap();
+            }
+            skipped_some |= pol.bound.is_finite();
+        }
+        assert_eq!(checked, rounds);
+        assert!(skipped_some, "the skip bound was never finite");
+    }
+
+    #[test]
+    fn argmax_is_the_reference_scan() {
+        check_argmax::<1>(1, 3_000);
+        check_argmax::<2>(2, 3_000);
+        check_argmax::<3>(3, 20_000);
+        check_argmax::<5>(5, 3_000);
+        check_argmax::<16>(16, 1_000);
+    }
+
+    /// The skip test's margins: an action whose index is within a few ulps of the best (above
+    /// or below) is chosen exactly as the reference chooses.
+    #[test]
+    fn skip_bound_is_exact_at_the_edge() {
+        let mut cfg = OfulConfig::paper(OfulKind::RsOful, f64::INFINITY);
+        cfg.mode = PrivacyMode::Guaranteed;
+        let mut pol = OfulPolicy::<3>::new(cfg, 1000, 1).unwrap();
+        // A frozen state: theta~ = e_1, m = 1e-6 I.
+        pol.theta = SVector::<f64, 3>::new(1.0, 0.0, 0.0);
+        pol.m = SMatrix::<f64, 3, 3>::identity() * 1e-6;
+        pol.refresh_hot_copies();
+        assert!(pol.bound > 1e-3 && pol.bound < 1.1e-3, "{}", pol.bound);
+        let mut buf = Vec::new();
+        for ulps in 0..64u64 {
+            // action 0: index 1 + 1e-3; action 1: lin chosen so that its index is within
+            // `ulps` of action 0's from below or above.
+            let best = 1.0 + 1e-3;
+            let lin1 = f64::from_bits((best - 1e-3 * 0.5f64.sqrt()).to_bits() + ulps);
+            let f = [1.0, 0.0, 0.0, lin1, 0.0, 0.5f64.sqrt(), 0.0, 0.0, 0.0];
+            let want = pol.argmax_reference(&f);
+            assert_eq!(pol.argmax_of(&f), want, "{ulps}");
+            let set = ActionSet {
+                d: 3,
+                k: 3,
+                features: &f,
+            };
+            let lanes = ActionLanes::transpose(&set, &mut buf);
+            assert_eq!(pol.argmax_lanes_of(&f, &lanes), want, "{ulps}");
+        }
     }
 
     #[test]

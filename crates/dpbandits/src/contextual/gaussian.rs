@@ -239,10 +239,14 @@ impl ContextualEnvironment for ContextualGaussian {
     }
     #[inline]
     fn next_round(&mut self, _t: u64) {
+        // The generator in a local (kept in registers, not re-stored per draw): the same draws.
+        let mut contexts = self.contexts.clone();
+        let (mean, sd) = (self.mean, self.sd);
         for x in self.features.iter_mut() {
-            let z: f64 = StandardNormal.sample(&mut self.contexts);
-            *x = self.mean + self.sd * z;
+            let z: f64 = StandardNormal.sample(&mut contexts);
+            *x = mean + sd * z;
         }
+        self.contexts = contexts;
         let mut best = f64::NEG_INFINITY;
         for (a, m) in self.features.chunks_exact_mut(self.d).zip(&mut self.means) {
             if self.unit_ball {

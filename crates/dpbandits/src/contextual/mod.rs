@@ -30,8 +30,10 @@
 //! policies are simulated with it.
 //!
 //! # Hot path
-//! Contexts live in one preallocated row-major buffer (`k` rows of `d` features); policies read
-//! rows as fixed-size `nalgebra` vectors. Nothing in the step loop allocates.
+//! Contexts live in one preallocated row-major buffer (`k` rows of `d` features); the run loop
+//! transposes each round once into an [`ActionLanes`] buffer shared by all policies, so the
+//! OFUL family computes its `k` indices by coordinate (vectorised over actions) and takes square
+//! roots only for actions that may win. Nothing in the step loop allocates.
 
 mod adac_oful;
 mod file;
@@ -68,6 +70,123 @@ impl<'a> ActionSet<'a> {
     pub fn action(&self, i: usize) -> &'a [f64] {
         &self.features[i * self.d..(i + 1) * self.d]
     }
+}
+
+/// One round's decision set by coordinate ("lanes"), the transpose of an [`ActionSet`], with
+/// every action's norm. Actions come in groups of [`LANE_GROUP`]: group `g` is the
+/// `(d + 1) * LANE_GROUP` numbers `groups[g * (d + 1) * LANE_GROUP..]`, coordinate `j` of its
+/// actions at `j * LANE_GROUP + l` (action `g * LANE_GROUP + l`) and their norms ([`norm`]) at
+/// `d * LANE_GROUP + l`. Padding lanes (actions `k..`) have NaN coordinates and norm 0, so they
+/// can never look like the best action. [`simulate_contextual`] builds it once per round
+/// ([`ActionLanes::transpose`]) and shares it among all policies, whose indices then vectorise
+/// over actions ([`ContextualPolicy::choose_lanes`]).
+#[derive(Debug, Clone, Copy)]
+pub struct ActionLanes<'a> {
+    /// Dimension.
+    pub d: usize,
+    /// Number of actions.
+    pub k: usize,
+    /// `ceil(k / LANE_GROUP)` groups of `(d + 1) * LANE_GROUP` numbers.
+    pub groups: &'a [f64],
+}
+
+/// Actions per group of [`ActionLanes`].
+pub const LANE_GROUP: usize = 4;
+
+impl<'a> ActionLanes<'a> {
+    /// Transpose `actions` into `buf` and compute the norms (`buf` is resized and reused across
+    /// rounds: no allocation once it has grown to its size).
+    pub fn transpose(actions: &ActionSet<'_>, buf: &'a mut Vec<f64>) -> ActionLanes<'a> {
+        let d = actions.d.max(1);
+        let k = actions.features.len() / d;
+        let size = (d + 1) * LANE_GROUP;
+        let groups = k.div_ceil(LANE_GROUP);
+        if buf.len() != groups * size {
+            buf.clear();
+            buf.resize(groups * size, 0.0);
+        }
+        macro_rules! dispatch {
+            ($($n:literal)*) => {
+                match d {
+                    $($n => fill_groups::<$n>(actions.features, buf),)*
+                    _ => fill_groups_dyn(d, actions.features, buf),
+                }
+            };
+        }
+        dispatch!(1 2 3 4 5 6 7 8);
+        ActionLanes {
+            d: actions.d,
+            k,
+            groups: buf,
+        }
+    }
+}
+
+/// [`ActionLanes::transpose`] for dimension `D` (constant loop bounds).
+#[inline]
+fn fill_groups<const D: usize>(features: &[f64], buf: &mut [f64]) {
+    const G: usize = LANE_GROUP;
+    for (group, rows) in buf
+        .chunks_exact_mut((D + 1) * G)
+        .zip(features.chunks(D * G))
+    {
+        let group = &mut group[..(D + 1) * G];
+        for l in 0..G {
+            match rows.get(l * D..(l + 1) * D) {
+                Some(row) => {
+                    let mut n2 = 0.0;
+                    for j in 0..D {
+                        group[j * G + l] = row[j];
+                        n2 += row[j] * row[j];
+                    }
+                    group[D * G + l] = n2.sqrt();
+                }
+                None => {
+                    for j in 0..D {
+                        group[j * G + l] = f64::NAN;
+                    }
+                    group[D * G + l] = 0.0;
+                }
+            }
+        }
+    }
+}
+
+/// [`fill_groups`] for any dimension.
+fn fill_groups_dyn(d: usize, features: &[f64], buf: &mut [f64]) {
+    const G: usize = LANE_GROUP;
+    for (group, rows) in buf
+        .chunks_exact_mut((d + 1) * G)
+        .zip(features.chunks(d * G))
+    {
+        for l in 0..G {
+            match rows.get(l * d..(l + 1) * d) {
+                Some(row) => {
+                    for (j, &x) in row.iter().enumerate() {
+                        group[j * G + l] = x;
+                    }
+                    group[d * G + l] = norm(row);
+                }
+                None => {
+                    for j in 0..d {
+                        group[j * G + l] = f64::NAN;
+                    }
+                    group[d * G + l] = 0.0;
+                }
+            }
+        }
+    }
+}
+
+/// The Euclidean norm `sqrt(sum x_j^2)`, summed in order from `0.0` (the norms of
+/// [`ActionLanes`], which [`ActionLanes::transpose`] computes the same way).
+#[inline]
+pub fn norm(x: &[f64]) -> f64 {
+    let mut n2 = 0.0;
+    for &v in x {
+        n2 += v * v;
+    }
+    n2.sqrt()
 }
 
 /// A contextual environment for one run.
@@ -120,6 +239,13 @@ pub trait ContextualPolicy: Send + Debug {
     /// Choose an action of the decision set; `t` = rounds already played. Opens a one-round
     /// commitment (replacing a round that was never observed: its context is gone).
     fn choose(&mut self, t: u64, actions: &ActionSet<'_>) -> usize;
+    /// [`Self::choose`] with the same decision set also given by coordinate (`lanes` is
+    /// `actions` transposed, [`ActionLanes::transpose`]): the same action and the same state
+    /// change, possibly faster. The default calls [`Self::choose`].
+    fn choose_lanes(&mut self, t: u64, actions: &ActionSet<'_>, lanes: &ActionLanes<'_>) -> usize {
+        let _ = lanes;
+        self.choose(t, actions)
+    }
     /// Observe the reward of the chosen action `arm` of `actions` ([`crate::protocol`]).
     ///
     /// # Errors

@@ -6,7 +6,10 @@
 //! shared by all policies. A cell run alone ([`Cell::run`]) gives exactly the numbers it gets in
 //! the group (its randomness depends only on the master seed, the run and its own label).
 
-use super::{ContextualEnvConfig, ContextualEnvironment, ContextualPolicy, ContextualPolicyConfig};
+use super::{
+    ActionLanes, ContextualEnvConfig, ContextualEnvironment, ContextualPolicy,
+    ContextualPolicyConfig,
+};
 use crate::error::Result;
 use crate::privacy::PrivacyGuarantee;
 use crate::rng;
@@ -127,7 +130,8 @@ impl Cell for ContextualCell {
 /// Play every policy against the same environment stream up to the grid's horizon; `out[p]`
 /// receives policy `p`'s cumulative pseudo-regret at each checkpoint.
 ///
-/// Each round: the environment draws `A_t` and `eta_t` once; every policy chooses, is charged
+/// Each round: the environment draws `A_t` and `eta_t` once (and the loop transposes `A_t` once,
+/// [`ActionLanes`]); every policy chooses, is charged
 /// `best - mean(a)`, and observes `mean(a) + eta_t`.
 ///
 /// # Errors
@@ -143,14 +147,16 @@ pub fn simulate_contextual(
     let horizon = grid.horizon();
     let mut regret = vec![0.0f64; policies.len()];
     let mut ci = 0usize;
+    let mut lane_buf = Vec::new();
     for t in 0..horizon {
         env.next_round(t);
         let actions = env.actions();
+        let lanes = ActionLanes::transpose(&actions, &mut lane_buf);
         let means = env.means();
         let best = env.best_mean();
         let eta = env.noise();
         for (p, reg) in policies.iter_mut().zip(regret.iter_mut()) {
-            let i = p.choose(t, &actions);
+            let i = p.choose_lanes(t, &actions, &lanes);
             let m = means[i];
             *reg += best - m;
             p.observe(&actions, i, m + eta)?;

@@ -87,6 +87,7 @@ impl RewardBoundary {
 
     /// Apply the boundary to a reward given through the API: clip, or refuse in reject mode. NaN
     /// is refused in both modes (it is not a reward; clipping it would hide a caller's bug).
+    #[inline]
     pub fn admit(&self, r: f64) -> Result<f64> {
         if r.is_nan() {
             return Err(Error::param(
