@@ -320,12 +320,7 @@ impl Writer {
             return Ok(());
         };
         let t0 = Instant::now();
-        let r = h.join().unwrap_or_else(|_| {
-            Err(Error::Io {
-                path: self.path.display().to_string(),
-                error: std::io::Error::other("the journal's start-up thread panicked"),
-            })
-        });
+        let r = join(h, &self.path, "start-up");
         charge(t0);
         r
     }
@@ -339,13 +334,9 @@ impl Writer {
         match self.startup.take() {
             None => f(),
             Some(h) => {
+                let path = self.path.clone();
                 self.startup = Some(std::thread::spawn(move || {
-                    h.join().unwrap_or_else(|_| {
-                        Err(Error::Io {
-                            path: "journal".into(),
-                            error: std::io::Error::other("the journal's start-up thread panicked"),
-                        })
-                    })?;
+                    join(h, &path, "start-up")?;
                     f()
                 }));
                 Ok(())
@@ -430,7 +421,10 @@ impl Writer {
         let handle = if self.dirty {
             let file = self.file.try_clone().map_err(io(&self.path))?;
             self.dirty = false;
-            Some(std::thread::spawn(move || file.sync_data()))
+            let path = self.path.clone();
+            Some(std::thread::spawn(move || {
+                file.sync_data().map_err(io(&path))
+            }))
         } else {
             None
         };
@@ -452,12 +446,23 @@ impl Writer {
     }
 }
 
+/// Join one of the journal's threads (`what`: its job, for the message): its result, or an I/O
+/// error naming `path` if it panicked.
+fn join(h: std::thread::JoinHandle<Result<()>>, path: &Path, what: &str) -> Result<()> {
+    h.join().unwrap_or_else(|_| {
+        Err(Error::Io {
+            path: path.display().to_string(),
+            error: std::io::Error::other(format!("the journal's {what} thread panicked")),
+        })
+    })
+}
+
 /// An fsync of the journal running on its own thread ([`Writer::sync_in_background`]).
 #[derive(Debug)]
 #[must_use = "the records are durable only once `wait` returns Ok"]
 pub struct PendingSync {
     path: PathBuf,
-    handle: Option<std::thread::JoinHandle<std::io::Result<()>>>,
+    handle: Option<std::thread::JoinHandle<Result<()>>>,
 }
 
 impl PendingSync {
@@ -470,13 +475,7 @@ impl PendingSync {
             return Ok(());
         };
         let t0 = Instant::now();
-        let r = match h.join() {
-            Ok(r) => r.map_err(io(&self.path)),
-            Err(_) => Err(Error::Io {
-                path: self.path.display().to_string(),
-                error: std::io::Error::other("the journal's fsync thread panicked"),
-            }),
-        };
+        let r = join(h, &self.path, "fsync");
         charge(t0);
         r
     }
