@@ -705,6 +705,20 @@ where
         lin + q.max(0.0).sqrt()
     }
 
+    /// One decision of [`ContextualPolicy::choose`] / `choose_lanes`: drop a round that was
+    /// never observed (a new decision set replaces it; its context is gone), start a new episode
+    /// if due, pick the action with `argmax` and open its one-round commitment.
+    #[inline(always)]
+    fn decide(&mut self, argmax: impl FnOnce(&Self) -> usize) -> usize {
+        self.gate.abandon();
+        if self.needs_update() {
+            self.update();
+        }
+        let best = argmax(self);
+        self.gate.commit(best, 1);
+        best
+    }
+
     /// The optimistic action: `argmax_i <theta~, a_i> + sqrt(max(0, q_i))` over the rows of
     /// `features` (`q_i = beta~^2 ||a_i||^2_{V_tau^{-1}}`), ties to the lowest index: exactly
     /// the action of [`Self::argmax_reference`], which evaluates every index in order.
@@ -712,30 +726,11 @@ where
     /// runs [`Self::argmax_block`] on each block.
     #[inline]
     fn argmax(&self, features: &[f64]) -> usize {
-        const G: usize = LANE_GROUP;
-        let size = (D + 1) * G;
         let mut best = (0usize, f64::NEG_INFINITY);
         let mut buf = [0.0f64; (MAX_DIM + 1) * ARGMAX_BLOCK];
         for (b, block) in features.chunks(ARGMAX_BLOCK * D).enumerate() {
             let n = block.len() / D;
-            for (g, group) in buf.chunks_exact_mut(size).enumerate().take(n.div_ceil(G)) {
-                for l in 0..G {
-                    match block.get((g * G + l) * D..(g * G + l + 1) * D) {
-                        Some(row) => {
-                            for j in 0..D {
-                                group[j * G + l] = row[j];
-                            }
-                            group[D * G + l] = super::norm(row);
-                        }
-                        None => {
-                            for j in 0..D {
-                                group[j * G + l] = f64::NAN;
-                            }
-                            group[D * G + l] = 0.0;
-                        }
-                    }
-                }
-            }
+            super::fill_groups::<D>(block, &mut buf);
             let last = (b + 1) * ARGMAX_BLOCK * D >= features.len();
             self.argmax_block(block, &buf, b * ARGMAX_BLOCK, n, last, &mut best);
         }
@@ -914,33 +909,22 @@ where
     #[inline]
     fn choose(&mut self, _t: u64, actions: &ActionSet<'_>) -> usize {
         debug_assert_eq!(actions.d, D);
-        // A new decision set replaces a round that was never observed.
-        self.gate.abandon();
-        if self.needs_update() {
-            self.update();
-        }
-        let best = self.argmax(actions.features);
-        self.gate.commit(best, 1);
-        best
+        self.decide(|p| p.argmax(actions.features))
     }
 
     #[inline]
     fn choose_lanes(&mut self, _t: u64, actions: &ActionSet<'_>, lanes: &ActionLanes<'_>) -> usize {
         debug_assert_eq!(actions.d, D);
         debug_assert_eq!(lanes.d, D);
-        self.gate.abandon();
-        if self.needs_update() {
-            self.update();
-        }
-        // A lane view that is not this decision set's transpose is ignored (the row scan is
-        // the same function).
-        let best = if lanes.d == D && lanes.k * D == actions.features.len() {
-            self.argmax_lanes(actions.features, lanes)
-        } else {
-            self.argmax(actions.features)
-        };
-        self.gate.commit(best, 1);
-        best
+        self.decide(|p| {
+            // A lane view that is not this decision set's transpose is ignored (the row scan
+            // is the same function).
+            if lanes.d == D && lanes.k * D == actions.features.len() {
+                p.argmax_lanes(actions.features, lanes)
+            } else {
+                p.argmax(actions.features)
+            }
+        })
     }
 
     #[inline]

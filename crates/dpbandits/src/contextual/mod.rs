@@ -122,9 +122,11 @@ impl<'a> ActionLanes<'a> {
     }
 }
 
-/// [`ActionLanes::transpose`] for dimension `D` (constant loop bounds).
+/// [`ActionLanes::transpose`] for dimension `D` (constant loop bounds): the rows of `features`
+/// into as many lane groups of `buf` as they fill (the OFUL argmax also uses it on a stack
+/// buffer, one block of actions at a time).
 #[inline]
-fn fill_groups<const D: usize>(features: &[f64], buf: &mut [f64]) {
+pub(crate) fn fill_groups<const D: usize>(features: &[f64], buf: &mut [f64]) {
     const G: usize = LANE_GROUP;
     for (group, rows) in buf
         .chunks_exact_mut((D + 1) * G)
