@@ -805,7 +805,8 @@ impl Runner<'_> {
         };
         // No target: every row is the background (common pilot seeds for every level).
         let plain_label = format!("{label}/pilot-level");
-        let level_runs = |x: f64| {
+        // The first `n` pilot runs at level `x` (run `r`'s seed depends on `r` only).
+        let level_runs = |x: f64, n: u64| {
             self.runs(
                 &RewardTable {
                     background: background(x),
@@ -814,11 +815,11 @@ impl Runner<'_> {
                 },
                 &plain_label,
                 false,
-                pilot,
+                n,
             )
         };
         let mean_pulls0 = |x: f64| -> Result<f64> {
-            let r = level_runs(x)?;
+            let r = level_runs(x, pilot)?;
             Ok(r.iter().map(|f| f[pulls0] as f64).sum::<f64>() / r.len() as f64)
         };
         let (f_lo, f_hi) = (mean_pulls0(lo)?, mean_pulls0(hi)?);
@@ -841,7 +842,7 @@ impl Runner<'_> {
         // Candidate rows: the first row of each of arm 0's first commitments in pilot run 0,
         // and rows spread over that run's length (the decisive release of a run that stops,
         // e.g. BAI, is late).
-        let run0 = level_runs(level)?.swap_remove(0);
+        let run0 = level_runs(level, 1)?.swap_remove(0);
         let length: i64 = (0..k).map(|a| run0[pulls0 + a]).sum::<i64>().max(1);
         let arm_at = names
             .iter()
