@@ -72,6 +72,24 @@ impl Gate {
         });
     }
 
+    /// A one-round commitment to `arm` and its reward at once (a simulator's round, with no
+    /// commitment open): the same as [`Self::commit`]`(arm, 1)` then [`Self::admit`]. On a
+    /// refused reward the commitment stays open, as after `commit` and a failed `admit`.
+    #[inline(always)]
+    pub fn commit_admit(&mut self, arm: usize, reward: f64) -> Result<f64> {
+        debug_assert!(self.open.is_none());
+        match self.boundary.admit(reward) {
+            Ok(r) => {
+                self.open = None;
+                Ok(r)
+            }
+            Err(e) => {
+                self.commit(arm, 1);
+                Err(e)
+            }
+        }
+    }
+
     /// Give up the open commitment (contextual rounds: a new context replaces an unobserved one).
     pub fn abandon(&mut self) {
         self.open = None;

@@ -198,6 +198,9 @@ fn one() -> f64 {
 fn f64_infinity() -> f64 {
     f64::INFINITY
 }
+fn nan_array<const D: usize>() -> [f64; D] {
+    [f64::NAN; D]
+}
 fn default_lambda() -> f64 {
     0.1
 }
@@ -480,6 +483,12 @@ pub struct OfulPolicy<const D: usize> {
     /// nothing is skipped, the same actions are chosen).
     #[serde(skip, default = "f64_infinity")]
     bound: f64,
+    /// The direction `ref_c` was computed for (NaN: none; see [`Self::sync_reference`]).
+    #[serde(skip, default = "nan_array")]
+    ref_theta: [f64; D],
+    /// `c` of the shared-reference test of [`Self::sync_reference`] (`inf`: never passes).
+    #[serde(skip, default = "f64_infinity")]
+    ref_c: f64,
     beta: f64,
     gamma: f64,
     played: u64,
@@ -529,6 +538,8 @@ where
             w: [[0.0; D]; D],
             th: [0.0; D],
             bound: f64::INFINITY,
+            ref_theta: [f64::NAN; D],
+            ref_c: f64::INFINITY,
             beta: beta0,
             gamma: 0.0,
             played: 0,
@@ -596,6 +607,51 @@ where
         } else {
             f64::INFINITY
         };
+        // The shared-reference constant depends on `th` and `B`: recompute it when next asked.
+        self.ref_theta = [f64::NAN; D];
+    }
+
+    /// Make `ref_c` the constant of the shared-reference test for the direction `theta_ref`
+    /// (recomputed only when the direction or the episode changes).
+    ///
+    /// **The test.** Given a round's [`LaneReference`] along `theta_ref` (`r_i`, `best`, `gap`,
+    /// `max_norm` = `N`), if `gap > c N + 1e-300` with
+    /// `c = (2 e (1 + k) + B)(1 + k) + k (||theta~|| + ||theta_ref|| + e + B)`,
+    /// `e = ||theta~ - theta_ref||` and `k = 1e-9`, then `best` is the first maximiser of this
+    /// policy's computed indices, so [`Self::argmax`] would return it.
+    ///
+    /// *Proof.* Write `lin_i` for the computed `<theta~, a_i>` and `v_i = fl(lin_i + s_i)` for
+    /// the computed index (`0 <= s_i <= B ||a_i||`, [`Self::refresh_hot_copies`]). Exactly,
+    /// `<theta~, a_i> = <theta_ref, a_i> + <theta~ - theta_ref, a_i>` and the last term is at
+    /// most `e ||a_i||` in absolute value. Both computed inner products are within
+    /// `d eps ||.|| ||a_i||` of the exact ones (`eps = 2^-53`), so, with
+    /// `A = ||theta~|| + ||theta_ref|| + e + B` and `E` a few `d eps A N`:
+    /// for `i != best`, `v_i <= r_i + (e + B) ||a_i|| + E <= r_best - gap + (e + B) N + E`;
+    /// and `v_best >= lin_best >= r_best - e N - E` (rounding is monotone and `s >= 0`). So
+    /// `v_best > v_i` as soon as `gap > (2e + B) N + 2E`, which the test implies: the computed
+    /// `e`, `N`, `gap` and `c N` are within a few `eps` of their exact values, and the slack
+    /// `k A N` (plus `1e-300` for the subnormal range) is a million times larger than every
+    /// rounding term. `best` is then the strict maximiser, hence the first. A non-finite `c`,
+    /// `N` or `gap` fails the test.
+    fn sync_reference(&mut self, theta_ref: &[f64]) {
+        if theta_ref.len() != D {
+            self.ref_c = f64::INFINITY;
+            return;
+        }
+        if theta_ref.iter().zip(&self.ref_theta).all(|(a, b)| a == b) {
+            return;
+        }
+        let (mut e2, mut t2, mut r2) = (0.0f64, 0.0f64, 0.0f64);
+        for (&x, &y) in self.th.iter().zip(theta_ref) {
+            e2 += (x - y) * (x - y);
+            t2 += x * x;
+            r2 += y * y;
+        }
+        let (e, b) = (e2.sqrt() * (1.0 + CUT_MARGIN), self.bound);
+        let c = (2.0 * e * (1.0 + CUT_MARGIN) + b) * (1.0 + CUT_MARGIN)
+            + CUT_MARGIN * (t2.sqrt() + r2.sqrt() + e + b);
+        self.ref_c = if c.is_finite() { c } else { f64::INFINITY };
+        self.ref_theta.copy_from_slice(theta_ref);
     }
 
     /// Number of updates (episodes started) so far.
@@ -709,14 +765,63 @@ where
     /// never observed (a new decision set replaces it; its context is gone), start a new episode
     /// if due, pick the action with `argmax` and open its one-round commitment.
     #[inline(always)]
-    fn decide(&mut self, argmax: impl FnOnce(&Self) -> usize) -> usize {
+    fn decide(&mut self, argmax: impl FnOnce(&mut Self) -> usize) -> usize {
+        let best = self.pick(argmax);
+        self.gate.commit(best, 1);
+        best
+    }
+
+    /// [`Self::decide`] without opening the commitment (the caller does).
+    #[inline(always)]
+    fn pick(&mut self, argmax: impl FnOnce(&mut Self) -> usize) -> usize {
         self.gate.abandon();
         if self.needs_update() {
             self.update();
         }
-        let best = argmax(self);
-        self.gate.commit(best, 1);
-        best
+        argmax(self)
+    }
+
+    /// The argmax of a decision set given both ways: the shared-reference test
+    /// ([`Self::sync_reference`]), then [`Self::argmax_lanes`]. A lane view that is not this
+    /// decision set's transpose is ignored (the row scan [`Self::argmax`] is the same function).
+    #[inline(always)]
+    fn lanes_argmax(&mut self, actions: &ActionSet<'_>, lanes: &ActionLanes<'_>) -> usize {
+        if lanes.d == D && lanes.k * D == actions.features.len() {
+            if let Some(r) = lanes.reference {
+                self.sync_reference(r.theta);
+                if r.gap > self.ref_c * r.max_norm + 1e-300 && r.best < lanes.k {
+                    return r.best;
+                }
+            }
+            self.argmax_lanes(actions.features, lanes)
+        } else {
+            self.argmax(actions.features)
+        }
+    }
+
+    /// Add an admitted reward of action `a` to the statistics: `V += a a^T`, the episode sum
+    /// (with the contribution clipped into the unit ball in the guaranteed mode), one round.
+    #[inline(always)]
+    #[allow(clippy::needless_range_loop)] // explicit indices over const bounds: unrolled
+    fn absorb(&mut self, a: &[f64; D], reward: f64) {
+        // V += a a^T, entry by entry (the numbers of nalgebra's `ger(1, a, a, 1)`:
+        // v_ij + a_j a_i, exact products commute).
+        for j in 0..D {
+            for i in 0..D {
+                self.v[(i, j)] += a[j] * a[i];
+            }
+        }
+        let r = if self.clip {
+            // Contribution a r inside the unit ball: |r| <= 1, and a scaled by 1/max(1, ||a||).
+            OFUL_BOUNDARY.clip(reward) / SVector::<f64, D>::from_column_slice(a).norm().max(1.0)
+        } else {
+            reward
+        };
+        // episode += r a (the numbers of nalgebra's `axpy(r, a, 1)`).
+        for j in 0..D {
+            self.episode[j] += r * a[j];
+        }
+        self.played += 1;
     }
 
     /// The optimistic action: `argmax_i <theta~, a_i> + sqrt(max(0, q_i))` over the rows of
@@ -738,7 +843,9 @@ where
     }
 
     /// [`Self::argmax`] on a decision set given both ways (`lanes` is `features` transposed).
-    #[inline]
+    /// Not inlined: with the shared-reference test in front of it, it is the slow path, and
+    /// its stack frame would otherwise be set up on every decision.
+    #[inline(never)]
     fn argmax_lanes(&self, features: &[f64], lanes: &ActionLanes<'_>) -> usize {
         let size = (D + 1) * LANE_GROUP;
         let mut best = (0usize, f64::NEG_INFINITY);
@@ -799,7 +906,9 @@ where
         let size = (D + 1) * G;
         let n = n.min(ARGMAX_BLOCK).min(rows.len() / D);
         let groups_n = n.div_ceil(G).min(groups.len() / size);
-        let mut upper = [f64::INFINITY; ARGMAX_BLOCK];
+        // Aligned, so that the mask's loads meet the stores exactly (a load straddling two
+        // stores stalls store forwarding).
+        let mut upper = Aligned([f64::INFINITY; ARGMAX_BLOCK]);
         let mut top = [best.1; G];
         let bound = self.bound;
         for g in 0..groups_n {
@@ -812,7 +921,7 @@ where
             }
             for l in 0..G {
                 top[l] = if l4[l] > top[l] { l4[l] } else { top[l] };
-                upper[(g * G + l) % ARGMAX_BLOCK] = l4[l] + bound * grp[D * G + l];
+                upper.0[(g * G + l) % ARGMAX_BLOCK] = l4[l] + bound * grp[D * G + l];
             }
         }
         let mut cut = top[0];
@@ -822,7 +931,7 @@ where
         let cut = cut - CUT_MARGIN * cut.abs() - 1e-300;
         // A fixed-width mask (vectorises); lanes past `n` are cleared.
         let mut survivors = 0u32;
-        for (i, &u) in upper.iter().enumerate() {
+        for (i, &u) in upper.0.iter().enumerate() {
             // `!(u < cut)`, not `u >= cut`: a NaN bound survives.
             #[allow(clippy::neg_cmp_op_on_partial_ord)]
             let may_win = !(u < cut);
@@ -881,6 +990,10 @@ where
     }
 }
 
+/// A cache-line aligned array.
+#[repr(C, align(64))]
+struct Aligned<T>(T);
+
 /// Actions per block of [`OfulPolicy::argmax`] (stack buffers: no allocation for any `k`).
 const ARGMAX_BLOCK: usize = 16;
 
@@ -916,15 +1029,32 @@ where
     fn choose_lanes(&mut self, _t: u64, actions: &ActionSet<'_>, lanes: &ActionLanes<'_>) -> usize {
         debug_assert_eq!(actions.d, D);
         debug_assert_eq!(lanes.d, D);
-        self.decide(|p| {
-            // A lane view that is not this decision set's transpose is ignored (the row scan
-            // is the same function).
-            if lanes.d == D && lanes.k * D == actions.features.len() {
-                p.argmax_lanes(actions.features, lanes)
-            } else {
-                p.argmax(actions.features)
-            }
-        })
+        self.decide(|p| p.lanes_argmax(actions, lanes))
+    }
+
+    #[inline]
+    fn play(
+        &mut self,
+        _t: u64,
+        actions: &ActionSet<'_>,
+        lanes: &ActionLanes<'_>,
+        means: &[f64],
+        noise: f64,
+    ) -> Result<usize> {
+        let i = self.pick(|p| p.lanes_argmax(actions, lanes));
+        let row = actions.features.get(i * D..(i + 1) * D);
+        let (Some(&m), Some(Ok(a))) = (means.get(i), row.map(<&[f64; D]>::try_from)) else {
+            self.gate.commit(i, 1);
+            return Err(Error::Protocol(format!(
+                "chose action {i} of a round with {} means and {} actions of dimension {D}",
+                means.len(),
+                actions.features.len() / D
+            )));
+        };
+        // Gate::commit_admit leaves the round open on a refused reward.
+        let reward = self.gate.commit_admit(i, m + noise)?;
+        self.absorb(a, reward);
+        Ok(i)
     }
 
     #[inline]
@@ -943,24 +1073,7 @@ where
         let Ok(a) = <&[f64; D]>::try_from(row) else {
             unreachable!("an action of length d = {D} (checked above)");
         };
-        // V += a a^T, entry by entry (the numbers of nalgebra's `ger(1, a, a, 1)`:
-        // v_ij + a_j a_i, exact products commute).
-        for j in 0..D {
-            for i in 0..D {
-                self.v[(i, j)] += a[j] * a[i];
-            }
-        }
-        let r = if self.clip {
-            // Contribution a r inside the unit ball: |r| <= 1, and a scaled by 1/max(1, ||a||).
-            OFUL_BOUNDARY.clip(reward) / SVector::<f64, D>::from_column_slice(row).norm().max(1.0)
-        } else {
-            reward
-        };
-        // episode += r a (the numbers of nalgebra's `axpy(r, a, 1)`).
-        for j in 0..D {
-            self.episode[j] += r * a[j];
-        }
-        self.played += 1;
+        self.absorb(a, reward);
         Ok(())
     }
 }
@@ -999,7 +1112,7 @@ mod tests {
         cfg.mode = PrivacyMode::Reproduction;
         let mut pol = OfulPolicy::<D>::new(cfg, 1_000_000, seed).unwrap();
         let mut buf = Vec::new();
-        let (mut checked, mut skipped_some) = (0usize, false);
+        let (mut checked, mut skipped_some, mut passed) = (0usize, false, 0usize);
         for round in 0..rounds {
             let k = [1, 2, 3, 4, 5, 7, 10, 15, 16, 17, 31, 33][rng.random_range(0..12)];
             let mut f: Vec<f64> = (0..k * D)
@@ -1049,6 +1162,28 @@ mod tests {
                 want,
                 "lanes, round {round}, k {k}"
             );
+            // The shared-reference test in front, along directions at every distance from
+            // theta~ (itself, a few ulps off, near, far, non-finite).
+            let th = pol.th;
+            let scale = [0.0, 1e-15, 1e-6, 1e-3, 1e-1, 1.0][rng.random_range(0..6)];
+            let mut dir: Vec<f64> = th
+                .iter()
+                .map(|&x| {
+                    let z: f64 = StandardNormal.sample(&mut rng);
+                    x + scale * z
+                })
+                .collect();
+            if round % 11 == 5 {
+                dir[rng.random_range(0..D)] = [f64::NAN, f64::INFINITY][rng.random_range(0..2)];
+            }
+            let with_ref = lanes.with_reference(&dir);
+            let r = with_ref.reference.expect("a reference of length d");
+            assert_eq!(
+                pol.lanes_argmax(&set, &with_ref),
+                want,
+                "reference at {scale}, round {round}, k {k}: {r:?}"
+            );
+            passed += usize::from(r.gap > pol.ref_c * r.max_norm + 1e-300);
             checked += 1;
             // Drive the policy on with finite actions so its state (episodes, radius) evolves.
             if f.iter().all(|x| x.is_finite() && x.abs() < 1e3) {
@@ -1061,6 +1196,10 @@ mod tests {
         }
         assert_eq!(checked, rounds);
         assert!(skipped_some, "the skip bound was never finite");
+        assert!(
+            passed > rounds / 20,
+            "the reference test passed {passed} times"
+        );
     }
 
     #[test]
@@ -1100,6 +1239,109 @@ mod tests {
             };
             let lanes = ActionLanes::transpose(&set, &mut buf);
             assert_eq!(pol.argmax_lanes_of(&f, &lanes), want, "{ulps}");
+            // The shared-reference test along theta~ itself (e = 0): the gap is the lin gap.
+            let th = pol.th;
+            let lanes = lanes.with_reference(&th);
+            assert_eq!(pol.lanes_argmax(&set, &lanes), want, "{ulps} (reference)");
+        }
+    }
+
+    /// The gap at which the shared-reference test starts to pass is above `B ||a||` by no more
+    /// than its margins, and the test never passes below it.
+    #[test]
+    fn reference_test_edge() {
+        let mut cfg = OfulConfig::paper(OfulKind::RsOful, f64::INFINITY);
+        cfg.mode = PrivacyMode::Guaranteed;
+        let mut pol = OfulPolicy::<3>::new(cfg, 1000, 1).unwrap();
+        pol.theta = SVector::<f64, 3>::new(1.0, 0.0, 0.0);
+        pol.m = SMatrix::<f64, 3, 3>::identity() * 1e-6;
+        pol.refresh_hot_copies();
+        let b = pol.bound;
+        let mut buf = Vec::new();
+        let th = pol.th;
+        // Two unit actions along e_1 with values 1 and 1 - g: the policy's true indices are
+        // 1 + 1e-3 and 1 - g + 1e-3, so action 0 wins for every g > 0, but the test may only
+        // claim it when g exceeds its bound (2e + B) N = B.
+        let mut passes = vec![];
+        for g in [0.5 * b, 0.999 * b, 1.001 * b, 1.01 * b, 2.0 * b] {
+            let f = [1.0, 0.0, 0.0, 1.0 - g, 0.0, 0.0];
+            let set = ActionSet {
+                d: 3,
+                k: 2,
+                features: &f,
+            };
+            let lanes = ActionLanes::transpose(&set, &mut buf).with_reference(&th);
+            let r = lanes.reference.unwrap();
+            assert_eq!(r.best, 0);
+            pol.sync_reference(&th);
+            passes.push(r.gap > pol.ref_c * r.max_norm + 1e-300);
+            assert_eq!(pol.lanes_argmax(&set, &lanes), 0);
+        }
+        assert_eq!(passes, [false, false, true, true, true]);
+    }
+
+    /// `play` (the run loop's fused round) is `choose_lanes` then `observe`: the same actions
+    /// and, at the end, the same state, for every family member and both privacy modes.
+    #[test]
+    fn play_is_choose_then_observe() {
+        use rand::SeedableRng;
+        use rand_distr::{Distribution, StandardNormal};
+        for (kind, rho, mode) in [
+            (OfulKind::Oful, f64::INFINITY, PrivacyMode::Guaranteed),
+            (OfulKind::RsOful, f64::INFINITY, PrivacyMode::Guaranteed),
+            (OfulKind::AdacOful, 1.0, PrivacyMode::Guaranteed),
+            (OfulKind::AdacOful, 0.1, PrivacyMode::Reproduction),
+        ] {
+            let mut cfg = OfulConfig::paper(kind, rho);
+            cfg.mode = mode;
+            let mut a = OfulPolicy::<3>::new(cfg.clone(), 5000, 9).unwrap();
+            let mut b = OfulPolicy::<3>::new(cfg, 5000, 9).unwrap();
+            let mut rng = SimRng::seed_from_u64(3);
+            let theta = [0.6, -0.48, 0.64];
+            let mut buf = Vec::new();
+            for t in 0..5000u64 {
+                let f: Vec<f64> = (0..30)
+                    .map(|_| {
+                        let z: f64 = StandardNormal.sample(&mut rng);
+                        0.577 + 0.316 * z
+                    })
+                    .collect();
+                let means: Vec<f64> = f
+                    .chunks_exact(3)
+                    .map(|x| x.iter().zip(&theta).map(|(x, t)| x * t).sum())
+                    .collect();
+                let eta: f64 = StandardNormal.sample(&mut rng);
+                let set = ActionSet {
+                    d: 3,
+                    k: 10,
+                    features: &f,
+                };
+                let lanes = ActionLanes::transpose(&set, &mut buf).with_reference(&theta);
+                let i = a.play(t, &set, &lanes, &means, eta).unwrap();
+                let j = b.choose_lanes(t, &set, &lanes);
+                b.observe(&set, j, means[j] + eta).unwrap();
+                assert_eq!(i, j, "{kind:?} round {t}");
+            }
+            assert_eq!(format!("{a:?}"), format!("{b:?}"), "{kind:?}");
+            // A refused reward leaves the round open, as a failed observe does.
+            let f = [1.0; 30];
+            let set = ActionSet {
+                d: 3,
+                k: 10,
+                features: &f,
+            };
+            let lanes = ActionLanes::transpose(&set, &mut buf);
+            let means = [f64::NAN; 10];
+            assert!(a.play(0, &set, &lanes, &means, 0.0).is_err());
+            let j = b.choose_lanes(0, &set, &lanes);
+            assert!(b.observe(&set, j, f64::NAN).is_err());
+            assert_eq!(
+                format!("{a:?}"),
+                format!("{b:?}"),
+                "{kind:?} after a refusal"
+            );
+            // No mean for the chosen action: an error, not a panic.
+            assert!(a.play(0, &set, &lanes, &[], 0.0).is_err());
         }
     }
 

@@ -247,18 +247,21 @@ impl ContextualEnvironment for ContextualGaussian {
             *x = mean + sd * z;
         }
         self.contexts = contexts;
-        let mut best = f64::NEG_INFINITY;
-        for (a, m) in self.features.chunks_exact_mut(self.d).zip(&mut self.means) {
-            if self.unit_ball {
-                let n = a.iter().map(|x| x * x).sum::<f64>().sqrt();
-                if n > 1.0 {
-                    a.iter_mut().for_each(|x| *x /= n);
-                }
-            }
-            *m = a.iter().zip(&self.theta).map(|(x, th)| x * th).sum();
-            best = best.max(*m);
-        }
-        self.best = best;
+        // A literal `d` per arm: the inlined loops get constant bounds.
+        let (f, m, th, ub) = (
+            &mut self.features[..],
+            &mut self.means[..],
+            &self.theta[..],
+            self.unit_ball,
+        );
+        self.best = match self.d {
+            1 => means_and_best(1, f, m, th, ub),
+            2 => means_and_best(2, f, m, th, ub),
+            3 => means_and_best(3, f, m, th, ub),
+            4 => means_and_best(4, f, m, th, ub),
+            5 => means_and_best(5, f, m, th, ub),
+            d => means_and_best(d, f, m, th, ub),
+        };
         let z: f64 = StandardNormal.sample(&mut self.rewards);
         self.eta = self.noise_sd * z;
     }
@@ -278,6 +281,43 @@ impl ContextualEnvironment for ContextualGaussian {
     fn noise(&self) -> f64 {
         self.eta
     }
+    fn reference_theta(&self) -> Option<&[f64]> {
+        Some(&self.theta)
+    }
+}
+
+/// Project the actions (rows of `d` in `features`) onto the unit ball if `unit_ball`, write
+/// `means[i] = <theta, a_i>` (summed in order from `-0.0`, as `Iterator::sum`) and return the
+/// largest mean.
+#[inline(always)]
+fn means_and_best(
+    d: usize,
+    features: &mut [f64],
+    means: &mut [f64],
+    theta: &[f64],
+    unit_ball: bool,
+) -> f64 {
+    let theta = &theta[..d];
+    let mut best = f64::NEG_INFINITY;
+    for (a, m) in features.chunks_exact_mut(d).zip(means.iter_mut()) {
+        if unit_ball {
+            let mut n2 = -0.0;
+            for &x in a.iter() {
+                n2 += x * x;
+            }
+            let n = f64::sqrt(n2);
+            if n > 1.0 {
+                a.iter_mut().for_each(|x| *x /= n);
+            }
+        }
+        let mut s = -0.0;
+        for (x, t) in a.iter().zip(theta) {
+            s += x * t;
+        }
+        *m = s;
+        best = best.max(s);
+    }
+    best
 }
 
 impl crate::config::Config for ContextualGaussianConfig {

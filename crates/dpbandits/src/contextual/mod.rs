@@ -88,6 +88,29 @@ pub struct ActionLanes<'a> {
     pub k: usize,
     /// `ceil(k / LANE_GROUP)` groups of `(d + 1) * LANE_GROUP` numbers.
     pub groups: &'a [f64],
+    /// The round's values along a direction shared by all policies
+    /// ([`ActionLanes::with_reference`]); `None`: not computed.
+    pub reference: Option<LaneReference<'a>>,
+}
+
+/// The decision set seen along one direction `theta_ref` (the simulator uses the environment's
+/// `theta*`), computed once per round and shared by all policies: with
+/// `r_i = fl(sum_j theta_ref[j] a_i[j])` (summed in order from `0.0`), `best` is the first
+/// maximiser of `r_i`, `gap = r_best - max_{i != best} r_i` (`inf` for one action) and
+/// `max_norm = max_i ||a_i||` (the norms of [`ActionLanes`]). A policy whose own index is within
+/// a known distance of `r` can then tell from `gap` alone that `best` is its argmax (the OFUL
+/// family: [`OfulPolicy`]); any direction keeps every decision exact, a good one makes the test
+/// pass often. A non-finite value anywhere makes `gap` NaN, which passes no test.
+#[derive(Debug, Clone, Copy)]
+pub struct LaneReference<'a> {
+    /// `theta_ref` (length `d`).
+    pub theta: &'a [f64],
+    /// First maximiser of `r_i`.
+    pub best: usize,
+    /// `r_best - max_{i != best} r_i`, or NaN.
+    pub gap: f64,
+    /// `max_i ||a_i||`.
+    pub max_norm: f64,
 }
 
 /// Actions per group of [`ActionLanes`].
@@ -118,8 +141,82 @@ impl<'a> ActionLanes<'a> {
             d: actions.d,
             k,
             groups: buf,
+            reference: None,
         }
     }
+
+    /// These lanes with the round's [`LaneReference`] along `theta` (length `d`; otherwise
+    /// the lanes are returned without one).
+    pub fn with_reference(mut self, theta: &'a [f64]) -> ActionLanes<'a> {
+        let d = self.d;
+        if theta.len() != d || d == 0 || self.k == 0 {
+            return self;
+        }
+        // A literal `d` per arm: the inlined scan's loops get constant bounds.
+        let (best, gap, max_norm) = match d {
+            1 => reference_scan(1, self.groups, self.k, theta),
+            2 => reference_scan(2, self.groups, self.k, theta),
+            3 => reference_scan(3, self.groups, self.k, theta),
+            4 => reference_scan(4, self.groups, self.k, theta),
+            5 => reference_scan(5, self.groups, self.k, theta),
+            _ => reference_scan(d, self.groups, self.k, theta),
+        };
+        self.reference = Some(LaneReference {
+            theta,
+            best,
+            gap,
+            max_norm,
+        });
+        self
+    }
+}
+
+/// `(best, gap, max_norm)` of [`LaneReference`] for the lane groups `groups` of `k` actions of
+/// dimension `d` along `theta`.
+#[inline(always)]
+fn reference_scan(d: usize, groups: &[f64], k: usize, theta: &[f64]) -> (usize, f64, f64) {
+    const G: usize = LANE_GROUP;
+    const BLOCK: usize = 4 * G;
+    let size = (d + 1) * G;
+    let theta = &theta[..d];
+    // Values and norms of every action (padding lanes: NaN values, norm 0), then branch-free
+    // scans: which action is best is random, a branch on it would be mispredicted.
+    let mut r = [0.0f64; BLOCK];
+    let mut norms = [0.0f64; BLOCK];
+    let (mut top, mut second, mut best) = (f64::NEG_INFINITY, f64::NEG_INFINITY, 0usize);
+    let (mut max_norm, mut finite) = (0.0f64, true);
+    for (b, block) in groups.chunks(BLOCK / G * size).enumerate() {
+        let n = (k - b * BLOCK).min(BLOCK);
+        for (g, group) in block.chunks_exact(size).enumerate() {
+            let mut v = [0.0f64; G];
+            for (j, &th) in theta.iter().enumerate() {
+                for l in 0..G {
+                    v[l] += th * group[j * G + l];
+                }
+            }
+            r[g * G..(g + 1) * G].copy_from_slice(&v);
+            norms[g * G..(g + 1) * G].copy_from_slice(&group[d * G..(d + 1) * G]);
+        }
+        for i in 0..n {
+            let (v, nm) = (r[i], norms[i]);
+            finite &= v.is_finite() & nm.is_finite();
+            max_norm = if nm > max_norm { nm } else { max_norm };
+            let better = v > top;
+            // The old top becomes a candidate for second place when it is beaten.
+            let lose = if better { top } else { v };
+            second = if lose > second { lose } else { second };
+            best = if better { b * BLOCK + i } else { best };
+            top = if better { v } else { top };
+        }
+    }
+    let gap = if !finite {
+        f64::NAN
+    } else if k == 1 {
+        f64::INFINITY
+    } else {
+        top - second
+    };
+    (best, gap, max_norm)
 }
 
 /// [`ActionLanes::transpose`] for dimension `D` (constant loop bounds): the rows of `features`
@@ -205,6 +302,12 @@ pub trait ContextualEnvironment: Send + Debug {
     fn best_mean(&self) -> f64;
     /// The reward noise `eta_t` of the current round (shared by all actions and policies).
     fn noise(&self) -> f64;
+    /// A direction along which the means grow (`theta*` of a linear environment), if any: the
+    /// run loop shares the decision set's values along it with the policies
+    /// ([`LaneReference`]), which makes their argmax cheaper; decisions never depend on it.
+    fn reference_theta(&self) -> Option<&[f64]> {
+        None
+    }
     /// Reward of action `i` in the current round: `means()[i] + noise()`.
     #[inline]
     fn reward(&self, i: usize) -> f64 {
@@ -248,6 +351,30 @@ pub trait ContextualPolicy: Send + Debug {
         let _ = lanes;
         self.choose(t, actions)
     }
+    /// One simulated round: [`Self::choose_lanes`], then [`Self::observe`] of
+    /// `means[i] + noise` for the chosen `i`, which is returned (the same action and the same
+    /// state change; policies may fuse the two calls). The run loop uses it.
+    ///
+    /// # Errors
+    /// As [`Self::observe`]; the round stays open.
+    fn play(
+        &mut self,
+        t: u64,
+        actions: &ActionSet<'_>,
+        lanes: &ActionLanes<'_>,
+        means: &[f64],
+        noise: f64,
+    ) -> Result<usize> {
+        let i = self.choose_lanes(t, actions, lanes);
+        let m = *means.get(i).ok_or_else(|| {
+            crate::Error::Protocol(format!(
+                "chose action {i} of a round with {} means",
+                means.len()
+            ))
+        })?;
+        self.observe(actions, i, m + noise)?;
+        Ok(i)
+    }
     /// Observe the reward of the chosen action `arm` of `actions` ([`crate::protocol`]).
     ///
     /// # Errors
@@ -279,5 +406,81 @@ pub trait ContextualPolicyConfig: Send + Sync + Debug {
     /// Label `kind(p=v,...)`.
     fn label(&self) -> String {
         crate::config::label(self.kind(), &self.params())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::SimRng;
+    use rand::{RngExt, SeedableRng};
+
+    /// `with_reference` against a direct computation: the first maximiser of the values, the
+    /// gap to the best other value, the largest norm; NaN gaps for non-finite input.
+    #[test]
+    fn reference_matches_a_direct_scan() {
+        let mut rng = SimRng::seed_from_u64(7);
+        let mut buf = Vec::new();
+        for round in 0..5000 {
+            let d = rng.random_range(1..=7usize);
+            let k = rng.random_range(1..=40usize);
+            let mut f: Vec<f64> = (0..k * d).map(|_| rng.random_range(-2.0..2.0)).collect();
+            if round % 5 == 1 && k > 1 {
+                // exact ties
+                let (a, b) = (rng.random_range(0..k), rng.random_range(0..k));
+                let row = f[a * d..(a + 1) * d].to_vec();
+                f[b * d..(b + 1) * d].copy_from_slice(&row);
+            }
+            if round % 7 == 3 {
+                f[rng.random_range(0..k * d)] = [f64::NAN, f64::INFINITY][round % 2];
+            }
+            let theta: Vec<f64> = (0..d).map(|_| rng.random_range(-1.0..1.0)).collect();
+            let set = ActionSet { d, k, features: &f };
+            let lanes = ActionLanes::transpose(&set, &mut buf).with_reference(&theta);
+            let r = lanes.reference.unwrap();
+            let vals: Vec<f64> = f
+                .chunks_exact(d)
+                .map(|a| {
+                    let mut s = 0.0;
+                    for (x, t) in a.iter().zip(&theta) {
+                        s += t * x;
+                    }
+                    s
+                })
+                .collect();
+            let norms: Vec<f64> = f.chunks_exact(d).map(norm).collect();
+            if vals.iter().chain(&norms).any(|v| !v.is_finite()) {
+                assert!(r.gap.is_nan(), "round {round}");
+                continue;
+            }
+            let mut best = 0;
+            for (i, &v) in vals.iter().enumerate() {
+                if v > vals[best] {
+                    best = i;
+                }
+            }
+            let second = vals
+                .iter()
+                .enumerate()
+                .filter(|&(i, _)| i != best)
+                .map(|(_, &v)| v)
+                .fold(f64::NEG_INFINITY, f64::max);
+            assert_eq!(r.best, best, "round {round}");
+            if k == 1 {
+                assert_eq!(r.gap, f64::INFINITY);
+            } else {
+                assert_eq!(r.gap, vals[best] - second, "round {round}");
+            }
+            assert_eq!(r.max_norm, norms.iter().copied().fold(0.0, f64::max));
+        }
+        // A direction of another length gives no reference.
+        let f = [1.0, 2.0];
+        let set = ActionSet {
+            d: 2,
+            k: 1,
+            features: &f,
+        };
+        let lanes = ActionLanes::transpose(&set, &mut buf).with_reference(&[1.0]);
+        assert!(lanes.reference.is_none());
     }
 }

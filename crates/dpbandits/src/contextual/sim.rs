@@ -148,18 +148,22 @@ pub fn simulate_contextual(
     let mut regret = vec![0.0f64; policies.len()];
     let mut ci = 0usize;
     let mut lane_buf = Vec::new();
+    // The environment's theta*, copied once (the environment is borrowed mutably each round).
+    let reference_buf = env.reference_theta().map(<[f64]>::to_vec);
+    let reference = reference_buf.as_deref();
     for t in 0..horizon {
         env.next_round(t);
         let actions = env.actions();
-        let lanes = ActionLanes::transpose(&actions, &mut lane_buf);
+        let mut lanes = ActionLanes::transpose(&actions, &mut lane_buf);
+        if let Some(theta) = reference {
+            lanes = lanes.with_reference(theta);
+        }
         let means = env.means();
         let best = env.best_mean();
         let eta = env.noise();
         for (p, reg) in policies.iter_mut().zip(regret.iter_mut()) {
-            let i = p.choose_lanes(t, &actions, &lanes);
-            let m = means[i];
-            *reg += best - m;
-            p.observe(&actions, i, m + eta)?;
+            let i = p.play(t, &actions, &lanes, means, eta)?;
+            *reg += best - means[i];
         }
         // Checkpoints are 1-based round counts: after round index t, t + 1 rounds are played.
         while ci < cps.len() && cps[ci] == t + 1 {
