@@ -176,36 +176,32 @@ impl<'a> ActionLanes<'a> {
 #[inline(always)]
 fn reference_scan(d: usize, groups: &[f64], k: usize, theta: &[f64]) -> (usize, f64, f64) {
     const G: usize = LANE_GROUP;
-    const BLOCK: usize = 4 * G;
     let size = (d + 1) * G;
     let theta = &theta[..d];
-    // Values and norms of every action (padding lanes: NaN values, norm 0), then branch-free
-    // scans: which action is best is random, a branch on it would be mispredicted.
-    let mut r = [0.0f64; BLOCK];
-    let mut norms = [0.0f64; BLOCK];
+    // Branch-free scans over the actions' values (which action is best is random: a branch on
+    // it would be mispredicted); padding lanes (past `k`) are skipped.
     let (mut top, mut second, mut best) = (f64::NEG_INFINITY, f64::NEG_INFINITY, 0usize);
     let (mut max_norm, mut finite) = (0.0f64, true);
-    for (b, block) in groups.chunks(BLOCK / G * size).enumerate() {
-        let n = (k - b * BLOCK).min(BLOCK);
-        for (g, group) in block.chunks_exact(size).enumerate() {
-            let mut v = [0.0f64; G];
-            for (j, &th) in theta.iter().enumerate() {
-                for l in 0..G {
-                    v[l] += th * group[j * G + l];
-                }
+    for (g, group) in groups.chunks_exact(size).enumerate() {
+        let mut v = [0.0f64; G];
+        for (j, &th) in theta.iter().enumerate() {
+            for l in 0..G {
+                v[l] += th * group[j * G + l];
             }
-            r[g * G..(g + 1) * G].copy_from_slice(&v);
-            norms[g * G..(g + 1) * G].copy_from_slice(&group[d * G..(d + 1) * G]);
         }
-        for i in 0..n {
-            let (v, nm) = (r[i], norms[i]);
+        for l in 0..G {
+            let i = g * G + l;
+            if i >= k {
+                break;
+            }
+            let (v, nm) = (v[l], group[d * G + l]);
             finite &= v.is_finite() & nm.is_finite();
             max_norm = if nm > max_norm { nm } else { max_norm };
             let better = v > top;
             // The old top becomes a candidate for second place when it is beaten.
             let lose = if better { top } else { v };
             second = if lose > second { lose } else { second };
-            best = if better { b * BLOCK + i } else { best };
+            best = if better { i } else { best };
             top = if better { v } else { top };
         }
     }
