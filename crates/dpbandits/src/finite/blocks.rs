@@ -82,10 +82,20 @@ pub(crate) const MAX_BLOCK: u64 = 1 << 40;
 const REL: f64 = 1e-12;
 
 /// UCB1 block length for leader `a` chosen at round `t0` (all arms played), with rewards `>= lo`
-/// (finite) and exploration constant `alpha`. Returns `m >= 1`.
-pub(crate) fn ucb1_block(stats: &ArmStats, a: usize, t0: u64, alpha: f64, lo: f64) -> u64 {
-    let lt = (t0.max(1) as f64).ln();
-    if !(lt > 0.0 && lo.is_finite()) {
+/// (finite) and exploration constant `alpha`. Returns `m >= 1`. `lt = ln(max(t0, 1))` and
+/// `indices[b] = mean_b + sqrt(alpha lt / N_b)` are the policy's own numbers at `t0` (computed
+/// as `Ucb1` computes them), passed in so they are not computed twice.
+pub(crate) fn ucb1_block(
+    stats: &ArmStats,
+    a: usize,
+    t0: u64,
+    alpha: f64,
+    lo: f64,
+    lt: f64,
+    indices: &[f64],
+) -> u64 {
+    debug_assert_eq!(lt.to_bits(), (t0.max(1) as f64).ln().to_bits());
+    if !(lt > 0.0 && lo.is_finite()) || indices.len() != stats.means().len() {
         return 1;
     }
     let c0 = alpha * lt;
@@ -94,11 +104,10 @@ pub(crate) fn ucb1_block(stats: &ArmStats, a: usize, t0: u64, alpha: f64, lo: f6
     let a0 = mu + (c0 / n).sqrt();
     let s_a = (mu - lo).max(0.0) / n + c0.sqrt() / (2.0 * n * n.sqrt());
     let mut jmax = f64::INFINITY;
-    for (b, (&mb, &inv)) in stats.means().iter().zip(stats.inv_pulls()).enumerate() {
+    for (b, (&ib, &inv)) in indices.iter().zip(stats.inv_pulls()).enumerate() {
         if b == a {
             continue;
         }
-        let ib = mb + (c0 * inv).sqrt();
         let delta = REL * (1.0 + a0.abs() + ib.abs());
         let gap = a0 - ib - 2.0 * delta;
         if gap.is_nan() || gap <= 0.0 {

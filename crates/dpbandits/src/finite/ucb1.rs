@@ -84,6 +84,10 @@ pub struct Ucb1 {
     /// Block commitments enabled ([`Policy::enable_blocks`]); the gate holds the promised range.
     #[serde(default)]
     blocks: bool,
+    /// The indices of the last decision, shared with the block computation (scratch: grown
+    /// once, then reused; not part of the state).
+    #[serde(skip)]
+    indices: Vec<f64>,
 }
 
 impl Ucb1 {
@@ -96,6 +100,7 @@ impl Ucb1 {
             alpha,
             stats: ArmStats::new(k),
             blocks: false,
+            indices: Vec::new(),
         })
     }
 }
@@ -142,19 +147,20 @@ impl Ucb1 {
         if let Some(a) = self.stats.first_unplayed() {
             return Pull { arm: a, steps: 1 };
         }
-        let c = self.alpha * (t.max(1) as f64).ln();
+        let lt = (t.max(1) as f64).ln();
+        let c = self.alpha * lt;
         let s = &self.stats;
-        let arm = argmax(
-            s.means()
-                .iter()
-                .zip(s.inv_pulls())
-                .map(|(&m, &inv)| m + (c * inv).sqrt()),
-        );
-        let steps = if self.blocks {
-            super::blocks::ucb1_block(s, arm, t, self.alpha, self.gate.boundary().lo)
-        } else {
-            1
-        };
+        let index = |(&m, &inv): (&f64, &f64)| m + (c * inv).sqrt();
+        if !self.blocks {
+            let arm = argmax(s.means().iter().zip(s.inv_pulls()).map(index));
+            return Pull { arm, steps: 1 };
+        }
+        self.indices.clear();
+        self.indices
+            .extend(s.means().iter().zip(s.inv_pulls()).map(index));
+        let arm = argmax(self.indices.iter().copied());
+        let lo = self.gate.boundary().lo;
+        let steps = super::blocks::ucb1_block(s, arm, t, self.alpha, lo, lt, &self.indices);
         Pull { arm, steps }
     }
 }
