@@ -73,7 +73,9 @@
 //! `d <= 3`, an on-stack LU otherwise). Updates factorise `V` with `nalgebra`'s Cholesky. Fixed-size
 //! `nalgebra` types (`d <= MAX_DIM`): no allocation anywhere in the step loop.
 
-use super::{ActionLanes, ActionSet, ContextualPolicy, ContextualPolicyConfig, LANE_GROUP};
+use super::{
+    ActionLanes, ActionSet, ContextualPolicy, ContextualPolicyConfig, LANE_GROUP, LaneReference,
+};
 use crate::config::{AlgorithmInfo, Setting};
 use crate::error::{Error, Result, check};
 use crate::privacy::{
@@ -197,6 +199,9 @@ fn one() -> f64 {
 }
 fn f64_infinity() -> f64 {
     f64::INFINITY
+}
+fn infinity3() -> [f64; 3] {
+    [f64::INFINITY; 3]
 }
 fn nan_array<const D: usize>() -> [f64; D] {
     [f64::NAN; D]
@@ -373,6 +378,8 @@ pub trait SquareOps {
     fn lambda_min(&self) -> f64;
     /// Largest eigenvalue of the symmetric `M`.
     fn lambda_max(&self) -> f64;
+    /// `(smallest, largest)` eigenvalue of the symmetric `M` (one decomposition).
+    fn lambda_range(&self) -> (f64, f64);
 }
 
 macro_rules! square_ops {
@@ -387,6 +394,10 @@ macro_rules! square_ops {
             }
             fn lambda_max(&self) -> f64 {
                 self.symmetric_eigenvalues().max()
+            }
+            fn lambda_range(&self) -> (f64, f64) {
+                let e = self.symmetric_eigenvalues();
+                (e.min(), e.max())
             }
         }
     )*};
@@ -489,6 +500,13 @@ pub struct OfulPolicy<const D: usize> {
     /// `c` of the shared-reference test of [`Self::sync_reference`] (`inf`: never passes).
     #[serde(skip, default = "f64_infinity")]
     ref_c: f64,
+    /// Relative error bound `eps_s` of a computed `sqrt(max(q, 0))` against the exact
+    /// `||a||_S` (see [`Self::refresh_hot_copies`]; `inf`: unknown, the slope test never passes).
+    #[serde(skip, default = "f64_infinity")]
+    sq_rel: f64,
+    /// `(c1^2, c2, c3)` of the slope test of [`Self::sync_reference`] (`inf`: never passes).
+    #[serde(skip, default = "infinity3")]
+    ref_slope: [f64; 3],
     beta: f64,
     gamma: f64,
     played: u64,
@@ -540,6 +558,8 @@ where
             bound: f64::INFINITY,
             ref_theta: [f64::NAN; D],
             ref_c: f64::INFINITY,
+            sq_rel: f64::INFINITY,
+            ref_slope: infinity3(),
             beta: beta0,
             gamma: 0.0,
             played: 0,
@@ -581,6 +601,14 @@ where
     ///   action's computed index is strictly below `c`.
     ///
     /// A non-finite `B` (or a NaN anywhere in the test) skips nothing.
+    ///
+    /// It also sets `eps_s`, a relative error bound of the computed `s` against the exact
+    /// `||a||_S = sqrt(a^T S a)` when `S` is positive definite: with `lmin` the computed
+    /// smallest eigenvalue and `l = lmin - k F > 0` (below the true one), the computed `q` is
+    /// within `(d + 2) eps F ||a||^2 <= (d + 2) eps (F / l) a^T S a` of the exact form, so
+    /// `|s - ||a||_S| <= eps_s ||a||_S` with `eps_s = 2 (d + 2) eps F / l + 4 eps` (taken only
+    /// when `eps_s <= 1e-3`; otherwise `inf`, and the slope test of [`Self::sync_reference`]
+    /// never passes).
     #[allow(clippy::needless_range_loop)]
     fn refresh_hot_copies(&mut self) {
         for i in 0..D {
@@ -597,7 +625,7 @@ where
         }
         let sym = SMatrix::<f64, D, D>::from_fn(|i, j| self.m[(i.min(j), i.max(j))]);
         let frob = sym.norm();
-        let lmax = sym.lambda_max();
+        let (lmin, lmax) = sym.lambda_range();
         let l = lmax.max(0.0) + CUT_MARGIN * frob;
         let b0 = l.sqrt() * (1.0 + CUT_MARGIN);
         let thn = self.theta.norm();
@@ -607,7 +635,15 @@ where
         } else {
             f64::INFINITY
         };
-        // The shared-reference constant depends on `th` and `B`: recompute it when next asked.
+        let eps = f64::EPSILON / 2.0;
+        let lo = lmin - CUT_MARGIN * frob;
+        let rel = 2.0 * (D as f64 + 2.0) * eps * frob / lo + 4.0 * eps;
+        self.sq_rel = if lo > 0.0 && rel.is_finite() && rel <= 1e-3 {
+            rel
+        } else {
+            f64::INFINITY
+        };
+        // The shared-reference constants depend on `th` and `B`: recompute them when next asked.
         self.ref_theta = [f64::NAN; D];
     }
 
@@ -633,12 +669,48 @@ where
     /// `k A N` (plus `1e-300` for the subnormal range) is a million times larger than every
     /// rounding term. `best` is then the strict maximiser, hence the first. A non-finite `c`,
     /// `N` or `gap` fails the test.
+    ///
+    /// **The slope test** (tried when the gap test fails; late in a Figure 4(c) run it settles
+    /// about two thirds of the decisions the gap test leaves). With the round's `ratio2`
+    /// (`R^2`, [`ActionLanes::ratio2`]) and the constants
+    /// `c1 = (e + B)(1 + k)`, `c1^2 = c1 c1 (1 + k)`,
+    /// `c2 = (2/k)((2d + 4) eps (||theta~|| + ||theta_ref|| + B) + 2 eps_s B)(1 + k)` and
+    /// `c3 = (2/k)(e + B + 1) 1e-150`, if `gap > c2 N + c3` and `ratio2 > c1^2` then `best` is
+    /// again this policy's first maximiser.
+    ///
+    /// *Proof.* Take `i != best`, `D_i = fl(r_best - r_i)`, which is at least `gap` (rounding is
+    /// monotone), `dn_i = ||a_best - a_i||` exactly and `dn2_i` its computed square. `S` is
+    /// positive definite (`eps_s` finite, [`Self::refresh_hot_copies`]), so `||.||_S` is a norm
+    /// and `||a_i||_S - ||a_best||_S <= ||a_i - a_best||_S <= B dn_i`. Exactly,
+    /// `<theta~, a_best - a_i> >= <theta_ref, a_best - a_i> - e dn_i`. Adding the rounding of
+    /// the inner products (`d eps` relative to `||.|| N`), of `s` (`eps_s ||a||_S`, at most
+    /// `eps_s B N`) and of the final sums, the computed indices satisfy
+    /// `v_best - v_i >= D_i (1 - eps) - (e + B) dn_i - Err` with
+    /// `Err = N ((2d + 4) eps (||theta~|| + ||theta_ref|| + B) + 2 eps_s B)`. Squared
+    /// differences may underflow, so `dn_i <= sqrt(dn2_i)(1 + (d + 3) eps) + 1e-160`. As
+    /// `gap > c3 >= 1e-150`, `fl(D_i^2)` is a normal number, so `R^2 <= fl(fl(D_i^2) / dn2_i)`
+    /// gives `sqrt(dn2_i) <= D_i (1 + eps) / R`, and `R > c1 >= (e + B)(1 + k)`. Together,
+    /// `v_best - v_i` is at least
+    /// `D_i (1 - eps - (1 + (d + 5) eps) / (1 + k)) - (e + B) 1e-160 - Err`, hence at least
+    /// `D_i k / 2 - (e + B) 1e-160 - Err`, which is positive: `D_i >= gap` and
+    /// `gap k / 2 > (c2 N + c3) k / 2` exceeds both terms. So `v_best > v_i` for every `i`.
+    /// The `(1 + k)` factors cover the rounding of the constants and of the test itself. A NaN
+    /// or infinite constant, `ratio2` or `gap` fails the test (`ratio2 = inf` only for one
+    /// action, whose `gap` is `inf` too).
+    #[inline(always)]
     fn sync_reference(&mut self, theta_ref: &[f64]) {
-        if theta_ref.len() != D {
-            self.ref_c = f64::INFINITY;
+        if theta_ref.len() == D && theta_ref.iter().zip(&self.ref_theta).all(|(a, b)| a == b) {
             return;
         }
-        if theta_ref.iter().zip(&self.ref_theta).all(|(a, b)| a == b) {
+        self.set_reference(theta_ref);
+    }
+
+    /// [`Self::sync_reference`] for a new direction or episode (the constants' computation).
+    #[inline(never)]
+    fn set_reference(&mut self, theta_ref: &[f64]) {
+        if theta_ref.len() != D {
+            self.ref_c = f64::INFINITY;
+            self.ref_slope = infinity3();
             return;
         }
         let (mut e2, mut t2, mut r2) = (0.0f64, 0.0f64, 0.0f64);
@@ -651,7 +723,30 @@ where
         let c = (2.0 * e * (1.0 + CUT_MARGIN) + b) * (1.0 + CUT_MARGIN)
             + CUT_MARGIN * (t2.sqrt() + r2.sqrt() + e + b);
         self.ref_c = if c.is_finite() { c } else { f64::INFINITY };
+        let eps = f64::EPSILON / 2.0;
+        let c1 = (e + b) * (1.0 + CUT_MARGIN);
+        let c1sq = c1 * c1 * (1.0 + CUT_MARGIN);
+        let c2 = (2.0 / CUT_MARGIN)
+            * ((2.0 * D as f64 + 4.0) * eps * (t2.sqrt() + r2.sqrt() + b) + 2.0 * self.sq_rel * b)
+            * (1.0 + CUT_MARGIN);
+        let c3 = (2.0 / CUT_MARGIN) * (e + b + 1.0) * 1e-150;
+        self.ref_slope = if c1sq.is_finite() && c2.is_finite() && c3.is_finite() {
+            [c1sq, c2, c3]
+        } else {
+            infinity3()
+        };
         self.ref_theta.copy_from_slice(theta_ref);
+    }
+
+    /// Whether the shared-reference tests of [`Self::sync_reference`] (slope, then gap) prove
+    /// that `r.best` is this policy's argmax (`sync_reference(r.theta)` must have been called).
+    #[inline(always)]
+    fn reference_passes(&self, r: &LaneReference<'_>, lanes: &ActionLanes<'_>) -> bool {
+        if r.gap > self.ref_c * r.max_norm + 1e-300 {
+            return true;
+        }
+        let [c1sq, c2, c3] = self.ref_slope;
+        r.gap > c2 * r.max_norm + c3 && lanes.ratio2() > c1sq
     }
 
     /// Number of updates (episodes started) so far.
@@ -787,9 +882,9 @@ where
     #[inline(always)]
     fn lanes_argmax(&mut self, actions: &ActionSet<'_>, lanes: &ActionLanes<'_>) -> usize {
         if lanes.d == D && lanes.k * D == actions.features.len() {
-            if let Some(r) = lanes.reference {
+            if let Some(r) = &lanes.reference {
                 self.sync_reference(r.theta);
-                if r.gap > self.ref_c * r.max_norm + 1e-300 && r.best < lanes.k {
+                if self.reference_passes(r, lanes) && r.best < lanes.k {
                     return r.best;
                 }
             }
@@ -811,12 +906,7 @@ where
                 self.v[(i, j)] += a[j] * a[i];
             }
         }
-        let r = if self.clip {
-            // Contribution a r inside the unit ball: |r| <= 1, and a scaled by 1/max(1, ||a||).
-            OFUL_BOUNDARY.clip(reward) / SVector::<f64, D>::from_column_slice(a).norm().max(1.0)
-        } else {
-            reward
-        };
+        let r = contribution::<D>(self.clip, a, reward);
         // episode += r a (the numbers of nalgebra's `axpy(r, a, 1)`).
         for j in 0..D {
             self.episode[j] += r * a[j];
@@ -921,7 +1011,7 @@ where
             }
             for l in 0..G {
                 top[l] = if l4[l] > top[l] { l4[l] } else { top[l] };
-                upper.0[(g * G + l) % ARGMAX_BLOCK] = l4[l] + bound * grp[D * G + l];
+                upper.0[(g * G + l) % ARGMAX_BLOCK] = l4[l] + bound * grp[D * G + l].sqrt();
             }
         }
         let mut cut = top[0];
@@ -990,6 +1080,18 @@ where
     }
 }
 
+/// The coefficient `r` of an admitted reward's contribution `r a` to the episode sum: the
+/// reward itself, or (`clip`, the guaranteed mode) the contribution clipped into the unit ball,
+/// `|r| <= 1` and `a` scaled by `1 / max(1, ||a||)`.
+#[inline(always)]
+fn contribution<const D: usize>(clip: bool, a: &[f64; D], reward: f64) -> f64 {
+    if clip {
+        OFUL_BOUNDARY.clip(reward) / SVector::<f64, D>::from_column_slice(a).norm().max(1.0)
+    } else {
+        reward
+    }
+}
+
 /// A cache-line aligned array.
 #[repr(C, align(64))]
 struct Aligned<T>(T);
@@ -1002,6 +1104,295 @@ const ARGMAX_BLOCK: usize = 16;
 /// that matters for pruning.
 const CUT_MARGIN: f64 = 1e-9;
 
+/// The per-round state of one policy of an [`OfulBatch`] and the per-episode constants its
+/// rounds read, side by side.
+#[derive(Debug, Clone, Copy)]
+struct Hot<const D: usize> {
+    /// `V`; only the upper triangle (`i <= j`) is kept up to date (see [`OfulBatch`]).
+    v: [[f64; D]; D],
+    episode: [f64; D],
+    played: u64,
+    threshold: f64,
+    ref_c: f64,
+    slope: [f64; 3],
+    /// The policy's reward boundary and clipping (an index into [`OfulBatch`]'s classes).
+    class: usize,
+}
+
+impl<const D: usize> Hot<D> {
+    /// `det V`: nalgebra's closed form for `d <= 3` (`Matrix::determinant`) on the mirrored
+    /// upper triangle.
+    #[inline(always)]
+    fn det(&self) -> f64 {
+        let s = |i: usize, j: usize| self.v[i.min(j)][i.max(j)];
+        match D {
+            1 => s(0, 0),
+            2 => s(0, 0) * s(1, 1) - s(1, 0) * s(0, 1),
+            _ => {
+                let minor_m12_m23 = s(1, 1) * s(2, 2) - s(2, 1) * s(1, 2);
+                let minor_m11_m23 = s(1, 0) * s(2, 2) - s(2, 0) * s(1, 2);
+                let minor_m11_m22 = s(1, 0) * s(2, 1) - s(2, 0) * s(1, 1);
+                s(0, 0) * minor_m12_m23 - s(0, 1) * minor_m11_m23 + s(0, 2) * minor_m11_m22
+            }
+        }
+    }
+
+    /// Add an action's products: `outer[i][j] = a[j] a[i]` (`i <= j`) and `ra[j] = r a[j]`.
+    #[inline(always)]
+    #[allow(clippy::needless_range_loop)] // explicit indices over const bounds: unrolled
+    fn absorb(&mut self, outer: &[[f64; D]; D], ra: &[f64; D]) {
+        for i in 0..D {
+            for j in i..D {
+                self.v[i][j] += outer[i][j];
+            }
+            self.episode[i] += ra[i];
+        }
+        self.played += 1;
+    }
+}
+
+/// The products one admitted reward adds to a policy: `a a^T` (upper triangle, as
+/// [`OfulPolicy::absorb`] computes them: `a[j] a[i]`) and `r a`, `r` the contribution.
+#[inline(always)]
+#[allow(clippy::needless_range_loop)] // explicit indices over const bounds: unrolled
+fn products<const D: usize>(clip: bool, a: &[f64; D], reward: f64) -> ([[f64; D]; D], [f64; D]) {
+    let r = contribution::<D>(clip, a, reward);
+    let mut outer = [[0.0; D]; D];
+    let mut ra = [0.0; D];
+    for i in 0..D {
+        for j in i..D {
+            outer[i][j] = a[j] * a[i];
+        }
+        ra[i] = r * a[i];
+    }
+    (outer, ra)
+}
+
+/// The OFUL-family policies of one run (`d <= 3`, `rs_oful` / `adac_oful`) driven together: the run loop's batched path ([`super::simulate_contextual`]).
+///
+/// One pass over the policies per round, statically dispatched, with each policy's round
+/// state (`V`, the episode sum, the round count) and the per-episode constants its round reads
+/// (the switching threshold, the shared-reference constants) side by side in one [`Hot`]
+/// record. Per policy, as [`ContextualPolicy::play`]: the `det V` test and, when due, the
+/// policy's own [`OfulPolicy::update`] (its state is written back first, the new constants
+/// read after); the shared-reference test of [`OfulPolicy::sync_reference`], otherwise the
+/// policy's own argmax; the admitted reward's products. The round's reference action is
+/// admitted once per (boundary, clipping) class and its products `a a^T`, `r a` computed
+/// once for all the policies of the class that chose it.
+///
+/// Every number is produced by the same operations in the same order as one `play` call per
+/// policy: `V` is exactly symmetric (both triangles receive the same products, which commute
+/// exactly), so the upper triangle and nalgebra's closed-form determinant on its mirror give
+/// the same `det V`; sums are per policy and per entry. Decisions and outputs are therefore
+/// bit-identical, which the tests check against the one-at-a-time loop. [`Self::finish`]
+/// writes the state back into the policies, which then equal policies played one call at a
+/// time (the gate ends with no open commitment, as after `play`). An anomaly (a refused
+/// reward) writes every state back and lets that policy's own `play` produce the error and
+/// the state of the one-at-a-time loop.
+pub(crate) struct OfulBatch<'a, const D: usize> {
+    pols: Vec<&'a mut OfulPolicy<D>>,
+    hot: Vec<Hot<D>>,
+    /// The direction the reference constants were computed for (NaN: none yet).
+    dir: [f64; D],
+    /// The distinct (reward boundary, clipping) pairs of the policies (at most
+    /// [`MAX_CLASSES`]; the crate's configurations have two: non-private and guaranteed).
+    classes: Vec<(RewardBoundary, bool)>,
+}
+
+/// Most distinct (boundary, clipping) pairs in one [`OfulBatch`].
+const MAX_CLASSES: usize = 4;
+
+impl<'a, const D: usize> OfulBatch<'a, D>
+where
+    SMatrix<f64, D, D>: SquareOps,
+{
+    /// The batch over `policies`, or `None` when the batched path does not apply (another
+    /// policy type, `d > 3`, plain OFUL, more than [`MAX_CLASSES`] boundaries, a
+    /// non-symmetric `V`); the caller then plays them one at a time.
+    pub(crate) fn new(policies: &'a mut [Box<dyn ContextualPolicy>]) -> Option<Self> {
+        if D == 0 || D > 3 || policies.is_empty() {
+            return None;
+        }
+        let pols = policies
+            .iter_mut()
+            .map(|p| p.as_any_mut()?.downcast_mut::<OfulPolicy<D>>())
+            .collect::<Option<Vec<_>>>()?;
+        let mut classes: Vec<(RewardBoundary, bool)> = Vec::new();
+        let mut class = Vec::with_capacity(pols.len());
+        for p in &pols {
+            let symmetric = (0..D).all(|i| (0..D).all(|j| p.v[(i, j)] == p.v[(j, i)]));
+            if p.cfg.kind == OfulKind::Oful || !symmetric {
+                return None;
+            }
+            let key = (p.gate.boundary(), p.clip);
+            class.push(match classes.iter().position(|c| *c == key) {
+                Some(c) => c,
+                None if classes.len() < MAX_CLASSES => {
+                    classes.push(key);
+                    classes.len() - 1
+                }
+                None => return None,
+            });
+        }
+        let hot = Hot {
+            v: [[0.0; D]; D],
+            episode: [0.0; D],
+            played: 0,
+            threshold: 0.0,
+            ref_c: f64::INFINITY,
+            slope: infinity3(),
+            class: 0,
+        };
+        let mut b = OfulBatch {
+            hot: vec![hot; pols.len()],
+            pols,
+            dir: [f64::NAN; D],
+            classes,
+        };
+        for (h, c) in b.hot.iter_mut().zip(class) {
+            h.class = c;
+        }
+        for p in 0..b.pols.len() {
+            // `play` starts by dropping an unobserved round.
+            b.pols[p].gate.abandon();
+            b.load(p);
+        }
+        Some(b)
+    }
+
+    /// Write policy `p`'s round state back into it.
+    fn store(&mut self, p: usize) {
+        let (pol, h) = (&mut *self.pols[p], &self.hot[p]);
+        for i in 0..D {
+            for j in i..D {
+                pol.v[(i, j)] = h.v[i][j];
+                pol.v[(j, i)] = h.v[i][j];
+            }
+            pol.episode[i] = h.episode[i];
+        }
+        pol.played = h.played;
+    }
+
+    /// Read policy `p`'s per-episode constants (after an update or for a new direction).
+    fn load_constants(&mut self, p: usize) {
+        let (pol, h) = (&mut *self.pols[p], &mut self.hot[p]);
+        if self.dir.iter().all(|x| !x.is_nan()) {
+            pol.sync_reference(&self.dir);
+        }
+        h.threshold = pol.threshold;
+        h.ref_c = pol.ref_c;
+        h.slope = pol.ref_slope;
+    }
+
+    /// Read policy `p`'s whole state (after it was changed through the policy itself).
+    fn load(&mut self, p: usize) {
+        let (pol, h) = (&*self.pols[p], &mut self.hot[p]);
+        for i in 0..D {
+            for j in 0..D {
+                h.v[i][j] = pol.v[(i, j)];
+            }
+            h.episode[i] = pol.episode[i];
+        }
+        h.played = pol.played;
+        self.load_constants(p);
+    }
+
+    /// Write every policy's state back (call once the run is over, or failed).
+    pub(crate) fn finish(&mut self) {
+        for p in 0..self.pols.len() {
+            self.store(p);
+        }
+    }
+
+    /// One round of every policy: `chosen[p]` receives policy `p`'s action.
+    ///
+    /// # Errors
+    /// As [`ContextualPolicy::play`] of the first policy whose reward is refused.
+    pub(crate) fn play_round(
+        &mut self,
+        t: u64,
+        actions: &ActionSet<'_>,
+        lanes: &ActionLanes<'_>,
+        means: &[f64],
+        noise: f64,
+        chosen: &mut [usize],
+    ) -> Result<()> {
+        let consistent = lanes.d == D && lanes.k * D == actions.features.len();
+        let reference = lanes
+            .reference
+            .as_ref()
+            .filter(|r| consistent && r.theta.len() == D && r.best < lanes.k);
+        if let Some(r) = reference
+            && r.theta.iter().zip(&self.dir).any(|(a, b)| a != b)
+        {
+            self.dir.copy_from_slice(r.theta);
+            for p in 0..self.pols.len() {
+                self.load_constants(p);
+            }
+        }
+        let row = |i: usize| -> Option<&[f64; D]> {
+            actions.features.get(i * D..(i + 1) * D)?.try_into().ok()
+        };
+        // The reference action's reward and products, once per class (`None`: no reference,
+        // or refused: every policy then takes its own path below).
+        let mut shared = [None; MAX_CLASSES];
+        if let Some((r, (a, &m))) =
+            reference.and_then(|r| Some((r, row(r.best).zip(means.get(r.best))?)))
+        {
+            for (c, &(boundary, clip)) in self.classes.iter().enumerate() {
+                shared[c] = boundary
+                    .admit(m + noise)
+                    .ok()
+                    .map(|reward| (r.best, products::<D>(clip, a, reward)));
+            }
+        }
+        for (p, c) in chosen.iter_mut().enumerate().take(self.pols.len()) {
+            if self.hot[p].det() > self.hot[p].threshold {
+                self.store(p);
+                self.pols[p].update();
+                self.load(p);
+            }
+            let h = &self.hot[p];
+            let pass = reference.is_some_and(|r| {
+                r.gap > h.ref_c * r.max_norm + 1e-300 || {
+                    let [c1sq, c2, c3] = h.slope;
+                    r.gap > c2 * r.max_norm + c3 && lanes.ratio2() > c1sq
+                }
+            });
+            let i = match reference {
+                Some(r) if pass => r.best,
+                _ if consistent => self.pols[p].argmax_lanes(actions.features, lanes),
+                _ => self.pols[p].argmax(actions.features),
+            };
+            let class = self.hot[p].class;
+            match &shared[class] {
+                Some((s, (outer, ra))) if *s == i => self.hot[p].absorb(outer, ra),
+                _ => {
+                    let (boundary, clip) = self.classes[class];
+                    let own = row(i).zip(means.get(i)).and_then(|(a, &m)| {
+                        let reward = boundary.admit(m + noise).ok()?;
+                        Some(products::<D>(clip, a, reward))
+                    });
+                    match own {
+                        Some((outer, ra)) => self.hot[p].absorb(&outer, &ra),
+                        None => {
+                            // The policy's own round gives the error (and the state) of the
+                            // one-at-a-time loop.
+                            self.finish();
+                            let played = self.pols[p].play(t, actions, lanes, means, noise);
+                            self.load(p);
+                            *c = played?;
+                            continue;
+                        }
+                    }
+                }
+            }
+            *c = i;
+        }
+        Ok(())
+    }
+}
+
 impl<const D: usize> ContextualPolicy for OfulPolicy<D>
 where
     SMatrix<f64, D, D>: SquareOps,
@@ -1012,6 +1403,10 @@ where
 
     fn boundary(&self) -> RewardBoundary {
         self.gate.boundary()
+    }
+
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        Some(self)
     }
 
     fn snapshot(&self) -> Result<crate::snapshot::Snapshot> {
@@ -1176,8 +1571,8 @@ mod tests {
             if round % 11 == 5 {
                 dir[rng.random_range(0..D)] = [f64::NAN, f64::INFINITY][rng.random_range(0..2)];
             }
-            let with_ref = lanes.with_reference(&dir);
-            let r = with_ref.reference.expect("a reference of length d");
+            let with_ref = lanes.clone().with_reference(&dir);
+            let r = with_ref.reference.clone().expect("a reference of length d");
             assert_eq!(
                 pol.lanes_argmax(&set, &with_ref),
                 want,
@@ -1271,13 +1666,136 @@ mod tests {
                 features: &f,
             };
             let lanes = ActionLanes::transpose(&set, &mut buf).with_reference(&th);
-            let r = lanes.reference.unwrap();
+            let r = lanes.reference.clone().unwrap();
             assert_eq!(r.best, 0);
             pol.sync_reference(&th);
             passes.push(r.gap > pol.ref_c * r.max_norm + 1e-300);
             assert_eq!(pol.lanes_argmax(&set, &lanes), 0);
         }
         assert_eq!(passes, [false, false, true, true, true]);
+    }
+
+    /// Whether the slope test alone (not the gap test) passes for `lanes`.
+    fn slope_only(pol: &OfulPolicy<3>, lanes: &ActionLanes<'_>) -> bool {
+        let r = lanes.reference.as_ref().unwrap();
+        let [c1sq, c2, c3] = pol.ref_slope;
+        r.gap <= pol.ref_c * r.max_norm + 1e-300
+            && r.gap > c2 * r.max_norm + c3
+            && lanes.ratio2() > c1sq
+    }
+
+    /// The slope test on late-run states (small radius, `S` of condition number up to 1e6,
+    /// `theta~` at distances 0 to 1e-2 from the reference direction), on the paper's decision
+    /// sets and on adversarial ones (exact and one-ulp copies of the reference maximiser, an
+    /// action on the ray through it): the choice is always the textbook scan's, and the slope
+    /// test alone settles a good share of the decisions.
+    #[test]
+    fn slope_test_is_exact_on_late_states() {
+        use rand::{RngExt, SeedableRng};
+        use rand_distr::{Distribution, StandardNormal};
+        let mut rng = SimRng::seed_from_u64(12);
+        let cfg = OfulConfig::paper(OfulKind::RsOful, f64::INFINITY);
+        let mut pol = OfulPolicy::<3>::new(cfg, 1000, 1).unwrap();
+        let mut buf = Vec::new();
+        let normal = |rng: &mut SimRng| -> f64 { StandardNormal.sample(rng) };
+        let (mut slope, rounds) = (0usize, 30_000usize);
+        let theta_ref = [0.6, -0.48, 0.64];
+        for round in 0..rounds {
+            if round % 50 == 0 {
+                // A random state: m = scale * Q diag(1, c, c^2) Q^T (Q from a QR of a Gaussian).
+                let g = SMatrix::<f64, 3, 3>::from_fn(|_, _| normal(&mut rng));
+                let q = g.qr().q();
+                let c = 10f64.powf(-rng.random_range(0.0..3.0));
+                let scale = 10f64.powf(-rng.random_range(2.0..8.0));
+                let diag =
+                    SMatrix::<f64, 3, 3>::from_diagonal(&SVector::<f64, 3>::new(1.0, c, c * c));
+                pol.m = q * diag * q.transpose() * scale;
+                let e = [0.0, 1e-9, 1e-5, 1e-3, 1e-2][rng.random_range(0..5)];
+                pol.theta = SVector::<f64, 3>::from_fn(|j, _| theta_ref[j] + e * normal(&mut rng));
+                pol.refresh_hot_copies();
+            }
+            let k = [2, 3, 4, 5, 10, 17, 33][rng.random_range(0..7)];
+            let m = 1.0 / 3f64.sqrt();
+            let mut f: Vec<f64> = (0..k * 3)
+                .map(|_| m + 0.1f64.sqrt() * normal(&mut rng))
+                .collect();
+            let vals: Vec<f64> = f
+                .chunks_exact(3)
+                .map(|a| a.iter().zip(&theta_ref).map(|(x, t)| x * t).sum())
+                .collect();
+            let best = (0..k).fold(0, |b, i| if vals[i] > vals[b] { i } else { b });
+            let other = (best + 1 + rng.random_range(0..k - 1)) % k;
+            let ab: Vec<f64> = f[best * 3..best * 3 + 3].to_vec();
+            match round % 5 {
+                // an exact copy of the maximiser
+                1 => f[other * 3..other * 3 + 3].copy_from_slice(&ab),
+                // one ulp off the maximiser in one coordinate
+                2 => {
+                    f[other * 3..other * 3 + 3].copy_from_slice(&ab);
+                    let j = other * 3 + rng.random_range(0..3);
+                    f[j] = f64::from_bits(f[j].to_bits() + rng.random_range(1..3));
+                }
+                // on the ray through the maximiser, a hair shorter or longer
+                3 => {
+                    let t = 1.0 + rng.random_range(-1e-3..1e-3);
+                    for j in 0..3 {
+                        f[other * 3 + j] = ab[j] * t;
+                    }
+                }
+                _ => {}
+            }
+            let set = ActionSet {
+                d: 3,
+                k,
+                features: &f,
+            };
+            let want = pol.argmax_reference(&f);
+            let lanes = ActionLanes::transpose(&set, &mut buf).with_reference(&theta_ref);
+            pol.sync_reference(&theta_ref);
+            slope += usize::from(slope_only(&pol, &lanes));
+            assert_eq!(pol.lanes_argmax(&set, &lanes), want, "round {round}: {f:?}");
+        }
+        assert!(
+            slope > rounds / 20,
+            "the slope test alone passed {slope} times"
+        );
+    }
+
+    /// The slope test's edge: two actions on one ray, `a_0 = -e_1` and `a_1 = (1 + t) a_0`,
+    /// `S = s I`, `theta_ref = w e_1` and `theta~ = (w - e) e_1` (the estimate's error favours
+    /// `a_1`). Then `D / dn = w` and the policy's true margin is
+    /// `v_0 - v_1 = t (w - e - sqrt s)`: `a_0` wins exactly when `w > e + sqrt s`. The test
+    /// passes just above its constant `(e + B)(1 + 1e-9)`, never where `a_1` wins, and the
+    /// choice is always the textbook scan's.
+    #[test]
+    fn slope_test_edge() {
+        let cfg = OfulConfig::paper(OfulKind::RsOful, f64::INFINITY);
+        let mut pol = OfulPolicy::<3>::new(cfg, 1000, 1).unwrap();
+        let (s, e, t): (f64, f64, f64) = (1e-6, 1e-4, 0.01);
+        let f = [-1.0, 0.0, 0.0, -(1.0 + t), 0.0, 0.0];
+        let set = ActionSet {
+            d: 3,
+            k: 2,
+            features: &f,
+        };
+        let edge = e + s.sqrt();
+        let mut buf = Vec::new();
+        let (mut passes, mut chosen) = (vec![], vec![]);
+        for q in [0.5, 0.999, 0.999_999, 1.01, 2.0] {
+            let w = q * edge;
+            let th = [w, 0.0, 0.0];
+            pol.theta = SVector::<f64, 3>::new(w - e, 0.0, 0.0);
+            pol.m = SMatrix::<f64, 3, 3>::identity() * s;
+            pol.refresh_hot_copies();
+            let lanes = ActionLanes::transpose(&set, &mut buf).with_reference(&th);
+            pol.sync_reference(&th);
+            passes.push(slope_only(&pol, &lanes));
+            let want = pol.argmax_reference(&f);
+            assert_eq!(pol.lanes_argmax(&set, &lanes), want, "{q}");
+            chosen.push(want);
+        }
+        assert_eq!(chosen, [1, 1, 1, 0, 0]);
+        assert_eq!(passes, [false, false, false, true, true]);
     }
 
     /// `play` (the run loop's fused round) is `choose_lanes` then `observe`: the same actions
@@ -1343,6 +1861,189 @@ mod tests {
             // No mean for the chosen action: an error, not a panic.
             assert!(a.play(0, &set, &lanes, &[], 0.0).is_err());
         }
+    }
+
+    /// A test environment: Gaussian actions around `1/sqrt(d)`, `theta*` fixed, Gaussian noise,
+    /// and (from round `bad_from` on) a NaN reward noise that every boundary refuses.
+    #[derive(Debug)]
+    struct TestEnv {
+        d: usize,
+        k: usize,
+        theta: Vec<f64>,
+        rng: SimRng,
+        features: Vec<f64>,
+        means: Vec<f64>,
+        eta: f64,
+        bad_from: u64,
+    }
+
+    impl TestEnv {
+        fn new(d: usize, k: usize, seed: u64, bad_from: u64) -> Self {
+            use rand::SeedableRng;
+            let theta: Vec<f64> = (0..d).map(|j| [0.6, -0.48, 0.64][j % 3]).collect();
+            TestEnv {
+                d,
+                k,
+                theta,
+                rng: SimRng::seed_from_u64(seed),
+                features: vec![0.0; d * k],
+                means: vec![0.0; k],
+                eta: 0.0,
+                bad_from,
+            }
+        }
+    }
+
+    impl super::super::ContextualEnvironment for TestEnv {
+        fn dim(&self) -> usize {
+            self.d
+        }
+        fn next_round(&mut self, t: u64) {
+            use rand_distr::{Distribution, StandardNormal};
+            let m = 1.0 / (self.d as f64).sqrt();
+            for x in &mut self.features {
+                let z: f64 = StandardNormal.sample(&mut self.rng);
+                *x = m + 0.3 * z;
+            }
+            for (i, mean) in self.means.iter_mut().enumerate() {
+                let a = &self.features[i * self.d..(i + 1) * self.d];
+                *mean = a.iter().zip(&self.theta).map(|(x, t)| x * t).sum();
+            }
+            let z: f64 = StandardNormal.sample(&mut self.rng);
+            self.eta = if t >= self.bad_from { f64::NAN } else { z };
+        }
+        fn actions(&self) -> ActionSet<'_> {
+            ActionSet {
+                d: self.d,
+                k: self.k,
+                features: &self.features,
+            }
+        }
+        fn means(&self) -> &[f64] {
+            &self.means
+        }
+        fn best_mean(&self) -> f64 {
+            self.means.iter().copied().fold(f64::NEG_INFINITY, f64::max)
+        }
+        fn noise(&self) -> f64 {
+            self.eta
+        }
+        fn reference_theta(&self) -> Option<&[f64]> {
+            Some(&self.theta)
+        }
+    }
+
+    /// Policies of one family set: RS-OFUL and AdaC-OFUL at several rho, one mode.
+    fn family<const D: usize>(mode: PrivacyMode, horizon: u64) -> Vec<Box<dyn ContextualPolicy>>
+    where
+        SMatrix<f64, D, D>: SquareOps,
+    {
+        let mut out: Vec<Box<dyn ContextualPolicy>> = Vec::new();
+        for (s, rho) in [f64::INFINITY, 0.1, 1.0, 10.0, 1e3].into_iter().enumerate() {
+            let kind = if rho.is_infinite() {
+                OfulKind::RsOful
+            } else {
+                OfulKind::AdacOful
+            };
+            let mut cfg = OfulConfig::paper(kind, rho);
+            cfg.mode = mode;
+            out.push(Box::new(
+                OfulPolicy::<D>::new(cfg, horizon, 100 + s as u64).unwrap(),
+            ));
+        }
+        out
+    }
+
+    /// The one-at-a-time loop (`play` per policy), the specification of the batched path:
+    /// regret per round and the first error.
+    fn one_at_a_time(
+        env: &mut dyn super::super::ContextualEnvironment,
+        pols: &mut [Box<dyn ContextualPolicy>],
+        horizon: u64,
+    ) -> (Vec<Vec<f64>>, Option<String>) {
+        let mut buf = Vec::new();
+        let mut regret = vec![0.0; pols.len()];
+        let mut rows = vec![vec![]; pols.len()];
+        let theta = env.reference_theta().map(<[f64]>::to_vec);
+        for t in 0..horizon {
+            env.next_round(t);
+            let actions = env.actions();
+            let mut lanes = ActionLanes::transpose(&actions, &mut buf);
+            if let Some(th) = &theta {
+                lanes = lanes.with_reference(th);
+            }
+            for (p, pol) in pols.iter_mut().enumerate() {
+                match pol.play(t, &actions, &lanes, env.means(), env.noise()) {
+                    Ok(i) => regret[p] += env.best_mean() - env.means()[i],
+                    Err(e) => return (rows, Some(e.to_string())),
+                }
+                rows[p].push(regret[p]);
+            }
+        }
+        (rows, None)
+    }
+
+    fn batched_matches<const D: usize>(mode: PrivacyMode, horizon: u64, bad_from: u64)
+    where
+        SMatrix<f64, D, D>: SquareOps,
+    {
+        use crate::sim::CheckpointGrid;
+        let grid = CheckpointGrid::explicit((1..=horizon).collect()).unwrap();
+        let mut a = family::<D>(mode, horizon);
+        let mut b = family::<D>(mode, horizon);
+        assert!(
+            OfulBatch::<D>::new(&mut a).is_some(),
+            "the batched path applies"
+        );
+        let mut out = vec![vec![0.0; grid.points().len()]; a.len()];
+        let got = super::super::simulate_contextual(
+            &mut TestEnv::new(D, 10, 7, bad_from),
+            &mut a,
+            &grid,
+            &mut out,
+        );
+        let (want, err) = one_at_a_time(&mut TestEnv::new(D, 10, 7, bad_from), &mut b, horizon);
+        match err {
+            None => {
+                got.unwrap();
+                for (p, row) in want.iter().enumerate() {
+                    assert!(
+                        row.iter()
+                            .zip(&out[p])
+                            .all(|(x, y)| x.to_bits() == y.to_bits()),
+                        "d = {D}, {mode:?}, policy {p}: regret differs"
+                    );
+                }
+            }
+            Some(e) => assert_eq!(got.unwrap_err().to_string(), e),
+        }
+        for (p, (x, y)) in a.iter().zip(&b).enumerate() {
+            assert_eq!(
+                format!("{x:?}"),
+                format!("{y:?}"),
+                "d = {D}, {mode:?}, policy {p}: state differs"
+            );
+        }
+    }
+
+    /// The batched run loop is one `play` call per policy: every round's regret bit for bit,
+    /// every final state (episodes, Gram matrices, released sums, generators, gates), in both
+    /// privacy modes and d = 1, 2, 3; and a refused reward gives the same error and states.
+    #[test]
+    fn batched_path_is_one_play_per_policy() {
+        for mode in [PrivacyMode::Reproduction, PrivacyMode::Guaranteed] {
+            batched_matches::<1>(mode, 3000, u64::MAX);
+            batched_matches::<2>(mode, 3000, u64::MAX);
+            batched_matches::<3>(mode, 20_000, u64::MAX);
+            batched_matches::<3>(mode, 500, 321);
+        }
+        // Not batched: plain OFUL, d > 3.
+        let mut cfg = OfulConfig::paper(OfulKind::Oful, f64::INFINITY);
+        cfg.mode = PrivacyMode::Guaranteed;
+        let mut v: Vec<Box<dyn ContextualPolicy>> =
+            vec![Box::new(OfulPolicy::<3>::new(cfg, 10, 1).unwrap())];
+        assert!(OfulBatch::<3>::new(&mut v).is_none());
+        assert!(OfulBatch::<5>::new(&mut family::<5>(PrivacyMode::Guaranteed, 10)).is_none());
     }
 
     #[test]

@@ -73,14 +73,14 @@ impl<'a> ActionSet<'a> {
 }
 
 /// One round's decision set by coordinate ("lanes"), the transpose of an [`ActionSet`], with
-/// every action's norm. Actions come in groups of [`LANE_GROUP`]: group `g` is the
+/// every action's squared norm. Actions come in groups of [`LANE_GROUP`]: group `g` is the
 /// `(d + 1) * LANE_GROUP` numbers `groups[g * (d + 1) * LANE_GROUP..]`, coordinate `j` of its
-/// actions at `j * LANE_GROUP + l` (action `g * LANE_GROUP + l`) and their norms ([`norm`]) at
-/// `d * LANE_GROUP + l`. Padding lanes (actions `k..`) have NaN coordinates and norm 0, so they
-/// can never look like the best action. [`simulate_contextual`] builds it once per round
-/// ([`ActionLanes::transpose`]) and shares it among all policies, whose indices then vectorise
-/// over actions ([`ContextualPolicy::choose_lanes`]).
-#[derive(Debug, Clone, Copy)]
+/// actions at `j * LANE_GROUP + l` (action `g * LANE_GROUP + l`) and their squared norms
+/// ([`norm2`]) at `d * LANE_GROUP + l`. Padding lanes (actions `k..`) have NaN coordinates and
+/// squared norm 0, so they can never look like the best action. [`simulate_contextual`] builds
+/// it once per round ([`ActionLanes::transpose`]) and shares it among all policies, whose
+/// indices then vectorise over actions ([`ContextualPolicy::choose_lanes`]).
+#[derive(Debug, Clone)]
 pub struct ActionLanes<'a> {
     /// Dimension.
     pub d: usize,
@@ -97,11 +97,16 @@ pub struct ActionLanes<'a> {
 /// `theta*`), computed once per round and shared by all policies: with
 /// `r_i = fl(sum_j theta_ref[j] a_i[j])` (summed in order from `0.0`), `best` is the first
 /// maximiser of `r_i`, `gap = r_best - max_{i != best} r_i` (`inf` for one action) and
-/// `max_norm = max_i ||a_i||` (the norms of [`ActionLanes`]). A policy whose own index is within
-/// a known distance of `r` can then tell from `gap` alone that `best` is its argmax (the OFUL
-/// family: [`OfulPolicy`]); any direction keeps every decision exact, a good one makes the test
-/// pass often. A non-finite value anywhere makes `gap` NaN, which passes no test.
-#[derive(Debug, Clone, Copy)]
+/// `max_norm = max_i ||a_i||` (the square root of the largest squared norm of
+/// [`ActionLanes`]); on demand, once per round ([`ActionLanes::ratio2`]), the slope ratio
+/// `min_{i != best} fl(D_i^2) / ||a_best - a_i||^2`.
+///
+/// A policy whose own index is within a known distance of `r` can then tell from `gap` and
+/// `ratio2` alone that `best` is its argmax (the OFUL family: [`OfulPolicy`]); any direction
+/// keeps every decision exact, a good one makes the test pass often. A non-finite value
+/// anywhere, or `||theta_ref||^2 max_i ||a_i||^2 >= 1e300` (values that could overflow),
+/// makes `gap` and `ratio2` NaN, which passes no test.
+#[derive(Debug, Clone)]
 pub struct LaneReference<'a> {
     /// `theta_ref` (length `d`).
     pub theta: &'a [f64],
@@ -111,14 +116,21 @@ pub struct LaneReference<'a> {
     pub gap: f64,
     /// `max_i ||a_i||`.
     pub max_norm: f64,
+    /// `r_best`.
+    top: f64,
+    /// Whether the slope ratio can be computed without overflow (finite `gap`, squared norms
+    /// below `1e300`).
+    slope_ok: bool,
+    /// `ratio2` once computed ([`ActionLanes::ratio2`]; `None`: not asked yet this round).
+    ratio2: std::cell::Cell<Option<f64>>,
 }
 
 /// Actions per group of [`ActionLanes`].
 pub const LANE_GROUP: usize = 4;
 
 impl<'a> ActionLanes<'a> {
-    /// Transpose `actions` into `buf` and compute the norms (`buf` is resized and reused across
-    /// rounds: no allocation once it has grown to its size).
+    /// Transpose `actions` into `buf` and compute the squared norms (`buf` is resized and
+    /// reused across rounds: no allocation once it has grown to its size).
     pub fn transpose(actions: &ActionSet<'_>, buf: &'a mut Vec<f64>) -> ActionLanes<'a> {
         let d = actions.d.max(1);
         let k = actions.features.len() / d;
@@ -148,12 +160,19 @@ impl<'a> ActionLanes<'a> {
     /// These lanes with the round's [`LaneReference`] along `theta` (length `d`; otherwise
     /// the lanes are returned without one).
     pub fn with_reference(mut self, theta: &'a [f64]) -> ActionLanes<'a> {
+        self.set_reference(theta);
+        self
+    }
+
+    /// [`Self::with_reference`] in place (the run loop's form: no copy of the lanes).
+    pub fn set_reference(&mut self, theta: &'a [f64]) {
         let d = self.d;
         if theta.len() != d || d == 0 || self.k == 0 {
-            return self;
+            self.reference = None;
+            return;
         }
         // A literal `d` per arm: the inlined scan's loops get constant bounds.
-        let (best, gap, max_norm) = match d {
+        let scan = match d {
             1 => reference_scan(1, self.groups, self.k, theta),
             2 => reference_scan(2, self.groups, self.k, theta),
             3 => reference_scan(3, self.groups, self.k, theta),
@@ -163,48 +182,144 @@ impl<'a> ActionLanes<'a> {
         };
         self.reference = Some(LaneReference {
             theta,
-            best,
-            gap,
-            max_norm,
+            best: scan.best,
+            gap: scan.gap,
+            max_norm: scan.max_norm,
+            top: scan.top,
+            slope_ok: scan.slope_ok,
+            ratio2: std::cell::Cell::new(None),
         });
-        self
+    }
+
+    /// The reference's slope ratio `ratio2` ([`LaneReference`]; NaN without a reference):
+    /// `min_{i != best} fl(D_i^2) / ||a_best - a_i||^2` with `D_i = fl(r_best - r_i)` and the
+    /// squared distance summed in order from `0.0` (`inf` for one action; a `0/0` term, an
+    /// exact tie with `best`, counts as nothing, and `gap` is then 0; NaN for non-finite input
+    /// or when values or norms are too large for the squares to stay finite). Computed on the
+    /// first call and cached: the policies that need it share one computation per round.
+    #[inline]
+    pub fn ratio2(&self) -> f64 {
+        let Some(r) = &self.reference else {
+            return f64::NAN;
+        };
+        if let Some(x) = r.ratio2.get() {
+            return x;
+        }
+        let x = self.compute_ratio2(r);
+        r.ratio2.set(Some(x));
+        x
+    }
+
+    #[inline(never)]
+    fn compute_ratio2(&self, r: &LaneReference<'_>) -> f64 {
+        if !r.slope_ok {
+            return f64::NAN;
+        }
+        if self.k == 1 {
+            return f64::INFINITY;
+        }
+        let (g, k, th, best, top) = (self.groups, self.k, r.theta, r.best, r.top);
+        // A literal `d` per arm: the inlined scan's loops get constant bounds.
+        match self.d {
+            1 => slope_scan(1, g, k, th, best, top),
+            2 => slope_scan(2, g, k, th, best, top),
+            3 => slope_scan(3, g, k, th, best, top),
+            4 => slope_scan(4, g, k, th, best, top),
+            5 => slope_scan(5, g, k, th, best, top),
+            d => slope_scan(d, g, k, th, best, top),
+        }
     }
 }
 
-/// `(best, gap, max_norm)` of [`LaneReference`] for the lane groups `groups` of `k` actions of
+/// The first pass of [`LaneReference`].
+struct Scan {
+    best: usize,
+    gap: f64,
+    max_norm: f64,
+    top: f64,
+    slope_ok: bool,
+}
+
+/// The first pass of [`LaneReference`] over the lane groups `groups` of `k` actions of
 /// dimension `d` along `theta`.
+///
+/// By chunks of [`SCAN_CHUNK`] actions: the chunk's values by lane groups (vectorised) into a
+/// stack buffer with their largest value; then, branch-free (which action is best is random: a
+/// branch on it would be mispredicted), the chunk's first maximiser and the largest of its
+/// other values, merged into the running ones (a later chunk takes over only with a strictly
+/// larger top, so `best` is the first maximiser in index order and `second` the largest value
+/// of the other actions). Padding lanes (past `k`) are never read back.
+///
+/// Non-finite input is detected without a test per action: a finite sum of the squared norms
+/// means finite coordinates, and with `||theta||^2 max ||a||^2 < 1e300` no partial sum of a
+/// value can overflow (each is at most about `1e150`); otherwise `gap` is NaN.
 #[inline(always)]
-fn reference_scan(d: usize, groups: &[f64], k: usize, theta: &[f64]) -> (usize, f64, f64) {
+fn reference_scan(d: usize, groups: &[f64], k: usize, theta: &[f64]) -> Scan {
     const G: usize = LANE_GROUP;
+    const GROUPS: usize = SCAN_CHUNK / G;
     let size = (d + 1) * G;
     let theta = &theta[..d];
-    // Branch-free scans over the actions' values (which action is best is random: a branch on
-    // it would be mispredicted); padding lanes (past `k`) are skipped.
     let (mut top, mut second, mut best) = (f64::NEG_INFINITY, f64::NEG_INFINITY, 0usize);
-    let (mut max_norm, mut finite) = (0.0f64, true);
-    for (g, group) in groups.chunks_exact(size).enumerate() {
-        let mut v = [0.0f64; G];
-        for (j, &th) in theta.iter().enumerate() {
+    let (mut n2l, mut n2sum) = ([0.0f64; G], [0.0f64; G]);
+    let mut vals = [0.0f64; SCAN_CHUNK];
+    let groups = &groups[..k.div_ceil(G) * size];
+    for (c, chunk) in groups.chunks(GROUPS * size).enumerate() {
+        let first = c * SCAN_CHUNK;
+        let mut topl = [f64::NEG_INFINITY; G];
+        for (g, group) in chunk.chunks_exact(size).enumerate() {
+            let mut v = [0.0f64; G];
+            for (j, &th) in theta.iter().enumerate() {
+                for l in 0..G {
+                    v[l] += th * group[j * G + l];
+                }
+            }
             for l in 0..G {
-                v[l] += th * group[j * G + l];
+                let n2 = group[d * G + l];
+                vals[g * G + l] = v[l];
+                // NaN (padding) is passed over by `>`; padding norms are 0.
+                topl[l] = if v[l] > topl[l] { v[l] } else { topl[l] };
+                n2l[l] = if n2 > n2l[l] { n2 } else { n2l[l] };
+                n2sum[l] += n2;
             }
         }
-        for l in 0..G {
-            let i = g * G + l;
-            if i >= k {
-                break;
-            }
-            let (v, nm) = (v[l], group[d * G + l]);
-            finite &= v.is_finite() & nm.is_finite();
-            max_norm = if nm > max_norm { nm } else { max_norm };
-            let better = v > top;
-            // The old top becomes a candidate for second place when it is beaten.
-            let lose = if better { top } else { v };
-            second = if lose > second { lose } else { second };
-            best = if better { i } else { best };
-            top = if better { v } else { top };
+        let mut ctop = topl[0];
+        for &t in &topl[1..] {
+            ctop = if t > ctop { t } else { ctop };
+        }
+        let n = (k - first).min(SCAN_CHUNK);
+        // First maximiser of the chunk (scanned backwards: the last hit is the first one),
+        // then the largest other value.
+        let mut cbest = 0;
+        for i in (0..n).rev() {
+            cbest = if vals[i] == ctop { i } else { cbest };
+        }
+        let mut csecond = f64::NEG_INFINITY;
+        for (i, &v) in vals[..n].iter().enumerate() {
+            let v = if i == cbest { f64::NEG_INFINITY } else { v };
+            csecond = if v > csecond { v } else { csecond };
+        }
+        let ctop = vals[cbest];
+        if ctop > top {
+            second = if top > csecond { top } else { csecond };
+            top = ctop;
+            best = first + cbest;
+        } else {
+            second = if ctop > second { ctop } else { second };
         }
     }
+    let (mut max_n2, mut total) = (0.0f64, 0.0f64);
+    for l in 0..G {
+        max_n2 = if n2l[l] > max_n2 { n2l[l] } else { max_n2 };
+        total += n2sum[l];
+    }
+    let mut th2 = 0.0f64;
+    for &t in theta {
+        th2 += t * t;
+    }
+    let finite = total.is_finite() && th2.is_finite() && th2 * max_n2 < 1e300;
+    // The largest norm: the square root is monotone and correctly rounded, so this is the
+    // largest of the norms `sqrt(n2_i)`.
+    let max_norm = max_n2.sqrt();
     let gap = if !finite {
         f64::NAN
     } else if k == 1 {
@@ -212,7 +327,56 @@ fn reference_scan(d: usize, groups: &[f64], k: usize, theta: &[f64]) -> (usize, 
     } else {
         top - second
     };
-    (best, gap, max_norm)
+    // `D_i^2 <= (2 max|r|)^2 <~ 4e300` and `||a_best - a_i||^2 <= 4 d max ||a||^2` stay
+    // finite below these limits (no overflow check per action in the slope pass).
+    let slope_ok = finite && max_n2 < 1e300 && d <= 4096;
+    Scan {
+        best,
+        gap,
+        max_norm,
+        top,
+        slope_ok,
+    }
+}
+
+/// Actions per chunk of the reference scan (a stack buffer of their values).
+const SCAN_CHUNK: usize = 32;
+
+/// `ratio2` of [`LaneReference`] (`k >= 2`, finite input within the limits of
+/// [`reference_scan`]): the values again (the same sums, so `top - v` is `D_i` exactly) and
+/// the squared distances to `best`. `best` itself gives `0 / 0 = NaN`, passed over like an
+/// exact tie (`q < low` is false for NaN), and so are the padding lanes.
+#[inline(always)]
+fn slope_scan(d: usize, groups: &[f64], k: usize, theta: &[f64], best: usize, top: f64) -> f64 {
+    const G: usize = LANE_GROUP;
+    let size = (d + 1) * G;
+    let theta = &theta[..d];
+    let groups = &groups[..k.div_ceil(G) * size];
+    let (bg, bl) = (best / G, best % G);
+    let best_group = &groups[bg * size..(bg + 1) * size];
+    let mut low = [f64::INFINITY; G];
+    for group in groups.chunks_exact(size) {
+        let (mut v, mut dn2) = ([0.0f64; G], [0.0f64; G]);
+        for (j, &th) in theta.iter().enumerate() {
+            let ab = best_group[j * G + bl];
+            for l in 0..G {
+                let x = group[j * G + l];
+                v[l] += th * x;
+                let df = ab - x;
+                dn2[l] += df * df;
+            }
+        }
+        for l in 0..G {
+            let dd = top - v[l];
+            let q = (dd * dd) / dn2[l];
+            low[l] = if q < low[l] { q } else { low[l] };
+        }
+    }
+    let mut ratio2 = low[0];
+    for &q in &low[1..] {
+        ratio2 = if q < ratio2 { q } else { ratio2 };
+    }
+    ratio2
 }
 
 /// [`ActionLanes::transpose`] for dimension `D` (constant loop bounds): the rows of `features`
@@ -234,7 +398,7 @@ pub(crate) fn fill_groups<const D: usize>(features: &[f64], buf: &mut [f64]) {
                         group[j * G + l] = row[j];
                         n2 += row[j] * row[j];
                     }
-                    group[D * G + l] = n2.sqrt();
+                    group[D * G + l] = n2;
                 }
                 None => {
                     for j in 0..D {
@@ -260,7 +424,7 @@ fn fill_groups_dyn(d: usize, features: &[f64], buf: &mut [f64]) {
                     for (j, &x) in row.iter().enumerate() {
                         group[j * G + l] = x;
                     }
-                    group[d * G + l] = norm(row);
+                    group[d * G + l] = norm2(row);
                 }
                 None => {
                     for j in 0..d {
@@ -273,15 +437,22 @@ fn fill_groups_dyn(d: usize, features: &[f64], buf: &mut [f64]) {
     }
 }
 
-/// The Euclidean norm `sqrt(sum x_j^2)`, summed in order from `0.0` (the norms of
-/// [`ActionLanes`], which [`ActionLanes::transpose`] computes the same way).
+/// The Euclidean norm `sqrt(sum x_j^2)`, summed in order from `0.0` (the square root of
+/// [`norm2`]).
 #[inline]
 pub fn norm(x: &[f64]) -> f64 {
+    norm2(x).sqrt()
+}
+
+/// The squared Euclidean norm `sum x_j^2`, summed in order from `0.0` (the squared norms of
+/// [`ActionLanes`], which [`ActionLanes::transpose`] computes the same way).
+#[inline]
+pub fn norm2(x: &[f64]) -> f64 {
     let mut n2 = 0.0;
     for &v in x {
         n2 += v * v;
     }
-    n2.sqrt()
+    n2
 }
 
 /// A contextual environment for one run.
@@ -377,6 +548,12 @@ pub trait ContextualPolicy: Send + Debug {
     /// [`crate::Error::Protocol`] for another action than the chosen one, no open round, or an
     /// action outside `actions`; a reward the boundary refuses. The policy is then unchanged.
     fn observe(&mut self, actions: &ActionSet<'_>, arm: usize, reward: f64) -> Result<()>;
+    /// The policy as [`std::any::Any`], for a run loop with a batched path for its family
+    /// (the OFUL family: [`simulate_contextual`]); `None` (the default): always driven one
+    /// [`Self::play`] call at a time.
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        None
+    }
     /// Save the complete state (episode in progress, Gram matrix, released statistics,
     /// generators) for a bit-identical restore ([`crate::snapshot`]; restore with
     /// `registry::restore_contextual`). Sensitive data: it holds the unreleased episode
@@ -430,10 +607,15 @@ mod tests {
             if round % 7 == 3 {
                 f[rng.random_range(0..k * d)] = [f64::NAN, f64::INFINITY][round % 2];
             }
+            // Too large for the slope ratio's squares.
+            let huge = round % 11 == 4;
+            if huge {
+                f[rng.random_range(0..k * d)] = 1e151;
+            }
             let theta: Vec<f64> = (0..d).map(|_| rng.random_range(-1.0..1.0)).collect();
             let set = ActionSet { d, k, features: &f };
             let lanes = ActionLanes::transpose(&set, &mut buf).with_reference(&theta);
-            let r = lanes.reference.unwrap();
+            let r = lanes.reference.clone().unwrap();
             let vals: Vec<f64> = f
                 .chunks_exact(d)
                 .map(|a| {
@@ -445,8 +627,12 @@ mod tests {
                 })
                 .collect();
             let norms: Vec<f64> = f.chunks_exact(d).map(norm).collect();
-            if vals.iter().chain(&norms).any(|v| !v.is_finite()) {
+            let max_n2 = f.chunks_exact(d).map(norm2).fold(0.0, f64::max);
+            let th2 = norm2(&theta);
+            let overflow = th2 * max_n2 >= 1e300 || (th2 * max_n2).is_nan();
+            if vals.iter().chain(&norms).any(|v| !v.is_finite()) || overflow {
                 assert!(r.gap.is_nan(), "round {round}");
+                assert!(lanes.ratio2().is_nan(), "round {round}");
                 continue;
             }
             let mut best = 0;
@@ -468,6 +654,25 @@ mod tests {
                 assert_eq!(r.gap, vals[best] - second, "round {round}");
             }
             assert_eq!(r.max_norm, norms.iter().copied().fold(0.0, f64::max));
+            if huge && max_n2 >= 1e300 {
+                assert!(lanes.ratio2().is_nan(), "round {round}");
+                continue;
+            }
+            // The slope ratio against `best`, term by term (`0/0` passed over).
+            let mut ratio2 = f64::INFINITY;
+            for i in (0..k).filter(|&i| i != best) {
+                let dd = vals[best] - vals[i];
+                let mut dn2 = 0.0;
+                for j in 0..d {
+                    let df = f[best * d + j] - f[i * d + j];
+                    dn2 += df * df;
+                }
+                let q = (dd * dd) / dn2;
+                if q < ratio2 {
+                    ratio2 = q;
+                }
+            }
+            assert_eq!(lanes.ratio2().to_bits(), ratio2.to_bits(), "round {round}");
         }
         // A direction of another length gives no reference.
         let f = [1.0, 2.0];

@@ -6,8 +6,9 @@
 //! shared by all policies. A cell run alone ([`Cell::run`]) gives exactly the numbers it gets in
 //! the group (its randomness depends only on the master seed, the run and its own label).
 
+use super::adac_oful::OfulBatch;
 use super::{
-    ActionLanes, ContextualEnvConfig, ContextualEnvironment, ContextualPolicy,
+    ActionLanes, ActionSet, ContextualEnvConfig, ContextualEnvironment, ContextualPolicy,
     ContextualPolicyConfig,
 };
 use crate::error::Result;
@@ -134,6 +135,11 @@ impl Cell for ContextualCell {
 /// [`ActionLanes`]); every policy chooses, is charged
 /// `best - mean(a)`, and observes `mean(a) + eta_t`.
 ///
+/// When every policy is an OFUL-family engine of dimension `d <= 3` (`rs_oful`, `adac_oful`:
+/// Figure 4(c)), the round's policy work runs batched over the policies (`OfulBatch` in
+/// `adac_oful.rs`): the same numbers, bit for bit, as one [`ContextualPolicy::play`] call per
+/// policy, which is the path for every other set of policies.
+///
 /// # Errors
 /// An observation a policy refuses (never for the crate's environments and policies).
 pub fn simulate_contextual(
@@ -143,9 +149,47 @@ pub fn simulate_contextual(
     out: &mut [Vec<f64>],
 ) -> Result<()> {
     assert_eq!(policies.len(), out.len());
+    macro_rules! batched {
+        ($($n:literal)*) => {
+            match env.dim() {
+                $($n => if let Some(mut batch) = OfulBatch::<$n>::new(policies) {
+                    let run = drive(env, grid, out, |t, a, l, m, e, c| batch.play_round(t, a, l, m, e, c));
+                    batch.finish();
+                    return run;
+                })*
+                _ => {}
+            }
+        };
+    }
+    batched!(1 2 3);
+    drive(env, grid, out, |t, actions, lanes, means, eta, chosen| {
+        for (p, c) in policies.iter_mut().zip(chosen.iter_mut()) {
+            *c = p.play(t, actions, lanes, means, eta)?;
+        }
+        Ok(())
+    })
+}
+
+/// The run loop of [`simulate_contextual`] with the policies' round `play_round(t, actions,
+/// lanes, means, noise, chosen)` (every policy plays round `t`; `chosen[p]` receives policy
+/// `p`'s action).
+fn drive(
+    env: &mut dyn ContextualEnvironment,
+    grid: &CheckpointGrid,
+    out: &mut [Vec<f64>],
+    mut play_round: impl FnMut(
+        u64,
+        &ActionSet<'_>,
+        &ActionLanes<'_>,
+        &[f64],
+        f64,
+        &mut [usize],
+    ) -> Result<()>,
+) -> Result<()> {
     let cps = grid.points();
     let horizon = grid.horizon();
-    let mut regret = vec![0.0f64; policies.len()];
+    let mut regret = vec![0.0f64; out.len()];
+    let mut chosen = vec![0usize; out.len()];
     let mut ci = 0usize;
     let mut lane_buf = Vec::new();
     // The environment's theta*, copied once (the environment is borrowed mutably each round).
@@ -156,13 +200,13 @@ pub fn simulate_contextual(
         let actions = env.actions();
         let mut lanes = ActionLanes::transpose(&actions, &mut lane_buf);
         if let Some(theta) = reference {
-            lanes = lanes.with_reference(theta);
+            lanes.set_reference(theta);
         }
         let means = env.means();
         let best = env.best_mean();
         let eta = env.noise();
-        for (p, reg) in policies.iter_mut().zip(regret.iter_mut()) {
-            let i = p.play(t, &actions, &lanes, means, eta)?;
+        play_round(t, &actions, &lanes, means, eta, &mut chosen)?;
+        for (reg, &i) in regret.iter_mut().zip(&chosen) {
             *reg += best - means[i];
         }
         // Checkpoints are 1-based round counts: after round index t, t + 1 rounds are played.
