@@ -86,6 +86,7 @@ use crate::protocol::Gate;
 use crate::rng::SimRng;
 use nalgebra::{Cholesky, SMatrix, SVector};
 use serde::Deserialize;
+use std::cell::Cell;
 
 /// Registry record of `oful`.
 pub const OFUL: AlgorithmInfo = AlgorithmInfo {
@@ -738,15 +739,61 @@ where
         self.ref_theta.copy_from_slice(theta_ref);
     }
 
-    /// Whether the shared-reference tests of [`Self::sync_reference`] (slope, then gap) prove
-    /// that `r.best` is this policy's argmax (`sync_reference(r.theta)` must have been called).
+    /// The choice on a round with a shared reference `r` (of `lanes`), with this policy's
+    /// reference constants `ref_c` and `slope = [c1^2, c2, c3]` ([`Self::sync_reference`]):
+    /// `r.best` when the gap test or the slope test proves it is the argmax; when only the
+    /// slope test's gap condition holds, the textbook scan over the actions the slope screen
+    /// keeps ([`Self::argmax_screened`]); otherwise [`Self::argmax_lanes`]. Always the action
+    /// of [`Self::argmax_reference`].
     #[inline(always)]
-    fn reference_passes(&self, r: &LaneReference<'_>, lanes: &ActionLanes<'_>) -> bool {
-        if r.gap > self.ref_c * r.max_norm + 1e-300 {
-            return true;
+    fn choose_by_reference(
+        &self,
+        features: &[f64],
+        lanes: &ActionLanes<'_>,
+        r: &LaneReference<'_>,
+        ref_c: f64,
+        slope: [f64; 3],
+    ) -> usize {
+        if r.gap > ref_c * r.max_norm + 1e-300 {
+            return r.best;
         }
-        let [c1sq, c2, c3] = self.ref_slope;
-        r.gap > c2 * r.max_norm + c3 && lanes.ratio2() > c1sq
+        let [c1sq, c2, c3] = slope;
+        if r.gap > c2 * r.max_norm + c3 {
+            let ratio2 = lanes.ratio2();
+            if ratio2 > c1sq {
+                return r.best;
+            }
+            if !ratio2.is_nan() {
+                return self.argmax_screened(features, lanes.ratios(), c1sq);
+            }
+        }
+        self.argmax_lanes(features, lanes)
+    }
+
+    /// The textbook scan ([`Self::argmax_reference`]) over the actions whose own slope ratio
+    /// `q_i` (shared, [`ActionLanes::ratios`]) is not above `c1^2`: on a round where the slope
+    /// test's gap condition `gap > c2 N + c3` holds, the proof of [`Self::sync_reference`] run
+    /// for one action `i` (with `q_i` in place of `R^2`) shows that `q_i > c1^2` puts `i`'s
+    /// computed index strictly below `best`'s, so `i` is not the first maximiser; `best` itself
+    /// (`q = NaN`) and exact ties are always scanned. The first maximiser of the scanned
+    /// actions is therefore the textbook scan's.
+    #[inline(never)]
+    fn argmax_screened(&self, features: &[f64], ratios: &[Cell<f64>], c1sq: f64) -> usize {
+        let mut best = (0usize, f64::NEG_INFINITY);
+        for (i, (row, q)) in features.chunks_exact(D).zip(ratios).enumerate() {
+            if q.get() > c1sq {
+                continue;
+            }
+            let Ok(a) = <&[f64; D]>::try_from(row) else {
+                continue;
+            };
+            let (l, qf) = self.parts(a);
+            let v = l + qf.max(0.0).sqrt();
+            if v > best.1 {
+                best = (i, v);
+            }
+        }
+        best.0
     }
 
     /// Number of updates (episodes started) so far.
@@ -884,8 +931,9 @@ where
         if lanes.d == D && lanes.k * D == actions.features.len() {
             if let Some(r) = &lanes.reference {
                 self.sync_reference(r.theta);
-                if self.reference_passes(r, lanes) && r.best < lanes.k {
-                    return r.best;
+                if r.best < lanes.k && lanes.ratios().len() == lanes.k {
+                    let (c, slope) = (self.ref_c, self.ref_slope);
+                    return self.choose_by_reference(actions.features, lanes, r, c, slope);
                 }
             }
             self.argmax_lanes(actions.features, lanes)
@@ -1318,10 +1366,9 @@ where
         chosen: &mut [usize],
     ) -> Result<()> {
         let consistent = lanes.d == D && lanes.k * D == actions.features.len();
-        let reference = lanes
-            .reference
-            .as_ref()
-            .filter(|r| consistent && r.theta.len() == D && r.best < lanes.k);
+        let reference = lanes.reference.as_ref().filter(|r| {
+            consistent && r.theta.len() == D && r.best < lanes.k && r.ratios.len() == lanes.k
+        });
         if let Some(r) = reference
             && r.theta.iter().zip(&self.dir).any(|(a, b)| a != b)
         {
@@ -1353,16 +1400,12 @@ where
                 self.load(p);
             }
             let h = &self.hot[p];
-            let pass = reference.is_some_and(|r| {
-                r.gap > h.ref_c * r.max_norm + 1e-300 || {
-                    let [c1sq, c2, c3] = h.slope;
-                    r.gap > c2 * r.max_norm + c3 && lanes.ratio2() > c1sq
-                }
-            });
             let i = match reference {
-                Some(r) if pass => r.best,
-                _ if consistent => self.pols[p].argmax_lanes(actions.features, lanes),
-                _ => self.pols[p].argmax(actions.features),
+                Some(r) => {
+                    self.pols[p].choose_by_reference(actions.features, lanes, r, h.ref_c, h.slope)
+                }
+                None if consistent => self.pols[p].argmax_lanes(actions.features, lanes),
+                None => self.pols[p].argmax(actions.features),
             };
             let class = self.hot[p].class;
             match &shared[class] {
@@ -1506,7 +1549,7 @@ mod tests {
         let mut cfg = OfulConfig::paper(OfulKind::AdacOful, 1.0);
         cfg.mode = PrivacyMode::Reproduction;
         let mut pol = OfulPolicy::<D>::new(cfg, 1_000_000, seed).unwrap();
-        let mut buf = Vec::new();
+        let (mut buf, mut buf2) = (Vec::new(), Vec::new());
         let (mut checked, mut skipped_some, mut passed) = (0usize, false, 0usize);
         for round in 0..rounds {
             let k = [1, 2, 3, 4, 5, 7, 10, 15, 16, 17, 31, 33][rng.random_range(0..12)];
@@ -1571,7 +1614,7 @@ mod tests {
             if round % 11 == 5 {
                 dir[rng.random_range(0..D)] = [f64::NAN, f64::INFINITY][rng.random_range(0..2)];
             }
-            let with_ref = lanes.clone().with_reference(&dir);
+            let with_ref = ActionLanes::transpose_with_reference(&set, &mut buf2, &dir);
             let r = with_ref.reference.clone().expect("a reference of length d");
             assert_eq!(
                 pol.lanes_argmax(&set, &with_ref),
@@ -1636,7 +1679,7 @@ mod tests {
             assert_eq!(pol.argmax_lanes_of(&f, &lanes), want, "{ulps}");
             // The shared-reference test along theta~ itself (e = 0): the gap is the lin gap.
             let th = pol.th;
-            let lanes = lanes.with_reference(&th);
+            let lanes = ActionLanes::transpose_with_reference(&set, &mut buf, &th);
             assert_eq!(pol.lanes_argmax(&set, &lanes), want, "{ulps} (reference)");
         }
     }
@@ -1665,7 +1708,7 @@ mod tests {
                 k: 2,
                 features: &f,
             };
-            let lanes = ActionLanes::transpose(&set, &mut buf).with_reference(&th);
+            let lanes = ActionLanes::transpose_with_reference(&set, &mut buf, &th);
             let r = lanes.reference.clone().unwrap();
             assert_eq!(r.best, 0);
             pol.sync_reference(&th);
@@ -1698,7 +1741,7 @@ mod tests {
         let mut pol = OfulPolicy::<3>::new(cfg, 1000, 1).unwrap();
         let mut buf = Vec::new();
         let normal = |rng: &mut SimRng| -> f64 { StandardNormal.sample(rng) };
-        let (mut slope, rounds) = (0usize, 30_000usize);
+        let (mut slope, mut screened, rounds) = (0usize, 0usize, 30_000usize);
         let theta_ref = [0.6, -0.48, 0.64];
         for round in 0..rounds {
             if round % 50 == 0 {
@@ -1750,11 +1793,19 @@ mod tests {
                 features: &f,
             };
             let want = pol.argmax_reference(&f);
-            let lanes = ActionLanes::transpose(&set, &mut buf).with_reference(&theta_ref);
+            let lanes = ActionLanes::transpose_with_reference(&set, &mut buf, &theta_ref);
             pol.sync_reference(&theta_ref);
             slope += usize::from(slope_only(&pol, &lanes));
+            let r = lanes.reference.as_ref().unwrap();
+            let [c1sq, c2, c3] = pol.ref_slope;
+            screened += usize::from(
+                r.gap <= pol.ref_c * r.max_norm + 1e-300
+                    && r.gap > c2 * r.max_norm + c3
+                    && lanes.ratio2() <= c1sq,
+            );
             assert_eq!(pol.lanes_argmax(&set, &lanes), want, "round {round}: {f:?}");
         }
+        assert!(screened > 200, "the screened scan ran {screened} times");
         assert!(
             slope > rounds / 20,
             "the slope test alone passed {slope} times"
@@ -1787,7 +1838,7 @@ mod tests {
             pol.theta = SVector::<f64, 3>::new(w - e, 0.0, 0.0);
             pol.m = SMatrix::<f64, 3, 3>::identity() * s;
             pol.refresh_hot_copies();
-            let lanes = ActionLanes::transpose(&set, &mut buf).with_reference(&th);
+            let lanes = ActionLanes::transpose_with_reference(&set, &mut buf, &th);
             pol.sync_reference(&th);
             passes.push(slope_only(&pol, &lanes));
             let want = pol.argmax_reference(&f);
@@ -1834,7 +1885,7 @@ mod tests {
                     k: 10,
                     features: &f,
                 };
-                let lanes = ActionLanes::transpose(&set, &mut buf).with_reference(&theta);
+                let lanes = ActionLanes::transpose_with_reference(&set, &mut buf, &theta);
                 let i = a.play(t, &set, &lanes, &means, eta).unwrap();
                 let j = b.choose_lanes(t, &set, &lanes);
                 b.observe(&set, j, means[j] + eta).unwrap();
@@ -1968,10 +2019,10 @@ mod tests {
         for t in 0..horizon {
             env.next_round(t);
             let actions = env.actions();
-            let mut lanes = ActionLanes::transpose(&actions, &mut buf);
-            if let Some(th) = &theta {
-                lanes = lanes.with_reference(th);
-            }
+            let lanes = match &theta {
+                Some(th) => ActionLanes::transpose_with_reference(&actions, &mut buf, th),
+                None => ActionLanes::transpose(&actions, &mut buf),
+            };
             for (p, pol) in pols.iter_mut().enumerate() {
                 match pol.play(t, &actions, &lanes, env.means(), env.noise()) {
                     Ok(i) => regret[p] += env.best_mean() - env.means()[i],

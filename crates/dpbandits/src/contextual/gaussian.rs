@@ -17,7 +17,9 @@
 //! which makes Assumption 1 hold for actions; rewards are clipped by the policy
 //! (`mode = "guaranteed"`, see [`super::oful`]).
 
-use super::{ActionSet, ContextualEnvConfig, ContextualEnvironment};
+use super::{
+    ActionLanes, ActionSet, ContextualEnvConfig, ContextualEnvironment, LANE_GROUP, ReferenceScan,
+};
 use crate::config::{EnvInfo, Setting};
 use crate::error::{Error, Result, check};
 use crate::rng::SimRng;
@@ -193,6 +195,9 @@ impl ContextualEnvConfig for ContextualGaussianConfig {
             rewards: crate::rng::context_reward_rng(master_seed, run),
             features: vec![0.0; self.k * self.d],
             means: vec![0.0; self.k],
+            lanes: empty_lanes(self.d, self.k),
+            scan: None,
+            ratios: vec![std::cell::Cell::new(f64::NAN); self.k],
             best: 0.0,
             eta: 0.0,
         }))
@@ -229,8 +234,23 @@ pub struct ContextualGaussian {
     rewards: SimRng,
     features: Vec<f64>,
     means: Vec<f64>,
+    /// The round's actions by lane groups ([`super::fill_lanes`]; padding lanes NaN, squared
+    /// norm 0) and the scan of their reference along theta* (`None` before the first round).
+    lanes: Vec<f64>,
+    scan: Option<ReferenceScan>,
+    /// Room for the reference's per-action ratios ([`ActionLanes::ratios`]).
+    ratios: Vec<std::cell::Cell<f64>>,
     best: f64,
     eta: f64,
+}
+
+/// A lane buffer for `k` actions of dimension `d` with every lane a padding lane.
+fn empty_lanes(d: usize, k: usize) -> Vec<f64> {
+    let mut lanes = vec![f64::NAN; k.div_ceil(LANE_GROUP) * (d + 1) * LANE_GROUP];
+    for group in lanes.chunks_exact_mut((d + 1) * LANE_GROUP) {
+        group[d * LANE_GROUP..].fill(0.0);
+    }
+    lanes
 }
 
 impl ContextualEnvironment for ContextualGaussian {
@@ -248,20 +268,23 @@ impl ContextualEnvironment for ContextualGaussian {
         }
         self.contexts = contexts;
         // A literal `d` per arm: the inlined loops get constant bounds.
-        let (f, m, th, ub) = (
+        let (f, m, th, ub, l) = (
             &mut self.features[..],
             &mut self.means[..],
             &self.theta[..],
             self.unit_ball,
+            &mut self.lanes[..],
         );
-        self.best = match self.d {
-            1 => means_and_best(1, f, m, th, ub),
-            2 => means_and_best(2, f, m, th, ub),
-            3 => means_and_best(3, f, m, th, ub),
-            4 => means_and_best(4, f, m, th, ub),
-            5 => means_and_best(5, f, m, th, ub),
-            d => means_and_best(d, f, m, th, ub),
+        let (best, scan) = match self.d {
+            1 => means_and_best(1, f, m, th, ub, l),
+            2 => means_and_best(2, f, m, th, ub, l),
+            3 => means_and_best(3, f, m, th, ub, l),
+            4 => means_and_best(4, f, m, th, ub, l),
+            5 => means_and_best(5, f, m, th, ub, l),
+            d => means_and_best(d, f, m, th, ub, l),
         };
+        self.best = best;
+        self.scan = Some(scan);
         let z: f64 = StandardNormal.sample(&mut self.rewards);
         self.eta = self.noise_sd * z;
     }
@@ -284,11 +307,25 @@ impl ContextualEnvironment for ContextualGaussian {
     fn reference_theta(&self) -> Option<&[f64]> {
         Some(&self.theta)
     }
+    fn lanes(&self) -> Option<ActionLanes<'_>> {
+        let scan = self.scan?;
+        Some(ActionLanes::with_scan(
+            self.d,
+            &self.lanes,
+            &self.means,
+            &self.theta,
+            scan,
+            &self.ratios,
+        ))
+    }
 }
 
 /// Project the actions (rows of `d` in `features`) onto the unit ball if `unit_ball`, write
 /// `means[i] = <theta, a_i>` (summed in order from `-0.0`, as `Iterator::sum`) and return the
-/// largest mean.
+/// largest mean; in the same pass, write the actions into `lanes` as
+/// [`super::ActionLanes::transpose`] does (coordinates and squared norms summed in order from
+/// `0.0`) and scan the means as the values of the round's reference along `theta`
+/// ([`ReferenceScan`]: first maximiser, largest other value, largest and total squared norm).
 #[inline(always)]
 fn means_and_best(
     d: usize,
@@ -296,10 +333,19 @@ fn means_and_best(
     means: &mut [f64],
     theta: &[f64],
     unit_ball: bool,
-) -> f64 {
+    lanes: &mut [f64],
+) -> (f64, ReferenceScan) {
+    const G: usize = LANE_GROUP;
+    let size = (d + 1) * G;
     let theta = &theta[..d];
     let mut best = f64::NEG_INFINITY;
-    for (a, m) in features.chunks_exact_mut(d).zip(means.iter_mut()) {
+    let (mut top, mut second, mut first) = (f64::NEG_INFINITY, f64::NEG_INFINITY, 0usize);
+    let (mut max_n2, mut total) = (0.0f64, 0.0f64);
+    for (i, (a, m)) in features
+        .chunks_exact_mut(d)
+        .zip(means.iter_mut())
+        .enumerate()
+    {
         if unit_ball {
             let mut n2 = -0.0;
             for &x in a.iter() {
@@ -316,12 +362,73 @@ fn means_and_best(
         }
         *m = s;
         best = best.max(s);
+        let (group, l) = (&mut lanes[(i / G) * size..(i / G + 1) * size], i % G);
+        let mut n2 = 0.0;
+        for (j, &x) in a.iter().enumerate() {
+            group[j * G + l] = x;
+            n2 += x * x;
+        }
+        group[d * G + l] = n2;
+        max_n2 = if n2 > max_n2 { n2 } else { max_n2 };
+        total += n2;
+        // Branch-free (which action is best is random): the first maximiser and the largest
+        // other value, as in a scan in index order.
+        let better = s > top;
+        let lose = if better { top } else { s };
+        second = if lose > second { lose } else { second };
+        first = if better { i } else { first };
+        top = if better { s } else { top };
     }
-    best
+    let scan = ReferenceScan::new(d, theta, means.len(), (first, top, second), max_n2, total);
+    (best, scan)
 }
 
 impl crate::config::Config for ContextualGaussianConfig {
     fn validate(&mut self) -> crate::error::Result<()> {
         ContextualGaussianConfig::validate(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The lanes the environment keeps are the run loop's own: the same lane groups bit for
+    /// bit, the means as values, the same reference (first maximiser, gap, largest norm, slope
+    /// ratios), with and without the unit-ball projection.
+    #[test]
+    fn kept_lanes_are_the_transpose() {
+        for unit_ball in [false, true] {
+            for (d, k) in [(3, 10), (1, 1), (2, 5), (5, 9)] {
+                let mut cfg = ContextualGaussianConfig::paper();
+                (cfg.d, cfg.k, cfg.unit_ball) = (d, k, unit_ball);
+                cfg.instantiate(7).unwrap();
+                let mut env = cfg.build(7, 3).unwrap();
+                let mut buf = Vec::new();
+                for t in 0..500 {
+                    env.next_round(t);
+                    let kept = env.lanes().expect("kept lanes");
+                    let theta = env.reference_theta().unwrap().to_vec();
+                    let actions = env.actions();
+                    let built = ActionLanes::transpose_with_reference(&actions, &mut buf, &theta);
+                    let same = |a: &[f64], b: &[f64]| {
+                        a.len() == b.len()
+                            && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+                    };
+                    assert!(same(kept.groups, built.groups), "d {d} k {k} round {t}");
+                    assert!(same(kept.values, env.means()));
+                    // Means are summed from -0.0, the run loop's values from 0.0: equal.
+                    assert!(kept.values.iter().zip(built.values).all(|(x, y)| x == y));
+                    let a = kept.reference.as_ref().unwrap();
+                    let b = built.reference.as_ref().unwrap();
+                    assert_eq!((a.best, a.gap, a.max_norm), (b.best, b.gap, b.max_norm));
+                    assert_eq!(kept.ratio2().to_bits(), built.ratio2().to_bits());
+                    let bits = |l: &ActionLanes<'_>| -> Vec<u64> {
+                        l.ratios().iter().map(|q| q.get().to_bits()).collect()
+                    };
+                    assert_eq!(bits(&kept), bits(&built));
+                }
+            }
+        }
     }
 }

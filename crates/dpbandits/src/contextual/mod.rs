@@ -50,6 +50,7 @@ pub use sim::{ContextualCell, ContextualGroup, simulate_contextual};
 
 use crate::error::Result;
 use crate::privacy::{PrivacyGuarantee, RewardBoundary};
+use std::cell::Cell;
 use std::fmt::Debug;
 
 /// One round's public decision set: `k` actions of dimension `d`, row-major (`features[i*d + j]`
@@ -88,8 +89,10 @@ pub struct ActionLanes<'a> {
     pub k: usize,
     /// `ceil(k / LANE_GROUP)` groups of `(d + 1) * LANE_GROUP` numbers.
     pub groups: &'a [f64],
+    /// The values `r_i` of the actions along the reference direction (empty without one).
+    pub values: &'a [f64],
     /// The round's values along a direction shared by all policies
-    /// ([`ActionLanes::with_reference`]); `None`: not computed.
+    /// ([`ActionLanes::transpose_with_reference`]); `None`: not computed.
     pub reference: Option<LaneReference<'a>>,
 }
 
@@ -122,7 +125,10 @@ pub struct LaneReference<'a> {
     /// below `1e300`).
     slope_ok: bool,
     /// `ratio2` once computed ([`ActionLanes::ratio2`]; `None`: not asked yet this round).
-    ratio2: std::cell::Cell<Option<f64>>,
+    ratio2: Cell<Option<f64>>,
+    /// Each action's own ratio `fl(D_i^2) / ||a_best - a_i||^2`, written with `ratio2`
+    /// ([`ActionLanes::ratios`]).
+    ratios: &'a [Cell<f64>],
 }
 
 /// Actions per group of [`ActionLanes`].
@@ -132,63 +138,93 @@ impl<'a> ActionLanes<'a> {
     /// Transpose `actions` into `buf` and compute the squared norms (`buf` is resized and
     /// reused across rounds: no allocation once it has grown to its size).
     pub fn transpose(actions: &ActionSet<'_>, buf: &'a mut Vec<f64>) -> ActionLanes<'a> {
-        let d = actions.d.max(1);
-        let k = actions.features.len() / d;
-        let size = (d + 1) * LANE_GROUP;
-        let groups = k.div_ceil(LANE_GROUP);
-        if buf.len() != groups * size {
-            buf.clear();
-            buf.resize(groups * size, 0.0);
-        }
-        macro_rules! dispatch {
-            ($($n:literal)*) => {
-                match d {
-                    $($n => fill_groups::<$n>(actions.features, buf),)*
-                    _ => fill_groups_dyn(d, actions.features, buf),
-                }
-            };
-        }
-        dispatch!(1 2 3 4 5 6 7 8);
+        let (lanes, _) = Self::fill(actions, buf, 0);
         ActionLanes {
             d: actions.d,
-            k,
-            groups: buf,
+            k: actions.features.len() / actions.d.max(1),
+            groups: lanes,
+            values: &[],
             reference: None,
         }
     }
 
-    /// These lanes with the round's [`LaneReference`] along `theta` (length `d`; otherwise
-    /// the lanes are returned without one).
-    pub fn with_reference(mut self, theta: &'a [f64]) -> ActionLanes<'a> {
-        self.set_reference(theta);
-        self
+    /// [`Self::transpose`] with the round's [`LaneReference`] along `theta` (length `d`;
+    /// otherwise the lanes come without one). The values `r_i` are kept after the lane groups
+    /// in `buf`.
+    pub fn transpose_with_reference(
+        actions: &ActionSet<'_>,
+        buf: &'a mut Vec<f64>,
+        theta: &'a [f64],
+    ) -> ActionLanes<'a> {
+        let d = actions.d;
+        let k = actions.features.len() / d.max(1);
+        if theta.len() != d || d == 0 || k == 0 {
+            return Self::transpose(actions, buf);
+        }
+        let (lanes, rest) = Self::fill(actions, buf, 2 * k);
+        let (values, ratios) = rest.split_at_mut(k);
+        for (v, row) in values.iter_mut().zip(actions.features.chunks_exact(d)) {
+            let mut s = 0.0;
+            for (&t, &x) in theta.iter().zip(row) {
+                s += t * x;
+            }
+            *v = s;
+        }
+        let scan = scan_reference(d, lanes, values, theta);
+        let ratios = Cell::from_mut(ratios).as_slice_of_cells();
+        ActionLanes::with_scan(d, lanes, values, theta, scan, ratios)
     }
 
-    /// [`Self::with_reference`] in place (the run loop's form: no copy of the lanes).
-    pub fn set_reference(&mut self, theta: &'a [f64]) {
-        let d = self.d;
-        if theta.len() != d || d == 0 || self.k == 0 {
-            self.reference = None;
-            return;
+    /// Lanes with their reference from parts an environment keeps itself
+    /// ([`ContextualEnvironment::lanes`]): lane groups as [`Self::transpose`] fills them
+    /// ([`fill_lanes`]), the values `r_i` (any computed inner products `<theta, a_i>`, summed in
+    /// order), the [`ReferenceScan`] of [`scan_reference`] and room for one ratio per action
+    /// (`ratios`, as long as `values`).
+    pub fn with_scan(
+        d: usize,
+        groups: &'a [f64],
+        values: &'a [f64],
+        theta: &'a [f64],
+        scan: ReferenceScan,
+        ratios: &'a [Cell<f64>],
+    ) -> ActionLanes<'a> {
+        assert_eq!(ratios.len(), values.len(), "one ratio per action");
+        ActionLanes {
+            d,
+            k: values.len(),
+            groups,
+            values,
+            reference: Some(LaneReference {
+                theta,
+                best: scan.best,
+                gap: scan.gap,
+                max_norm: scan.max_norm,
+                top: scan.top,
+                slope_ok: scan.slope_ok,
+                ratio2: Cell::new(None),
+                ratios,
+            }),
         }
-        // A literal `d` per arm: the inlined scan's loops get constant bounds.
-        let scan = match d {
-            1 => reference_scan(1, self.groups, self.k, theta),
-            2 => reference_scan(2, self.groups, self.k, theta),
-            3 => reference_scan(3, self.groups, self.k, theta),
-            4 => reference_scan(4, self.groups, self.k, theta),
-            5 => reference_scan(5, self.groups, self.k, theta),
-            _ => reference_scan(d, self.groups, self.k, theta),
-        };
-        self.reference = Some(LaneReference {
-            theta,
-            best: scan.best,
-            gap: scan.gap,
-            max_norm: scan.max_norm,
-            top: scan.top,
-            slope_ok: scan.slope_ok,
-            ratio2: std::cell::Cell::new(None),
-        });
+    }
+
+    /// Size `buf` for the lane groups and `extra` numbers after them, fill the groups and
+    /// return both parts.
+    fn fill<'b>(
+        actions: &ActionSet<'_>,
+        buf: &'b mut Vec<f64>,
+        extra: usize,
+    ) -> (&'b [f64], &'b mut [f64]) {
+        let d = actions.d.max(1);
+        let k = actions.features.len() / d;
+        let size = (d + 1) * LANE_GROUP;
+        let groups = k.div_ceil(LANE_GROUP);
+        if buf.len() != groups * size + extra {
+            buf.clear();
+            buf.resize(groups * size + extra, 0.0);
+        }
+        let (lanes, rest) = buf.split_at_mut(groups * size);
+        fill_lanes(d, actions.features, lanes);
+        (lanes, rest)
     }
 
     /// The reference's slope ratio `ratio2` ([`LaneReference`]; NaN without a reference):
@@ -210,29 +246,39 @@ impl<'a> ActionLanes<'a> {
         x
     }
 
+    /// Each action's own slope ratio `fl(D_i^2) / ||a_best - a_i||^2` (NaN for `best` and for
+    /// exact ties with it), as computed for [`Self::ratio2`] (their minimum); only meaningful
+    /// once `ratio2()` has returned a number (not NaN). Empty without a reference.
+    #[inline]
+    pub fn ratios(&self) -> &[Cell<f64>] {
+        self.reference.as_ref().map_or(&[], |r| r.ratios)
+    }
+
     #[inline(never)]
     fn compute_ratio2(&self, r: &LaneReference<'_>) -> f64 {
         if !r.slope_ok {
             return f64::NAN;
         }
         if self.k == 1 {
+            r.ratios[0].set(f64::NAN);
             return f64::INFINITY;
         }
-        let (g, k, th, best, top) = (self.groups, self.k, r.theta, r.best, r.top);
+        let (g, v, q, best, top) = (self.groups, self.values, r.ratios, r.best, r.top);
         // A literal `d` per arm: the inlined scan's loops get constant bounds.
         match self.d {
-            1 => slope_scan(1, g, k, th, best, top),
-            2 => slope_scan(2, g, k, th, best, top),
-            3 => slope_scan(3, g, k, th, best, top),
-            4 => slope_scan(4, g, k, th, best, top),
-            5 => slope_scan(5, g, k, th, best, top),
-            d => slope_scan(d, g, k, th, best, top),
+            1 => slope_scan(1, g, v, q, best, top),
+            2 => slope_scan(2, g, v, q, best, top),
+            3 => slope_scan(3, g, v, q, best, top),
+            4 => slope_scan(4, g, v, q, best, top),
+            5 => slope_scan(5, g, v, q, best, top),
+            d => slope_scan(d, g, v, q, best, top),
         }
     }
 }
 
-/// The first pass of [`LaneReference`].
-struct Scan {
+/// The first pass of a [`LaneReference`] ([`scan_reference`]).
+#[derive(Debug, Clone, Copy)]
+pub struct ReferenceScan {
     best: usize,
     gap: f64,
     max_norm: f64,
@@ -240,71 +286,64 @@ struct Scan {
     slope_ok: bool,
 }
 
-/// The first pass of [`LaneReference`] over the lane groups `groups` of `k` actions of
-/// dimension `d` along `theta`.
-///
-/// By chunks of [`SCAN_CHUNK`] actions: the chunk's values by lane groups (vectorised) into a
-/// stack buffer with their largest value; then, branch-free (which action is best is random: a
-/// branch on it would be mispredicted), the chunk's first maximiser and the largest of its
-/// other values, merged into the running ones (a later chunk takes over only with a strictly
-/// larger top, so `best` is the first maximiser in index order and `second` the largest value
-/// of the other actions). Padding lanes (past `k`) are never read back.
+/// The scan of a [`LaneReference`] over lane groups `groups` (as [`fill_lanes`] fills them)
+/// of `values.len()` actions with values `values` along `theta` (length `d`).
+pub fn scan_reference(d: usize, groups: &[f64], values: &[f64], theta: &[f64]) -> ReferenceScan {
+    // A literal `d` per arm: the inlined scan's loops get constant bounds.
+    match d {
+        1 => reference_scan(1, groups, values, theta),
+        2 => reference_scan(2, groups, values, theta),
+        3 => reference_scan(3, groups, values, theta),
+        4 => reference_scan(4, groups, values, theta),
+        5 => reference_scan(5, groups, values, theta),
+        _ => reference_scan(d, groups, values, theta),
+    }
+}
+
+/// Fill `buf` (at least `ceil(k / LANE_GROUP) (d + 1) LANE_GROUP` numbers) with the lane
+/// groups of the `k` rows of `features` (dimension `d`), as [`ActionLanes::transpose`] does.
+pub fn fill_lanes(d: usize, features: &[f64], buf: &mut [f64]) {
+    macro_rules! dispatch {
+        ($($n:literal)*) => {
+            match d {
+                $($n => fill_groups::<$n>(features, buf),)*
+                _ => fill_groups_dyn(d, features, buf),
+            }
+        };
+    }
+    dispatch!(1 2 3 4 5 6 7 8);
+}
+
+/// The first pass of [`LaneReference`] for `k = values.len()` actions of dimension `d` (lane
+/// groups `groups`) with values `values[i] = r_i` along `theta`: one scan in index order,
+/// branch-free (which action is best is random: a branch on it would be mispredicted), for
+/// the first maximiser and the largest other value.
 ///
 /// Non-finite input is detected without a test per action: a finite sum of the squared norms
 /// means finite coordinates, and with `||theta||^2 max ||a||^2 < 1e300` no partial sum of a
 /// value can overflow (each is at most about `1e150`); otherwise `gap` is NaN.
 #[inline(always)]
-fn reference_scan(d: usize, groups: &[f64], k: usize, theta: &[f64]) -> Scan {
+fn reference_scan(d: usize, groups: &[f64], values: &[f64], theta: &[f64]) -> ReferenceScan {
     const G: usize = LANE_GROUP;
-    const GROUPS: usize = SCAN_CHUNK / G;
     let size = (d + 1) * G;
     let theta = &theta[..d];
+    let k = values.len();
     let (mut top, mut second, mut best) = (f64::NEG_INFINITY, f64::NEG_INFINITY, 0usize);
+    for (i, &v) in values.iter().enumerate() {
+        let better = v > top;
+        // The old top becomes a candidate for second place when it is beaten.
+        let lose = if better { top } else { v };
+        second = if lose > second { lose } else { second };
+        best = if better { i } else { best };
+        top = if better { v } else { top };
+    }
     let (mut n2l, mut n2sum) = ([0.0f64; G], [0.0f64; G]);
-    let mut vals = [0.0f64; SCAN_CHUNK];
-    let groups = &groups[..k.div_ceil(G) * size];
-    for (c, chunk) in groups.chunks(GROUPS * size).enumerate() {
-        let first = c * SCAN_CHUNK;
-        let mut topl = [f64::NEG_INFINITY; G];
-        for (g, group) in chunk.chunks_exact(size).enumerate() {
-            let mut v = [0.0f64; G];
-            for (j, &th) in theta.iter().enumerate() {
-                for l in 0..G {
-                    v[l] += th * group[j * G + l];
-                }
-            }
-            for l in 0..G {
-                let n2 = group[d * G + l];
-                vals[g * G + l] = v[l];
-                // NaN (padding) is passed over by `>`; padding norms are 0.
-                topl[l] = if v[l] > topl[l] { v[l] } else { topl[l] };
-                n2l[l] = if n2 > n2l[l] { n2 } else { n2l[l] };
-                n2sum[l] += n2;
-            }
-        }
-        let mut ctop = topl[0];
-        for &t in &topl[1..] {
-            ctop = if t > ctop { t } else { ctop };
-        }
-        let n = (k - first).min(SCAN_CHUNK);
-        // First maximiser of the chunk (scanned backwards: the last hit is the first one),
-        // then the largest other value.
-        let mut cbest = 0;
-        for i in (0..n).rev() {
-            cbest = if vals[i] == ctop { i } else { cbest };
-        }
-        let mut csecond = f64::NEG_INFINITY;
-        for (i, &v) in vals[..n].iter().enumerate() {
-            let v = if i == cbest { f64::NEG_INFINITY } else { v };
-            csecond = if v > csecond { v } else { csecond };
-        }
-        let ctop = vals[cbest];
-        if ctop > top {
-            second = if top > csecond { top } else { csecond };
-            top = ctop;
-            best = first + cbest;
-        } else {
-            second = if ctop > second { ctop } else { second };
+    for group in groups.chunks_exact(size) {
+        for l in 0..G {
+            // Padding lanes have squared norm 0.
+            let n2 = group[d * G + l];
+            n2l[l] = if n2 > n2l[l] { n2 } else { n2l[l] };
+            n2sum[l] += n2;
         }
     }
     let (mut max_n2, mut total) = (0.0f64, 0.0f64);
@@ -312,69 +351,88 @@ fn reference_scan(d: usize, groups: &[f64], k: usize, theta: &[f64]) -> Scan {
         max_n2 = if n2l[l] > max_n2 { n2l[l] } else { max_n2 };
         total += n2sum[l];
     }
-    let mut th2 = 0.0f64;
-    for &t in theta {
-        th2 += t * t;
-    }
-    let finite = total.is_finite() && th2.is_finite() && th2 * max_n2 < 1e300;
-    // The largest norm: the square root is monotone and correctly rounded, so this is the
-    // largest of the norms `sqrt(n2_i)`.
-    let max_norm = max_n2.sqrt();
-    let gap = if !finite {
-        f64::NAN
-    } else if k == 1 {
-        f64::INFINITY
-    } else {
-        top - second
-    };
-    // `D_i^2 <= (2 max|r|)^2 <~ 4e300` and `||a_best - a_i||^2 <= 4 d max ||a||^2` stay
-    // finite below these limits (no overflow check per action in the slope pass).
-    let slope_ok = finite && max_n2 < 1e300 && d <= 4096;
-    Scan {
-        best,
-        gap,
-        max_norm,
-        top,
-        slope_ok,
+    ReferenceScan::new(d, theta, k, (best, top, second), max_n2, total)
+}
+
+impl ReferenceScan {
+    /// The scan from its parts: the first maximiser `best` of the values with its value `top`
+    /// and the largest other value `second`, the largest squared norm `max_n2` and the sum of
+    /// all squared norms `total_n2` (finite only if every coordinate is; padding lanes count
+    /// 0), for `k` actions of dimension `d` along `theta`.
+    #[inline(always)]
+    pub fn new(
+        d: usize,
+        theta: &[f64],
+        k: usize,
+        (best, top, second): (usize, f64, f64),
+        max_n2: f64,
+        total_n2: f64,
+    ) -> ReferenceScan {
+        let mut th2 = 0.0f64;
+        for &t in theta {
+            th2 += t * t;
+        }
+        let finite = total_n2.is_finite() && th2.is_finite() && th2 * max_n2 < 1e300;
+        // The largest norm: the square root is monotone and correctly rounded, so this is the
+        // largest of the norms `sqrt(n2_i)`.
+        let max_norm = max_n2.sqrt();
+        let gap = if !finite {
+            f64::NAN
+        } else if k == 1 {
+            f64::INFINITY
+        } else {
+            top - second
+        };
+        // `D_i^2 <= (2 max|r|)^2 <~ 4e300` and `||a_best - a_i||^2 <= 4 d max ||a||^2` stay
+        // finite below these limits (no overflow check per action in the slope pass).
+        let slope_ok = finite && max_n2 < 1e300 && d <= 4096;
+        ReferenceScan {
+            best,
+            gap,
+            max_norm,
+            top,
+            slope_ok,
+        }
     }
 }
 
-/// Actions per chunk of the reference scan (a stack buffer of their values).
-const SCAN_CHUNK: usize = 32;
-
-/// `ratio2` of [`LaneReference`] (`k >= 2`, finite input within the limits of
-/// [`reference_scan`]): the values again (the same sums, so `top - v` is `D_i` exactly) and
-/// the squared distances to `best`. `best` itself gives `0 / 0 = NaN`, passed over like an
-/// exact tie (`q < low` is false for NaN), and so are the padding lanes.
+/// `ratio2` of [`LaneReference`] (`k = values.len() >= 2`, finite input within the limits of
+/// [`reference_scan`]): `D_i = top - values[i]` and the squared distances to `best` from the
+/// lane groups. `best` itself gives `0 / 0 = NaN`, passed over like an exact tie (`q < ratio2`
+/// is false for NaN).
 #[inline(always)]
-fn slope_scan(d: usize, groups: &[f64], k: usize, theta: &[f64], best: usize, top: f64) -> f64 {
+fn slope_scan(
+    d: usize,
+    groups: &[f64],
+    values: &[f64],
+    ratios: &[Cell<f64>],
+    best: usize,
+    top: f64,
+) -> f64 {
     const G: usize = LANE_GROUP;
     let size = (d + 1) * G;
-    let theta = &theta[..d];
-    let groups = &groups[..k.div_ceil(G) * size];
     let (bg, bl) = (best / G, best % G);
     let best_group = &groups[bg * size..(bg + 1) * size];
-    let mut low = [f64::INFINITY; G];
-    for group in groups.chunks_exact(size) {
-        let (mut v, mut dn2) = ([0.0f64; G], [0.0f64; G]);
-        for (j, &th) in theta.iter().enumerate() {
+    let mut ratio2 = f64::INFINITY;
+    for ((group, vals), qs) in groups
+        .chunks_exact(size)
+        .zip(values.chunks(G))
+        .zip(ratios.chunks(G))
+    {
+        let mut dn2 = [0.0f64; G];
+        for j in 0..d {
             let ab = best_group[j * G + bl];
             for l in 0..G {
-                let x = group[j * G + l];
-                v[l] += th * x;
-                let df = ab - x;
+                let df = ab - group[j * G + l];
                 dn2[l] += df * df;
             }
         }
-        for l in 0..G {
-            let dd = top - v[l];
-            let q = (dd * dd) / dn2[l];
-            low[l] = if q < low[l] { q } else { low[l] };
+        for ((&v, &dn2), slot) in vals.iter().zip(&dn2).zip(qs) {
+            let dd = top - v;
+            let q = (dd * dd) / dn2;
+            slot.set(q);
+            ratio2 = if q < ratio2 { q } else { ratio2 };
         }
-    }
-    let mut ratio2 = low[0];
-    for &q in &low[1..] {
-        ratio2 = if q < ratio2 { q } else { ratio2 };
     }
     ratio2
 }
@@ -473,6 +531,16 @@ pub trait ContextualEnvironment: Send + Debug {
     /// run loop shares the decision set's values along it with the policies
     /// ([`LaneReference`]), which makes their argmax cheaper; decisions never depend on it.
     fn reference_theta(&self) -> Option<&[f64]> {
+        None
+    }
+    /// The current decision set as lanes with its [`LaneReference`] along
+    /// [`Self::reference_theta`], if the environment keeps them itself (built while it draws
+    /// the round, which saves the run loop a transpose and a pass): they must be what
+    /// [`ActionLanes::transpose_with_reference`] gives for [`Self::actions`] and
+    /// `reference_theta()`, except that the values may be any computed inner products
+    /// `<theta, a_i>` summed in order (for example the means). `None` (the default): the run
+    /// loop builds them.
+    fn lanes(&self) -> Option<ActionLanes<'_>> {
         None
     }
     /// Reward of action `i` in the current round: `means()[i] + noise()`.
@@ -588,7 +656,7 @@ mod tests {
     use crate::rng::SimRng;
     use rand::{RngExt, SeedableRng};
 
-    /// `with_reference` against a direct computation: the first maximiser of the values, the
+    /// `transpose_with_reference` against a direct computation: the first maximiser of the values, the
     /// gap to the best other value, the largest norm; NaN gaps for non-finite input.
     #[test]
     fn reference_matches_a_direct_scan() {
@@ -614,7 +682,7 @@ mod tests {
             }
             let theta: Vec<f64> = (0..d).map(|_| rng.random_range(-1.0..1.0)).collect();
             let set = ActionSet { d, k, features: &f };
-            let lanes = ActionLanes::transpose(&set, &mut buf).with_reference(&theta);
+            let lanes = ActionLanes::transpose_with_reference(&set, &mut buf, &theta);
             let r = lanes.reference.clone().unwrap();
             let vals: Vec<f64> = f
                 .chunks_exact(d)
@@ -681,7 +749,7 @@ mod tests {
             k: 1,
             features: &f,
         };
-        let lanes = ActionLanes::transpose(&set, &mut buf).with_reference(&[1.0]);
+        let lanes = ActionLanes::transpose_with_reference(&set, &mut buf, &[1.0]);
         assert!(lanes.reference.is_none());
     }
 }

@@ -198,10 +198,13 @@ fn drive(
     for t in 0..horizon {
         env.next_round(t);
         let actions = env.actions();
-        let mut lanes = ActionLanes::transpose(&actions, &mut lane_buf);
-        if let Some(theta) = reference {
-            lanes.set_reference(theta);
-        }
+        let lanes = match (env.lanes(), reference) {
+            (Some(lanes), _) => lanes,
+            (None, Some(theta)) => {
+                ActionLanes::transpose_with_reference(&actions, &mut lane_buf, theta)
+            }
+            (None, None) => ActionLanes::transpose(&actions, &mut lane_buf),
+        };
         let means = env.means();
         let best = env.best_mean();
         let eta = env.noise();
