@@ -20,6 +20,72 @@ use rand::SeedableRng;
 /// The simulation generator: Xoshiro256++ (Blackman & Vigna 2018), portable and reproducible.
 pub type SimRng = rand_xoshiro::Xoshiro256PlusPlus;
 
+/// A [`SimRng`] as four plain words: the same generator, step for step (Xoshiro256++ as
+/// `rand_xoshiro` implements it), for hot loops. Its state is a `Copy` value the compiler keeps
+/// in registers, so a loop can save and restore it for free ([`crate::math::normal`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SimRngWords {
+    s: [u64; 4],
+}
+
+impl SimRngWords {
+    /// The words of `rng`'s current state (read once, through its serialised form).
+    ///
+    /// # Panics
+    /// If `rand_xoshiro` ever serialises its state differently (checked by the tests).
+    pub fn of(rng: &SimRng) -> SimRngWords {
+        #[derive(serde::Deserialize)]
+        struct State {
+            s: [u64; 4],
+        }
+        let value = serde_json::to_value(rng).expect("a serialisable generator");
+        let state: State = serde_json::from_value(value).expect("Xoshiro256++ state words");
+        SimRngWords { s: state.s }
+    }
+
+    /// The same state as a [`SimRng`].
+    pub fn to_rng(self) -> SimRng {
+        let mut seed = [0u8; 32];
+        for (chunk, w) in seed.chunks_exact_mut(8).zip(self.s) {
+            chunk.copy_from_slice(&w.to_le_bytes());
+        }
+        SimRng::from_seed(seed)
+    }
+}
+
+impl rand::TryRng for SimRngWords {
+    type Error = std::convert::Infallible;
+
+    #[inline]
+    fn try_next_u32(&mut self) -> Result<u32, Self::Error> {
+        // As rand_xoshiro: the upper bits.
+        Ok((self.try_next_u64()? >> 32) as u32)
+    }
+
+    #[inline(always)]
+    fn try_next_u64(&mut self) -> Result<u64, Self::Error> {
+        let s = &mut self.s;
+        let result = s[0].wrapping_add(s[3]).rotate_left(23).wrapping_add(s[0]);
+        let t = s[1] << 17;
+        s[2] ^= s[0];
+        s[3] ^= s[1];
+        s[1] ^= s[2];
+        s[0] ^= s[3];
+        s[2] ^= t;
+        s[3] = s[3].rotate_left(45);
+        Ok(result)
+    }
+
+    fn try_fill_bytes(&mut self, dst: &mut [u8]) -> Result<(), Self::Error> {
+        // As rand_core's `fill_bytes_via_next_word`: little-endian words, the last one cut.
+        for chunk in dst.chunks_mut(8) {
+            let w = self.try_next_u64()?.to_le_bytes();
+            chunk.copy_from_slice(&w[..chunk.len()]);
+        }
+        Ok(())
+    }
+}
+
 /// Named random streams. The numeric tags are part of the reproducibility contract: changing
 /// them changes every published curve.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

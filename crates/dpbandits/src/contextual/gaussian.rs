@@ -22,7 +22,8 @@ use super::{
 };
 use crate::config::{EnvInfo, Setting};
 use crate::error::{Error, Result, check};
-use crate::rng::SimRng;
+use crate::math::normal::{ZigguratTable, standard_normal};
+use crate::rng::{SimRng, SimRngWords};
 use rand_distr::{Distribution, StandardNormal};
 use serde::Deserialize;
 use serde_json::json;
@@ -191,12 +192,13 @@ impl ContextualEnvConfig for ContextualGaussianConfig {
             noise_sd: self.noise_sd,
             unit_ball: self.unit_ball,
             theta: self.theta_star.clone(),
-            contexts: crate::rng::context_rng(master_seed, run),
+            contexts: SimRngWords::of(&crate::rng::context_rng(master_seed, run)),
             rewards: crate::rng::context_reward_rng(master_seed, run),
             features: vec![0.0; self.k * self.d],
             means: vec![0.0; self.k],
             lanes: empty_lanes(self.d, self.k),
             scan: None,
+            normals: ZigguratTable::get(),
             ratios: vec![std::cell::Cell::new(f64::NAN); self.k],
             best: 0.0,
             eta: 0.0,
@@ -230,7 +232,8 @@ pub struct ContextualGaussian {
     noise_sd: f64,
     unit_ball: bool,
     theta: Vec<f64>,
-    contexts: SimRng,
+    /// The actions' generator (`rng::context_rng`), as plain words for the draw loop.
+    contexts: SimRngWords,
     rewards: SimRng,
     features: Vec<f64>,
     means: Vec<f64>,
@@ -238,6 +241,8 @@ pub struct ContextualGaussian {
     /// norm 0) and the scan of their reference along theta* (`None` before the first round).
     lanes: Vec<f64>,
     scan: Option<ReferenceScan>,
+    /// The inlined ziggurat's table (`None`: plain `StandardNormal`; the same draws either way).
+    normals: Option<&'static ZigguratTable>,
     /// Room for the reference's per-action ratios ([`ActionLanes::ratios`]).
     ratios: Vec<std::cell::Cell<f64>>,
     best: f64,
@@ -260,11 +265,20 @@ impl ContextualEnvironment for ContextualGaussian {
     #[inline]
     fn next_round(&mut self, _t: u64) {
         // The generator in a local (kept in registers, not re-stored per draw): the same draws.
-        let mut contexts = self.contexts.clone();
+        let mut contexts = self.contexts;
         let (mean, sd) = (self.mean, self.sd);
-        for x in self.features.iter_mut() {
-            let z: f64 = StandardNormal.sample(&mut contexts);
-            *x = mean + sd * z;
+        match self.normals {
+            Some(table) => {
+                for x in self.features.iter_mut() {
+                    *x = mean + sd * standard_normal(table, &mut contexts);
+                }
+            }
+            None => {
+                for x in self.features.iter_mut() {
+                    let z: f64 = StandardNormal.sample(&mut contexts);
+                    *x = mean + sd * z;
+                }
+            }
         }
         self.contexts = contexts;
         // A literal `d` per arm: the inlined loops get constant bounds.

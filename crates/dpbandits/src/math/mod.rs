@@ -1,4 +1,5 @@
 //! Numerical helpers shared by several algorithms.
 
 pub mod kl;
+pub mod normal;
 pub mod stats;
