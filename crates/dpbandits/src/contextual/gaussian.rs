@@ -23,7 +23,7 @@ use super::{
 use crate::config::{EnvInfo, Setting};
 use crate::error::{Error, Result, check};
 use crate::math::normal::{ZigguratTable, standard_normal};
-use crate::rng::{SimRng, SimRngWords};
+use crate::rng::SimRngWords;
 use rand_distr::{Distribution, StandardNormal};
 use serde::Deserialize;
 use serde_json::json;
@@ -193,7 +193,7 @@ impl ContextualEnvConfig for ContextualGaussianConfig {
             unit_ball: self.unit_ball,
             theta: self.theta_star.clone(),
             contexts: SimRngWords::of(&crate::rng::context_rng(master_seed, run)),
-            rewards: crate::rng::context_reward_rng(master_seed, run),
+            rewards: SimRngWords::of(&crate::rng::context_reward_rng(master_seed, run)),
             features: vec![0.0; self.k * self.d],
             means: vec![0.0; self.k],
             lanes: empty_lanes(self.d, self.k),
@@ -234,7 +234,8 @@ pub struct ContextualGaussian {
     theta: Vec<f64>,
     /// The actions' generator (`rng::context_rng`), as plain words for the draw loop.
     contexts: SimRngWords,
-    rewards: SimRng,
+    /// The reward noise's generator (`rng::context_reward_rng`), as plain words.
+    rewards: SimRngWords,
     features: Vec<f64>,
     means: Vec<f64>,
     /// The round's actions by lane groups ([`super::fill_lanes`]; padding lanes NaN, squared
@@ -299,7 +300,10 @@ impl ContextualEnvironment for ContextualGaussian {
         };
         self.best = best;
         self.scan = Some(scan);
-        let z: f64 = StandardNormal.sample(&mut self.rewards);
+        let z: f64 = match self.normals {
+            Some(table) => standard_normal(table, &mut self.rewards),
+            None => StandardNormal.sample(&mut self.rewards),
+        };
         self.eta = self.noise_sd * z;
     }
     fn actions(&self) -> ActionSet<'_> {

@@ -124,8 +124,10 @@ pub struct LaneReference<'a> {
     /// Whether the slope ratio can be computed without overflow (finite `gap`, squared norms
     /// below `1e300`).
     slope_ok: bool,
-    /// `ratio2` once computed ([`ActionLanes::ratio2`]; `None`: not asked yet this round).
-    ratio2: Cell<Option<f64>>,
+    /// `ratio2` once computed ([`ActionLanes::ratio2`]; negative: not asked yet this round,
+    /// as a ratio of squares is never negative). A plain `f64`, not an `Option`, keeps the
+    /// lanes small enough to be moved without a `memcpy` call.
+    ratio2: Cell<f64>,
     /// Each action's own ratio `fl(D_i^2) / ||a_best - a_i||^2`, written with `ratio2`
     /// ([`ActionLanes::ratios`]).
     ratios: &'a [Cell<f64>],
@@ -201,7 +203,7 @@ impl<'a> ActionLanes<'a> {
                 max_norm: scan.max_norm,
                 top: scan.top,
                 slope_ok: scan.slope_ok,
-                ratio2: Cell::new(None),
+                ratio2: Cell::new(-1.0),
                 ratios,
             }),
         }
@@ -238,11 +240,12 @@ impl<'a> ActionLanes<'a> {
         let Some(r) = &self.reference else {
             return f64::NAN;
         };
-        if let Some(x) = r.ratio2.get() {
+        let x = r.ratio2.get();
+        if !(x < 0.0) {
             return x;
         }
         let x = self.compute_ratio2(r);
-        r.ratio2.set(Some(x));
+        r.ratio2.set(x);
         x
     }
 

@@ -7,9 +7,10 @@
 //! the first step itself with the same table and, when the test fails, restores the generator
 //! and hands the whole draw to `StandardNormal`, which then repeats the same first step and
 //! goes on exactly as it would have. The table is `rand_distr`'s own, read out of it once per
-//! process ([`ZigguratTable::get`]): for each layer `i <= 254`, a draw whose bits give `u =
-//! -2^-10` passes the fast test (`X[i + 1] > 2^-10 X[i]`) and returns `-2^-10 X[i]` exactly.
-//! `X[255]` and `X[256]` are left at 0, so layers 254 and 255 always take the full path.
+//! process ([`ZigguratTable::get`]): for each layer `i`, a draw whose bits give `u =
+//! -2^-10` passes the fast test (`X[i + 1] > 2^-10 X[i]`) and returns `-2^-10 X[i]` exactly;
+//! layer 255's fast test always fails (`X[256] = 0`), and its wedge test accepts that point
+//! with a uniform just below 1.
 //! The table is then checked against `StandardNormal` on a fixed stream; if anything disagrees
 //! (a future `rand_distr` with another algorithm), it is not used and every draw is
 //! `StandardNormal`'s.
@@ -40,6 +41,7 @@ impl ZigguratTable {
         /// rejection loop always ends); it counts the words drawn.
         struct Probe {
             first: u64,
+            second: u64,
             calls: u64,
         }
         impl TryRng for Probe {
@@ -49,10 +51,10 @@ impl ZigguratTable {
             }
             fn try_next_u64(&mut self) -> Result<u64, Infallible> {
                 self.calls += 1;
-                Ok(if self.calls == 1 {
-                    self.first
-                } else {
-                    self.calls.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+                Ok(match self.calls {
+                    1 => self.first,
+                    2 => self.second,
+                    n => n.wrapping_mul(0x9e37_79b9_7f4a_7c15),
                 })
             }
             fn try_fill_bytes(&mut self, dst: &mut [u8]) -> Result<(), Infallible> {
@@ -62,17 +64,19 @@ impl ZigguratTable {
                 Ok(())
             }
         }
-        // Mantissa bits of 2.5 - 2^-10 in [2, 4): u = 2.5 - 2^-10 - 3 + 0.5... i.e. the
-        // 52-bit fraction f with 2 (1 + f) - 3 = -2^-10.
+        // The 52-bit fraction f with 2 (1 + f) - 3 = -2^-10.
         let fraction = (1u64 << 51) - (1u64 << 41);
         let mut x = [0.0f64; 257];
-        for (i, slot) in x.iter_mut().enumerate().take(255) {
+        for (i, slot) in x.iter_mut().enumerate().take(256) {
             let mut probe = Probe {
                 first: (fraction << 12) | i as u64,
                 calls: 0,
+                second: u64::MAX,
             };
             let z: f64 = StandardNormal.sample(&mut probe);
-            if probe.calls != 1 {
+            // Layer 255 has X[256] = 0: its fast test always fails, and the wedge test with a
+            // uniform just below 1 accepts a point this close to 0 (one more word drawn).
+            if probe.calls != 1 + u64::from(i == 255) {
                 return None;
             }
             *slot = -z * 1024.0;
@@ -129,7 +133,8 @@ mod tests {
     #[test]
     fn same_draws_as_rand_distr() {
         let table = ZigguratTable::get().expect("the table reads out of rand_distr");
-        assert!(table.x[0] > 3.7 && table.x[1] > 3.4 && table.x[254] > 0.2);
+        assert!(table.x[0] > 3.7 && table.x[1] > 3.4 && table.x[255] > 0.2);
+        assert_eq!(table.x[256], 0.0);
         let mut b = SimRng::seed_from_u64(42);
         let mut a = SimRngWords::of(&b);
         let mut slow = 0;
