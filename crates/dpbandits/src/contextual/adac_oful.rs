@@ -1152,50 +1152,80 @@ const ARGMAX_BLOCK: usize = 16;
 /// that matters for pruning.
 const CUT_MARGIN: f64 = 1e-9;
 
-/// The per-round state of one policy of an [`OfulBatch`] and the per-episode constants its
-/// rounds read, side by side.
+/// Policies per [`Pair`]: the two lanes of an SSE2 register.
+const LANES: usize = 2;
+
+/// The per-round state of two policies of an [`OfulBatch`] and the per-episode constants
+/// their rounds read, lane by lane (lane `l` of pair `b` is policy `2 b + l`): the common
+/// round of both (the `det V` test, the reward's products) runs on both lanes at once.
 #[derive(Debug, Clone, Copy)]
-struct Hot<const D: usize> {
+struct Pair<const D: usize> {
     /// `V`; only the upper triangle (`i <= j`) is kept up to date (see [`OfulBatch`]).
-    v: [[f64; D]; D],
-    episode: [f64; D],
-    played: u64,
-    threshold: f64,
-    ref_c: f64,
-    slope: [f64; 3],
+    v: [[[f64; LANES]; D]; D],
+    episode: [[f64; LANES]; D],
+    played: [u64; LANES],
+    threshold: [f64; LANES],
+    ref_c: [f64; LANES],
+    slope: [[f64; 3]; LANES],
     /// The policy's reward boundary and clipping (an index into [`OfulBatch`]'s classes).
-    class: usize,
+    /// The last pair of an odd number of policies has an idle lane: threshold `inf`, class 0,
+    /// never chosen for, never written back.
+    class: [usize; LANES],
 }
 
-impl<const D: usize> Hot<D> {
-    /// `det V`: nalgebra's closed form for `d <= 3` (`Matrix::determinant`) on the mirrored
-    /// upper triangle.
+impl<const D: usize> Pair<D> {
+    /// `det V` of both lanes: nalgebra's closed form for `d <= 3` (`Matrix::determinant`) on
+    /// the mirrored upper triangle, lane by lane.
     #[inline(always)]
-    fn det(&self) -> f64 {
-        let s = |i: usize, j: usize| self.v[i.min(j)][i.max(j)];
-        match D {
-            1 => s(0, 0),
-            2 => s(0, 0) * s(1, 1) - s(1, 0) * s(0, 1),
-            _ => {
-                let minor_m12_m23 = s(1, 1) * s(2, 2) - s(2, 1) * s(1, 2);
-                let minor_m11_m23 = s(1, 0) * s(2, 2) - s(2, 0) * s(1, 2);
-                let minor_m11_m22 = s(1, 0) * s(2, 1) - s(2, 0) * s(1, 1);
-                s(0, 0) * minor_m12_m23 - s(0, 1) * minor_m11_m23 + s(0, 2) * minor_m11_m22
-            }
+    fn det(&self) -> [f64; LANES] {
+        let mut out = [0.0; LANES];
+        for (l, out) in out.iter_mut().enumerate() {
+            let s = |i: usize, j: usize| self.v[i.min(j)][i.max(j)][l];
+            *out = match D {
+                1 => s(0, 0),
+                2 => s(0, 0) * s(1, 1) - s(1, 0) * s(0, 1),
+                _ => {
+                    let minor_m12_m23 = s(1, 1) * s(2, 2) - s(2, 1) * s(1, 2);
+                    let minor_m11_m23 = s(1, 0) * s(2, 2) - s(2, 0) * s(1, 2);
+                    let minor_m11_m22 = s(1, 0) * s(2, 1) - s(2, 0) * s(1, 1);
+                    s(0, 0) * minor_m12_m23 - s(0, 1) * minor_m11_m23 + s(0, 2) * minor_m11_m22
+                }
+            };
         }
+        out
     }
 
-    /// Add an action's products: `outer[i][j] = a[j] a[i]` (`i <= j`) and `ra[j] = r a[j]`.
+    /// Add an action's products to lane `l`: `outer[i][j] = a[j] a[i]` (`i <= j`) and
+    /// `ra[j] = r a[j]`.
     #[inline(always)]
     #[allow(clippy::needless_range_loop)] // explicit indices over const bounds: unrolled
-    fn absorb(&mut self, outer: &[[f64; D]; D], ra: &[f64; D]) {
+    fn absorb(&mut self, l: usize, outer: &[[f64; D]; D], ra: &[f64; D]) {
         for i in 0..D {
             for j in i..D {
-                self.v[i][j] += outer[i][j];
+                self.v[i][j][l] += outer[i][j];
             }
-            self.episode[i] += ra[i];
+            self.episode[i][l] += ra[i];
         }
-        self.played += 1;
+        self.played[l] += 1;
+    }
+
+    /// [`Self::absorb`] of the same products on both lanes.
+    #[inline(always)]
+    #[allow(clippy::needless_range_loop)] // explicit indices over const bounds: unrolled
+    fn absorb_both(&mut self, outer: &[[f64; D]; D], ra: &[f64; D]) {
+        for i in 0..D {
+            for j in i..D {
+                for l in 0..LANES {
+                    self.v[i][j][l] += outer[i][j];
+                }
+            }
+            for l in 0..LANES {
+                self.episode[i][l] += ra[i];
+            }
+        }
+        for l in 0..LANES {
+            self.played[l] += 1;
+        }
     }
 }
 
@@ -1239,7 +1269,7 @@ fn products<const D: usize>(clip: bool, a: &[f64; D], reward: f64) -> ([[f64; D]
 /// the state of the one-at-a-time loop.
 pub(crate) struct OfulBatch<'a, const D: usize> {
     pols: Vec<&'a mut OfulPolicy<D>>,
-    hot: Vec<Hot<D>>,
+    pairs: Vec<Pair<D>>,
     /// The direction the reference constants were computed for (NaN: none yet).
     dir: [f64; D],
     /// The distinct (reward boundary, clipping) pairs of the policies (at most
@@ -1282,23 +1312,25 @@ where
                 None => return None,
             });
         }
-        let hot = Hot {
-            v: [[0.0; D]; D],
-            episode: [0.0; D],
-            played: 0,
-            threshold: 0.0,
-            ref_c: f64::INFINITY,
-            slope: infinity3(),
-            class: 0,
+        let idle = Pair {
+            v: [[[0.0; LANES]; D]; D],
+            episode: [[0.0; LANES]; D],
+            played: [0; LANES],
+            threshold: [f64::INFINITY; LANES],
+            // An idle lane passes the gap test (so its pair can take the common round) and
+            // absorbs what it is given, unread.
+            ref_c: [0.0; LANES],
+            slope: [infinity3(); LANES],
+            class: [0; LANES],
         };
         let mut b = OfulBatch {
-            hot: vec![hot; pols.len()],
+            pairs: vec![idle; pols.len().div_ceil(LANES)],
             pols,
             dir: [f64::NAN; D],
             classes,
         };
-        for (h, c) in b.hot.iter_mut().zip(class) {
-            h.class = c;
+        for (p, c) in class.into_iter().enumerate() {
+            b.pairs[p / LANES].class[p % LANES] = c;
         }
         for p in 0..b.pols.len() {
             // `play` starts by dropping an unobserved round.
@@ -1310,38 +1342,38 @@ where
 
     /// Write policy `p`'s round state back into it.
     fn store(&mut self, p: usize) {
-        let (pol, h) = (&mut *self.pols[p], &self.hot[p]);
+        let (pol, h, l) = (&mut *self.pols[p], &self.pairs[p / LANES], p % LANES);
         for i in 0..D {
             for j in i..D {
-                pol.v[(i, j)] = h.v[i][j];
-                pol.v[(j, i)] = h.v[i][j];
+                pol.v[(i, j)] = h.v[i][j][l];
+                pol.v[(j, i)] = h.v[i][j][l];
             }
-            pol.episode[i] = h.episode[i];
+            pol.episode[i] = h.episode[i][l];
         }
-        pol.played = h.played;
+        pol.played = h.played[l];
     }
 
     /// Read policy `p`'s per-episode constants (after an update or for a new direction).
     fn load_constants(&mut self, p: usize) {
-        let (pol, h) = (&mut *self.pols[p], &mut self.hot[p]);
+        let (pol, h, l) = (&mut *self.pols[p], &mut self.pairs[p / LANES], p % LANES);
         if self.dir.iter().all(|x| !x.is_nan()) {
             pol.sync_reference(&self.dir);
         }
-        h.threshold = pol.threshold;
-        h.ref_c = pol.ref_c;
-        h.slope = pol.ref_slope;
+        h.threshold[l] = pol.threshold;
+        h.ref_c[l] = pol.ref_c;
+        h.slope[l] = pol.ref_slope;
     }
 
     /// Read policy `p`'s whole state (after it was changed through the policy itself).
     fn load(&mut self, p: usize) {
-        let (pol, h) = (&*self.pols[p], &mut self.hot[p]);
+        let (pol, h, l) = (&*self.pols[p], &mut self.pairs[p / LANES], p % LANES);
         for i in 0..D {
             for j in 0..D {
-                h.v[i][j] = pol.v[(i, j)];
+                h.v[i][j][l] = pol.v[(i, j)];
             }
-            h.episode[i] = pol.episode[i];
+            h.episode[i][l] = pol.episode[i];
         }
-        h.played = pol.played;
+        h.played[l] = pol.played;
         self.load_constants(p);
     }
 
@@ -1356,6 +1388,7 @@ where
     ///
     /// # Errors
     /// As [`ContextualPolicy::play`] of the first policy whose reward is refused.
+    #[allow(clippy::needless_range_loop)] // lanes index several per-lane arrays
     pub(crate) fn play_round(
         &mut self,
         t: u64,
@@ -1393,44 +1426,73 @@ where
                     .map(|reward| (r.best, products::<D>(clip, a, reward)));
             }
         }
-        for (p, c) in chosen.iter_mut().enumerate().take(self.pols.len()) {
-            if self.hot[p].det() > self.hot[p].threshold {
-                self.store(p);
-                self.pols[p].update();
-                self.load(p);
-            }
-            let h = &self.hot[p];
-            let i = match reference {
-                Some(r) => {
-                    self.pols[p].choose_by_reference(actions.features, lanes, r, h.ref_c, h.slope)
+        let n = self.pols.len();
+        for b in 0..self.pairs.len() {
+            let det = self.pairs[b].det();
+            let pair = &self.pairs[b];
+            let due = [det[0] > pair.threshold[0], det[1] > pair.threshold[1]];
+            // Both lanes' common round: no episode ends, the gap test passes for both and the
+            // reference action's products are the same for both (one class).
+            if !(due[0] | due[1])
+                && let Some(r) = reference
+                && pair.class[0] == pair.class[1]
+                && let Some((_, (outer, ra))) = &shared[pair.class[0]]
+                && (0..LANES).all(|l| r.gap > pair.ref_c[l] * r.max_norm + 1e-300)
+            {
+                self.pairs[b].absorb_both(outer, ra);
+                for c in chosen.iter_mut().skip(b * LANES).take(LANES) {
+                    *c = r.best;
                 }
-                None if consistent => self.pols[p].argmax_lanes(actions.features, lanes),
-                None => self.pols[p].argmax(actions.features),
-            };
-            let class = self.hot[p].class;
-            match &shared[class] {
-                Some((s, (outer, ra))) if *s == i => self.hot[p].absorb(outer, ra),
-                _ => {
-                    let (boundary, clip) = self.classes[class];
-                    let own = row(i).zip(means.get(i)).and_then(|(a, &m)| {
-                        let reward = boundary.admit(m + noise).ok()?;
-                        Some(products::<D>(clip, a, reward))
-                    });
-                    match own {
-                        Some((outer, ra)) => self.hot[p].absorb(&outer, &ra),
-                        None => {
-                            // The policy's own round gives the error (and the state) of the
-                            // one-at-a-time loop.
-                            self.finish();
-                            let played = self.pols[p].play(t, actions, lanes, means, noise);
-                            self.load(p);
-                            *c = played?;
-                            continue;
+                continue;
+            }
+            for l in 0..LANES {
+                let p = b * LANES + l;
+                if p >= n {
+                    break;
+                }
+                // Policy by policy, as the one-at-a-time loop: its episode, then its round.
+                if due[l] {
+                    self.store(p);
+                    self.pols[p].update();
+                    self.load(p);
+                }
+                let h = &self.pairs[b];
+                let i = match reference {
+                    Some(r) => self.pols[p].choose_by_reference(
+                        actions.features,
+                        lanes,
+                        r,
+                        h.ref_c[l],
+                        h.slope[l],
+                    ),
+                    None if consistent => self.pols[p].argmax_lanes(actions.features, lanes),
+                    None => self.pols[p].argmax(actions.features),
+                };
+                let class = h.class[l];
+                match &shared[class] {
+                    Some((s, (outer, ra))) if *s == i => self.pairs[b].absorb(l, outer, ra),
+                    _ => {
+                        let (boundary, clip) = self.classes[class];
+                        let own = row(i).zip(means.get(i)).and_then(|(a, &m)| {
+                            let reward = boundary.admit(m + noise).ok()?;
+                            Some(products::<D>(clip, a, reward))
+                        });
+                        match own {
+                            Some((outer, ra)) => self.pairs[b].absorb(l, &outer, &ra),
+                            None => {
+                                // The policy's own round gives the error (and the state) of
+                                // the one-at-a-time loop.
+                                self.finish();
+                                let played = self.pols[p].play(t, actions, lanes, means, noise);
+                                self.load(p);
+                                chosen[p] = played?;
+                                continue;
+                            }
                         }
                     }
                 }
+                chosen[p] = i;
             }
-            *c = i;
         }
         Ok(())
     }

@@ -241,7 +241,7 @@ impl<'a> ActionLanes<'a> {
             return f64::NAN;
         };
         let x = r.ratio2.get();
-        if !(x < 0.0) {
+        if x >= 0.0 || x.is_nan() {
             return x;
         }
         let x = self.compute_ratio2(r);
