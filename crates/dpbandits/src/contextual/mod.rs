@@ -30,10 +30,14 @@
 //! policies are simulated with it.
 //!
 //! # Hot path
-//! Contexts live in one preallocated row-major buffer (`k` rows of `d` features); the run loop
-//! transposes each round once into an [`ActionLanes`] buffer shared by all policies, so the
-//! OFUL family computes its `k` indices by coordinate (vectorised over actions) and takes square
-//! roots only for actions that may win. Nothing in the step loop allocates.
+//! Contexts live in one preallocated row-major buffer (`k` rows of `d` features); each round is
+//! also given by coordinate, in an [`ActionLanes`] buffer shared by all policies (kept by the
+//! environment, [`ContextualEnvironment::lanes`], or transposed by the run loop), so the OFUL
+//! family computes its `k` indices by coordinate (vectorised over actions) and takes square
+//! roots only for actions that may win. When the environment is linear, the lanes carry a
+//! [`LaneReference`] along `theta*` that settles most decisions of a late OFUL-family policy
+//! without looking at the actions, and a set of such policies is driven together by the
+//! family's batched path (see [`simulate_contextual`]). Nothing in the step loop allocates.
 
 mod adac_oful;
 mod file;
@@ -97,8 +101,11 @@ pub struct ActionLanes<'a> {
 }
 
 /// The decision set seen along one direction `theta_ref` (the simulator uses the environment's
-/// `theta*`), computed once per round and shared by all policies: with
-/// `r_i = fl(sum_j theta_ref[j] a_i[j])` (summed in order from `0.0`), `best` is the first
+/// `theta*`), computed once per round and shared by all policies: with `r_i` the computed
+/// `sum_j theta_ref[j] a_i[j]` (summed in order: from `0.0` in
+/// [`ActionLanes::transpose_with_reference`], from `-0.0` as the Gaussian environment's means;
+/// the proofs need only a computed inner product, within `d eps ||theta_ref|| ||a_i||` of the
+/// exact one) and `D_i = fl(r_best - r_i)`, `best` is the first
 /// maximiser of `r_i`, `gap = r_best - max_{i != best} r_i` (`inf` for one action) and
 /// `max_norm = max_i ||a_i||` (the square root of the largest squared norm of
 /// [`ActionLanes`]); on demand, once per round ([`ActionLanes::ratio2`]), the slope ratio

@@ -198,17 +198,24 @@ fn drive(
     for t in 0..horizon {
         env.next_round(t);
         let actions = env.actions();
-        let lanes = match (env.lanes(), reference) {
+        // Used where they are returned (a move of the lanes would copy them once more).
+        let kept = env.lanes();
+        let built;
+        let lanes = match (&kept, reference) {
             (Some(lanes), _) => lanes,
             (None, Some(theta)) => {
-                ActionLanes::transpose_with_reference(&actions, &mut lane_buf, theta)
+                built = ActionLanes::transpose_with_reference(&actions, &mut lane_buf, theta);
+                &built
             }
-            (None, None) => ActionLanes::transpose(&actions, &mut lane_buf),
+            (None, None) => {
+                built = ActionLanes::transpose(&actions, &mut lane_buf);
+                &built
+            }
         };
         let means = env.means();
         let best = env.best_mean();
         let eta = env.noise();
-        play_round(t, &actions, &lanes, means, eta, &mut chosen)?;
+        play_round(t, &actions, lanes, means, eta, &mut chosen)?;
         for (reg, &i) in regret.iter_mut().zip(&chosen) {
             *reg += best - means[i];
         }
