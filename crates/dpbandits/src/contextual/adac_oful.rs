@@ -605,11 +605,12 @@ where
     ///
     /// It also sets `eps_s`, a relative error bound of the computed `s` against the exact
     /// `||a||_S = sqrt(a^T S a)` when `S` is positive definite: with `lmin` the computed
-    /// smallest eigenvalue and `l = lmin - k F > 0` (below the true one), the computed `q` is
-    /// within `(d + 2) eps F ||a||^2 <= (d + 2) eps (F / l) a^T S a` of the exact form, so
-    /// `|s - ||a||_S| <= eps_s ||a||_S` with `eps_s = 2 (d + 2) eps F / l + 4 eps` (taken only
-    /// when `eps_s <= 1e-3`; otherwise `inf`, and the slope test of [`Self::sync_reference`]
-    /// never passes).
+    /// smallest eigenvalue and `l = lmin - k F > 0` (below the true one), the computed `q` (a
+    /// sum of products, each through at most `2d + 1` roundings) is within
+    /// `(2d + 1) eps F ||a||^2 <= (2d + 1) eps (F / l) a^T S a` of the exact form, and the
+    /// square root adds at most `2 eps`, so `|s - ||a||_S| <= eps_s ||a||_S` with
+    /// `eps_s = 2 (d + 2) eps F / l + 4 eps` (taken only when `eps_s <= 1e-3`; otherwise `inf`,
+    /// and the slope test of [`Self::sync_reference`] never passes).
     #[allow(clippy::needless_range_loop)]
     fn refresh_hot_copies(&mut self) {
         for i in 0..D {
@@ -671,8 +672,8 @@ where
     /// rounding term. `best` is then the strict maximiser, hence the first. A non-finite `c`,
     /// `N` or `gap` fails the test.
     ///
-    /// **The slope test** (tried when the gap test fails; late in a Figure 4(c) run it settles
-    /// about two thirds of the decisions the gap test leaves). With the round's `ratio2`
+    /// **The slope test** (tried when the gap test fails; over a Figure 4(c) run of T = 1e6 it
+    /// settles about 60% of the decisions the gap test leaves). With the round's `ratio2`
     /// (`R^2`, [`ActionLanes::ratio2`]) and the constants
     /// `c1 = (e + B)(1 + k)`, `c1^2 = c1 c1 (1 + k)`,
     /// `c2 = (2/k)((2d + 4) eps (||theta~|| + ||theta_ref|| + B) + 2 eps_s B)(1 + k)` and
