@@ -19,6 +19,7 @@
 
 use super::{
     ActionLanes, ActionSet, ContextualEnvConfig, ContextualEnvironment, LANE_GROUP, ReferenceScan,
+    ReferenceScanner,
 };
 use crate::config::{EnvInfo, Setting};
 use crate::error::{Error, Result, check};
@@ -357,8 +358,7 @@ fn means_and_best(
     let size = (d + 1) * G;
     let theta = &theta[..d];
     let mut best = f64::NEG_INFINITY;
-    let (mut top, mut second, mut first) = (f64::NEG_INFINITY, f64::NEG_INFINITY, 0usize);
-    let (mut max_n2, mut total) = (0.0f64, 0.0f64);
+    let mut scanner = ReferenceScanner::new();
     for (i, (a, m)) in features
         .chunks_exact_mut(d)
         .zip(means.iter_mut())
@@ -387,18 +387,9 @@ fn means_and_best(
             n2 += x * x;
         }
         group[d * G + l] = n2;
-        max_n2 = if n2 > max_n2 { n2 } else { max_n2 };
-        total += n2;
-        // Branch-free (which action is best is random): the first maximiser and the largest
-        // other value, as in a scan in index order.
-        let better = s > top;
-        let lose = if better { top } else { s };
-        second = if lose > second { lose } else { second };
-        first = if better { i } else { first };
-        top = if better { s } else { top };
+        scanner.push(i, s, n2);
     }
-    let scan = ReferenceScan::new(d, theta, means.len(), (first, top, second), max_n2, total);
-    (best, scan)
+    (best, scanner.finish(d, theta, means.len()))
 }
 
 impl crate::config::Config for ContextualGaussianConfig {

@@ -297,17 +297,16 @@ pub struct ReferenceScan {
 }
 
 /// The scan of a [`LaneReference`] over lane groups `groups` (as [`fill_lanes`] fills them)
-/// of `values.len()` actions with values `values` along `theta` (length `d`).
+/// of `values.len()` actions with values `values` along `theta` (length `d`): each action's
+/// value and squared norm through a [`ReferenceScanner`], in index order.
 pub fn scan_reference(d: usize, groups: &[f64], values: &[f64], theta: &[f64]) -> ReferenceScan {
-    // A literal `d` per arm: the inlined scan's loops get constant bounds.
-    match d {
-        1 => reference_scan(1, groups, values, theta),
-        2 => reference_scan(2, groups, values, theta),
-        3 => reference_scan(3, groups, values, theta),
-        4 => reference_scan(4, groups, values, theta),
-        5 => reference_scan(5, groups, values, theta),
-        _ => reference_scan(d, groups, values, theta),
+    const G: usize = LANE_GROUP;
+    let size = (d + 1) * G;
+    let mut scanner = ReferenceScanner::new();
+    for (i, &v) in values.iter().enumerate() {
+        scanner.push(i, v, groups[(i / G) * size + d * G + i % G]);
     }
+    scanner.finish(d, theta, values.len())
 }
 
 /// Fill `buf` (at least `ceil(k / LANE_GROUP) (d + 1) LANE_GROUP` numbers) with the lane
@@ -324,92 +323,94 @@ pub fn fill_lanes(d: usize, features: &[f64], buf: &mut [f64]) {
     dispatch!(1 2 3 4 5 6 7 8);
 }
 
-/// The first pass of [`LaneReference`] for `k = values.len()` actions of dimension `d` (lane
-/// groups `groups`) with values `values[i] = r_i` along `theta`: one scan in index order,
-/// branch-free (which action is best is random: a branch on it would be mispredicted), for
-/// the first maximiser and the largest other value.
-///
-/// Non-finite input is detected without a test per action: a finite sum of the squared norms
-/// means finite coordinates, and with `||theta||^2 max ||a||^2 < 1e300` no partial sum of a
-/// value can overflow (each is at most about `1e150`); otherwise `gap` is NaN.
-#[inline(always)]
-fn reference_scan(d: usize, groups: &[f64], values: &[f64], theta: &[f64]) -> ReferenceScan {
-    const G: usize = LANE_GROUP;
-    let size = (d + 1) * G;
-    let theta = &theta[..d];
-    let k = values.len();
-    let (mut top, mut second, mut best) = (f64::NEG_INFINITY, f64::NEG_INFINITY, 0usize);
-    for (i, &v) in values.iter().enumerate() {
-        let better = v > top;
-        // The old top becomes a candidate for second place when it is beaten.
-        let lose = if better { top } else { v };
-        second = if lose > second { lose } else { second };
-        best = if better { i } else { best };
-        top = if better { v } else { top };
-    }
-    let (mut n2l, mut n2sum) = ([0.0f64; G], [0.0f64; G]);
-    for group in groups.chunks_exact(size) {
-        for l in 0..G {
-            // Padding lanes have squared norm 0.
-            let n2 = group[d * G + l];
-            n2l[l] = if n2 > n2l[l] { n2 } else { n2l[l] };
-            n2sum[l] += n2;
-        }
-    }
-    let (mut max_n2, mut total) = (0.0f64, 0.0f64);
-    for l in 0..G {
-        max_n2 = if n2l[l] > max_n2 { n2l[l] } else { max_n2 };
-        total += n2sum[l];
-    }
-    ReferenceScan::new(d, theta, k, (best, top, second), max_n2, total)
+/// The running part of a [`ReferenceScan`]: the actions pushed in index order with their value
+/// `r_i` and squared norm, keeping, branch-free (which action is best is random: a branch on
+/// it would be mispredicted), the first maximiser of the values, its value and the largest
+/// other value, and the largest and the total squared norm. [`scan_reference`] and the
+/// environments that keep their lanes ([`ContextualEnvironment::lanes`]) scan with it.
+#[derive(Debug, Clone, Copy)]
+pub struct ReferenceScanner {
+    best: usize,
+    top: f64,
+    second: f64,
+    max_n2: f64,
+    total_n2: f64,
 }
 
-impl ReferenceScan {
-    /// The scan from its parts: the first maximiser `best` of the values with its value `top`
-    /// and the largest other value `second`, the largest squared norm `max_n2` and the sum of
-    /// all squared norms `total_n2` (finite only if every coordinate is; padding lanes count
-    /// 0), for `k` actions of dimension `d` along `theta`.
+impl Default for ReferenceScanner {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ReferenceScanner {
+    /// No action yet.
+    pub fn new() -> Self {
+        ReferenceScanner {
+            best: 0,
+            top: f64::NEG_INFINITY,
+            second: f64::NEG_INFINITY,
+            max_n2: 0.0,
+            total_n2: 0.0,
+        }
+    }
+
+    /// Action `i` (the next index) with value `v` and squared norm `n2`.
     #[inline(always)]
-    pub fn new(
-        d: usize,
-        theta: &[f64],
-        k: usize,
-        (best, top, second): (usize, f64, f64),
-        max_n2: f64,
-        total_n2: f64,
-    ) -> ReferenceScan {
+    pub fn push(&mut self, i: usize, v: f64, n2: f64) {
+        let better = v > self.top;
+        // The old top becomes a candidate for second place when it is beaten.
+        let lose = if better { self.top } else { v };
+        self.second = if lose > self.second {
+            lose
+        } else {
+            self.second
+        };
+        self.best = if better { i } else { self.best };
+        self.top = if better { v } else { self.top };
+        self.max_n2 = if n2 > self.max_n2 { n2 } else { self.max_n2 };
+        self.total_n2 += n2;
+    }
+
+    /// The scan of the `k` actions pushed, of dimension `d`, along `theta`.
+    ///
+    /// Non-finite input is detected without a test per action: a finite sum of the squared
+    /// norms means finite coordinates, and with `||theta||^2 max ||a||^2 < 1e300` no partial
+    /// sum of a value can overflow (each is at most about `1e150`); otherwise `gap` is NaN.
+    #[inline(always)]
+    pub fn finish(self, d: usize, theta: &[f64], k: usize) -> ReferenceScan {
         let mut th2 = 0.0f64;
         for &t in theta {
             th2 += t * t;
         }
-        let finite = total_n2.is_finite() && th2.is_finite() && th2 * max_n2 < 1e300;
+        let finite = self.total_n2.is_finite() && th2.is_finite() && th2 * self.max_n2 < 1e300;
         // The largest norm: the square root is monotone and correctly rounded, so this is the
         // largest of the norms `sqrt(n2_i)`.
-        let max_norm = max_n2.sqrt();
+        let max_norm = self.max_n2.sqrt();
         let gap = if !finite {
             f64::NAN
         } else if k == 1 {
             f64::INFINITY
         } else {
-            top - second
+            self.top - self.second
         };
         // `D_i^2 <= (2 max|r|)^2 <~ 4e300` and `||a_best - a_i||^2 <= 4 d max ||a||^2` stay
         // finite below these limits (no overflow check per action in the slope pass).
-        let slope_ok = finite && max_n2 < 1e300 && d <= 4096;
+        let slope_ok = finite && self.max_n2 < 1e300 && d <= 4096;
         ReferenceScan {
-            best,
+            best: self.best,
             gap,
             max_norm,
-            top,
+            top: self.top,
             slope_ok,
         }
     }
 }
 
 /// `ratio2` of [`LaneReference`] (`k = values.len() >= 2`, finite input within the limits of
-/// [`reference_scan`]): `D_i = top - values[i]` and the squared distances to `best` from the
-/// lane groups. `best` itself gives `0 / 0 = NaN`, passed over like an exact tie (`q < ratio2`
-/// is false for NaN).
+/// [`ReferenceScanner::finish`]): `D_i = top - values[i]` and the squared distances to `best`
+/// from the lane groups. `best` itself gives `0 / 0 = NaN`, passed over like an exact tie
+/// (`q < ratio2` is false for NaN).
 #[inline(always)]
 fn slope_scan(
     d: usize,
