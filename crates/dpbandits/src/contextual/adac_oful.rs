@@ -1169,8 +1169,8 @@ struct Pair<const D: usize> {
     ref_c: [f64; LANES],
     slope: [[f64; 3]; LANES],
     /// The policy's reward boundary and clipping (an index into [`OfulBatch`]'s classes).
-    /// The last pair of an odd number of policies has an idle lane: threshold `inf`, class 0,
-    /// never chosen for, never written back.
+    /// The last pair of an odd number of policies has an idle lane: threshold `inf`, the class
+    /// of the other lane, never chosen for, never written back.
     class: [usize; LANES],
 }
 
@@ -1331,7 +1331,13 @@ where
             classes,
         };
         for (p, c) in class.into_iter().enumerate() {
-            b.pairs[p / LANES].class[p % LANES] = c;
+            let pair = &mut b.pairs[p / LANES];
+            if p % LANES == 0 {
+                // Lanes that no later policy fills stay idle with this policy's class, so that
+                // the pair can still share the reference action's products.
+                pair.class = [c; LANES];
+            }
+            pair.class[p % LANES] = c;
         }
         for p in 0..b.pols.len() {
             // `play` starts by dropping an unobserved round.
