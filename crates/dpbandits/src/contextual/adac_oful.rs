@@ -310,6 +310,14 @@ impl ContextualPolicyConfig for OfulConfig {
     }
 }
 
+/// The largest action norm the OFUL family accepts online: `||a||_2 <= 1e6`, so one round adds
+/// at most `1e12` to an entry of `V` and, with the numeric reward boundary `1e12`, at most
+/// `1e18` to an entry of the episode statistic; past it the Gram matrix and its determinant lose
+/// the precision the argmax and the switching rule rely on (one such round would poison the
+/// policy for good). In `mode = "guaranteed"` contributions longer than 1 are also clipped to
+/// the unit ball (the privacy bound), so any action within this bound keeps the guarantee.
+pub const OFUL_MAX_ACTION_NORM: f64 = 1e6;
+
 /// The privacy boundary of the guaranteed mode: rewards in [-1, 1], clipped.
 pub const OFUL_BOUNDARY: RewardBoundary = RewardBoundary {
     lo: -1.0,
@@ -1513,6 +1521,12 @@ where
         guarantee(&self.cfg)
     }
 
+    fn dim(&self) -> usize {
+        D
+    }
+    fn max_action_norm(&self) -> f64 {
+        OFUL_MAX_ACTION_NORM
+    }
     fn boundary(&self) -> RewardBoundary {
         self.gate.boundary()
     }

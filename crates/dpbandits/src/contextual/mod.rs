@@ -45,7 +45,7 @@ mod gaussian;
 mod sim;
 
 pub use adac_oful::{
-    ADAC_OFUL, MAX_DIM, OFUL, OFUL_BOUNDARY, OfulConfig, OfulKind, OfulPolicy, PrivacyMode,
+    ADAC_OFUL, MAX_DIM, OFUL, OFUL_BOUNDARY, OFUL_MAX_ACTION_NORM, OfulConfig, OfulKind, OfulPolicy, PrivacyMode,
     RS_OFUL, RadiusMode, SquareOps, chi2_tail, lambda_min_lower_bound, restore_oful,
 };
 pub use file::{CONTEXTUAL_FILE, ContextOrder, ContextualFile, ContextualFileConfig, FeatureTable};
@@ -585,6 +585,12 @@ pub trait ContextualEnvConfig: Send + Sync + Debug {
 pub trait ContextualPolicy: Send + Debug {
     /// The privacy claim.
     fn guarantee(&self) -> PrivacyGuarantee;
+    /// The dimension `d` of the actions this policy chooses among.
+    fn dim(&self) -> usize;
+    /// The largest action norm `||a||_2` this policy accepts (its documented bound, or the
+    /// numeric bound past which its statistics lose precision): the online session refuses a
+    /// longer action before the policy sees it.
+    fn max_action_norm(&self) -> f64;
     /// The boundary every reward passes ([`crate::protocol`]).
     fn boundary(&self) -> RewardBoundary;
     /// Choose an action of the decision set; `t` = rounds already played. Opens a one-round
