@@ -12,7 +12,6 @@ use serde::de::DeserializeOwned;
 /// The problem setting an algorithm or environment belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
-#[non_exhaustive]
 pub enum Setting {
     /// K-armed stochastic bandits, regret minimisation.
     FiniteArmed,

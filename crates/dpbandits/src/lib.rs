@@ -105,6 +105,8 @@ pub mod protocol;
 #[cfg(feature = "experiment")]
 pub mod registry;
 pub mod rng;
+#[cfg(feature = "experiment")]
+pub mod session;
 pub mod sim;
 pub mod snapshot;
 

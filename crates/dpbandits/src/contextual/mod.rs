@@ -45,8 +45,9 @@ mod gaussian;
 mod sim;
 
 pub use adac_oful::{
-    ADAC_OFUL, MAX_DIM, OFUL, OFUL_BOUNDARY, OFUL_MAX_ACTION_NORM, OfulConfig, OfulKind, OfulPolicy, PrivacyMode,
-    RS_OFUL, RadiusMode, SquareOps, chi2_tail, lambda_min_lower_bound, restore_oful,
+    ADAC_OFUL, MAX_DIM, OFUL, OFUL_BOUNDARY, OFUL_MAX_ACTION_NORM, OfulConfig, OfulKind,
+    OfulPolicy, PrivacyMode, RS_OFUL, RadiusMode, SquareOps, chi2_tail, lambda_min_lower_bound,
+    restore_oful,
 };
 pub use file::{CONTEXTUAL_FILE, ContextOrder, ContextualFile, ContextualFileConfig, FeatureTable};
 pub use gaussian::{CONTEXTUAL_GAUSSIAN, ContextualGaussian, ContextualGaussianConfig};

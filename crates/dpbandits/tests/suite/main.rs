@@ -12,3 +12,4 @@ mod fuzz;
 mod ldp_nonstationary;
 mod linear;
 mod private_baselines;
+mod session;

@@ -1,0 +1,869 @@
+//! The online session: one running policy of any registry kind, of any of the four settings,
+//! driven one decision and one reward at a time by a caller that is not the simulator (the
+//! Python `Policy`, the decision service).
+//!
+//! A [`Session`] is the one place that validates every online input at the privacy boundary,
+//! before the policy sees it:
+//! * **action sets** (contextual): shape `k x d` with `k >= 1` and `d` the policy's dimension,
+//!   every entry finite, every action's norm `||a||_2` at most the kind's bound
+//!   ([`crate::contextual::ContextualPolicy::max_action_norm`]; in `mode = "guaranteed"` the
+//!   OFUL family also clips contributions to the unit ball, which keeps the privacy bound for any
+//!   action within it);
+//! * **rewards**: through the policy's [`RewardBoundary`] (clip or reject; NaN always refused);
+//! * **arms**: the arm of a reward must be the arm of the open commitment (which is in range);
+//! * **calls in protocol order**: a decision while every decided round waits for its reward, a
+//!   reward with no decision outstanding, a decision after the BAI stopping rule fired.
+//!
+//! A refused input is an [`Error`] naming the field (`actions`, `reward`, `arm`) and leaves the
+//! session exactly as it was, so the caller may correct it and go on.
+//!
+//! # Protocol
+//! [`Session::next`] says what the setting expects next ([`Next`]). A decision
+//! ([`Session::decide`], or [`Session::decide_with`] with the round's action set) either
+//! continues the open commitment (the policy committed to `rounds` rounds of one arm whatever
+//! their rewards: an episode, a block, a BAI request) or opens the next one; several decisions of
+//! one commitment may be issued before their rewards arrive (the decision service does). A
+//! reward ([`Session::observe`]) is one round's reward of the open commitment's arm. BAI
+//! requests are observed as one sum when all their rewards are in (the algorithm committed to all
+//! of them); contextual rounds are one-round commitments carrying their action set.
+//!
+//! # Snapshots
+//! [`Session::snapshot`] writes the session (kind, parameters, counters, the open commitment
+//! with the rewards and action set it holds) around the policy's own [`Snapshot`];
+//! [`Session::restore`] continues bit-identically. Like a policy snapshot it is **sensitive
+//! data** (raw rewards of the open commitment, unreleased statistics, generators' state). A
+//! deployment-grade noise source restores with a fresh OS key (`privacy/noise.rs`).
+
+use crate::bai::BaiStep;
+use crate::config::Setting;
+use crate::contextual::ActionSet;
+use crate::error::{Error, Result};
+use crate::privacy::{PrivacyGuarantee, RewardBoundary};
+use crate::registry::{self, Built, Restored};
+use crate::snapshot::Snapshot;
+use nalgebra::DVector;
+use serde::{Deserialize, Serialize};
+
+/// The problem a session's policy is built for: what its setting needs besides the kind's
+/// parameters.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum Problem {
+    /// `arms >= 2` arms.
+    Finite {
+        /// Number of arms.
+        arms: usize,
+    },
+    /// A fixed arm set: `K` vectors of one dimension `d`.
+    Linear {
+        /// The arm vectors.
+        arms: Vec<Vec<f64>>,
+    },
+    /// Actions of dimension `dim`, for `horizon` rounds (the horizon enters some radii).
+    Contextual {
+        /// Dimension `d`.
+        dim: usize,
+        /// Horizon `T`.
+        horizon: u64,
+    },
+    /// Fixed-confidence best-arm identification of `arms` arms at risk `delta`.
+    Bai {
+        /// Number of arms.
+        arms: usize,
+        /// Risk in (0, 1).
+        delta: f64,
+    },
+}
+
+impl Problem {
+    /// The problem's setting.
+    pub fn setting(&self) -> Setting {
+        match self {
+            Problem::Finite { .. } => Setting::FiniteArmed,
+            Problem::Linear { .. } => Setting::Linear,
+            Problem::Contextual { .. } => Setting::Contextual,
+            Problem::Bai { .. } => Setting::Bai,
+        }
+    }
+
+    /// The keys a parameter table carries for a problem of `setting` (taken out by
+    /// [`Problem::take_from`]).
+    pub fn keys(setting: Setting) -> &'static [&'static str] {
+        match setting {
+            Setting::FiniteArmed => &["arms"],
+            Setting::Linear => &["arms"],
+            Setting::Contextual => &["dim", "horizon"],
+            Setting::Bai => &["arms", "delta"],
+        }
+    }
+
+    /// Take the keys of a `setting` problem out of a parameter table (`arms`; linear `arms` as an
+    /// array of arm vectors; contextual `dim` and `horizon`; BAI `arms` and `delta`), leaving the
+    /// kind's own parameters. Counts may be written `1e3`.
+    ///
+    /// # Errors
+    /// A missing or mistyped key, named with what is allowed.
+    pub fn take_from(setting: Setting, t: &mut toml::Table) -> Result<Problem> {
+        fn take(t: &mut toml::Table, key: &str, what: &str) -> Result<toml::Value> {
+            t.remove(key)
+                .ok_or_else(|| Error::param(key, "(missing)", what))
+        }
+        fn count(t: &mut toml::Table, key: &str, what: &str) -> Result<u64> {
+            let mut v = take(t, key, what)?;
+            registry::counts_as_integers(&mut v);
+            match v {
+                toml::Value::Integer(i) if i >= 0 => Ok(i as u64),
+                other => Err(Error::param(key, other, what)),
+            }
+        }
+        fn number(v: &toml::Value) -> Option<f64> {
+            match v {
+                toml::Value::Float(f) => Some(*f),
+                toml::Value::Integer(i) => Some(*i as f64),
+                _ => None,
+            }
+        }
+        const ARMS: &str = "the number of arms, an integer >= 2";
+        let usize_of = |key: &str, n: u64, what: &str| {
+            usize::try_from(n).map_err(|_| Error::param(key, n, what))
+        };
+        Ok(match setting {
+            Setting::FiniteArmed => Problem::Finite {
+                arms: usize_of("arms", count(t, "arms", ARMS)?, ARMS)?,
+            },
+            Setting::Bai => {
+                let arms = usize_of("arms", count(t, "arms", ARMS)?, ARMS)?;
+                const DELTA: &str = "the risk, a number in (0, 1)";
+                let v = take(t, "delta", DELTA)?;
+                let delta = number(&v).ok_or_else(|| Error::param("delta", &v, DELTA))?;
+                Problem::Bai { arms, delta }
+            }
+            Setting::Contextual => {
+                const DIM: &str = "the dimension of the actions, an integer >= 1";
+                const HORIZON: &str = "the horizon T, an integer >= 1";
+                let dim = usize_of("dim", count(t, "dim", DIM)?, DIM)?;
+                let horizon = count(t, "horizon", HORIZON)?;
+                Problem::Contextual { dim, horizon }
+            }
+            Setting::Linear => {
+                const VECS: &str = "the arm vectors, an array of K >= 2 arrays of d >= 1 numbers";
+                let v = take(t, "arms", VECS)?;
+                let rows = v.as_array().ok_or_else(|| Error::param("arms", &v, VECS))?;
+                let mut arms = Vec::with_capacity(rows.len());
+                for (i, row) in rows.iter().enumerate() {
+                    let field = format!("arms[{i}]");
+                    let cells = row
+                        .as_array()
+                        .ok_or_else(|| Error::param(&field, row, VECS))?;
+                    arms.push(
+                        cells
+                            .iter()
+                            .enumerate()
+                            .map(|(j, x)| {
+                                number(x).ok_or_else(|| {
+                                    Error::param(format!("arms[{i}][{j}]"), x, "a number")
+                                })
+                            })
+                            .collect::<Result<Vec<f64>>>()?,
+                    );
+                }
+                Problem::Linear { arms }
+            }
+        })
+    }
+}
+
+/// What the session expects next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// A decision ([`Session::decide`]); some rewards may be pending.
+    Decision,
+    /// A contextual decision: the round's action set of dimension `dim`
+    /// ([`Session::decide_with`]).
+    ActionSet {
+        /// The dimension of the actions.
+        dim: usize,
+    },
+    /// The reward of `arm`: every round decided so far waits for its reward, and no further
+    /// round can be decided before one arrives.
+    Reward {
+        /// The arm of the open commitment.
+        arm: usize,
+        /// Decided rounds without their reward.
+        pending: u64,
+    },
+    /// BAI: the stopping rule fired; the run is over.
+    Stopped {
+        /// The recommended arm.
+        recommendation: usize,
+    },
+}
+
+/// One decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// Play `arm` (finite, linear, BAI: an arm; contextual: an action index of the round's set).
+    Play {
+        /// The arm or action index.
+        arm: usize,
+        /// `Some(rounds)` when this decision opened a commitment of `rounds` rounds (`rounds`
+        /// samples of a BAI request), `None` when it continues the open one.
+        opened: Option<u64>,
+    },
+    /// BAI: the stopping rule fired (now or before); no more samples.
+    Stop {
+        /// The recommended arm.
+        recommendation: usize,
+    },
+}
+
+impl Decision {
+    /// The arm to play, `None` once a BAI run has stopped.
+    pub fn arm(&self) -> Option<usize> {
+        match self {
+            Decision::Play { arm, .. } => Some(*arm),
+            Decision::Stop { .. } => None,
+        }
+    }
+}
+
+/// The open commitment: the policy committed to `rounds` rounds of `arm`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Open {
+    arm: usize,
+    rounds: u64,
+    /// Rounds decided (issued).
+    issued: u64,
+    /// Rounds whose reward was observed.
+    observed: u64,
+    /// BAI: the admitted rewards of the request so far (observed as one sum when complete).
+    rewards: Vec<f64>,
+    /// Contextual: the round's action set (`k`, `d`, row-major features).
+    actions: Option<(usize, usize, Vec<f64>)>,
+}
+
+impl Open {
+    fn new(arm: usize, rounds: u64) -> Self {
+        Open {
+            arm,
+            rounds,
+            issued: 0,
+            observed: 0,
+            rewards: vec![],
+            actions: None,
+        }
+    }
+    fn pending(&self) -> u64 {
+        self.issued - self.observed
+    }
+}
+
+/// An online session (module docs).
+#[derive(Debug)]
+pub struct Session {
+    kind: String,
+    label: Option<String>,
+    /// The kind's parameters as given (TOML text), for the configuration's guarantee and label
+    /// after a restore; `None` for a session made from a bare policy snapshot.
+    params: Option<String>,
+    guarantee: Option<PrivacyGuarantee>,
+    policy: Restored,
+    /// Rounds (BAI: samples) whose reward was observed: the `t` of the policy's next decision.
+    t: u64,
+    /// Decisions issued.
+    issued: u64,
+    open: Option<Open>,
+    /// BAI: the recommendation, once the stopping rule fired.
+    stopped: Option<usize>,
+}
+
+/// The serialized form of a [`Session`].
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Envelope {
+    format: String,
+    version: u32,
+    kind: String,
+    label: Option<String>,
+    params: Option<String>,
+    t: u64,
+    issued: u64,
+    open: Option<Open>,
+    stopped: Option<usize>,
+    #[serde(with = "serde_bytes_vec")]
+    policy: Vec<u8>,
+}
+
+/// CBOR byte strings for the policy snapshot (not an array of small integers).
+mod serde_bytes_vec {
+    use serde::{Deserializer, Serializer};
+    pub fn serialize<S: Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(v)
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Vec<u8>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("bytes")
+            }
+            fn visit_bytes<E>(self, v: &[u8]) -> std::result::Result<Vec<u8>, E> {
+                Ok(v.to_vec())
+            }
+            fn visit_byte_buf<E>(self, v: Vec<u8>) -> std::result::Result<Vec<u8>, E> {
+                Ok(v)
+            }
+        }
+        d.deserialize_bytes(V)
+    }
+}
+
+/// The format name of a session snapshot.
+pub const SESSION_FORMAT: &str = "dpbandits-session";
+/// The version of the session snapshot format.
+pub const SESSION_VERSION: u32 = 1;
+
+fn protocol(msg: impl Into<String>) -> Error {
+    Error::Protocol(msg.into())
+}
+
+/// Validate one round's action set for a policy of dimension `dim` and action-norm bound
+/// `max_norm`: `k >= 1` rows of `dim` finite numbers (`features.len() == k * dim`), each of norm
+/// at most `max_norm`.
+///
+/// # Errors
+/// [`Error::Param`] naming `actions` (its shape, or the first offending entry or action).
+pub fn check_actions(set: &ActionSet<'_>, dim: usize, max_norm: f64) -> Result<()> {
+    if set.d != dim || set.k == 0 || set.features.len() != set.k * set.d {
+        return Err(Error::param(
+            "actions",
+            format!(
+                "a {} x {} array ({} numbers)",
+                set.k,
+                set.d,
+                set.features.len()
+            ),
+            format!("a k x {dim} array with k >= 1 actions of dimension {dim}"),
+        ));
+    }
+    for (i, a) in set.features.chunks_exact(dim).enumerate() {
+        if let Some(j) = a.iter().position(|x| !x.is_finite()) {
+            return Err(Error::param(
+                format!("actions[{i}][{j}]"),
+                a[j],
+                "a finite number",
+            ));
+        }
+        let n = a.iter().map(|x| x * x).sum::<f64>().sqrt();
+        if !(n <= max_norm) {
+            return Err(Error::param(
+                format!("actions[{i}]"),
+                format!("an action of norm {n:e}"),
+                format!("an action of norm at most {max_norm:e} (this kind's bound)"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+impl Session {
+    /// A session of registry kind `kind` with the kind's parameters `params` (an experiment
+    /// file's `[[policy]]` table without `kind`) for `problem`; `seed` keys the policy's
+    /// generators (a deployment-grade policy draws its noise from the OS whatever the seed).
+    ///
+    /// # Errors
+    /// An unknown kind, a problem of another setting than the kind's, or the kind's own
+    /// parameter errors (each naming the field).
+    pub fn new(kind: &str, params: toml::Table, problem: &Problem, seed: u64) -> Result<Session> {
+        let entry = registry::policy(kind)?;
+        if entry.setting() != problem.setting() {
+            return Err(Error::param(
+                "kind",
+                format!("\"{kind}\""),
+                format!(
+                    "a kind of the problem's setting ({}); \"{kind}\" is {} (its problem: {})",
+                    problem.setting(),
+                    entry.setting(),
+                    Problem::keys(entry.setting()).join(", ")
+                ),
+            ));
+        }
+        let text = toml::to_string(&params).map_err(|e| Error::Config(e.to_string()))?;
+        let built = entry.build(params)?;
+        let (policy, guarantee, label) = match (built, problem) {
+            (Built::Finite(cfg), Problem::Finite { arms }) => {
+                crate::error::check::arms("arms", *arms)?;
+                let p = cfg.build(*arms, seed)?;
+                (Restored::Finite(p), cfg.guarantee(), cfg.label())
+            }
+            (Built::Linear(cfg), Problem::Linear { arms }) => {
+                let vecs = arm_vectors(arms)?;
+                let p = cfg.build(&vecs, seed)?;
+                (Restored::Linear(p), cfg.guarantee(), cfg.label())
+            }
+            (Built::Contextual(cfg), Problem::Contextual { dim, horizon }) => {
+                let p = cfg.build(*dim, *horizon, seed)?;
+                (Restored::Contextual(p), cfg.guarantee(), cfg.label())
+            }
+            (Built::Bai(cfg), Problem::Bai { arms, delta }) => {
+                crate::error::check::arms("arms", *arms)?;
+                let p = cfg.prepare(*arms, *delta)?.start(seed);
+                (Restored::Bai(p), cfg.guarantee(), cfg.label())
+            }
+            _ => unreachable!("the entry's setting was checked against the problem's"),
+        };
+        Ok(Session {
+            kind: entry.kind().to_string(),
+            label: Some(label),
+            params: Some(text),
+            guarantee: Some(guarantee),
+            policy,
+            t: 0,
+            issued: 0,
+            open: None,
+            stopped: None,
+        })
+    }
+
+    /// [`Session::new`] from one table holding both the problem's keys ([`Problem::keys`] of the
+    /// kind's setting) and the kind's parameters.
+    ///
+    /// # Errors
+    /// As [`Problem::take_from`] and [`Session::new`].
+    pub fn from_table(kind: &str, mut table: toml::Table, seed: u64) -> Result<Session> {
+        let entry = registry::policy(kind)?;
+        let problem = Problem::take_from(entry.setting(), &mut table)?;
+        Session::new(kind, table, &problem, seed)
+    }
+
+    /// A session around a policy restored from a library [`Snapshot`] that had observed `t`
+    /// rounds (samples). The policy's open commitment, if any, is continued by the next
+    /// decision; a contextual round chosen but not observed is gone with its action set (the
+    /// next decision replaces it). The guarantee of a BAI run is not in its snapshot:
+    /// [`Session::guarantee`] then refuses.
+    ///
+    /// # Errors
+    /// As [`registry::restore`].
+    pub fn from_policy_snapshot(snap: &Snapshot, t: u64) -> Result<Session> {
+        let policy = registry::restore(snap)?;
+        let guarantee = match &policy {
+            Restored::Finite(p) => Some(p.guarantee()),
+            Restored::Linear(p) => Some(p.guarantee()),
+            Restored::Contextual(p) => Some(p.guarantee()),
+            Restored::Bai(_) => None,
+        };
+        Ok(Session {
+            kind: snap.kind().to_string(),
+            label: snap.header().label.clone(),
+            params: None,
+            guarantee,
+            policy,
+            t,
+            issued: t,
+            open: None,
+            stopped: None,
+        })
+    }
+
+    /// The registry kind.
+    pub fn kind(&self) -> &str {
+        &self.kind
+    }
+
+    /// The setting.
+    pub fn setting(&self) -> Setting {
+        match &self.policy {
+            Restored::Finite(_) => Setting::FiniteArmed,
+            Restored::Linear(_) => Setting::Linear,
+            Restored::Contextual(_) => Setting::Contextual,
+            Restored::Bai(_) => Setting::Bai,
+        }
+    }
+
+    /// The configuration's label (`kind(p=v,...)`), when known.
+    pub fn label(&self) -> Option<&str> {
+        self.label.as_deref()
+    }
+
+    /// The privacy claim (with its noise grade).
+    ///
+    /// # Errors
+    /// A BAI session restored from a bare library snapshot, whose claim is not in the snapshot.
+    pub fn guarantee(&self) -> Result<&PrivacyGuarantee> {
+        self.guarantee.as_ref().ok_or_else(|| {
+            Error::Snapshot(
+                "guarantee: unknown for a BAI run restored from a library snapshot (its claim is in the experiment's manifest)".into(),
+            )
+        })
+    }
+
+    /// The boundary every reward passes.
+    pub fn boundary(&self) -> RewardBoundary {
+        match &self.policy {
+            Restored::Finite(p) => p.boundary(),
+            Restored::Linear(p) => p.boundary(),
+            Restored::Contextual(p) => p.boundary(),
+            Restored::Bai(p) => p.boundary(),
+        }
+    }
+
+    /// Rounds (BAI: samples) whose reward was observed.
+    pub fn t(&self) -> u64 {
+        self.t
+    }
+
+    /// Decisions issued.
+    pub fn issued(&self) -> u64 {
+        self.issued
+    }
+
+    /// Decided rounds waiting for their reward.
+    pub fn pending(&self) -> u64 {
+        self.open.as_ref().map_or(0, Open::pending)
+    }
+
+    /// The open commitment: `(arm, rounds, issued, observed)`.
+    pub fn commitment(&self) -> Option<(usize, u64, u64, u64)> {
+        self.open
+            .as_ref()
+            .map(|o| (o.arm, o.rounds, o.issued, o.observed))
+    }
+
+    /// BAI: the recommendation once the stopping rule fired.
+    pub fn stopped(&self) -> Option<usize> {
+        self.stopped
+    }
+
+    /// BAI: the current recommendation (the answer once stopped); `None` in other settings.
+    pub fn recommendation(&self) -> Option<usize> {
+        match &self.policy {
+            Restored::Bai(p) => Some(self.stopped.unwrap_or_else(|| p.recommendation())),
+            _ => None,
+        }
+    }
+
+    /// The dimension of a contextual policy's actions.
+    pub fn dim(&self) -> Option<usize> {
+        match &self.policy {
+            Restored::Contextual(p) => Some(p.dim()),
+            _ => None,
+        }
+    }
+
+    /// What the session expects next.
+    pub fn next(&self) -> Next {
+        if let Some(recommendation) = self.stopped {
+            return Next::Stopped { recommendation };
+        }
+        match &self.open {
+            Some(o) if o.issued >= o.rounds => Next::Reward {
+                arm: o.arm,
+                pending: o.pending(),
+            },
+            _ => match &self.policy {
+                Restored::Contextual(p) => Next::ActionSet { dim: p.dim() },
+                _ => Next::Decision,
+            },
+        }
+    }
+
+    /// The running policy, of its setting (read-only: every state change goes through the
+    /// session).
+    pub fn policy(&self) -> &Restored {
+        &self.policy
+    }
+
+    fn refuse_if_full(&self) -> Result<()> {
+        if let Some(o) = &self.open
+            && o.issued >= o.rounds
+        {
+            return Err(protocol(format!(
+                "pending = {}: every round of the open commitment (arm {}, {} round(s)) is decided; \
+                 observe the pending reward(s) first",
+                o.pending(),
+                o.arm,
+                o.rounds
+            )));
+        }
+        Ok(())
+    }
+
+    /// The next decision of a finite-armed, linear or BAI session: the open commitment's arm
+    /// while it has rounds left to decide, else the policy's next commitment. BAI: once the
+    /// stopping rule fires, [`Decision::Stop`] (now and at every later call).
+    ///
+    /// # Errors
+    /// [`Error::Protocol`] when every round of the open commitment is decided and waits for its
+    /// reward, or for a contextual session (use [`Session::decide_with`]); a linear policy's
+    /// numerical failure. The session is then unchanged.
+    pub fn decide(&mut self) -> Result<Decision> {
+        if let Some(recommendation) = self.stopped {
+            return Ok(Decision::Stop { recommendation });
+        }
+        self.refuse_if_full()?;
+        if let Some(o) = &mut self.open {
+            o.issued += 1;
+            self.issued += 1;
+            return Ok(Decision::Play {
+                arm: o.arm,
+                opened: None,
+            });
+        }
+        let t = self.t;
+        let (arm, rounds) = match &mut self.policy {
+            Restored::Finite(p) => {
+                let pull = p.choose(t);
+                (pull.arm, pull.steps)
+            }
+            Restored::Linear(p) => {
+                let pull = p.choose(t)?;
+                (pull.arm, pull.steps)
+            }
+            Restored::Bai(p) => match p.next(t) {
+                BaiStep::Sample { arm, n } => (arm, n),
+                BaiStep::Stop => {
+                    let recommendation = p.recommendation();
+                    self.stopped = Some(recommendation);
+                    return Ok(Decision::Stop { recommendation });
+                }
+            },
+            Restored::Contextual(p) => {
+                return Err(Error::param(
+                    "actions",
+                    "(missing)",
+                    format!(
+                        "the round's action set, a k x {} array: a contextual policy chooses among the round's actions",
+                        p.dim()
+                    ),
+                ));
+            }
+        };
+        let mut o = Open::new(arm, rounds.max(1));
+        o.issued = 1;
+        self.open = Some(o);
+        self.issued += 1;
+        Ok(Decision::Play {
+            arm,
+            opened: Some(rounds.max(1)),
+        })
+    }
+
+    /// The next decision of a contextual session among `actions` (validated first: shape,
+    /// finite entries, the kind's norm bound); returns the chosen action's index.
+    ///
+    /// # Errors
+    /// [`Error::Param`] naming `actions` (the set is refused before the policy sees it),
+    /// [`Error::Protocol`] while the previous round waits for its reward; the session is then
+    /// unchanged. Sessions of other settings refuse an action set (naming `actions`).
+    pub fn decide_with(&mut self, actions: &ActionSet<'_>) -> Result<Decision> {
+        let Restored::Contextual(p) = &mut self.policy else {
+            return Err(Error::param(
+                "actions",
+                format!("a {} x {} array", actions.k, actions.d),
+                format!(
+                    "no action set: a {} policy decides without one",
+                    self.setting()
+                ),
+            ));
+        };
+        check_actions(actions, p.dim(), p.max_action_norm())?;
+        if let Some(o) = &self.open {
+            return Err(protocol(format!(
+                "pending = {}: the previous round (action {}) waits for its reward; observe it first",
+                o.pending(),
+                o.arm
+            )));
+        }
+        let arm = p.choose(self.t, actions);
+        let mut o = Open::new(arm, 1);
+        o.issued = 1;
+        o.actions = Some((actions.k, actions.d, actions.features.to_vec()));
+        self.open = Some(o);
+        self.issued += 1;
+        Ok(Decision::Play {
+            arm,
+            opened: Some(1),
+        })
+    }
+
+    /// The reward of one decided round of `arm`, the open commitment's arm.
+    ///
+    /// # Errors
+    /// [`Error::Protocol`] with no decided round waiting (naming `arm` when it is another arm
+    /// than the open commitment's); a reward the policy's boundary refuses ([`Error::Boundary`],
+    /// or [`Error::Param`] naming `reward` for NaN). The session is then unchanged.
+    pub fn observe(&mut self, arm: usize, reward: f64) -> Result<()> {
+        let Some(o) = &self.open else {
+            return Err(protocol(
+                "observe: no decided round waits for a reward; decide first",
+            ));
+        };
+        if o.pending() == 0 {
+            return Err(protocol(format!(
+                "observe: the {} decided round(s) of arm {} have their rewards; decide first",
+                o.issued, o.arm
+            )));
+        }
+        if arm != o.arm {
+            return Err(Error::param(
+                "arm",
+                arm,
+                format!("{}, the arm of the open commitment (protocol)", o.arm),
+            ));
+        }
+        // The boundary first, whatever the setting: a refused reward changes nothing.
+        let admitted = self.boundary().admit(reward)?;
+        let o = self.open.as_mut().expect("checked above");
+        match &mut self.policy {
+            Restored::Finite(p) => p.observe(arm, reward)?,
+            Restored::Linear(p) => {
+                let sum = p.boundary().single(reward)?;
+                p.observe_batch(arm, &sum)?
+            }
+            Restored::Contextual(p) => {
+                let (k, d, features) = o.actions.as_ref().expect("a contextual round");
+                let set = ActionSet {
+                    d: *d,
+                    k: *k,
+                    features,
+                };
+                p.observe(&set, arm, reward)?
+            }
+            Restored::Bai(p) => {
+                if o.rewards.len() as u64 + 1 == o.rounds {
+                    let b = p.boundary();
+                    let sum = b.sum_of(o.rewards.iter().copied().chain([admitted]))?;
+                    p.observe(arm, &sum)?;
+                } else {
+                    o.rewards.push(admitted);
+                }
+            }
+        }
+        o.observed += 1;
+        self.t += 1;
+        if o.observed == o.rounds {
+            self.open = None;
+        }
+        Ok(())
+    }
+
+    /// The session as bytes (CBOR; module docs: sensitive data).
+    ///
+    /// # Errors
+    /// A policy whose state cannot be captured ([`Error::Snapshot`]).
+    pub fn snapshot(&self) -> Result<Vec<u8>> {
+        let snap = match &self.policy {
+            Restored::Finite(p) => p.snapshot(),
+            Restored::Linear(p) => p.snapshot(),
+            Restored::Contextual(p) => p.snapshot(),
+            Restored::Bai(p) => p.snapshot(),
+        }?;
+        let env = Envelope {
+            format: SESSION_FORMAT.into(),
+            version: SESSION_VERSION,
+            kind: self.kind.clone(),
+            label: self.label.clone(),
+            params: self.params.clone(),
+            t: self.t,
+            issued: self.issued,
+            open: self.open.clone(),
+            stopped: self.stopped,
+            policy: snap.to_cbor()?,
+        };
+        let mut out = vec![];
+        ciborium::into_writer(&env, &mut out).map_err(|e| Error::Snapshot(e.to_string()))?;
+        Ok(out)
+    }
+
+    /// Whether `bytes` look like a session snapshot (rather than a library [`Snapshot`]).
+    pub fn is_session_snapshot(bytes: &[u8]) -> bool {
+        ciborium::from_reader::<Envelope, _>(bytes).is_ok_and(|e| e.format == SESSION_FORMAT)
+    }
+
+    /// A session from [`Session::snapshot`] bytes; it continues bit-identically (a
+    /// deployment-grade policy with a fresh OS key).
+    ///
+    /// # Errors
+    /// [`Error::Snapshot`] naming what is wrong: not a session snapshot, another version, a
+    /// policy snapshot that does not restore or is of another kind, counters that do not agree.
+    pub fn restore(bytes: &[u8]) -> Result<Session> {
+        let env: Envelope = ciborium::from_reader(bytes)
+            .map_err(|e| Error::Snapshot(format!("not a session snapshot ({e})")))?;
+        if env.format != SESSION_FORMAT {
+            return Err(Error::Snapshot(format!(
+                "format = {:?}: expected {SESSION_FORMAT:?}",
+                env.format
+            )));
+        }
+        if env.version != SESSION_VERSION {
+            return Err(Error::Snapshot(format!(
+                "version = {}: expected {SESSION_VERSION}",
+                env.version
+            )));
+        }
+        let snap = Snapshot::from_cbor(&env.policy)?;
+        let policy = registry::restore_kind(&snap, &env.kind)?;
+        if let Some(o) = &env.open
+            && (o.observed > o.issued
+                || o.issued > o.rounds
+                || env.issued < env.t
+                || o.rewards.len() as u64 > o.observed)
+        {
+            return Err(Error::Snapshot(
+                "open commitment: counters that do not agree".into(),
+            ));
+        }
+        // Every setting's policy reports its claim (a deployment-grade one with its grade),
+        // except a BAI run, whose claim is its configuration's.
+        let guarantee = match &policy {
+            Restored::Finite(p) => Some(p.guarantee()),
+            Restored::Linear(p) => Some(p.guarantee()),
+            Restored::Contextual(p) => Some(p.guarantee()),
+            Restored::Bai(_) => match &env.params {
+                Some(text) => {
+                    let t: toml::Table = text
+                        .parse()
+                        .map_err(|e| Error::Snapshot(format!("params: {e}")))?;
+                    match registry::policy(&env.kind)?.build(t)? {
+                        Built::Bai(c) => Some(c.guarantee()),
+                        _ => None,
+                    }
+                }
+                None => None,
+            },
+        };
+        Ok(Session {
+            kind: env.kind,
+            label: env.label,
+            params: env.params,
+            guarantee,
+            policy,
+            t: env.t,
+            issued: env.issued,
+            open: env.open,
+            stopped: env.stopped,
+        })
+    }
+}
+
+fn arm_vectors(arms: &[Vec<f64>]) -> Result<Vec<DVector<f64>>> {
+    let d = arms.first().map_or(0, Vec::len);
+    for (i, a) in arms.iter().enumerate() {
+        if a.len() != d || d == 0 {
+            return Err(Error::param(
+                format!("arms[{i}]"),
+                format!("a vector of {} numbers", a.len()),
+                format!("a vector of d = {} >= 1 numbers, like arms[0]", d.max(1)),
+            ));
+        }
+        if let Some(j) = a.iter().position(|x| !x.is_finite()) {
+            return Err(Error::param(
+                format!("arms[{i}][{j}]"),
+                a[j],
+                "a finite number",
+            ));
+        }
+    }
+    Ok(arms.iter().map(|a| DVector::from_column_slice(a)).collect())
+}
