@@ -36,18 +36,6 @@ pub enum Error {
     /// A malformed experiment file (syntax, unknown key, wrong type).
     #[error("{0}")]
     Config(String),
-    /// A privacy accountant refused a charge; its state is unchanged.
-    #[error(
-        "privacy budget exceeded: charging {requested} on top of {spent} would exceed the cap {cap}"
-    )]
-    BudgetExceeded {
-        /// The loss that was asked for.
-        requested: f64,
-        /// The loss already spent.
-        spent: f64,
-        /// The cap of the accountant.
-        cap: f64,
-    },
     /// A reward arrived outside the privacy boundary while the boundary is set to reject.
     #[error(
         "reward {value} is outside the privacy boundary [{lo}, {hi}] (boundary = \"reject\"; use \"clip\" to clip instead)"
