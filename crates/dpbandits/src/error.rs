@@ -1,7 +1,8 @@
 //! One error type for the library.
 //!
-//! Every constructor validates its input and returns [`Result`]. `choose` never fails; `observe`
-//! fails only with [`Error::Boundary`] (a reward the boundary refuses), [`Error::Param`] (a
+//! Every constructor validates its input and returns [`Result`]. `choose` never fails, except
+//! [`crate::linear::LinearPolicy::choose`] when a phase's design fails numerically (see there);
+//! `observe` fails only with [`Error::Boundary`] (a reward the boundary refuses), [`Error::Param`] (a
 //! non-finite reward) or [`Error::Protocol`] (an observation the open commitment does not allow),
 //! and then leaves the policy unchanged. Messages always name the field, the offending value and
 //! what is allowed, so a user can fix a config file without reading the source
