@@ -499,9 +499,8 @@ mod files {
                     let mut paths = vec![];
                     while j < t.len() && t[j].0 != Tok::Punct(';') {
                         use_tree(&t, &mut j, vec![], &mut paths);
-                        if j < t.len() && t[j].0 == Tok::Punct(',') {
-                            j += 1;
-                        } else if j < t.len() && t[j].0 != Tok::Punct(';') {
+                        // past a `,` (or a token the tree did not take)
+                        if j < t.len() && t[j].0 != Tok::Punct(';') {
                             j += 1;
                         }
                     }
