@@ -479,7 +479,6 @@ impl Policy {
             Restored::Linear(p) => Running::Linear(p),
             Restored::Contextual(p) => Running::Contextual(p),
             Restored::Bai(p) => Running::Bai(p),
-            _ => return Err(PyValueError::new_err("snapshot: unknown setting")),
         };
         Ok(Policy {
             kind,
@@ -576,7 +575,6 @@ impl Policy {
                 bai_guarantee = serde_json::to_value(cfg.guarantee()).ok();
                 Running::Bai(cfg.prepare(k, delta).map_err(err)?.start(seed))
             }
-            _ => return Err(PyValueError::new_err(format!("{kind}: unknown setting"))),
         };
         Ok(Policy {
             kind: kind.to_string(),

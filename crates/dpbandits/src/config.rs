@@ -1,5 +1,5 @@
-//! The vocabulary every algorithm and environment file uses to describe itself: the [`Setting`],
-//! the [`AlgorithmInfo`] / [`EnvInfo`] records the registry lists, and the [`Config`] trait that
+//! The vocabulary every algorithm and environment file uses to describe itself: the [`Setting`]
+//! (and [`BySetting`], one value of each setting), the [`AlgorithmInfo`] / [`EnvInfo`] records the registry lists, and the [`Config`] trait that
 //! turns a parameter table into a validated configuration.
 //!
 //! A leaf module: it imports no setting and not the registry, so an algorithm file can declare its
@@ -10,6 +10,10 @@ use crate::error::Result;
 use serde::de::DeserializeOwned;
 
 /// The problem setting an algorithm or environment belongs to.
+///
+/// A closed set: every layer above the settings (registry, planner, auditor, snapshots, the
+/// Python binding and the service) matches on all four, so adding a fifth is meant to be a
+/// compile error everywhere it must be handled (no `#[non_exhaustive]`, no `_ =>` arms).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Setting {
@@ -31,6 +35,44 @@ impl std::fmt::Display for Setting {
             Setting::Linear => "linear (finite arm set)",
             Setting::Contextual => "contextual linear",
         })
+    }
+}
+
+/// One value of one of the four settings, typed per setting: the registry's parsers, restorers,
+/// parsed configurations and restored policies are all `BySetting` of the setting's four types
+/// (`registry::Parse`, `registry::Built`, ...), so that code holding one matches exactly the four
+/// [`Setting`]s and a value of one setting can never be taken for another's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BySetting<F, L, C, B> {
+    /// Finite-armed ([`Setting::FiniteArmed`]).
+    Finite(F),
+    /// Linear ([`Setting::Linear`]).
+    Linear(L),
+    /// Contextual linear ([`Setting::Contextual`]).
+    Contextual(C),
+    /// Fixed-confidence best-arm identification ([`Setting::Bai`]).
+    Bai(B),
+}
+
+impl<F, L, C, B> BySetting<F, L, C, B> {
+    /// The setting of the value.
+    pub fn setting(&self) -> Setting {
+        match self {
+            BySetting::Finite(_) => Setting::FiniteArmed,
+            BySetting::Linear(_) => Setting::Linear,
+            BySetting::Contextual(_) => Setting::Contextual,
+            BySetting::Bai(_) => Setting::Bai,
+        }
+    }
+
+    /// A reference to the value, in its setting.
+    pub fn as_ref(&self) -> BySetting<&F, &L, &C, &B> {
+        match self {
+            BySetting::Finite(x) => BySetting::Finite(x),
+            BySetting::Linear(x) => BySetting::Linear(x),
+            BySetting::Contextual(x) => BySetting::Contextual(x),
+            BySetting::Bai(x) => BySetting::Bai(x),
+        }
     }
 }
 

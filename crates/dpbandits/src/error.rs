@@ -1,7 +1,8 @@
 //! One error type for the library.
 //!
-//! Every constructor validates its input and returns [`Result`]. `choose` never fails; `observe`
-//! fails only with [`Error::Boundary`] (a reward the boundary refuses), [`Error::Param`] (a
+//! Every constructor validates its input and returns [`Result`]. `choose` never fails, except
+//! [`crate::linear::LinearPolicy::choose`] when a phase's design fails numerically (see there);
+//! `observe` fails only with [`Error::Boundary`] (a reward the boundary refuses), [`Error::Param`] (a
 //! non-finite reward) or [`Error::Protocol`] (an observation the open commitment does not allow),
 //! and then leaves the policy unchanged. Messages always name the field, the offending value and
 //! what is allowed, so a user can fix a config file without reading the source
@@ -36,18 +37,6 @@ pub enum Error {
     /// A malformed experiment file (syntax, unknown key, wrong type).
     #[error("{0}")]
     Config(String),
-    /// A privacy accountant refused a charge; its state is unchanged.
-    #[error(
-        "privacy budget exceeded: charging {requested} on top of {spent} would exceed the cap {cap}"
-    )]
-    BudgetExceeded {
-        /// The loss that was asked for.
-        requested: f64,
-        /// The loss already spent.
-        spent: f64,
-        /// The cap of the accountant.
-        cap: f64,
-    },
     /// A reward arrived outside the privacy boundary while the boundary is set to reject.
     #[error(
         "reward {value} is outside the privacy boundary [{lo}, {hi}] (boundary = \"reject\"; use \"clip\" to clip instead)"

@@ -19,9 +19,9 @@
 //! * [`bai`]: fixed-confidence best-arm identification under eps-global DP (DP-TT, AdaP-TT,
 //!   AdaP-TT*, DP-SE, EB-TCI), `d_eps`, transportation costs and characteristic times.
 //! * [`privacy`]: budgets, [`privacy::PrivacyGuarantee`], mechanisms with privacy maps
-//!   ([`privacy::GaussianMechanism`] calibrated for rho-zCDP), the reward boundary.
-//!   Accounting: [`privacy::PrivacyAccountant`] (capped, refuses over-budget charges) and budget
-//!   conversions ([`privacy::pure_to_zcdp`], [`privacy::zcdp_to_approx_dp`]).
+//!   ([`privacy::GaussianMechanism`] calibrated for rho-zCDP), the reward boundary, budget
+//!   conversions ([`privacy::pure_to_zcdp`], [`privacy::zcdp_to_approx_dp`]). There is no
+//!   privacy accountant: each policy's [`privacy::PrivacyGuarantee`] states the budget of its whole run.
 //! * [`sim`]: checkpoint grids, experiment cells, deterministic parallel jobs.
 //! * [`rng`]: one master seed, named seed derivations, the portable Xoshiro256++ generator.
 //! * [`config`]: the records and the config trait every algorithm file uses to describe itself.

@@ -8,7 +8,7 @@
 //! Adding an algorithm = one file implementing it (with its `AlgorithmInfo` constant and a
 //! [`Config`] impl) + one line in [`POLICIES`].
 
-use crate::bai;
+use crate::bai::{self, BaiAlgorithm, BaiConfig, BaiEnvConfig};
 use crate::config::{AlgorithmInfo, Config, EnvInfo, Setting};
 use crate::contextual::{self, ContextualEnvConfig, ContextualPolicyConfig, OfulConfig, OfulKind};
 use crate::error::{Error, Result, ResultExt};
@@ -18,74 +18,56 @@ use crate::snapshot::Snapshot;
 use contextual::ContextualPolicy;
 use finite::Policy;
 
-/// How one (sweep-expanded) `[[policy]]` table becomes a configuration of its setting.
-#[derive(Clone, Copy)]
-#[non_exhaustive]
-pub enum Parse {
-    /// A finite-armed policy.
-    Finite(fn(toml::Table) -> Result<Box<dyn PolicyConfig>>),
-    /// A linear-bandit policy.
-    Linear(fn(toml::Table) -> Result<Box<dyn LinearPolicyConfig>>),
-    /// A contextual linear policy.
-    Contextual(fn(toml::Table) -> Result<Box<dyn ContextualPolicyConfig>>),
-    /// A fixed-confidence BAI algorithm.
-    Bai(fn(toml::Table) -> Result<Box<dyn bai::BaiConfig>>),
-}
+pub use crate::config::BySetting;
 
-impl std::fmt::Debug for Parse {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Parse")
-    }
-}
+/// How one (sweep-expanded) `[[policy]]` table becomes a configuration of its setting.
+pub type Parse = BySetting<
+    fn(toml::Table) -> Result<Box<dyn PolicyConfig>>,
+    fn(toml::Table) -> Result<Box<dyn LinearPolicyConfig>>,
+    fn(toml::Table) -> Result<Box<dyn ContextualPolicyConfig>>,
+    fn(toml::Table) -> Result<Box<dyn BaiConfig>>,
+>;
 
 /// A parsed algorithm configuration, of its setting.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum Built {
-    /// Finite-armed.
-    Finite(Box<dyn PolicyConfig>),
-    /// Linear.
-    Linear(Box<dyn LinearPolicyConfig>),
-    /// Contextual.
-    Contextual(Box<dyn ContextualPolicyConfig>),
-    /// BAI.
-    Bai(Box<dyn bai::BaiConfig>),
-}
+pub type Built = BySetting<
+    Box<dyn PolicyConfig>,
+    Box<dyn LinearPolicyConfig>,
+    Box<dyn ContextualPolicyConfig>,
+    Box<dyn BaiConfig>,
+>;
 
 /// How a [`Snapshot`] of one kind becomes a running policy of its setting again: the concrete
 /// type that kind's policies are (see [`restore`]).
-#[derive(Clone, Copy)]
-#[non_exhaustive]
-pub enum Restore {
-    /// A finite-armed policy.
-    Finite(fn(&Snapshot) -> Result<Box<dyn Policy>>),
-    /// A linear-bandit policy.
-    Linear(fn(&Snapshot) -> Result<Box<dyn LinearPolicy>>),
-    /// A contextual linear policy.
-    Contextual(fn(&Snapshot) -> Result<Box<dyn ContextualPolicy>>),
-    /// A fixed-confidence BAI run.
-    Bai(fn(&Snapshot) -> Result<Box<dyn bai::BaiAlgorithm>>),
-}
-
-impl std::fmt::Debug for Restore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Restore")
-    }
-}
+pub type Restore = BySetting<
+    fn(&Snapshot) -> Result<Box<dyn Policy>>,
+    fn(&Snapshot) -> Result<Box<dyn LinearPolicy>>,
+    fn(&Snapshot) -> Result<Box<dyn ContextualPolicy>>,
+    fn(&Snapshot) -> Result<Box<dyn BaiAlgorithm>>,
+>;
 
 /// A restored policy, of its setting.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum Restored {
-    /// Finite-armed.
-    Finite(Box<dyn Policy>),
-    /// Linear.
-    Linear(Box<dyn LinearPolicy>),
-    /// Contextual.
-    Contextual(Box<dyn ContextualPolicy>),
-    /// BAI.
-    Bai(Box<dyn bai::BaiAlgorithm>),
-}
+pub type Restored = BySetting<
+    Box<dyn Policy>,
+    Box<dyn LinearPolicy>,
+    Box<dyn ContextualPolicy>,
+    Box<dyn BaiAlgorithm>,
+>;
+
+/// How the `[env]` table becomes an environment configuration of its setting.
+pub type EnvParse = BySetting<
+    fn(toml::Table) -> Result<Box<dyn EnvConfig>>,
+    fn(toml::Table) -> Result<Box<dyn LinearEnvConfig>>,
+    fn(toml::Table) -> Result<Box<dyn ContextualEnvConfig>>,
+    fn(toml::Table) -> Result<Box<dyn BaiEnvConfig>>,
+>;
+
+/// A parsed environment configuration, of its setting.
+pub type EnvBuilt = BySetting<
+    Box<dyn EnvConfig>,
+    Box<dyn LinearEnvConfig>,
+    Box<dyn ContextualEnvConfig>,
+    Box<dyn BaiEnvConfig>,
+>;
 
 impl Restored {
     /// Snapshot the restored policy again.
@@ -128,10 +110,10 @@ impl PolicyEntry {
     /// Unknown keys, wrong types, missing required parameters, out-of-range values.
     pub fn build(&self, t: toml::Table) -> Result<Built> {
         Ok(match self.parse {
-            Parse::Finite(f) => Built::Finite(f(t)?),
-            Parse::Linear(f) => Built::Linear(f(t)?),
-            Parse::Contextual(f) => Built::Contextual(f(t)?),
-            Parse::Bai(f) => Built::Bai(f(t)?),
+            Parse::Finite(parse) => Built::Finite(parse(t)?),
+            Parse::Linear(parse) => Built::Linear(parse(t)?),
+            Parse::Contextual(parse) => Built::Contextual(parse(t)?),
+            Parse::Bai(parse) => Built::Bai(parse(t)?),
         })
     }
     /// The entry's example configuration, parsed.
@@ -149,26 +131,6 @@ impl PolicyEntry {
     }
 }
 
-/// How the `[env]` table becomes an environment configuration of its setting.
-#[derive(Clone, Copy)]
-#[non_exhaustive]
-pub enum EnvParse {
-    /// A finite-armed environment.
-    Finite(fn(toml::Table) -> Result<Box<dyn EnvConfig>>),
-    /// A linear-bandit environment.
-    Linear(fn(toml::Table) -> Result<Box<dyn LinearEnvConfig>>),
-    /// A contextual environment.
-    Contextual(fn(toml::Table) -> Result<Box<dyn ContextualEnvConfig>>),
-    /// A fixed-confidence BAI problem.
-    Bai(fn(toml::Table) -> Result<Box<dyn bai::BaiEnvConfig>>),
-}
-
-impl std::fmt::Debug for EnvParse {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("EnvParse")
-    }
-}
-
 /// One environment.
 #[derive(Debug, Clone, Copy)]
 pub struct EnvEntry {
@@ -176,6 +138,29 @@ pub struct EnvEntry {
     pub info: &'static EnvInfo,
     /// Its parser.
     pub parse: EnvParse,
+}
+
+impl EnvEntry {
+    /// Config `kind`.
+    pub fn kind(&self) -> &'static str {
+        self.info.kind
+    }
+    /// Setting.
+    pub fn setting(&self) -> Setting {
+        self.info.setting
+    }
+    /// Parse the `[env]` table (without `kind`).
+    ///
+    /// # Errors
+    /// Unknown keys, wrong types, missing required parameters, out-of-range values.
+    pub fn build(&self, t: toml::Table) -> Result<EnvBuilt> {
+        Ok(match self.parse {
+            EnvParse::Finite(parse) => EnvBuilt::Finite(parse(t)?),
+            EnvParse::Linear(parse) => EnvBuilt::Linear(parse(t)?),
+            EnvParse::Contextual(parse) => EnvBuilt::Contextual(parse(t)?),
+            EnvParse::Bai(parse) => EnvBuilt::Bai(parse(t)?),
+        })
+    }
 }
 
 /// Counts may be written `1e6` in any table: a whole float (finite, `|x| < 2^53`) becomes an
@@ -303,7 +288,21 @@ fn parse_kind<T: Config>(
     Ok(cfg)
 }
 
+// One parser and one restorer per setting: each entry below is `Parse::X(x::<ConfigType>)` and
+// `Restore::X(state_x::<PolicyType>)`; a kind that shares its configuration type with other kinds
+// has a named function (built on `parse_kind`) instead.
+
 fn finite<T: Config + PolicyConfig + 'static>(t: toml::Table) -> Result<Box<dyn PolicyConfig>> {
+    Ok(Box::new(parse::<T>(t)?))
+}
+
+fn linear<T: Config + LinearPolicyConfig + 'static>(
+    t: toml::Table,
+) -> Result<Box<dyn LinearPolicyConfig>> {
+    Ok(Box::new(parse::<T>(t)?))
+}
+
+fn bai<T: Config + BaiConfig + 'static>(t: toml::Table) -> Result<Box<dyn BaiConfig>> {
     Ok(Box::new(parse::<T>(t)?))
 }
 
@@ -311,7 +310,9 @@ fn finite_env<T: Config + EnvConfig + 'static>(t: toml::Table) -> Result<Box<dyn
     Ok(Box::new(parse::<T>(t)?))
 }
 
-fn bai<T: Config + bai::BaiConfig + 'static>(t: toml::Table) -> Result<Box<dyn bai::BaiConfig>> {
+fn linear_env<T: Config + LinearEnvConfig + 'static>(
+    t: toml::Table,
+) -> Result<Box<dyn LinearEnvConfig>> {
     Ok(Box::new(parse::<T>(t)?))
 }
 
@@ -321,7 +322,59 @@ fn contextual_env<T: Config + ContextualEnvConfig + 'static>(
     Ok(Box::new(parse::<T>(t)?))
 }
 
+fn bai_env<T: Config + BaiEnvConfig + 'static>(t: toml::Table) -> Result<Box<dyn BaiEnvConfig>> {
+    Ok(Box::new(parse::<T>(t)?))
+}
+
+fn state_finite<T: Policy + serde::de::DeserializeOwned + 'static>(
+    s: &Snapshot,
+) -> Result<Box<dyn Policy>> {
+    Ok(Box::new(s.state::<T>()?))
+}
+
+fn state_linear<T: LinearPolicy + serde::de::DeserializeOwned + 'static>(
+    s: &Snapshot,
+) -> Result<Box<dyn LinearPolicy>> {
+    Ok(Box::new(s.state::<T>()?))
+}
+
+fn state_bai<T: BaiAlgorithm + serde::de::DeserializeOwned + 'static>(
+    s: &Snapshot,
+) -> Result<Box<dyn BaiAlgorithm>> {
+    Ok(Box::new(s.state::<T>()?))
+}
+
 const INF: f64 = f64::INFINITY;
+
+/// `adaptive_ucb`: AdaC-UCB's non-private counterpart (`rho = inf` unless given).
+fn adaptive_ucb(t: toml::Table) -> Result<Box<dyn PolicyConfig>> {
+    let mark = |c: &mut finite::AdaCUcbConfig| c.non_private_kind = true;
+    Ok(Box::new(parse_kind(t, &[], &[("rho", INF)], mark)?))
+}
+
+/// `adap_ucb` and `adap_klucb`: AdaP with its index.
+fn adap(t: toml::Table, index: finite::AdaPIndex) -> Result<Box<dyn PolicyConfig>> {
+    let mark = |c: &mut finite::AdaPConfig| c.index = index;
+    Ok(Box::new(parse_kind(t, &[], &[], mark)?))
+}
+
+/// `sw_klucb_cf`: kl-UCB-CF with a sliding window.
+fn sw_klucb_cf(t: toml::Table) -> Result<Box<dyn PolicyConfig>> {
+    let mark = |c: &mut finite::CfConfig| c.windowed = true;
+    Ok(Box::new(parse_kind(t, &[], &[], mark)?))
+}
+
+/// `adap_tt` and `adap_tt_star`.
+fn adap_tt(t: toml::Table, star: bool) -> Result<Box<dyn BaiConfig>> {
+    let mark = |c: &mut bai::AdapTtConfig| c.star = star;
+    Ok(Box::new(parse_kind(t, &[], &[], mark)?))
+}
+
+/// `corrupt_bernoulli`: the piecewise environment with corrupted feedback.
+fn corrupt_bernoulli(t: toml::Table) -> Result<Box<dyn EnvConfig>> {
+    let mark = |c: &mut finite::PiecewiseConfig| c.corrupt_kind = true;
+    Ok(Box::new(parse_kind(t, &[], &[], mark)?))
+}
 
 /// `ldp`: the inner policy is any finite-armed kind of this registry, parsed with the rest of the
 /// table; the wrapper takes `epsilon` or `per_arm`.
@@ -389,22 +442,9 @@ fn oful(t: toml::Table, kind: OfulKind) -> Result<Box<dyn ContextualPolicyConfig
     )?))
 }
 
-fn state_finite<T: Policy + serde::de::DeserializeOwned + 'static>(
-    s: &Snapshot,
-) -> Result<Box<dyn Policy>> {
-    Ok(Box::new(s.state::<T>()?))
-}
-
-fn state_linear<T: LinearPolicy + serde::de::DeserializeOwned + 'static>(
-    s: &Snapshot,
-) -> Result<Box<dyn LinearPolicy>> {
-    Ok(Box::new(s.state::<T>()?))
-}
-
-fn state_bai<T: bai::BaiAlgorithm + serde::de::DeserializeOwned + 'static>(
-    s: &Snapshot,
-) -> Result<Box<dyn bai::BaiAlgorithm>> {
-    Ok(Box::new(s.state::<T>()?))
+/// `ldp`: the wrapper around any finite-armed policy of the registry.
+fn restore_ldp(s: &Snapshot) -> Result<Box<dyn Policy>> {
+    Ok(Box::new(finite::Ldp::restore_with(s, restore_finite)?))
 }
 
 /// kl-UCB-CF and SW-KLUCB-CF: the `ldp` wrapper around a bare [`finite::CfLearner`].
@@ -508,7 +548,7 @@ pub fn restore_contextual(snap: &Snapshot) -> Result<Box<dyn ContextualPolicy>> 
 ///
 /// # Errors
 /// A snapshot of another setting, or see [`restore`].
-pub fn restore_bai(snap: &Snapshot) -> Result<Box<dyn bai::BaiAlgorithm>> {
+pub fn restore_bai(snap: &Snapshot) -> Result<Box<dyn BaiAlgorithm>> {
     match restore(snap)? {
         Restored::Bai(p) => Ok(p),
         _ => Err(wrong_setting(snap, Setting::Bai)),
@@ -519,190 +559,148 @@ pub fn restore_bai(snap: &Snapshot) -> Result<Box<dyn bai::BaiAlgorithm>> {
 pub static POLICIES: &[PolicyEntry] = &[
     PolicyEntry {
         info: &finite::UCB1,
-        restore: Restore::Finite(state_finite::<finite::Ucb1>),
         parse: Parse::Finite(finite::<finite::Ucb1Config>),
+        restore: Restore::Finite(state_finite::<finite::Ucb1>),
     },
     PolicyEntry {
         info: &finite::KL_UCB,
-        restore: Restore::Finite(state_finite::<finite::KlUcb>),
         parse: Parse::Finite(finite::<finite::KlUcbConfig>),
+        restore: Restore::Finite(state_finite::<finite::KlUcb>),
     },
     PolicyEntry {
         info: &finite::THOMPSON,
-        restore: Restore::Finite(state_finite::<finite::ThompsonSampling>),
         parse: Parse::Finite(finite::<finite::ThompsonConfig>),
+        restore: Restore::Finite(state_finite::<finite::ThompsonSampling>),
     },
     PolicyEntry {
         info: &finite::ADAPTIVE_UCB,
+        parse: Parse::Finite(adaptive_ucb),
         restore: Restore::Finite(state_finite::<finite::AdaCUcb>),
-        parse: Parse::Finite(|t| {
-            Ok(Box::new(parse_kind::<finite::AdaCUcbConfig>(
-                t,
-                &[],
-                &[("rho", INF)],
-                |c| c.non_private_kind = true,
-            )?))
-        }),
     },
     PolicyEntry {
         info: &finite::ADAC_UCB,
-        restore: Restore::Finite(state_finite::<finite::AdaCUcb>),
         parse: Parse::Finite(finite::<finite::AdaCUcbConfig>),
+        restore: Restore::Finite(state_finite::<finite::AdaCUcb>),
     },
     PolicyEntry {
         info: &finite::ADAP_UCB,
+        parse: Parse::Finite(|t| adap(t, finite::AdaPIndex::Ucb)),
         restore: Restore::Finite(state_finite::<finite::AdaP>),
-        parse: Parse::Finite(|t| {
-            Ok(Box::new(parse_kind::<finite::AdaPConfig>(
-                t,
-                &[],
-                &[],
-                |c| c.index = finite::AdaPIndex::Ucb,
-            )?))
-        }),
     },
     PolicyEntry {
         info: &finite::ADAP_KLUCB,
+        parse: Parse::Finite(|t| adap(t, finite::AdaPIndex::KlUcb)),
         restore: Restore::Finite(state_finite::<finite::AdaP>),
-        parse: Parse::Finite(|t| {
-            Ok(Box::new(parse_kind::<finite::AdaPConfig>(
-                t,
-                &[],
-                &[],
-                |c| c.index = finite::AdaPIndex::KlUcb,
-            )?))
-        }),
     },
     PolicyEntry {
         info: &finite::DP_SE,
-        restore: Restore::Finite(state_finite::<finite::DpSe>),
         parse: Parse::Finite(finite::<finite::DpSeConfig>),
+        restore: Restore::Finite(state_finite::<finite::DpSe>),
     },
     PolicyEntry {
         info: &finite::DP_TS,
-        restore: Restore::Finite(state_finite::<finite::DpTs>),
         parse: Parse::Finite(finite::<finite::DpTsConfig>),
+        restore: Restore::Finite(state_finite::<finite::DpTs>),
     },
     PolicyEntry {
         info: &finite::LDP_UCB,
-        restore: Restore::Finite(state_finite::<finite::LdpUcb>),
         parse: Parse::Finite(finite::<finite::LdpUcbConfig>),
+        restore: Restore::Finite(state_finite::<finite::LdpUcb>),
     },
     PolicyEntry {
         info: &finite::KL_UCB_CF,
-        restore: Restore::Finite(restore_cf),
         parse: Parse::Finite(finite::<finite::CfConfig>),
+        restore: Restore::Finite(restore_cf),
     },
     PolicyEntry {
         info: &finite::SW_KLUCB_CF,
+        parse: Parse::Finite(sw_klucb_cf),
         restore: Restore::Finite(restore_cf),
-        parse: Parse::Finite(|t| {
-            Ok(Box::new(parse_kind::<finite::CfConfig>(
-                t,
-                &[],
-                &[],
-                |c| c.windowed = true,
-            )?))
-        }),
     },
     PolicyEntry {
         info: &finite::LDP,
-        restore: Restore::Finite(|s| Ok(Box::new(finite::Ldp::restore_with(s, restore_finite)?))),
         parse: Parse::Finite(parse_ldp),
+        restore: Restore::Finite(restore_ldp),
     },
     PolicyEntry {
         info: &finite::SW_UCB,
-        restore: Restore::Finite(state_finite::<finite::SwUcb>),
         parse: Parse::Finite(finite::<finite::SwUcbConfig>),
+        restore: Restore::Finite(state_finite::<finite::SwUcb>),
     },
     PolicyEntry {
         info: &finite::SW_KL_UCB,
-        restore: Restore::Finite(state_finite::<finite::SwUcb>),
         parse: Parse::Finite(finite::<finite::SwKlUcbConfig>),
+        restore: Restore::Finite(state_finite::<finite::SwUcb>),
     },
     PolicyEntry {
         info: &finite::D_UCB,
-        restore: Restore::Finite(state_finite::<finite::DUcb>),
         parse: Parse::Finite(finite::<finite::DUcbConfig>),
+        restore: Restore::Finite(state_finite::<finite::DUcb>),
     },
     PolicyEntry {
         info: &bai::DP_TT,
-        restore: Restore::Bai(state_bai::<bai::TopTwoRun>),
         parse: Parse::Bai(bai::<bai::DpTtConfig>),
+        restore: Restore::Bai(state_bai::<bai::TopTwoRun>),
     },
     PolicyEntry {
         info: &bai::ADAP_TT,
+        parse: Parse::Bai(|t| adap_tt(t, false)),
         restore: Restore::Bai(state_bai::<bai::TopTwoRun>),
-        parse: Parse::Bai(|t| {
-            Ok(Box::new(parse_kind::<bai::AdapTtConfig>(
-                t,
-                &[],
-                &[],
-                |c| c.star = false,
-            )?))
-        }),
     },
     PolicyEntry {
         info: &bai::ADAP_TT_STAR,
+        parse: Parse::Bai(|t| adap_tt(t, true)),
         restore: Restore::Bai(state_bai::<bai::TopTwoRun>),
-        parse: Parse::Bai(|t| {
-            Ok(Box::new(parse_kind::<bai::AdapTtConfig>(
-                t,
-                &[],
-                &[],
-                |c| c.star = true,
-            )?))
-        }),
     },
     PolicyEntry {
         info: &bai::DP_SE_BAI,
-        restore: Restore::Bai(state_bai::<bai::DpSeRun>),
         parse: Parse::Bai(bai::<bai::DpSeBaiConfig>),
+        restore: Restore::Bai(state_bai::<bai::DpSeRun>),
     },
     PolicyEntry {
         info: &bai::EB_TCI,
-        restore: Restore::Bai(state_bai::<bai::TopTwoRun>),
         parse: Parse::Bai(bai::<bai::EbTciConfig>),
+        restore: Restore::Bai(state_bai::<bai::TopTwoRun>),
     },
     PolicyEntry {
         info: &linear::GOPE,
-        restore: Restore::Linear(state_linear::<linear::PhasedElimination>),
         parse: Parse::Linear(|t| gope(t, NoisePlacement::None, false)),
+        restore: Restore::Linear(state_linear::<linear::PhasedElimination>),
     },
     PolicyEntry {
         info: &linear::ADAC_GOPE,
-        restore: Restore::Linear(state_linear::<linear::PhasedElimination>),
         parse: Parse::Linear(|t| gope(t, NoisePlacement::Intermediate, true)),
+        restore: Restore::Linear(state_linear::<linear::PhasedElimination>),
     },
     PolicyEntry {
         info: &linear::ADAR_GOPE_VAR,
-        restore: Restore::Linear(state_linear::<linear::PhasedElimination>),
         parse: Parse::Linear(|t| gope(t, NoisePlacement::PerArmSums, true)),
+        restore: Restore::Linear(state_linear::<linear::PhasedElimination>),
     },
     PolicyEntry {
         info: &linear::GOPE_OUTPUT_PERTURBATION,
-        restore: Restore::Linear(state_linear::<linear::PhasedElimination>),
         parse: Parse::Linear(|t| gope(t, NoisePlacement::Output, true)),
+        restore: Restore::Linear(state_linear::<linear::PhasedElimination>),
     },
     PolicyEntry {
         info: &linear::LIN_UCB,
+        parse: Parse::Linear(linear::<linear::LinUcbConfig>),
         restore: Restore::Linear(state_linear::<linear::LinUcb>),
-        parse: Parse::Linear(|t| Ok(Box::new(parse::<linear::LinUcbConfig>(t)?))),
     },
     PolicyEntry {
         info: &contextual::OFUL,
-        restore: Restore::Contextual(contextual::restore_oful),
         parse: Parse::Contextual(|t| oful(t, OfulKind::Oful)),
+        restore: Restore::Contextual(contextual::restore_oful),
     },
     PolicyEntry {
         info: &contextual::RS_OFUL,
-        restore: Restore::Contextual(contextual::restore_oful),
         parse: Parse::Contextual(|t| oful(t, OfulKind::RsOful)),
+        restore: Restore::Contextual(contextual::restore_oful),
     },
     PolicyEntry {
         info: &contextual::ADAC_OFUL,
-        restore: Restore::Contextual(contextual::restore_oful),
         parse: Parse::Contextual(|t| oful(t, OfulKind::AdacOful)),
+        restore: Restore::Contextual(contextual::restore_oful),
     },
 ];
 
@@ -726,18 +724,11 @@ pub static ENVIRONMENTS: &[EnvEntry] = &[
     },
     EnvEntry {
         info: &finite::CORRUPT_BERNOULLI,
-        parse: EnvParse::Finite(|t| {
-            Ok(Box::new(parse_kind::<finite::PiecewiseConfig>(
-                t,
-                &[],
-                &[],
-                |c| c.corrupt_kind = true,
-            )?))
-        }),
+        parse: EnvParse::Finite(corrupt_bernoulli),
     },
     EnvEntry {
         info: &linear::LINEAR,
-        parse: EnvParse::Linear(|t| Ok(Box::new(parse::<linear::LinearConfig>(t)?))),
+        parse: EnvParse::Linear(linear_env::<linear::LinearConfig>),
     },
     EnvEntry {
         info: &contextual::CONTEXTUAL_GAUSSIAN,
@@ -749,7 +740,7 @@ pub static ENVIRONMENTS: &[EnvEntry] = &[
     },
     EnvEntry {
         info: &bai::BAI_BERNOULLI,
-        parse: EnvParse::Bai(|t| Ok(Box::new(parse::<bai::BaiBernoulliConfig>(t)?))),
+        parse: EnvParse::Bai(bai_env::<bai::BaiBernoulliConfig>),
     },
 ];
 

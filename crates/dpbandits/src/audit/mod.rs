@@ -51,7 +51,8 @@
 pub mod stats;
 pub mod table;
 
-use crate::bai::{BaiStep, simulate_bai};
+use crate::bai::{BaiEngine, BaiStep, simulate_bai};
+use crate::config::{BySetting, Setting};
 use crate::contextual::ContextualEnvironment;
 use crate::error::{Error, Result};
 use crate::privacy::{AuditMutant, Budget, PrivacyGuarantee, ZcdpConversion, zcdp_to_approx_dp};
@@ -60,6 +61,7 @@ use crate::rng;
 use rayon::prelude::*;
 use serde::Serialize;
 use stats::EventBound;
+use std::sync::Arc;
 use table::{RewardTable, TableBai, TableContextual, TableEnv};
 
 /// Where the neighbouring tables differ.
@@ -466,20 +468,35 @@ impl Shape {
     }
 }
 
-/// One run of `built` on `table`; the features of its output.
-fn run_once(
-    built: &Built,
-    table: &RewardTable,
-    shape: &Shape,
-    seed: u64,
-    delta_bai: f64,
-    engine: Option<&std::sync::Arc<dyn crate::bai::BaiEngine>>,
-) -> Result<Vec<i64>> {
+/// The audited policy, ready for many runs: a configuration of its setting, or for BAI the engine
+/// its configuration prepared for the audit's arms and risk [`BAI_RISK`].
+type Audited = BySetting<
+    Box<dyn crate::finite::PolicyConfig>,
+    Box<dyn crate::linear::LinearPolicyConfig>,
+    Box<dyn crate::contextual::ContextualPolicyConfig>,
+    Arc<dyn BaiEngine>,
+>;
+
+/// Prepare a parsed configuration for the runs of an audit on `arms` arms.
+///
+/// # Errors
+/// A BAI configuration that cannot be prepared for `arms` arms.
+fn prepare(built: Built, arms: usize) -> Result<Audited> {
+    Ok(match built {
+        Built::Finite(c) => Audited::Finite(c),
+        Built::Linear(c) => Audited::Linear(c),
+        Built::Contextual(c) => Audited::Contextual(c),
+        Built::Bai(c) => Audited::Bai(c.prepare(arms, BAI_RISK)?),
+    })
+}
+
+/// One run of `audited` on `table`; the features of its output.
+fn run_once(audited: &Audited, table: &RewardTable, shape: &Shape, seed: u64) -> Result<Vec<i64>> {
     let horizon = shape.horizon;
     let k = shape.arms;
     let mut commitments: Vec<(usize, u64)> = vec![];
-    match built {
-        Built::Finite(cfg) => {
+    match audited {
+        Audited::Finite(cfg) => {
             let mut policy = cfg.build(k, seed)?;
             let mut env = TableEnv(table.clone());
             let mut t = 0;
@@ -492,7 +509,7 @@ fn run_once(
                 t += steps;
             }
         }
-        Built::Linear(cfg) => {
+        Audited::Linear(cfg) => {
             let arms: Vec<nalgebra::DVector<f64>> = (0..k)
                 .map(|i| nalgebra::DVector::from_fn(k, |j, _| if i == j { 1.0 } else { 0.0 }))
                 .collect();
@@ -510,7 +527,7 @@ fn run_once(
                 t += steps;
             }
         }
-        Built::Contextual(cfg) => {
+        Audited::Contextual(cfg) => {
             let mut policy = cfg.build(k, horizon, seed)?;
             let mut env = TableContextual::new(table.clone());
             for t in 0..horizon {
@@ -525,8 +542,7 @@ fn run_once(
                 }
             }
         }
-        Built::Bai(_) => {
-            let engine = engine.expect("prepared engine");
+        Audited::Bai(engine) => {
             let mut alg = engine.clone().start(seed);
             let mut env = TableBai::new(table.clone());
             let mut log = Recorder {
@@ -534,7 +550,6 @@ fn run_once(
                 requests: &mut commitments,
             };
             let out = simulate_bai(&mut env, &mut log, horizon)?;
-            let _ = delta_bai;
             let mut f = shape.features(&commitments, true);
             f.extend([
                 out.tau as i64,
@@ -637,12 +652,8 @@ pub fn audit(kind: &str, params: &toml::Table, opts: &AuditOptions) -> Result<Au
         horizon,
         arms: opts.arms,
     };
-    let is_bai = matches!(audited, Built::Bai(_));
-    let names = shape.names(is_bai);
-    let engine = match &audited {
-        Built::Bai(c) => Some(c.prepare(opts.arms, BAI_RISK)?),
-        _ => None,
-    };
+    let audited = prepare(audited, opts.arms)?;
+    let names = shape.names(audited.setting() == Setting::Bai);
     let alpha = (1.0 - opts.confidence) / opts.scenarios.len() as f64;
     let base_label = label(&honest);
     let mut rows = vec![];
@@ -650,7 +661,6 @@ pub fn audit(kind: &str, params: &toml::Table, opts: &AuditOptions) -> Result<Au
     let runner = Runner {
         audited: &audited,
         shape: &shape,
-        engine: engine.as_ref(),
         seed: opts.seed,
     };
     let mut designs = vec![];
@@ -749,9 +759,8 @@ pub struct Design {
 
 /// Runs of the audited policy on a table.
 struct Runner<'a> {
-    audited: &'a Built,
+    audited: &'a Audited,
     shape: &'a Shape,
-    engine: Option<&'a std::sync::Arc<dyn crate::bai::BaiEngine>>,
     seed: u64,
 }
 
@@ -779,7 +788,7 @@ impl Runner<'_> {
             .into_par_iter()
             .map(|r| {
                 let seed = rng::audit_seed(self.seed, label, neighbour, r);
-                run_once(self.audited, table, self.shape, seed, BAI_RISK, self.engine)
+                run_once(self.audited, table, self.shape, seed)
             })
             .collect()
     }

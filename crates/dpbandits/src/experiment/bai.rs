@@ -26,7 +26,7 @@
 //! `manifest.json`, `stopping_time.svg/png` (log-log, lower bound overlaid).
 
 use super::Plan;
-use super::output::Outcome;
+use super::outcome::Outcome;
 use crate::bai::{Bounds, OutcomeRow};
 use crate::error::{Error, Result};
 use crate::experiment::plot::{self, PlotSpec, Series};
@@ -262,7 +262,7 @@ pub fn write_outputs(plan: &Plan, outcome: &Outcome, out: &Path) -> Result<Vec<P
         log_x: true,
         log_y: true,
         series,
-        notes: super::output::notes(plan, capped_note.as_deref()),
+        notes: super::outcome::notes(plan, capped_note.as_deref()),
         ..Default::default()
     };
     let mut files = vec![summary, mpath];

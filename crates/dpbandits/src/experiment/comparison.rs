@@ -284,7 +284,7 @@ impl ComparisonSpec {
             log_x: true,
             log_y: false,
             series,
-            notes: super::output::notes(plan, None),
+            notes: super::outcome::notes(plan, None),
             ..Default::default()
         };
         files.extend(super::plot::draw(&dir.join("comparison"), &spec)?);

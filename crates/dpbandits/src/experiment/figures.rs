@@ -339,7 +339,7 @@ impl FigureSpec {
                     log_y: false,
                     series,
                     hline: Some(0.0),
-                    notes: super::output::notes(plan, self.note()),
+                    notes: super::outcome::notes(plan, self.note()),
                     ..Default::default()
                 }
             }
@@ -381,7 +381,7 @@ impl FigureSpec {
                     log_y: false,
                     series,
                     hline: Some(0.0),
-                    notes: super::output::notes(plan, self.note()),
+                    notes: super::outcome::notes(plan, self.note()),
                     ..Default::default()
                 }
             }
@@ -472,7 +472,7 @@ fn render_regret_curves(
         log_x,
         log_y,
         series,
-        notes: super::output::notes(plan, note),
+        notes: super::outcome::notes(plan, note),
         ..Default::default()
     };
     let stem = dir.join(stem);

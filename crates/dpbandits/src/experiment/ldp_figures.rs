@@ -251,7 +251,7 @@ pub(super) fn regret_vs_t(
                 .join(", ")
         ),
         vlines: breakpoints.iter().map(|&b| b as f64).collect(),
-        notes: super::output::notes(plan, note),
+        notes: super::outcome::notes(plan, note),
         ..Default::default()
     };
     write(dir, stem, &csv, &spec)
@@ -463,7 +463,7 @@ pub(super) fn regret_vs_eps(
         log_y: true,
         series,
         hline,
-        notes: super::output::notes(plan, note),
+        notes: super::outcome::notes(plan, note),
         ..Default::default()
     };
     write(dir, stem, &csv, &spec)

@@ -1,13 +1,13 @@
 //! From a spec to buildable cells: one planner loop for every setting.
 
 use super::ExperimentSpec;
-use crate::bai::BaiCell;
-use crate::config::Setting;
-use crate::contextual::{ContextualGroup, ContextualPolicyConfig};
+use crate::bai::{BaiCell, BaiConfig, BaiEnvConfig};
+use crate::config::{BySetting, Setting};
+use crate::contextual::{ContextualEnvConfig, ContextualGroup, ContextualPolicyConfig};
 use crate::error::{Error, Result, ResultExt};
-use crate::finite::{EnvConfig, FiniteCell};
-use crate::linear::LinearCell;
-use crate::registry::{self, Built, EnvParse};
+use crate::finite::{EnvConfig, FiniteCell, PolicyConfig};
+use crate::linear::{LinearCell, LinearEnvConfig, LinearPolicyConfig};
+use crate::registry::{self, EnvBuilt, Parse};
 use crate::sim::{Cell, CheckpointGrid};
 use std::path::Path;
 use std::sync::Arc;
@@ -30,12 +30,84 @@ pub struct Plan {
     pub bounds: Vec<crate::bai::Bounds>,
 }
 
-/// The `[env]` table, parsed for its setting.
-enum Env {
-    Finite(Box<dyn EnvConfig>),
-    Linear(Box<dyn crate::linear::LinearEnvConfig>),
-    Contextual(Box<dyn crate::contextual::ContextualEnvConfig>),
-    Bai(Box<dyn crate::bai::BaiEnvConfig>),
+/// The environment and the policies of its setting (each with the index of its `[[policy]]`
+/// table): a policy of another setting cannot be added (see [`Problem::add`]).
+type Problem = BySetting<
+    Group<dyn EnvConfig, dyn PolicyConfig>,
+    Group<dyn LinearEnvConfig, dyn LinearPolicyConfig>,
+    Group<dyn ContextualEnvConfig, dyn ContextualPolicyConfig>,
+    Group<dyn BaiEnvConfig, dyn BaiConfig>,
+>;
+
+/// One environment and its policies, in file order.
+struct Group<E: ?Sized, P: ?Sized> {
+    env: Box<E>,
+    policies: Vec<(usize, Box<P>)>,
+}
+
+impl<E: ?Sized, P: ?Sized> Group<E, P> {
+    fn new(env: Box<E>) -> Self {
+        Group {
+            env,
+            policies: vec![],
+        }
+    }
+
+    /// Parse every sweep point of `policy[i]` (`table` without `kind`) with `parse`.
+    fn add(
+        &mut self,
+        i: usize,
+        table: &toml::Table,
+        horizon: u64,
+        parse: fn(toml::Table) -> Result<Box<P>>,
+        at: impl Fn() -> String + Copy,
+    ) -> Result<()> {
+        for mut t in expand_sweep(table).at(at)? {
+            per_horizon(&mut t, horizon);
+            self.policies.push((i, parse(t).at(at)?));
+        }
+        Ok(())
+    }
+}
+
+impl Problem {
+    fn new(env: EnvBuilt) -> Self {
+        match env {
+            EnvBuilt::Finite(e) => Problem::Finite(Group::new(e)),
+            EnvBuilt::Linear(e) => Problem::Linear(Group::new(e)),
+            EnvBuilt::Contextual(e) => Problem::Contextual(Group::new(e)),
+            EnvBuilt::Bai(e) => Problem::Bai(Group::new(e)),
+        }
+    }
+
+    /// Add the configurations of `policy[i]` (kind `kind`, `table` without `kind`), whose
+    /// parser is `parse`.
+    ///
+    /// # Errors
+    /// A kind of another setting than the environment's (a user error naming the field), then
+    /// any parameter of the table.
+    fn add(
+        &mut self,
+        i: usize,
+        kind: &str,
+        env_kind: &str,
+        parse: Parse,
+        table: &toml::Table,
+        horizon: u64,
+    ) -> Result<()> {
+        let at = || format!("policy[{i}] ({kind})");
+        match (self, parse) {
+            (Problem::Finite(g), Parse::Finite(p)) => g.add(i, table, horizon, p, at),
+            (Problem::Linear(g), Parse::Linear(p)) => g.add(i, table, horizon, p, at),
+            (Problem::Contextual(g), Parse::Contextual(p)) => g.add(i, table, horizon, p, at),
+            (Problem::Bai(g), Parse::Bai(p)) => g.add(i, table, horizon, p, at),
+            (problem, parse) => Err(Error::Config(format!(
+                "policy[{i}].kind = \"{kind}\": a {} kind, but the environment \"{env_kind}\" is {}",
+                parse.setting(),
+                problem.setting()
+            ))),
+        }
+    }
 }
 
 impl Plan {
@@ -127,28 +199,27 @@ impl Plan {
             CheckpointGrid::log(spec.horizon, spec.checkpoints.points, &extra)
                 .at(|| "checkpoints".into())?,
         );
-        let (env_kind, setting, mut env) = match custom {
-            Some(e) => (e.kind().to_string(), Setting::FiniteArmed, Env::Finite(e)),
+        let (env_kind, mut problem) = match custom {
+            Some(e) => (e.kind().to_string(), Problem::Finite(Group::new(e))),
             None => {
                 let env_kind = env_kind(&spec.env)?;
                 let entry = registry::environment(&env_kind).at(|| "env".into())?;
-                let at_env = || format!("env ({env_kind})");
-                let t = without_kind(&spec.env);
-                let env = match entry.parse {
-                    EnvParse::Finite(parse) => Env::Finite(parse(t).at(at_env)?),
-                    EnvParse::Linear(parse) => Env::Linear(parse(t).at(at_env)?),
-                    EnvParse::Contextual(parse) => Env::Contextual(parse(t).at(at_env)?),
-                    EnvParse::Bai(parse) => Env::Bai(parse(t).at(at_env)?),
-                };
-                (env_kind, entry.info.setting, env)
+                let env = entry
+                    .build(without_kind(&spec.env))
+                    .at(|| format!("env ({env_kind})"))?;
+                (env_kind, Problem::new(env))
             }
         };
+        let setting = problem.setting();
         let at_env = || format!("env ({env_kind})");
-        match &mut env {
-            Env::Finite(e) => e.instantiate(spec.master_seed, spec.horizon).at(at_env)?,
-            Env::Linear(e) => e.instantiate(spec.master_seed).at(at_env)?,
-            Env::Contextual(e) => e.instantiate(spec.master_seed).at(at_env)?,
-            Env::Bai(_) => {
+        match &mut problem {
+            Problem::Finite(g) => g
+                .env
+                .instantiate(spec.master_seed, spec.horizon)
+                .at(at_env)?,
+            Problem::Linear(g) => g.env.instantiate(spec.master_seed).at(at_env)?,
+            Problem::Contextual(g) => g.env.instantiate(spec.master_seed).at(at_env)?,
+            Problem::Bai(_) => {
                 if !spec.figure.is_empty() || spec.comparison.is_some() {
                     return Err(Error::param(
                         "figure",
@@ -160,30 +231,24 @@ impl Plan {
         }
 
         // The one planner loop: every [[policy]] table, every sweep point, in file order.
-        let mut built = vec![];
         for (i, table) in spec.policy.iter().enumerate() {
             let kind = policy_kind(table, i)?;
             let entry = registry::policy(&kind).at(|| format!("policy[{i}]"))?;
-            if entry.setting() != setting {
-                return Err(Error::Config(format!(
-                    "policy[{i}]: '{kind}' is a {} algorithm, but env '{}' is {}",
-                    entry.setting(),
-                    env_kind,
-                    setting
-                )));
-            }
-            let at = || format!("policy[{i}] ({kind})");
-            for mut t in expand_sweep(&without_kind(table)).at(at)? {
-                per_horizon(&mut t, spec.horizon);
-                built.push((i, entry.build(t).at(at)?));
-            }
+            problem.add(
+                i,
+                &kind,
+                &env_kind,
+                entry.parse,
+                &without_kind(table),
+                spec.horizon,
+            )?;
         }
 
-        let bounds = match &env {
-            Env::Bai(e) => bai_bounds(e.as_ref(), &built)?,
+        let bounds = match &problem {
+            Problem::Bai(g) => bai_bounds(g.env.as_ref(), &g.policies)?,
             _ => vec![],
         };
-        let (cells, env_info) = cells(env, built, &spec, &grid)?;
+        let (cells, env_info) = cells(problem, &spec, &grid)?;
         let mut seen = std::collections::HashSet::new();
         for c in &cells {
             if !seen.insert(c.label()) {
@@ -365,24 +430,15 @@ fn sweep_size(t: &toml::Table) -> u64 {
 
 /// The cells of each setting and the environment facts for the manifest.
 fn cells(
-    env: Env,
-    built: Vec<(usize, Built)>,
+    problem: Problem,
     spec: &ExperimentSpec,
     grid: &Arc<CheckpointGrid>,
 ) -> Result<(Vec<Box<dyn Cell>>, serde_json::Value)> {
-    let wrong = |i: usize| {
-        Error::Config(format!(
-            "policy[{i}]: algorithm of another setting (a registry bug)"
-        ))
-    };
-    match env {
-        Env::Finite(env) => {
+    match problem {
+        Problem::Finite(Group { env, policies }) => {
             let env: Arc<dyn EnvConfig> = Arc::from(env);
             let mut cells: Vec<Box<dyn Cell>> = vec![];
-            for (i, b) in built {
-                let Built::Finite(cfg) = b else {
-                    return Err(wrong(i));
-                };
+            for (i, cfg) in policies {
                 let kind = cfg.kind();
                 let cell = FiniteCell::new(
                     env.clone(),
@@ -405,13 +461,10 @@ fn cells(
             });
             Ok((cells, info))
         }
-        Env::Linear(env) => {
-            let env: Arc<dyn crate::linear::LinearEnvConfig> = Arc::from(env);
+        Problem::Linear(Group { env, policies }) => {
+            let env: Arc<dyn LinearEnvConfig> = Arc::from(env);
             let mut cells: Vec<Box<dyn Cell>> = vec![];
-            for (i, b) in built {
-                let Built::Linear(cfg) = b else {
-                    return Err(wrong(i));
-                };
+            for (_, cfg) in policies {
                 cells.push(Box::new(LinearCell::new(
                     env.clone(),
                     cfg,
@@ -421,33 +474,27 @@ fn cells(
             }
             Ok((cells, env.describe()))
         }
-        Env::Contextual(env) => {
-            let mut policies: Vec<Box<dyn ContextualPolicyConfig>> = vec![];
-            for (i, b) in built {
-                let Built::Contextual(cfg) = b else {
-                    return Err(wrong(i));
-                };
+        Problem::Contextual(Group { env, policies }) => {
+            let mut configs: Vec<Box<dyn ContextualPolicyConfig>> = vec![];
+            for (i, cfg) in policies {
                 // Build once to surface dimension errors at plan time.
                 cfg.build(env.dim(), spec.horizon, 0)
                     .at(|| format!("policy[{i}] ({})", cfg.kind()))?;
-                policies.push(cfg);
+                configs.push(cfg);
             }
             let info = env.describe();
             let group = Arc::new(ContextualGroup::new(
                 env,
-                policies,
+                configs,
                 grid.clone(),
                 spec.master_seed,
             ));
             Ok((group.cells(), info))
         }
-        Env::Bai(env) => {
-            let env: Arc<dyn crate::bai::BaiEnvConfig> = Arc::from(env);
+        Problem::Bai(Group { env, policies }) => {
+            let env: Arc<dyn BaiEnvConfig> = Arc::from(env);
             let mut cells: Vec<Box<dyn Cell>> = vec![];
-            for (i, b) in built {
-                let Built::Bai(cfg) = b else {
-                    return Err(wrong(i));
-                };
+            for (i, cfg) in policies {
                 let kind = cfg.kind();
                 let cell = BaiCell::new(cfg, env.clone(), spec.master_seed, spec.horizon)
                     .at(|| format!("policy[{i}] ({kind})"))?;
@@ -461,15 +508,12 @@ fn cells(
 /// The characteristic times of a BAI problem for every `epsilon` of its cells (in first-seen
 /// order), then `eps = inf`.
 fn bai_bounds(
-    env: &dyn crate::bai::BaiEnvConfig,
-    built: &[(usize, Built)],
+    env: &dyn BaiEnvConfig,
+    policies: &[(usize, Box<dyn BaiConfig>)],
 ) -> Result<Vec<crate::bai::Bounds>> {
     let mut eps: Vec<f64> = vec![];
-    for (_, b) in built {
-        if let Built::Bai(c) = b
-            && c.epsilon().is_finite()
-            && !eps.contains(&c.epsilon())
-        {
+    for (_, c) in policies {
+        if c.epsilon().is_finite() && !eps.contains(&c.epsilon()) {
             eps.push(c.epsilon());
         }
     }

@@ -15,7 +15,7 @@
 //! naming it.
 
 use super::Plan;
-use super::output::Outcome;
+use super::outcome::Outcome;
 use crate::config::Setting;
 use crate::error::{Error, Result};
 use serde::Serialize;

@@ -61,7 +61,7 @@
 #![allow(clippy::neg_cmp_op_on_partial_ord)]
 
 use super::ArmStats;
-use crate::math::kl::{kl_bernoulli, kl_upper_bound};
+use crate::math::kl::{kl_bernoulli, kl_upper_bound, kl_upper_may_reach};
 use crate::privacy::{BoundaryMode, MAX_ABS_REWARD, RewardBoundary};
 
 /// The rejecting boundary of a promised reward range (intersected with the numeric boundary), or
@@ -214,7 +214,7 @@ pub(crate) fn kl_ucb_block(stats: &ArmStats, a: usize, t0: u64, c: f64, ua: f64)
             continue;
         }
         let d = level0 * inv[b];
-        if kl_upper_bound(means[b], d) <= ub || !super::kl_ucb::may_reach(means[b], d, ub) {
+        if kl_upper_bound(means[b], d) <= ub || !kl_upper_may_reach(means[b], d, ub) {
             continue;
         }
         ub = ub.max(crate::math::kl::kl_upper(means[b], d));

@@ -20,7 +20,7 @@
 use super::{ArmStats, Policy, PolicyConfig, Pull};
 use crate::config::{AlgorithmInfo, Setting};
 use crate::error::{Error, Result, check};
-use crate::math::kl::{kl_bernoulli, kl_upper, kl_upper_bound};
+use crate::math::kl::{kl_upper, kl_upper_bound, kl_upper_may_reach};
 use crate::privacy::PrivacyGuarantee;
 use crate::privacy::{RewardBoundary, RewardSum};
 use crate::protocol::Gate;
@@ -185,7 +185,7 @@ pub(crate) fn argmax_index(stats: &ArmStats, level: f64, hint: usize) -> (usize,
         }
         let d = level * i;
         let bound = kl_upper_bound(p, d);
-        if bound < best || (bound == best && a > arm) || !may_reach(p, d, best) {
+        if bound < best || (bound == best && a > arm) || !kl_upper_may_reach(p, d, best) {
             continue;
         }
         let u = kl_upper(p, d);
@@ -195,15 +195,6 @@ pub(crate) fn argmax_index(stats: &ArmStats, level: f64, hint: usize) -> (usize,
         }
     }
     (arm, best)
-}
-
-/// Whether the solved index `kl_upper(p, d)` may be `>= q`. `false` only when
-/// `kl(p, q) >= d + 2e-12 + 2e-10 d` with `p < q < 1`: the solver stops at a point whose KL is
-/// within `max(1e-12, 1e-10 d)` of `d` (or below `d`), and `kl(p, .)` increases on `[p, 1]`, so its
-/// result lies below `q`.
-#[inline]
-pub(crate) fn may_reach(p: f64, d: f64, q: f64) -> bool {
-    !(p < q && q < 1.0 && p > 0.0 && kl_bernoulli(p, q) >= d * (1.0 + 2e-10) + 2e-12)
 }
 
 impl crate::config::Config for KlUcbConfig {

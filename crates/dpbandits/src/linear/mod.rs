@@ -77,8 +77,18 @@ pub trait LinearPolicy: Send + Debug {
     /// The next commitment; `t` = rounds played. Calling it again before the commitment is
     /// observed in full returns the rest of it.
     ///
+    /// Unlike the other settings' `choose`, this one is fallible, because a phased-elimination
+    /// policy solves a numerical problem inside it.
+    ///
     /// # Errors
-    /// A numerical failure of the algorithm (e.g. a singular design).
+    /// Only the phased-elimination kinds (`gope`, `adac_gope`, `adar_gope_var`,
+    /// `gope_output_perturbation`), and only when `choose` opens a new phase: the phase's
+    /// G-optimal design on the surviving arms ([`g_optimal`] on their coordinates in their span,
+    /// [`Span::of`]) fails when its information matrix is not numerically positive definite
+    /// ([`crate::Error::Param`] on `arms`). Validated arm sets (finite coordinates) cannot be
+    /// shown to avoid this in floating point, although in exact arithmetic the span coordinates
+    /// always admit a design. The policy is then unchanged (no phase is opened; a repeated call
+    /// fails the same way). LinUCB's `choose` never fails.
     fn choose(&mut self, t: u64) -> Result<Pull>;
     /// A sum of rewards of the committed `arm`, inside the current commitment
     /// ([`crate::protocol`]: off-policy or out-of-order observations are refused and change

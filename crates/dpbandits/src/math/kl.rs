@@ -85,6 +85,16 @@ pub fn kl_upper_bound(p: f64, d: f64) -> f64 {
     (b.min(pinsker) * (1.0 + 1e-12) + 1e-15).min(1.0)
 }
 
+/// Whether the solved index [`kl_upper`]`(p, d)` may be `>= q`. `false` only when
+/// `kl(p, q) >= d + 2e-12 + 2e-10 d` with `p < q < 1`: the solver stops at a point whose KL is
+/// within `max(1e-12, 1e-10 d)` of `d` (or below `d`), and `kl(p, .)` increases on `[p, 1]`, so its
+/// result lies below `q`. (Prunes an argmax of kl-UCB indices: `finite/kl_ucb.rs` and the block
+/// commitments of `finite/blocks.rs`.)
+#[inline]
+pub(crate) fn kl_upper_may_reach(p: f64, d: f64, q: f64) -> bool {
+    !(p < q && q < 1.0 && p > 0.0 && kl_bernoulli(p, q) >= d * (1.0 + 2e-10) + 2e-12)
+}
+
 /// `min{q in [0, p] : kl(p, q) <= d}` (lower confidence bound), by symmetry of the Bernoulli KL.
 pub fn kl_lower(p: f64, d: f64) -> f64 {
     let p = if p.is_nan() { 0.0 } else { p.clamp(0.0, 1.0) };

@@ -16,7 +16,6 @@
 //! discrete Laplace noise ([`discrete`], Canonne, Kamath & Steinke 2020) from ChaCha20 seeded by the
 //! operating system.
 
-mod accountant;
 mod boundary;
 mod conversion;
 pub mod discrete;
@@ -25,7 +24,6 @@ mod laplace;
 mod noise;
 mod randomized_response;
 
-pub use accountant::{PrivacyAccountant, add_up};
 pub use boundary::{BoundaryMode, MAX_ABS_REWARD, RewardBoundary, RewardSum};
 pub use conversion::{
     ZcdpConversion, bun_steinke_epsilon, cks_delta, pure_to_zcdp, zcdp_to_approx_dp,

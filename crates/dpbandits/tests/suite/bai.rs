@@ -434,7 +434,7 @@ epsilon = [1.0]
         (
             "kind = \"dp_tt\"",
             "kind = \"ucb1\"",
-            "'ucb1' is a finite-armed algorithm, but env 'bai_bernoulli' is best-arm identification",
+            "policy[0].kind = \"ucb1\": a finite-armed kind, but the environment \"bai_bernoulli\" is best-arm identification",
         ),
         (
             "kind = \"dp_tt\"",

@@ -3,7 +3,8 @@
 //! new algorithm joins by being registered.
 //!
 //! Registry-wide:
-//! * kinds are unique, every configuration reports its registry kind;
+//! * kinds are unique, every configuration reports its registry kind, and the parser, the
+//!   restorer and the configuration of a kind are of the setting it declares;
 //! * the source file `list` reports exists, and its module docs have a `# Parameters` section
 //!   that names every parameter of the example;
 //! * a private kind without its budget is refused with an error naming the budget;
@@ -62,7 +63,6 @@ fn kind_and_guarantee(b: &Built) -> (&'static str, PrivacyGuarantee) {
         Built::Linear(c) => (c.kind(), c.guarantee()),
         Built::Contextual(c) => (c.kind(), c.guarantee()),
         Built::Bai(c) => (c.kind(), c.guarantee()),
-        _ => unreachable!("a setting the suite does not know"),
     }
 }
 
@@ -85,7 +85,17 @@ fn registry_kinds_unique_and_reported_by_configs() {
             e.kind(),
             "config kind differs from registry kind"
         );
-        assert_eq!(e.setting(), e.info.setting);
+        // The declared setting is the setting of the parser, the restorer and the configuration.
+        for (what, s) in [
+            ("parse", e.parse.setting()),
+            ("restore", e.restore.setting()),
+            ("example", b.setting()),
+        ] {
+            assert_eq!(s, e.info.setting, "{}: {what}", e.kind());
+        }
+    }
+    for e in ENVIRONMENTS {
+        assert_eq!(e.parse.setting(), e.info.setting, "{}: parse", e.kind());
     }
     for s in [
         Setting::FiniteArmed,
@@ -618,7 +628,6 @@ mod snapshots {
                 Restored::Contextual(c.build(D, BEFORE * 4 + AFTER, seed).unwrap())
             }
             Built::Bai(c) => Restored::Bai(c.prepare(K, 0.05).unwrap().start(seed)),
-            _ => unreachable!("a setting the snapshot test does not know"),
         };
         Run {
             p,
@@ -696,7 +705,6 @@ mod snapshots {
                         }
                     }
                 }
-                _ => unreachable!(),
             }
         }
 

@@ -29,7 +29,7 @@ fn env_table(setting: Setting) -> &'static str {
             "kind = \"linear\"\narms = [[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]]\ntheta = [0.9, 0.3]\nsigma = 1.0\n"
         }
         Setting::Contextual => "kind = \"contextual_gaussian\"\nd = 3\nk = 4\n",
-        _ => "kind = \"bai_bernoulli\"\nmeans = [0.9, 0.3]\ndelta = 0.1\n",
+        Setting::Bai => "kind = \"bai_bernoulli\"\nmeans = [0.9, 0.3]\ndelta = 0.1\n",
     }
 }
 

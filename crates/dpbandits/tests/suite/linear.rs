@@ -446,7 +446,7 @@ fn bad_input_is_a_clear_error() {
         (
             "k = 4\nd = 2",
             "kind = 'adac_ucb'\nrho = 1.0",
-            "finite-armed algorithm",
+            "policy[0].kind = \"adac_ucb\": a finite-armed kind, but the environment \"linear\"",
         ),
         (
             "k = 4\nd = 2",
