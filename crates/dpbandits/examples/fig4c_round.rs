@@ -6,8 +6,8 @@
 //! (the same for any build that makes the same decisions).
 
 use dpbandits::contextual::{
-    ContextualEnvConfig, ContextualGaussianConfig, ContextualPolicy, ContextualPolicyConfig,
-    OfulConfig, OfulKind, simulate_contextual,
+    ContextualEnvConfig, ContextualGaussianConfig, ContextualPolicyConfig, OfulConfig, OfulKind,
+    SimPath, simulate_configs,
 };
 use dpbandits::sim::CheckpointGrid;
 use std::time::Instant;
@@ -51,18 +51,20 @@ fn main() {
         for rho in RHOS {
             cfgs.push(OfulConfig::paper(OfulKind::AdacOful, rho));
         }
-        let mut pols: Vec<Box<dyn ContextualPolicy>> = cfgs
-            .iter_mut()
-            .enumerate()
-            .map(|(i, c)| {
-                c.mode = dpbandits::contextual::PrivacyMode::Reproduction;
-                c.build(3, t, 1000 + i as u64).unwrap()
-            })
+        for c in &mut cfgs {
+            c.mode = dpbandits::contextual::PrivacyMode::Reproduction;
+        }
+        let refs: Vec<&dyn ContextualPolicyConfig> = cfgs
+            .iter()
+            .map(|c| c as &dyn ContextualPolicyConfig)
             .collect();
-        let mut out = vec![vec![0.0; grid.points().len()]; pols.len()];
+        let seeds: Vec<u64> = (0..refs.len() as u64).map(|i| 1000 + i).collect();
+        let mut out = vec![vec![0.0; grid.points().len()]; refs.len()];
         let start = Instant::now();
-        simulate_contextual(env.as_mut(), &mut pols, &grid, &mut out).unwrap();
+        // Through the configurations: the OFUL family's batched driver, as in an experiment.
+        let path = simulate_configs(env.as_mut(), &refs, &seeds, &grid, &mut out).unwrap();
         all_ns.push(start.elapsed().as_nanos() as f64 / t as f64);
+        assert!(matches!(path, SimPath::Batched(_)), "{path:?}");
         checksum = out.iter().map(|r| r.iter().sum::<f64>()).sum::<f64>();
     }
     let med = |v: &mut Vec<f64>| {

@@ -17,10 +17,8 @@
 //! which makes Assumption 1 hold for actions; rewards are clipped by the policy
 //! (`mode = "guaranteed"`, see [`super::oful`]).
 
-use super::{
-    ActionLanes, ActionSet, ContextualEnvConfig, ContextualEnvironment, LANE_GROUP, ReferenceScan,
-    ReferenceScanner,
-};
+use super::lanes::{LANE_GROUP, ReferenceScan, ReferenceScanner};
+use super::{ActionLanes, ActionSet, ContextualEnvConfig, ContextualEnvironment, LaneSource};
 use crate::config::{EnvInfo, Setting};
 use crate::error::{Error, Result, check};
 use crate::math::normal::{ZigguratTable, standard_normal};
@@ -239,13 +237,13 @@ pub struct ContextualGaussian {
     rewards: SimRngWords,
     features: Vec<f64>,
     means: Vec<f64>,
-    /// The round's actions by lane groups ([`super::fill_lanes`]; padding lanes NaN, squared
+    /// The round's actions by lane groups (`lanes::fill_lanes`; padding lanes NaN, squared
     /// norm 0) and the scan of their reference along theta* (`None` before the first round).
     lanes: Vec<f64>,
     scan: Option<ReferenceScan>,
     /// The inlined ziggurat's table (`None`: plain `StandardNormal`; the same draws either way).
     normals: Option<&'static ZigguratTable>,
-    /// Room for the reference's per-action ratios ([`ActionLanes::ratios`]).
+    /// Room for the reference's per-action ratios (`ActionLanes::ratios`).
     ratios: Vec<std::cell::Cell<f64>>,
     best: f64,
     eta: f64,
@@ -323,6 +321,13 @@ impl ContextualEnvironment for ContextualGaussian {
     fn noise(&self) -> f64 {
         self.eta
     }
+    fn fast_path(&self) -> Option<&dyn LaneSource> {
+        Some(self)
+    }
+}
+
+/// The run loop's fast path (`lanes.rs`): `theta*`, and the lanes built while drawing the round.
+impl LaneSource for ContextualGaussian {
     fn reference_theta(&self) -> Option<&[f64]> {
         Some(&self.theta)
     }
@@ -342,9 +347,9 @@ impl ContextualEnvironment for ContextualGaussian {
 /// Project the actions (rows of `d` in `features`) onto the unit ball if `unit_ball`, write
 /// `means[i] = <theta, a_i>` (summed in order from `-0.0`, as `Iterator::sum`) and return the
 /// largest mean; in the same pass, write the actions into `lanes` as
-/// [`super::ActionLanes::transpose`] does (coordinates and squared norms summed in order from
+/// `ActionLanes::transpose` does (coordinates and squared norms summed in order from
 /// `0.0`) and scan the means as the values of the round's reference along `theta`
-/// ([`ReferenceScan`]: first maximiser, largest other value, largest and total squared norm).
+/// (`ReferenceScan`: first maximiser, largest other value, largest and total squared norm).
 #[inline(always)]
 fn means_and_best(
     d: usize,
@@ -416,8 +421,9 @@ mod tests {
                 let mut buf = Vec::new();
                 for t in 0..500 {
                     env.next_round(t);
-                    let kept = env.lanes().expect("kept lanes");
-                    let theta = env.reference_theta().unwrap().to_vec();
+                    let fast = env.fast_path().expect("a fast path");
+                    let kept = fast.lanes().expect("kept lanes");
+                    let theta = fast.reference_theta().unwrap().to_vec();
                     let actions = env.actions();
                     let built = ActionLanes::transpose_with_reference(&actions, &mut buf, &theta);
                     let same = |a: &[f64], b: &[f64]| {
