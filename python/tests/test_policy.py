@@ -282,3 +282,13 @@ def test_restore_names_an_unknown_snapshot_version():
     session = p.snapshot().replace(b"gversion\x01", b"gversion\x09", 1)
     with pytest.raises(ValueError, match="version = 9"):
         dpbandits.Policy.restore(session)
+
+
+def test_restore_checks_t_against_a_session_snapshot():
+    p = dpbandits.Policy("ucb1", arms=3, seed=1)
+    play(p, 10, np.random.default_rng(0))
+    assert dpbandits.Policy.restore(p.snapshot(), t=10).t == 10
+    with pytest.raises(ValueError, match="t = 9"):
+        dpbandits.Policy.restore(p.snapshot(), t=9)
+    with pytest.raises(ValueError):
+        dpbandits.Policy.restore(b"\xa1fformatxnot-a-format")
