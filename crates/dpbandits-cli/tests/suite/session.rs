@@ -60,7 +60,7 @@ fn finite_and_contextual_sessions_answer_as_the_core_session() {
             calls.push(json!({ "observe": [arm + 1, 0.5] }));
             want.push(json!({ "error": s.observe(arm + 1, 0.5).unwrap_err().to_string() }));
         }
-        let r = f64::from(u8::from((t * 7 + arm as u64) % 3 == 0));
+        let r = f64::from(u8::from((t * 7 + arm as u64).is_multiple_of(3)));
         calls.push(json!({ "observe": [arm, r] }));
         s.observe(arm, r).unwrap();
         want.push(json!({ "ok": true }));
