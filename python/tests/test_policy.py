@@ -292,3 +292,22 @@ def test_restore_checks_t_against_a_session_snapshot():
         dpbandits.Policy.restore(p.snapshot(), t=9)
     with pytest.raises(ValueError):
         dpbandits.Policy.restore(b"\xa1fformatxnot-a-format")
+
+
+def test_problem_arguments_as_integral_floats_and_lists():
+    """The keyword arguments are the session's table: counts may be integral floats, linear arm
+    vectors a list of lists; anything else names the field."""
+    a = dpbandits.Policy("adac_ucb", arms=4.0, rho=1.0, seed=1)
+    b = dpbandits.Policy("adac_ucb", arms=4, rho=1.0, seed=1)
+    assert play(a, 30, np.random.default_rng(0)) == play(b, 30, np.random.default_rng(0))
+    assert dpbandits.Policy("oful", dim=3.0, horizon=1e4).t == 0
+    with pytest.raises(ValueError, match=r"^arms = 4\.5: expected"):
+        dpbandits.Policy("adac_ucb", arms=4.5, rho=1.0)
+    vecs = [[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]]
+    p = dpbandits.Policy("lin_ucb", arms=vecs, seed=2)
+    q = dpbandits.Policy("lin_ucb", arms=np.array(vecs), seed=2)
+    assert play(p, 40, np.random.default_rng(1)) == play(q, 40, np.random.default_rng(1))
+    with pytest.raises(ValueError, match=r"arms\[1\]"):
+        dpbandits.Policy("lin_ucb", arms=[[1.0, 0.0], [0.0]])
+    with pytest.raises(ValueError, match=r"arms\[0\]\[1\]"):
+        dpbandits.Policy("lin_ucb", arms=[[1.0, float("nan")], [0.0, 1.0]])
