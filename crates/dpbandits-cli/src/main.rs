@@ -9,6 +9,10 @@
 //! * `dpbandits audit KIND --param rho=0.5 [--runs N] [--seed S] [--delta D ...]
 //!   [--noise-multiplier M] [--json FILE]`: the empirical privacy auditor (`docs/privacy.md`).
 //!
+//! * `dpbandits session --kind K [--param key=value ...] [--seed S]`: one online session
+//!   (`dpbandits::session::Session`) driven by JSON lines on stdin (`{"decide": null}`,
+//!   `{"decide": [[...], ...]}`, `{"observe": [arm, reward]}`, `{"snapshot": null}`), one JSON line
+//!   out per call (`{"arm": 2}`, `{"stop": 1}`, `{"ok": true}`, `{"error": "..."}`).
 //! * `dpbandits serve --db PATH [--listen 127.0.0.1:PORT] [--admin-token-file F]`: the decision
 //!   service (docs/service.md); `dpbandits audit-log verify --db PATH` checks its audit chain.
 //!
@@ -31,6 +35,7 @@ use std::time::Instant;
 mod audit;
 mod bounds;
 mod serve;
+mod session;
 
 /// The experiment run by `dpbandits run --default`: the paper's finite-armed Figure 4(a).
 const DEFAULT_EXPERIMENT: &str = include_str!("../../../experiments/fig4a.toml");
@@ -113,6 +118,12 @@ enum Command {
     /// Empirical privacy audit of a private kind: a lower bound on epsilon from neighbouring
     /// reward tables (docs/privacy.md). Exit code 1 when the bound exceeds the claim.
     Audit(audit::AuditArgs),
+    /// One online session of any kind: JSON calls on stdin (`{"decide": null}`, `{"observe":
+    /// [arm, reward]}`, ...), one JSON line out per call (`{"arm": 2}`, `{"ok": true}`, ...).
+    ///
+    /// The policy the Python `Policy` holds (`dpbandits::session::Session`), driven call by call:
+    /// the kind's parameters and the problem's keys are `--param`s.
+    Session(session::SessionArgs),
     /// Run the private decision service (HTTP/JSON, state in SQLite; docs/service.md).
     Serve(serve::ServeArgs),
     /// Audit log of a service database.
@@ -155,6 +166,7 @@ fn real_main() -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Audit(args) => audit::audit(args),
+        Command::Session(args) => session::session(args),
         Command::Serve(args) => serve::serve(args),
         Command::AuditLog(cmd) => serve::audit_log(cmd),
         Command::Completions { shell } => {

@@ -14,19 +14,16 @@
 //! anyway; a callback from another thread would also create a Python thread state each time; one
 //! thread keeps a shared environment object's call order deterministic).
 
-use dpbandits::bai::{BaiAlgorithm, BaiStep};
+use dpbandits::Error;
 use dpbandits::config::Setting;
-use dpbandits::contextual::{ActionSet, ContextualPolicy};
+use dpbandits::contextual::ActionSet;
 use dpbandits::experiment::durable::{self, Existing, JobRow, Shard};
 use dpbandits::experiment::{ExperimentSpec, Limits, Outcome as Runs, Plan, SummaryTable};
 use dpbandits::finite::{EnvConfig, Environment};
-use dpbandits::linear::LinearPolicy;
-use dpbandits::registry::{self, Built, Restored};
+use dpbandits::registry;
+use dpbandits::session::{SESSION_FORMAT, Session};
 use dpbandits::snapshot::Snapshot;
-use dpbandits::{Error, finite};
-use nalgebra::DVector;
 use numpy::{PyArray1, PyArrayMethods, PyReadonlyArray2};
-use pyo3::conversion::FromPyObjectOwned;
 use pyo3::exceptions::{PyKeyboardInterrupt, PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
@@ -124,72 +121,9 @@ fn json_to_py<'py>(py: Python<'py>, v: &impl serde::Serialize) -> PyResult<Bound
 // ---------------------------------------------------------------------------------------------
 // Online policies
 
-/// The running policy, of its setting.
-#[derive(Debug)]
-enum Running {
-    Finite(Box<dyn finite::Policy>),
-    Linear(Box<dyn LinearPolicy>),
-    Contextual(Box<dyn ContextualPolicy>),
-    Bai(Box<dyn BaiAlgorithm>),
-}
-
-#[derive(Debug)]
-struct State {
-    policy: Running,
-    /// Rounds (samples, for BAI) observed so far: the `t` of the next `choose`.
-    t: u64,
-    /// BAI: the stopping rule fired.
-    stopped: bool,
-    /// Contextual: the action set of the open `choose` (`k`, `d`, features). BAI: the open
-    /// request (arm, samples requested, rewards observed so far).
-    pending: Option<(usize, usize, Vec<f64>)>,
-    /// BAI: the claim of the configuration (runs do not carry it).
-    bai_guarantee: Option<serde_json::Value>,
-}
-
-/// What `Policy.snapshot()` returns: the library snapshot (CBOR) plus the online counters.
-#[derive(serde::Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Envelope {
-    format: String,
-    version: u32,
-    t: u64,
-    stopped: bool,
-    pending: Option<(usize, usize, Vec<f64>)>,
-    bai_guarantee: Option<serde_json::Value>,
-    #[serde(with = "bytes")]
-    snapshot: Vec<u8>,
-}
-
-mod bytes {
-    pub fn serialize<S: serde::Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_bytes(v)
-    }
-    pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
-        struct V;
-        impl serde::de::Visitor<'_> for V {
-            type Value = Vec<u8>;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("bytes")
-            }
-            fn visit_bytes<E>(self, v: &[u8]) -> Result<Vec<u8>, E> {
-                Ok(v.to_vec())
-            }
-            fn visit_byte_buf<E>(self, v: Vec<u8>) -> Result<Vec<u8>, E> {
-                Ok(v)
-            }
-        }
-        d.deserialize_byte_buf(V)
-    }
-}
-
-/// The `format` of the envelope. `restore` tries the envelope first, then a library snapshot
-/// (CBOR or JSON, `Snapshot::decode`).
-const ENVELOPE: &str = "dpbandits-python-policy";
-/// Raised when the envelope's fields change.
-const ENVELOPE_VERSION: u32 = 1;
-
-/// A policy of any registry kind, for real rewards, one decision at a time.
+/// A policy of any registry kind, for real rewards, one decision at a time: a
+/// [`Session`] (the core's online object, which validates every input and owns the protocol
+/// order, the open commitment and the snapshot) behind a mutex.
 ///
 /// `Policy(kind, *, seed=0, **params)` with the setting's own arguments: finite-armed
 /// `arms=K`; linear `arms=` a `K x d` array of arm vectors; contextual `dim=d, horizon=T`;
@@ -197,300 +131,191 @@ const ENVELOPE_VERSION: u32 = 1;
 /// experiment file's `[[policy]]` table; `dpbandits list` or `dpbandits.kinds()`).
 #[pyclass(module = "dpbandits", name = "Policy")]
 pub struct Policy {
-    kind: String,
-    setting: Setting,
-    state: Mutex<State>,
-}
-
-fn take<'py, T: FromPyObjectOwned<'py>>(
-    kw: &Bound<'py, PyDict>,
-    key: &str,
-    kind: &str,
-    what: &str,
-) -> PyResult<T> {
-    let v = kw.get_item(key)?.ok_or_else(|| {
-        PyValueError::new_err(format!("{key} = (missing): {kind} needs {key}, {what}"))
-    })?;
-    kw.del_item(key)?;
-    v.extract().map_err(|_| {
-        PyValueError::new_err(format!(
-            "{key} = {}: expected {what}",
-            v.repr().map(|r| r.to_string()).unwrap_or_default()
-        ))
-    })
+    session: Mutex<Session>,
+    /// The claim an old (`dpbandits-python-policy`) BAI snapshot carried: a session restored
+    /// from it knows its policy, not its parameters.
+    legacy_guarantee: Option<serde_json::Value>,
 }
 
 impl Policy {
-    fn with<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
-        f(&mut lock(&self.state))
+    fn of(session: Session) -> Self {
+        Policy {
+            session: Mutex::new(session),
+            legacy_guarantee: None,
+        }
+    }
+
+    fn session(&self) -> std::sync::MutexGuard<'_, Session> {
+        lock(&self.session)
     }
 
     fn snapshot_bytes(&self) -> PyResult<Vec<u8>> {
-        let s = lock(&self.state);
-        let snap = match &s.policy {
-            Running::Finite(p) => p.snapshot(),
-            Running::Linear(p) => p.snapshot(),
-            Running::Contextual(p) => p.snapshot(),
-            Running::Bai(p) => p.snapshot(),
-        }
-        .map_err(err)?;
-        let env = Envelope {
-            format: ENVELOPE.into(),
-            version: ENVELOPE_VERSION,
-            t: s.t,
-            stopped: s.stopped,
-            pending: s.pending.clone(),
-            bai_guarantee: s.bai_guarantee.clone(),
-            snapshot: snap.to_cbor().map_err(err)?,
-        };
-        let mut out = vec![];
-        ciborium::into_writer(&env, &mut out).map_err(|e| PyValueError::new_err(e.to_string()))?;
-        Ok(out)
+        self.session().snapshot().map_err(err)
     }
+}
+
+/// A round's action set as `(k, d, row-major features)`: a float64 2-D numpy array as it is,
+/// anything else through `numpy.asarray(actions, dtype=float64)`; the session checks the shape
+/// against the policy, the entries and the norms.
+fn action_set(actions: &Bound<'_, PyAny>) -> PyResult<(usize, usize, Vec<f64>)> {
+    let bad = |what: &str| {
+        PyValueError::new_err(format!(
+            "actions = {}: expected {what}",
+            actions.repr().map(|r| r.to_string()).unwrap_or_default()
+        ))
+    };
+    let converted;
+    let array: PyReadonlyArray2<'_, f64> = match actions.extract() {
+        Ok(a) => a,
+        Err(_) => {
+            let py = actions.py();
+            let kw = PyDict::new(py);
+            kw.set_item("dtype", "float64")?;
+            converted = py
+                .import("numpy")?
+                .getattr("asarray")?
+                .call((actions,), Some(&kw))
+                .map_err(|_| bad("a k x d array of numbers"))?;
+            converted
+                .extract()
+                .map_err(|_| bad("a 2-D k x d array of numbers (one row per action)"))?
+        }
+    };
+    let a = array.as_array();
+    Ok((a.nrows(), a.ncols(), a.iter().copied().collect()))
 }
 
 #[pymethods]
 impl Policy {
     #[new]
     #[pyo3(signature = (kind, *, seed = 0, **params))]
-    fn new(
-        py: Python<'_>,
-        kind: &str,
-        seed: u64,
-        params: Option<&Bound<'_, PyDict>>,
-    ) -> PyResult<Self> {
-        let kw = match params {
-            Some(d) => d.copy()?,
-            None => PyDict::new(py),
+    fn new(kind: &str, seed: u64, params: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
+        // The keyword arguments are the session's table: the problem's keys (numpy arrays and
+        // lists of arm vectors as TOML arrays) and the kind's parameters.
+        let table = match params {
+            Some(d) => dict_to_table("", d)?,
+            None => toml::Table::new(),
         };
-        Policy::new_with(kind, seed, &kw)
+        Ok(Policy::of(
+            Session::from_table(kind, table, seed).map_err(err)?,
+        ))
     }
 
     /// The registry kind.
     #[getter]
-    fn kind(&self) -> &str {
-        &self.kind
+    fn kind(&self) -> String {
+        self.session().kind().to_string()
     }
 
     /// `finite_armed`, `linear`, `contextual` or `bai`.
     #[getter]
     fn setting(&self) -> String {
-        setting_id(self.setting)
+        setting_id(self.session().setting())
     }
 
     /// Rounds (BAI: samples) observed so far.
     #[getter]
     fn t(&self) -> u64 {
-        self.with(|s| s.t)
+        self.session().t()
     }
 
     /// The privacy claim as a dict (notion, model, adjacency, budget, mechanism, boundary and
     /// the noise grade: `simulation-grade`, `deployment-grade` or `not-applicable`).
     #[getter]
     fn guarantee<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let g = self.with(|s| -> PyResult<serde_json::Value> { Ok(match &s.policy {
-            Running::Finite(p) => json(&p.guarantee()),
-            Running::Linear(p) => json(&p.guarantee()),
-            Running::Contextual(p) => json(&p.guarantee()),
-            Running::Bai(_) => s.bai_guarantee.clone().ok_or_else(|| PyValueError::new_err("guarantee: unknown for a BAI run restored from a library snapshot (its claim is in the experiment's manifest)"))?,
-        })})?;
+        let g = match (self.session().guarantee(), &self.legacy_guarantee) {
+            (Ok(g), _) => json(g),
+            (Err(_), Some(g)) => g.clone(),
+            (Err(e), None) => return Err(err(e)),
+        };
         json_to_py(py, &g)
     }
 
     /// The next arm (finite-armed, linear, BAI) or action index (contextual: `actions` is the
-    /// round's `k x d` array of action features). BAI: `None` once the stopping rule fired.
+    /// round's `k x d` array of action features, checked first: shape, finite entries, the
+    /// kind's norm bound). BAI: `None` once the stopping rule fired. Raises `ValueError` (naming
+    /// `actions`, or the protocol: a round that waits for its reward) and then changes nothing.
     #[pyo3(signature = (actions = None))]
-    fn choose(&self, actions: Option<PyReadonlyArray2<'_, f64>>) -> PyResult<Option<usize>> {
-        let mut guard = lock(&self.state);
-        let s = &mut *guard;
-        let t = s.t;
-        match (&mut s.policy, actions) {
-            (Running::Finite(p), None) => Ok(Some(p.choose(t).arm)),
-            (Running::Linear(p), None) => Ok(Some(p.choose(t).map_err(err)?.arm)),
-            (Running::Bai(p), None) => {
-                // A request of n samples is served one sample per choose/observe; the rewards
-                // are buffered and observed as one sum when the request is complete (the
-                // algorithm committed to all n whatever their values, and a shorter sum means
-                // "truncated by the sample cap" to it).
-                if let Some((arm, n, got)) = &s.pending
-                    && got.len() < *n
-                {
-                    return Ok(Some(*arm));
-                }
-                match p.next(t) {
-                    BaiStep::Sample { arm, n } => {
-                        let n = usize::try_from(n).unwrap_or(usize::MAX);
-                        s.pending = Some((arm, n, vec![]));
-                        Ok(Some(arm))
-                    }
-                    BaiStep::Stop => {
-                        s.stopped = true;
-                        Ok(None)
-                    }
-                }
+    fn choose(&self, actions: Option<&Bound<'_, PyAny>>) -> PyResult<Option<usize>> {
+        let decision = match actions {
+            None => self.session().decide(),
+            Some(a) => {
+                let (k, d, features) = action_set(a)?;
+                self.session().decide_with(&ActionSet {
+                    d,
+                    k,
+                    features: &features,
+                })
             }
-            (Running::Contextual(p), Some(a)) => {
-                let a = a.as_array();
-                let (k, d) = (a.nrows(), a.ncols());
-                if k == 0 || d == 0 {
-                    return Err(PyValueError::new_err(format!(
-                        "actions: a {k} x {d} array: expected a k x d array with k >= 1 actions of dimension d >= 1"
-                    )));
-                }
-                let features: Vec<f64> = a.iter().copied().collect();
-                let arm = p.choose(
-                    t,
-                    &ActionSet {
-                        d,
-                        k,
-                        features: &features,
-                    },
-                );
-                s.pending = Some((k, d, features));
-                Ok(Some(arm))
-            }
-            (Running::Contextual(_), None) => Err(PyValueError::new_err(
-                "actions = None: a contextual policy chooses among the round's actions; pass a k x d numpy array",
-            )),
-            (_, Some(_)) => Err(PyValueError::new_err(format!(
-                "actions: {} is a {} policy, which takes no action set",
-                self.kind, self.setting
-            ))),
-        }
+        };
+        Ok(decision.map_err(err)?.arm())
     }
 
-    /// Observe the reward of the arm (action) last chosen. Raises `ValueError` for a reward the
-    /// policy's boundary refuses or a call outside the protocol (another arm, no open choice);
-    /// the policy is then unchanged.
+    /// Observe the reward of a chosen round of `arm` (contextual: the chosen action's index).
+    /// Raises `ValueError` for a reward the policy's boundary refuses or a call outside the
+    /// protocol (another arm, no chosen round waiting); the policy is then unchanged.
     fn observe(&self, arm: usize, reward: f64) -> PyResult<()> {
-        let mut s = lock(&self.state);
-        let st = &mut *s;
-        match &mut st.policy {
-            Running::Finite(p) => p.observe(arm, reward).map_err(err)?,
-            Running::Linear(p) => {
-                let sum = p.boundary().single(reward).map_err(err)?;
-                p.observe_batch(arm, &sum).map_err(err)?
-            }
-            Running::Bai(p) => {
-                let b = p.boundary();
-                let Some((want, n, got)) = &mut st.pending else {
-                    return Err(PyValueError::new_err(
-                        "observe: no open request; call choose() first",
-                    ));
-                };
-                if arm != *want {
-                    return Err(PyValueError::new_err(format!(
-                        "arm = {arm}: expected {want}, the arm of the open request (protocol)"
-                    )));
-                }
-                b.single(reward).map_err(err)?;
-                got.push(reward);
-                if got.len() == *n {
-                    let sum = b.sum_of(got.iter().copied()).map_err(err)?;
-                    p.observe(arm, &sum).map_err(err)?;
-                    st.pending = None;
-                }
-            }
-            Running::Contextual(p) => {
-                let Some((k, d, features)) = &st.pending else {
-                    return Err(PyValueError::new_err(
-                        "observe: no open choice; call choose(actions) first",
-                    ));
-                };
-                p.observe(
-                    &ActionSet {
-                        d: *d,
-                        k: *k,
-                        features,
-                    },
-                    arm,
-                    reward,
-                )
-                .map_err(err)?;
-                st.pending = None;
-            }
-        }
-        st.t += 1;
-        Ok(())
+        self.session().observe(arm, reward).map_err(err)
     }
 
     /// BAI: the current recommendation (the best arm once `stopped`).
     fn recommend(&self) -> PyResult<usize> {
-        self.with(|s| match &s.policy {
-            Running::Bai(p) => Ok(p.recommendation()),
-            _ => Err(PyValueError::new_err(format!(
+        let s = self.session();
+        s.recommendation().ok_or_else(|| {
+            PyValueError::new_err(format!(
                 "recommend: {} is a {} policy; only BAI algorithms recommend",
-                self.kind, self.setting
-            ))),
+                s.kind(),
+                setting_id(s.setting())
+            ))
         })
     }
 
-    /// BAI: whether the stopping rule fired (seen by the last `choose`).
+    /// BAI: whether the stopping rule fired (seen by a `choose`).
     #[getter]
     fn stopped(&self) -> bool {
-        self.with(|s| s.stopped)
+        self.session().stopped().is_some()
     }
 
-    /// The complete state as bytes (sensitive data: raw reward sums and the noise generators'
-    /// state). Raises `ValueError` for a policy whose state cannot be captured.
+    /// The complete state as bytes: the core session's snapshot (sensitive data: raw reward
+    /// sums and the noise generators' state). Raises `ValueError` for a policy whose state
+    /// cannot be captured.
     fn snapshot<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
         Ok(PyBytes::new(py, &self.snapshot_bytes()?))
     }
 
-    /// A policy from `snapshot()` bytes (or a library snapshot, CBOR or JSON, with `t` the
-    /// rounds it had observed); it continues bit-identically.
+    /// A policy from `snapshot()` bytes (a session snapshot; it continues bit-identically).
+    /// Also reads the snapshots of earlier versions of this package (`dpbandits-python-policy`
+    /// version 1) and bare library snapshots (CBOR or JSON) with `t` the rounds they had
+    /// observed.
     #[staticmethod]
     #[pyo3(signature = (data, t = None))]
     fn restore(data: &[u8], t: Option<u64>) -> PyResult<Policy> {
-        let (snap, t, stopped, pending, bai_guarantee) = match ciborium::from_reader::<Envelope, _>(
-            data,
-        ) {
-            Ok(e) if e.format == ENVELOPE => {
-                if e.version != ENVELOPE_VERSION {
+        match cbor_format(data).as_deref() {
+            Some(SESSION_FORMAT) => {
+                let s = Session::restore(data).map_err(err)?;
+                if let Some(t) = t
+                    && t != s.t()
+                {
                     return Err(PyValueError::new_err(format!(
-                        "snapshot version = {}: expected {ENVELOPE_VERSION}",
-                        e.version
+                        "t = {t}: the snapshot records t = {}; pass t only with a library snapshot",
+                        s.t()
                     )));
                 }
-                (
-                    Snapshot::from_cbor(&e.snapshot).map_err(err)?,
-                    e.t,
-                    e.stopped,
-                    e.pending,
-                    e.bai_guarantee,
-                )
+                Ok(Policy::of(s))
             }
-            _ => (
-                Snapshot::decode(data).map_err(err)?,
-                t.ok_or_else(|| {
+            Some(legacy::FORMAT) => legacy::restore(data),
+            _ => {
+                let snap = Snapshot::decode(data).map_err(err)?;
+                let t = t.ok_or_else(|| {
                     PyValueError::new_err(
                         "t = None: a library snapshot does not record the rounds observed; pass t",
                     )
-                })?,
-                false,
-                None,
-                None,
-            ),
-        };
-        let kind = snap.kind().to_string();
-        let setting = snap.setting();
-        let policy = match registry::restore(&snap).map_err(err)? {
-            Restored::Finite(p) => Running::Finite(p),
-            Restored::Linear(p) => Running::Linear(p),
-            Restored::Contextual(p) => Running::Contextual(p),
-            Restored::Bai(p) => Running::Bai(p),
-        };
-        Ok(Policy {
-            kind,
-            setting,
-            state: Mutex::new(State {
-                policy,
-                t,
-                stopped,
-                pending,
-                bai_guarantee,
-            }),
-        })
+                })?;
+                Ok(Policy::of(
+                    Session::from_policy_snapshot(&snap, t).map_err(err)?,
+                ))
+            }
+        }
     }
 
     /// Pickling goes through `snapshot()`/`restore()`: a policy that cannot be snapshotted
@@ -512,80 +337,145 @@ impl Policy {
     }
 
     fn __repr__(&self) -> String {
+        let s = self.session();
         format!(
             "Policy({:?}, setting={}, t={})",
-            self.kind,
-            setting_id(self.setting),
-            self.t()
+            s.kind(),
+            setting_id(s.setting()),
+            s.t()
         )
     }
 }
 
-impl Policy {
-    fn new_with(kind: &str, seed: u64, kw: &Bound<'_, PyDict>) -> PyResult<Self> {
-        let entry = registry::policy(kind).map_err(err)?;
-        let setting = entry.setting();
-        let mut bai_guarantee = None;
-        let policy = match setting {
-            Setting::FiniteArmed => {
-                let k: usize = take(kw, "arms", kind, "the number of arms, an integer >= 2")?;
-                let Built::Finite(cfg) = entry.build(dict_to_table("", kw)?).map_err(err)? else {
-                    unreachable!("a finite-armed entry builds a finite-armed config")
-                };
-                Running::Finite(cfg.build(k, seed).map_err(err)?)
+/// The `format` field of a CBOR map (`None` for anything else: a library snapshot, garbage).
+fn cbor_format(data: &[u8]) -> Option<String> {
+    match ciborium::from_reader::<ciborium::Value, _>(data).ok()? {
+        ciborium::Value::Map(entries) => entries.into_iter().find_map(|(k, v)| {
+            (k.as_text() == Some("format"))
+                .then(|| v.into_text().ok())
+                .flatten()
+        }),
+        _ => None,
+    }
+}
+
+/// The snapshots this package wrote before the policy held a core session: the library snapshot
+/// plus the online counters. Read for old pickles, converted into a session.
+mod legacy {
+    use super::{Policy, err};
+    use dpbandits::config::Setting;
+    use dpbandits::session::{Decision, Session};
+    use dpbandits::snapshot::Snapshot;
+    use pyo3::exceptions::PyValueError;
+    use pyo3::prelude::*;
+
+    pub(super) const FORMAT: &str = "dpbandits-python-policy";
+    const VERSION: u32 = 1;
+
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Envelope {
+        format: String,
+        version: u32,
+        t: u64,
+        stopped: bool,
+        /// Contextual: the action set of a chosen round (`k`, `d`, features); BAI: the open
+        /// request (arm, samples requested, rewards observed so far).
+        pending: Option<(usize, usize, Vec<f64>)>,
+        bai_guarantee: Option<serde_json::Value>,
+        #[serde(deserialize_with = "bytes")]
+        snapshot: Vec<u8>,
+    }
+
+    fn bytes<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Vec<u8>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("bytes")
             }
-            Setting::Linear => {
-                let arms = kw.get_item("arms")?.ok_or_else(|| {
-                    PyValueError::new_err(format!(
-                        "arms = (missing): {kind} needs arms, a K x d array of arm vectors"
-                    ))
-                })?;
-                kw.del_item("arms")?;
-                let a: PyReadonlyArray2<'_, f64> = arms.extract().map_err(|_| {
-                    PyValueError::new_err(
-                        "arms: expected a K x d numpy array of float64 arm vectors",
-                    )
-                })?;
-                let vecs: Vec<DVector<f64>> = a
-                    .as_array()
-                    .rows()
-                    .into_iter()
-                    .map(|r| DVector::from_iterator(r.len(), r.iter().copied()))
-                    .collect();
-                let Built::Linear(cfg) = entry.build(dict_to_table("", kw)?).map_err(err)? else {
-                    unreachable!("a linear entry builds a linear config")
-                };
-                Running::Linear(cfg.build(&vecs, seed).map_err(err)?)
+            fn visit_bytes<E>(self, v: &[u8]) -> Result<Vec<u8>, E> {
+                Ok(v.to_vec())
             }
-            Setting::Contextual => {
-                let d: usize = take(kw, "dim", kind, "the dimension, an integer >= 1")?;
-                let h: u64 = take(kw, "horizon", kind, "the horizon T, an integer >= 1")?;
-                let Built::Contextual(cfg) = entry.build(dict_to_table("", kw)?).map_err(err)?
-                else {
-                    unreachable!("a contextual entry builds a contextual config")
-                };
-                Running::Contextual(cfg.build(d, h, seed).map_err(err)?)
+            fn visit_byte_buf<E>(self, v: Vec<u8>) -> Result<Vec<u8>, E> {
+                Ok(v)
             }
-            Setting::Bai => {
-                let k: usize = take(kw, "arms", kind, "the number of arms, an integer >= 2")?;
-                let delta: f64 = take(kw, "delta", kind, "the risk, a number in (0, 1)")?;
-                let Built::Bai(cfg) = entry.build(dict_to_table("", kw)?).map_err(err)? else {
-                    unreachable!("a BAI entry builds a BAI config")
-                };
-                bai_guarantee = serde_json::to_value(cfg.guarantee()).ok();
-                Running::Bai(cfg.prepare(k, delta).map_err(err)?.start(seed))
-            }
+        }
+        d.deserialize_byte_buf(V)
+    }
+
+    /// `s` with its BAI stopping rule fired at its current recommendation (a policy does not
+    /// necessarily say `Stop` twice; the session keeps the stop): the session's snapshot with
+    /// `stopped` set, restored (which checks it).
+    fn stopped(s: &Session) -> PyResult<Session> {
+        let rec = s
+            .recommendation()
+            .ok_or_else(|| refuse("stopped, but not a BAI run"))?;
+        let mut v: ciborium::Value =
+            ciborium::from_reader(&s.snapshot().map_err(err)?[..]).map_err(refuse)?;
+        let field = match &mut v {
+            ciborium::Value::Map(m) => m
+                .iter_mut()
+                .find(|(k, _)| k.as_text() == Some("stopped"))
+                .map(|(_, v)| v),
+            _ => None,
+        }
+        .ok_or_else(|| refuse("a session snapshot without `stopped`"))?;
+        *field = ciborium::Value::Integer(rec.into());
+        let mut bytes = vec![];
+        ciborium::into_writer(&v, &mut bytes).map_err(refuse)?;
+        Session::restore(&bytes).map_err(err)
+    }
+
+    fn refuse(msg: impl std::fmt::Display) -> PyErr {
+        PyValueError::new_err(format!(
+            "snapshot ({FORMAT} version {VERSION}, an earlier version of this package): {msg}"
+        ))
+    }
+
+    /// The session the old counters describe: the policy restored at `t` (a BAI request's
+    /// buffered rewards replayed into the session's reward buffer, a stopped BAI run kept
+    /// stopped); a contextual round that was chosen but not observed is dropped with its action
+    /// set (choose again), as [`Session::from_policy_snapshot`] does.
+    pub(super) fn restore(data: &[u8]) -> PyResult<Policy> {
+        let e: Envelope = ciborium::from_reader(data).map_err(refuse)?;
+        if e.format != FORMAT || e.version != VERSION {
+            return Err(PyValueError::new_err(format!(
+                "snapshot format = {:?} version = {}: this package reads {FORMAT:?} version \
+                 {VERSION} (earlier versions) and its own session snapshots",
+                e.format, e.version
+            )));
+        }
+        let snap = Snapshot::from_cbor(&e.snapshot).map_err(err)?;
+        let bai = snap.setting() == Setting::Bai;
+        let buffered = match &e.pending {
+            Some((arm, n, got)) if bai => Some((*arm, *n, got.clone())),
+            _ => None,
         };
+        let replay = buffered.as_ref().map_or(0, |b| b.2.len() as u64);
+        let t0 =
+            e.t.checked_sub(replay)
+                .ok_or_else(|| refuse("counters that do not agree (t < buffered rewards)"))?;
+        let mut s = Session::from_policy_snapshot(&snap, t0).map_err(err)?;
+        if let Some((arm, _n, got)) = buffered {
+            for r in got {
+                match s.decide().map_err(err)? {
+                    Decision::Play { arm: a, .. } if a == arm => {}
+                    d => {
+                        return Err(refuse(format!(
+                            "the open request of arm {arm} did not continue ({d:?})"
+                        )));
+                    }
+                }
+                s.observe(arm, r).map_err(err)?;
+            }
+        }
+        if e.stopped {
+            s = stopped(&s)?;
+        }
         Ok(Policy {
-            kind: kind.to_string(),
-            setting,
-            state: Mutex::new(State {
-                policy,
-                t: 0,
-                stopped: false,
-                pending: None,
-                bai_guarantee,
-            }),
+            session: std::sync::Mutex::new(s),
+            legacy_guarantee: if bai { e.bai_guarantee } else { None },
         })
     }
 }

@@ -16,6 +16,7 @@ mod ldp;
 mod linear;
 mod listing;
 mod serve;
+mod session;
 
 /// The `dpbandits` binary under test.
 fn bin() -> Command {
