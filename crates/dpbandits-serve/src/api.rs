@@ -1,7 +1,7 @@
 //! The HTTP/JSON layer (axum): routes, authentication, body parsing with field-naming errors,
 //! structured logs (no reward values).
 
-use crate::service::{ApiError, ApiResult, Caller, CreateRequest, Service};
+use crate::service::{Caller, CreateRequest, Service, ServiceError};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
@@ -39,6 +39,68 @@ pub fn log(event: &str, fields: Value) {
     }
     eprintln!("{}", Value::Object(m));
 }
+
+/// An HTTP error: a status, a message naming the field, the value and what is allowed, extra
+/// JSON fields and a `Retry-After`.
+#[derive(Debug)]
+pub struct ApiError {
+    /// HTTP status code.
+    pub status: u16,
+    /// The message.
+    pub message: String,
+    /// Extra JSON fields (e.g. `pending`).
+    pub extra: Option<Value>,
+    /// `Retry-After` seconds, if any.
+    pub retry_after: Option<u32>,
+}
+
+impl ApiError {
+    /// A `status` error with `message`.
+    pub fn new(status: u16, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            message: message.into(),
+            extra: None,
+            retry_after: None,
+        }
+    }
+    /// 400: a body that is not a JSON object.
+    pub fn bad(message: impl Into<String>) -> Self {
+        Self::new(400, message)
+    }
+    /// 422: a bad field.
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(422, message)
+    }
+    /// 500.
+    pub fn internal(e: impl std::fmt::Display) -> Self {
+        Self::new(500, format!("internal error: {e}"))
+    }
+}
+
+/// Each refusal of the state machine as HTTP: its status, its message, and for a commitment
+/// boundary `{"pending": n}` with `Retry-After: 1`.
+impl From<ServiceError> for ApiError {
+    fn from(e: ServiceError) -> Self {
+        let message = e.to_string();
+        match e {
+            ServiceError::NotFound(_) => ApiError::new(404, message),
+            ServiceError::Invalid { .. } => ApiError::new(422, message),
+            ServiceError::Conflict { pending, .. } => ApiError {
+                status: 409,
+                message,
+                extra: Some(json!({"pending": pending})),
+                retry_after: Some(1),
+            },
+            ServiceError::Exists { .. } => ApiError::new(409, message),
+            ServiceError::Unauthorized { .. } => ApiError::new(401, message),
+            ServiceError::Internal(_) => ApiError::new(500, message),
+        }
+    }
+}
+
+/// Result of a handler.
+pub type ApiResult<T> = std::result::Result<T, ApiError>;
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
@@ -121,6 +183,59 @@ fn object(body: &Bytes, allowed: &[&str]) -> ApiResult<Map<String, Value>> {
     Ok(m)
 }
 
+/// The create body through serde (`serde_path_to_error`, so a type error names its field):
+/// unknown keys refused naming the allowed ones, missing required keys and mistyped values
+/// refused as `field = value: expected ...` (422); a body that is not a JSON object is a 400.
+fn create_request(body: &Bytes) -> ApiResult<CreateRequest> {
+    /// What each key takes, as the messages say it.
+    fn expected(key: &str) -> &'static str {
+        match key {
+            "name" => "a string",
+            "arms" => "a non-negative integer",
+            "policy" => "a TOML table as text or a JSON object",
+            "allow_non_private" => "true or false",
+            "seed" => "a non-negative integer",
+            _ => "nothing (unknown field)",
+        }
+    }
+    let m = object(body, CreateRequest::FIELDS)?;
+    // Required keys first (`null` counts as given, and is refused as a wrong type below).
+    for (key, what) in [
+        ("name", "a string"),
+        ("arms", "an integer >= 1"),
+        ("policy", "a TOML table as text or a JSON object"),
+    ] {
+        if !m.contains_key(key) {
+            return Err(ApiError::invalid(format!(
+                "{key} = (missing): expected {what}"
+            )));
+        }
+    }
+    let mut m = m;
+    if m.get("seed") == Some(&Value::Null) {
+        m.remove("seed");
+    }
+    let v = Value::Object(m);
+    serde_path_to_error::deserialize::<_, CreateRequest>(&v).map_err(|e| {
+        let key = e
+            .path()
+            .iter()
+            .next()
+            .map_or_else(String::new, |seg| match seg {
+                serde_path_to_error::Segment::Map { key } => key.clone(),
+                other => other.to_string(),
+            });
+        match v.get(&key) {
+            Some(value) => ApiError::invalid(format!(
+                "{key} = {}: expected {}",
+                short(value),
+                expected(&key)
+            )),
+            None => ApiError::invalid(format!("body: {}", e.inner())),
+        }
+    })
+}
+
 fn short(v: &Value) -> String {
     let s = v.to_string();
     if s.chars().count() > 60 {
@@ -158,8 +273,10 @@ async fn health(State(state): State<Shared>) -> Response {
 }
 
 async fn not_found() -> Response {
-    ApiError::not_found("no such endpoint (see docs/service.md: /v1/health, /v1/experiments, ...)")
-        .into_response()
+    ApiError::from(ServiceError::NotFound(
+        "no such endpoint (see docs/service.md: /v1/health, /v1/experiments, ...)".into(),
+    ))
+    .into_response()
 }
 
 async fn create(State(state): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
@@ -167,49 +284,10 @@ async fn create(State(state): State<Shared>, headers: HeaderMap, body: Bytes) ->
     let token = bearer(&headers);
     let r = with_service(&state, move |s| {
         if s.authenticate(token.as_deref(), None)? != Caller::Admin {
-            return Err(ApiError::new(
-                401,
-                "authorization: the admin token is required",
-            ));
+            return Err(ServiceError::Unauthorized { admin: true }.into());
         }
-        let m = object(
-            &body,
-            &["name", "arms", "policy", "allow_non_private", "seed"],
-        )?;
-        let name = match m.get("name") {
-            Some(Value::String(s)) => s.clone(),
-            Some(v) => {
-                return Err(ApiError::invalid(format!(
-                    "name = {}: expected a string",
-                    short(v)
-                )));
-            }
-            None => return Err(ApiError::invalid("name = (missing): expected a string")),
-        };
-        let arms = required("arms", u64_field(&m, "arms")?, "an integer >= 1")?;
-        let policy = required(
-            "policy",
-            m.get("policy").cloned(),
-            "a TOML table as text or a JSON object",
-        )?;
-        let allow_non_private = match m.get("allow_non_private") {
-            None => false,
-            Some(Value::Bool(b)) => *b,
-            Some(v) => {
-                return Err(ApiError::invalid(format!(
-                    "allow_non_private = {}: expected true or false",
-                    short(v)
-                )));
-            }
-        };
-        let seed = u64_field(&m, "seed")?;
-        s.create(CreateRequest {
-            name,
-            arms: usize::try_from(arms).unwrap_or(usize::MAX),
-            policy,
-            allow_non_private,
-            seed,
-        })
+        let req = create_request(&body)?;
+        Ok(s.create(req)?)
     })
     .await;
     let status = r.as_ref().map_or_else(|e| e.status, |_| 201);
@@ -233,7 +311,7 @@ async fn status(
     let n = name.clone();
     let r = with_service(&state, move |s| {
         s.authenticate(token.as_deref(), Some(&n))?;
-        s.status(&n)
+        Ok(s.status(&n)?)
     })
     .await;
     done("status", t, r, json!({"experiment": name}))
@@ -249,7 +327,7 @@ async fn ledger(
     let n = name.clone();
     let r = with_service(&state, move |s| {
         s.authenticate(token.as_deref(), Some(&n))?;
-        s.ledger_rows(&n)
+        Ok(s.ledger_rows(&n)?)
     })
     .await;
     done("ledger", t, r, json!({"experiment": name}))
@@ -277,7 +355,7 @@ async fn decide(
                 )));
             }
         };
-        s.decide(&n, rid)
+        Ok(s.decide(&n, rid)?)
     })
     .await;
     let fields = match &r {
@@ -320,7 +398,7 @@ async fn reward(
                 ));
             }
         };
-        s.reward(&n, id, reward)
+        Ok(s.reward(&n, id, reward)?)
     })
     .await;
     // The log names the decision and the outcome, never the reward.
@@ -349,10 +427,7 @@ async fn audit(
     let token = bearer(&headers);
     let r = with_service(&state, move |s| {
         if s.authenticate(token.as_deref(), None)? != Caller::Admin {
-            return Err(ApiError::new(
-                401,
-                "authorization: the admin token is required",
-            ));
+            return Err(ServiceError::Unauthorized { admin: true }.into());
         }
         let Query(q) = q.map_err(|e| {
             ApiError::bad(format!(
@@ -365,7 +440,7 @@ async fn audit(
                 "limit = {limit}: expected 1..=10000"
             )));
         }
-        s.audit_export(q.experiment.as_deref(), q.after.unwrap_or(0), limit)
+        Ok(s.audit_export(q.experiment.as_deref(), q.after.unwrap_or(0), limit)?)
     })
     .await;
     done("audit", t, r, json!({}))

@@ -1,80 +1,120 @@
 //! The service's state machine, independent of HTTP: experiments, decisions, rewards, the ledger.
 //!
+//! Each experiment is one core [`Session`] (`dpbandits::session`): decisions come from
+//! [`Session::decide`], rewards go through [`Session::observe`] (which validates them at the
+//! privacy boundary and checks the protocol), and the stored state is [`Session::snapshot`].
 //! Every operation runs under one lock (the [`Service`] is wrapped in a `Mutex` by the server)
-//! and every state change is one SQLite transaction, committed before the operation returns, so
-//! before any response leaves (see `docs/service.md`).
+//! and every state change is one SQLite transaction ([`crate::store`] holds every statement),
+//! committed before the operation returns, so before any response leaves (see
+//! `docs/service.md`). Errors are [`ServiceError`]s; `api.rs` maps them to HTTP statuses.
 
-use crate::store;
-use anyhow::Context;
+use crate::store::{self, Counters};
+use anyhow::{Context, bail};
 use dpbandits::config::Setting;
-use dpbandits::finite::{Policy, PolicyConfig};
 use dpbandits::privacy::{Budget, PrivacyGuarantee};
-use dpbandits::registry::{self, Built};
+use dpbandits::registry;
+use dpbandits::session::{Decision, Next, Problem, Session};
 use dpbandits::snapshot::Snapshot;
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::Connection;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::path::Path;
 
-/// An error with the HTTP status it maps to and a message naming the field, the value and what
-/// is allowed.
-#[derive(Debug)]
-pub struct ApiError {
-    /// HTTP status code.
-    pub status: u16,
-    /// The message.
-    pub message: String,
-    /// Extra JSON fields (e.g. `pending`).
-    pub extra: Option<Value>,
-    /// `Retry-After` seconds, if any.
-    pub retry_after: Option<u32>,
+/// Why an operation was refused. Every message names the field, the value and what is allowed;
+/// the state is unchanged.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ServiceError {
+    /// No such experiment, decision or endpoint.
+    NotFound(String),
+    /// A value the service or the policy refuses; `field` is what it names (`name`, `arms`,
+    /// `policy`, `policy.kind`, `policy.noise`, `request_id`, `reward`, ...).
+    Invalid {
+        /// The field.
+        field: String,
+        /// The whole message (`field = value: expected ...`).
+        message: String,
+    },
+    /// A decision at a commitment boundary: every round of the open commitment is issued and
+    /// `pending` rewards are outstanding.
+    Conflict {
+        /// Decisions waiting for their reward.
+        pending: u64,
+        /// Rounds of the open commitment not yet observed.
+        rounds_left: u64,
+    },
+    /// An experiment of that name exists.
+    Exists {
+        /// The name.
+        name: String,
+    },
+    /// No valid token (`admin`: the admin token was required).
+    Unauthorized {
+        /// Whether the admin token was required.
+        admin: bool,
+    },
+    /// A storage or internal failure (logged; clients see a generic text).
+    Internal(String),
 }
 
-impl ApiError {
-    /// A `status` error with `message`.
-    pub fn new(status: u16, message: impl Into<String>) -> Self {
-        ApiError {
-            status,
+impl ServiceError {
+    /// An [`ServiceError::Invalid`] naming `field`.
+    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
+        ServiceError::Invalid {
+            field: field.into(),
             message: message.into(),
-            extra: None,
-            retry_after: None,
         }
     }
-    /// 400.
-    pub fn bad(message: impl Into<String>) -> Self {
-        Self::new(400, message)
-    }
-    /// 404.
-    pub fn not_found(message: impl Into<String>) -> Self {
-        Self::new(404, message)
-    }
-    /// 422.
-    pub fn invalid(message: impl Into<String>) -> Self {
-        Self::new(422, message)
-    }
-    /// 500 (storage failures); the message is logged, the client sees a generic text.
+    /// An [`ServiceError::Internal`].
     pub fn internal(e: impl std::fmt::Display) -> Self {
-        Self::new(500, format!("internal error: {e}"))
+        ServiceError::Internal(format!("internal error: {e}"))
     }
 }
 
-impl From<rusqlite::Error> for ApiError {
+impl std::fmt::Display for ServiceError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ServiceError::NotFound(m) | ServiceError::Internal(m) => f.write_str(m),
+            ServiceError::Invalid { message, .. } => f.write_str(message),
+            ServiceError::Conflict {
+                pending,
+                rounds_left,
+            } => write!(
+                f,
+                "pending = {pending}: the policy's commitment ({rounds_left} round(s) left) is fully issued; \
+                 report the pending rewards, then ask again"
+            ),
+            ServiceError::Exists { name } => {
+                write!(f, "name = {name:?}: an experiment of that name exists")
+            }
+            ServiceError::Unauthorized { admin: true } => {
+                f.write_str("authorization: the admin token is required")
+            }
+            ServiceError::Unauthorized { admin: false } => {
+                f.write_str("authorization: a valid bearer token is required")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ServiceError {}
+
+impl From<rusqlite::Error> for ServiceError {
     fn from(e: rusqlite::Error) -> Self {
-        ApiError::internal(e)
+        ServiceError::internal(e)
     }
 }
 
-impl From<anyhow::Error> for ApiError {
+impl From<anyhow::Error> for ServiceError {
     fn from(e: anyhow::Error) -> Self {
-        ApiError::internal(format!("{e:#}"))
+        ServiceError::internal(format!("{e:#}"))
     }
 }
 
 /// Result of a service operation.
-pub type ApiResult<T> = std::result::Result<T, ApiError>;
+pub type ServiceResult<T> = std::result::Result<T, ServiceError>;
 
-/// The request that creates an experiment.
-#[derive(Debug, serde::Deserialize)]
+/// The request that creates an experiment (the HTTP layer deserializes it).
+#[derive(Debug, Clone, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CreateRequest {
     /// The experiment's name: 1 to 64 characters from `[A-Za-z0-9_.-]`.
@@ -91,25 +131,38 @@ pub struct CreateRequest {
     pub seed: Option<u64>,
 }
 
-/// One live experiment.
+impl CreateRequest {
+    /// The body's keys, in the order error messages list them.
+    pub const FIELDS: &'static [&'static str] =
+        &["name", "arms", "policy", "allow_non_private", "seed"];
+}
+
+/// One live experiment: its core session and what the service keeps beside it.
 struct Experiment {
-    policy: Box<dyn Policy>,
-    kind: String,
+    session: Session,
+    arms: usize,
     token_hash: String,
     guarantee: PrivacyGuarantee,
-    /// Decisions issued.
-    issued: u64,
-    /// Rewards applied.
-    observed: u64,
-    /// The open commitment: arm and rounds not yet observed.
-    commit: Option<(usize, u64)>,
-    /// Completed commitments.
+    /// Completed commitments (releases): the ledger's release numbers.
     releases: u64,
 }
 
 impl Experiment {
-    fn pending(&self) -> u64 {
-        self.issued - self.observed
+    /// The service's counters as the session has them (with the service's release count).
+    fn counters(&self) -> Counters {
+        counters_of(&self.session, self.releases)
+    }
+}
+
+/// The queryable copies of a session's counters.
+fn counters_of(s: &Session, releases: u64) -> Counters {
+    Counters {
+        issued: s.issued(),
+        observed: s.t(),
+        commit: s
+            .commitment()
+            .map(|(arm, rounds, _, observed)| (arm, rounds - observed)),
+        releases,
     }
 }
 
@@ -152,7 +205,7 @@ fn cost_of(g: &PrivacyGuarantee) -> Option<(&'static str, f64)> {
     }
 }
 
-fn check_name(name: &str) -> ApiResult<()> {
+fn check_name(name: &str) -> ServiceResult<()> {
     let ok = (1..=64).contains(&name.len())
         && name
             .bytes()
@@ -160,194 +213,239 @@ fn check_name(name: &str) -> ApiResult<()> {
     if ok {
         Ok(())
     } else {
-        Err(ApiError::invalid(format!(
-            "name = {name:?}: expected 1 to 64 characters from [A-Za-z0-9_.-]"
-        )))
+        Err(ServiceError::invalid(
+            "name",
+            format!("name = {name:?}: expected 1 to 64 characters from [A-Za-z0-9_.-]"),
+        ))
     }
 }
 
 /// The policy table from the request's `policy` (TOML text or a JSON object).
-fn policy_table(v: &Value) -> ApiResult<toml::Table> {
+fn policy_table(v: &Value) -> ServiceResult<toml::Table> {
+    let bad = |m: String| ServiceError::invalid("policy", m);
     match v {
-        Value::String(s) => s.parse::<toml::Table>().map_err(|e| {
-            ApiError::invalid(format!("policy: not a TOML table ({})", e.message().trim()))
-        }),
-        Value::Object(_) => toml::Table::try_from(v).map_err(|e| {
-            ApiError::invalid(format!("policy: not representable as a TOML table ({e})"))
-        }),
-        other => Err(ApiError::invalid(format!(
+        Value::String(s) => s
+            .parse::<toml::Table>()
+            .map_err(|e| bad(format!("policy: not a TOML table ({})", e.message().trim()))),
+        Value::Object(_) => toml::Table::try_from(v)
+            .map_err(|e| bad(format!("policy: not representable as a TOML table ({e})"))),
+        other => Err(bad(format!(
             "policy = {other}: expected a TOML table as text (\"kind = \\\"adac_ucb\\\"\\nrho = 0.5\") or a JSON object"
         ))),
     }
 }
 
-fn parse_finite(
-    entry: &registry::PolicyEntry,
-    t: toml::Table,
-) -> dpbandits::Result<Box<dyn PolicyConfig>> {
-    match entry.build(t)? {
-        Built::Finite(c) => Ok(c),
-        _ => Err(dpbandits::Error::Config("not a finite-armed kind".into())),
-    }
-}
-
-/// Parse a policy table with the service's noise rule: deployment-grade noise unless the table
-/// says `noise = "simulation"`; kinds without a deployment path need that explicitly.
-fn parse_policy(mut t: toml::Table, allow_non_private: bool) -> ApiResult<Box<dyn PolicyConfig>> {
+/// The session of a policy table with the service's rules: a reward outside the boundary is
+/// refused (`boundary = "reject"` unless the table says otherwise, where the kind takes the key),
+/// and deployment-grade noise unless the table says `noise = "simulation"` (kinds without a
+/// deployment path need that explicitly). Which keys a kind takes is the registry's answer
+/// ([`registry::PolicyEntry::takes_in`]).
+fn build_session(
+    mut t: toml::Table,
+    arms: usize,
+    seed: u64,
+    allow_non_private: bool,
+) -> ServiceResult<Session> {
     let kind = match t.remove("kind") {
         Some(toml::Value::String(k)) => k,
         Some(v) => {
-            return Err(ApiError::invalid(format!(
-                "policy.kind = {v}: expected a string"
-            )));
+            return Err(ServiceError::invalid(
+                "policy.kind",
+                format!("policy.kind = {v}: expected a string"),
+            ));
         }
         None => {
-            return Err(ApiError::invalid(
+            return Err(ServiceError::invalid(
+                "policy.kind",
                 "policy.kind = (missing): expected a registry kind (`dpbandits list`)",
             ));
         }
     };
-    let entry =
-        registry::policy(&kind).map_err(|e| ApiError::invalid(format!("policy.kind: {e}")))?;
+    let entry = registry::policy(&kind)
+        .map_err(|e| ServiceError::invalid("policy.kind", format!("policy.kind: {e}")))?;
+    // The next issue opens the other settings (their problems need more than `arms`).
     if entry.setting() != Setting::FiniteArmed {
-        return Err(ApiError::invalid(format!(
-            "policy.kind = {kind:?}: a {} kind; the service runs finite-armed kinds only",
-            entry.setting()
-        )));
+        return Err(ServiceError::invalid(
+            "policy.kind",
+            format!(
+                "policy.kind = {kind:?}: a {} kind; the service runs finite-armed kinds only",
+                entry.setting()
+            ),
+        ));
     }
-    // A trial's rewards are data: one outside the boundary is refused (422 naming `reward`), not
+    let problem = Problem::Finite { arms };
+    let bad = |e: dpbandits::Error| ServiceError::invalid("policy", format!("policy: {e}"));
+    let build = |t: toml::Table| Session::new(&kind, t, &problem, seed);
+    // A trial's rewards are data: one outside the boundary is refused (naming `reward`), not
     // clipped, unless the table asks for `boundary = "clip"` (kinds without a `boundary` key keep
     // their own: the non-private kinds reject at the numeric boundary anyway).
-    let parse = |t: toml::Table| {
-        if t.contains_key("boundary") {
-            return parse_finite(entry, t);
-        }
-        let mut strict = t.clone();
-        strict.insert("boundary".into(), toml::Value::String("reject".into()));
-        match parse_finite(entry, strict) {
-            Err(e) if e.to_string().contains("unknown field `boundary`") => parse_finite(entry, t),
-            r => r,
-        }
-    };
-    let bad = |e: dpbandits::Error| ApiError::invalid(format!("policy: {e}"));
-    let no_noise_key = |e: &dpbandits::Error| e.to_string().contains("unknown field `noise`");
+    if !t.contains_key("boundary") && entry.takes_in("boundary", &t) {
+        t.insert("boundary".into(), toml::Value::String("reject".into()));
+    }
     let explicit = t.get("noise").cloned();
-    let cfg = match explicit.as_ref().and_then(|v| v.as_str()) {
-        Some("simulation") => match parse(t.clone()) {
-            Err(e) if no_noise_key(&e) => {
-                t.remove("noise");
-                parse(t).map_err(bad)?
-            }
-            r => r.map_err(bad)?,
-        },
-        Some(_) => parse(t).map_err(bad)?,
-        None if explicit.is_some() => parse(t).map_err(bad)?,
-        None => {
+    let session = match explicit.as_ref().and_then(|v| v.as_str()) {
+        Some("simulation") if !entry.takes_in("noise", &t) => {
+            t.remove("noise");
+            build(t).map_err(bad)?
+        }
+        _ if explicit.is_some() => build(t).map_err(bad)?,
+        _ if entry.takes_in("noise", &t) => {
             let mut dep = t.clone();
             dep.insert("noise".into(), toml::Value::String("deployment".into()));
-            match parse(dep) {
-                Ok(c) => c,
+            match build(dep) {
+                Ok(s) => s,
                 Err(e) => {
-                    // No deployment path (no `noise` key), or a non-private member of a family.
-                    let plain = parse(t).map_err(bad)?;
-                    if plain.guarantee().is_private() {
-                        if no_noise_key(&e) {
-                            return Err(ApiError::invalid(format!(
-                                "policy.noise = (missing): kind {kind:?} has no deployment-grade noise path; \
-                                 set noise = \"simulation\" explicitly to serve it with simulation-grade noise \
-                                 (seeded floating-point noise, not fit for deployment)"
-                            )));
-                        }
+                    // A non-private member of a family has no deployment path: served as is.
+                    let plain = build(t).map_err(bad)?;
+                    if is_private(&plain)? {
                         return Err(bad(e));
                     }
                     plain
                 }
             }
         }
+        _ => {
+            let plain = build(t).map_err(bad)?;
+            if is_private(&plain)? {
+                return Err(ServiceError::invalid(
+                    "policy.noise",
+                    format!(
+                        "policy.noise = (missing): kind {kind:?} has no deployment-grade noise path; \
+                         set noise = \"simulation\" explicitly to serve it with simulation-grade noise \
+                         (seeded floating-point noise, not fit for deployment)"
+                    ),
+                ));
+            }
+            plain
+        }
     };
-    if !cfg.guarantee().is_private() && !allow_non_private {
-        return Err(ApiError::invalid(format!(
-            "policy.kind = {kind:?}: not private (no guarantee); set allow_non_private = true to serve it"
-        )));
+    if !is_private(&session)? && !allow_non_private {
+        return Err(ServiceError::invalid(
+            "policy.kind",
+            format!(
+                "policy.kind = {kind:?}: not private (no guarantee); set allow_non_private = true to serve it"
+            ),
+        ));
     }
-    Ok(cfg)
+    Ok(session)
 }
 
-/// The log line of one operation (no reward values).
-pub type LogFields = Value;
+fn is_private(s: &Session) -> ServiceResult<bool> {
+    Ok(s.guarantee().map_err(ServiceError::internal)?.is_private())
+}
+
+/// A schema-1 experiment's session: the stored bare policy snapshot after `observed` rewards,
+/// with the decisions issued but not yet rewarded (`issued - observed`, all of the open
+/// commitment) issued again from it, so the session stands where the service stood.
+fn migrate(row: &store::ExperimentRow) -> anyhow::Result<Session> {
+    let name = &row.name;
+    let c = row.counters;
+    let snap = Snapshot::decode(&row.snapshot)
+        .with_context(|| format!("experiment {name:?}: its policy snapshot does not decode"))?;
+    let mut s = Session::from_policy_snapshot(&snap, c.observed)
+        .with_context(|| format!("experiment {name:?}: its policy snapshot does not restore"))?;
+    let pending = c.issued.checked_sub(c.observed).with_context(|| {
+        format!(
+            "experiment {name:?}: issued = {} < observed = {}",
+            c.issued, c.observed
+        )
+    })?;
+    if pending > 0 {
+        let Some((arm, left)) = c.commit else {
+            bail!("experiment {name:?}: {pending} pending decision(s) without a commitment");
+        };
+        for i in 0..pending {
+            let d = s.decide().with_context(|| {
+                format!("experiment {name:?}: re-issuing its pending decisions")
+            })?;
+            let want = Decision::Play {
+                arm,
+                opened: (i == 0).then_some(left),
+            };
+            if d != want {
+                bail!(
+                    "experiment {name:?}: its policy continues with {d:?}, but the stored commitment is arm {arm}, {left} round(s) left"
+                );
+            }
+        }
+    }
+    Ok(s)
+}
 
 impl Service {
-    /// Open the database, restore every experiment and settle release intents left open by a
-    /// crash (each becomes a `lost` ledger row: charged).
+    /// Open the database, migrate a schema-1 database (bare policy snapshots) to session
+    /// snapshots, restore every experiment's session (refusing to start, naming the experiment,
+    /// when a snapshot does not restore or its stored counters disagree with it) and settle
+    /// release intents left open by a crash (each becomes a `lost` ledger row: charged).
     ///
     /// # Errors
-    /// The database cannot be opened, or a stored snapshot does not restore.
+    /// The database cannot be opened, a stored snapshot does not restore or migrate, or an
+    /// experiment's counters disagree with its session.
     pub fn open(db: &Path, admin_token: &str) -> anyhow::Result<Self> {
         let mut conn = store::open(db)?;
         let tx = conn.transaction()?;
-        let open: Vec<(i64, String, i64, i64, f64)> = {
-            let mut stmt = tx.prepare(
-                "SELECT id, experiment, release, arm, cost FROM ledger WHERE status = 'intent' ORDER BY id",
-            )?;
-            stmt.query_map([], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
-            })?
-            .collect::<rusqlite::Result<_>>()?
-        };
-        for (id, exp, release, arm, cost) in open {
-            tx.execute("UPDATE ledger SET status = 'lost' WHERE id = ?1", [id])?;
+        if store::schema_version(&tx)? == store::SCHEMA_VERSION_POLICY_SNAPSHOTS {
+            for row in store::load_experiments(&tx)? {
+                let s = migrate(&row).with_context(|| {
+                    format!(
+                        "--db {}: migrating schema {} to {} (session snapshots)",
+                        db.display(),
+                        store::SCHEMA_VERSION_POLICY_SNAPSHOTS,
+                        store::SCHEMA_VERSION
+                    )
+                })?;
+                let snap = s.snapshot()?;
+                let c = counters_of(&s, row.counters.releases);
+                store::update_state(&tx, &row.name, &snap, &c)?;
+                store::audit(
+                    &tx,
+                    &row.name,
+                    "config",
+                    &json!({"action": "migrate", "schema": store::SCHEMA_VERSION,
+                            "state": "session snapshot", "issued": c.issued, "observed": c.observed}),
+                )?;
+            }
+            store::set_schema_version(&tx, store::SCHEMA_VERSION)?;
+        }
+        for i in store::open_intents(&tx)? {
+            store::set_ledger_status(&tx, i.id, "lost")?;
             store::audit(
                 &tx,
-                &exp,
+                &i.experiment,
                 "budget-charge",
-                &json!({"ledger_id": id, "release": release, "arm": arm, "cost": cost,
+                &json!({"ledger_id": i.id, "release": i.release, "arm": i.arm, "cost": i.cost,
                         "status": "lost", "why": "a release intent without its state change (crash): charged, a redo is charged again"}),
             )?;
         }
         tx.commit()?;
         let mut experiments = HashMap::new();
-        {
-            let mut stmt = conn.prepare(
-                "SELECT name, snapshot, token_hash, issued, observed, commit_arm, commit_left, releases FROM experiments",
-            )?;
-            let rows = stmt.query_map([], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, Vec<u8>>(1)?,
-                    r.get::<_, String>(2)?,
-                    r.get::<_, i64>(3)?,
-                    r.get::<_, i64>(4)?,
-                    r.get::<_, Option<i64>>(5)?,
-                    r.get::<_, Option<i64>>(6)?,
-                    r.get::<_, i64>(7)?,
-                ))
-            })?;
-            for row in rows {
-                let (name, snap, token_hash, issued, observed, carm, cleft, releases) = row?;
-                let snap = Snapshot::decode(&snap)?;
-                let policy = registry::restore_finite(&snap).with_context(|| {
-                    format!("experiment {name:?}: its snapshot does not restore")
-                })?;
-                let guarantee = policy.guarantee();
-                let kind = snap.kind().to_string();
-                let commit = match (carm, cleft) {
-                    (Some(a), Some(l)) => Some((a as usize, l as u64)),
-                    _ => None,
-                };
-                experiments.insert(
-                    name,
-                    Experiment {
-                        policy,
-                        kind,
-                        token_hash,
-                        guarantee,
-                        issued: issued as u64,
-                        observed: observed as u64,
-                        commit,
-                        releases: releases as u64,
-                    },
+        for row in store::load_experiments(&conn)? {
+            let name = row.name;
+            let session = Session::restore(&row.snapshot)
+                .with_context(|| format!("experiment {name:?}: its snapshot does not restore"))?;
+            let restored = counters_of(&session, row.counters.releases);
+            if restored != row.counters || session.kind() != row.kind {
+                bail!(
+                    "experiment {name:?}: the stored counters ({:?}, kind {:?}) disagree with its session snapshot ({restored:?}, kind {:?}); refusing to start",
+                    row.counters,
+                    row.kind,
+                    session.kind()
                 );
             }
+            let guarantee = session
+                .guarantee()
+                .with_context(|| format!("experiment {name:?}"))?
+                .clone();
+            experiments.insert(
+                name,
+                Experiment {
+                    session,
+                    arms: row.arms,
+                    token_hash: row.token_hash,
+                    guarantee,
+                    releases: row.counters.releases,
+                },
+            );
         }
         Ok(Service {
             conn,
@@ -362,9 +460,13 @@ impl Service {
     }
 
     /// Check a bearer token: the admin token, or (with `experiment`) that experiment's client
-    /// token. Every failure is the same 401 and touches nothing.
-    pub fn authenticate(&self, token: Option<&str>, experiment: Option<&str>) -> ApiResult<Caller> {
-        let unauthorized = || ApiError::new(401, "authorization: a valid bearer token is required");
+    /// token. Every failure is the same refusal and touches nothing.
+    pub fn authenticate(
+        &self,
+        token: Option<&str>,
+        experiment: Option<&str>,
+    ) -> ServiceResult<Caller> {
+        let unauthorized = || ServiceError::Unauthorized { admin: false };
         let token = token.ok_or_else(unauthorized)?;
         let h = store::sha256_hex(token.as_bytes());
         if same(&h, &self.admin_hash) {
@@ -378,25 +480,21 @@ impl Service {
         Err(unauthorized())
     }
 
-    fn experiment(&self, name: &str) -> ApiResult<&Experiment> {
+    fn experiment(&self, name: &str) -> ServiceResult<&Experiment> {
         self.experiments.get(name).ok_or_else(|| {
-            ApiError::not_found(format!("experiment = {name:?}: no such experiment"))
+            ServiceError::NotFound(format!("experiment = {name:?}: no such experiment"))
         })
     }
 
     /// Create an experiment; returns the response body (with the client token, shown once).
-    pub fn create(&mut self, req: CreateRequest) -> ApiResult<Value> {
+    pub fn create(&mut self, req: CreateRequest) -> ServiceResult<Value> {
         check_name(&req.name)?;
         dpbandits::error::check::arms("arms", req.arms)
-            .map_err(|e| ApiError::invalid(e.to_string()))?;
+            .map_err(|e| ServiceError::invalid("arms", e.to_string()))?;
         if self.experiments.contains_key(&req.name) {
-            return Err(ApiError::new(
-                409,
-                format!("name = {:?}: an experiment of that name exists", req.name),
-            ));
+            return Err(ServiceError::Exists { name: req.name });
         }
         let table = policy_table(&req.policy)?;
-        let cfg = parse_policy(table.clone(), req.allow_non_private)?;
         let seed = match req.seed {
             Some(s) => s,
             None => {
@@ -405,251 +503,196 @@ impl Service {
                 u64::from_le_bytes(b)
             }
         };
-        let policy = cfg
-            .build(req.arms, seed)
-            .map_err(|e| ApiError::invalid(format!("policy: {e}")))?;
-        let snap = policy
-            .snapshot()
-            .and_then(|s| s.to_cbor())
-            .map_err(|e| ApiError::invalid(format!("policy: cannot be stored: {e}")))?;
-        let guarantee = policy.guarantee();
+        let session = build_session(table.clone(), req.arms, seed, req.allow_non_private)?;
+        let kind = session.kind().to_string();
+        let label = session.label().unwrap_or(&kind).to_string();
+        let snap = session.snapshot().map_err(|e| {
+            ServiceError::invalid("policy", format!("policy: cannot be stored: {e}"))
+        })?;
+        let guarantee = session.guarantee().map_err(ServiceError::internal)?.clone();
         if guarantee.is_private() && cost_of(&guarantee).is_none() {
-            return Err(ApiError::invalid(format!(
-                "policy.kind = {:?}: its budget kind cannot be charged by the ledger",
-                cfg.kind()
-            )));
+            return Err(ServiceError::invalid(
+                "policy.kind",
+                format!("policy.kind = {kind:?}: its budget kind cannot be charged by the ledger"),
+            ));
         }
         let mut tok = [0u8; 32];
         fill_os(&mut tok)?;
         let token: String = tok.iter().map(|b| format!("{b:02x}")).collect();
         let token_hash = store::sha256_hex(token.as_bytes());
-        let g = serde_json::to_value(&guarantee).map_err(ApiError::internal)?;
-        let config = json!({"policy": toml::Value::Table(table).to_string(), "label": cfg.label(), "arms": req.arms,
+        let g = serde_json::to_value(&guarantee).map_err(ServiceError::internal)?;
+        let config = json!({"policy": toml::Value::Table(table).to_string(), "label": label, "arms": req.arms,
                             "allow_non_private": req.allow_non_private, "seed": req.seed.map(|_| "given")});
         let tx = self.conn.transaction()?;
-        tx.execute(
-            "INSERT INTO experiments (name, kind, arms, config, token_hash, guarantee, created, snapshot, issued, observed, commit_arm, commit_left, releases)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 0, 0, NULL, NULL, 0)",
-            params![req.name, cfg.kind(), req.arms as i64, config.to_string(), token_hash, g.to_string(), store::now(), snap],
+        store::insert_experiment(
+            &tx,
+            &store::NewExperiment {
+                name: &req.name,
+                kind: &kind,
+                arms: req.arms,
+                config: &config.to_string(),
+                token_hash: &token_hash,
+                guarantee: &g.to_string(),
+                snapshot: &snap,
+            },
         )?;
         store::audit(
             &tx,
             &req.name,
             "config",
-            &json!({"action": "create", "kind": cfg.kind(), "label": cfg.label(), "arms": req.arms, "guarantee": g}),
+            &json!({"action": "create", "kind": kind, "label": label, "arms": req.arms, "guarantee": g}),
         )?;
         tx.commit()?;
         self.experiments.insert(
             req.name.clone(),
             Experiment {
-                policy,
-                kind: cfg.kind().to_string(),
+                session,
+                arms: req.arms,
                 token_hash,
                 guarantee,
-                issued: 0,
-                observed: 0,
-                commit: None,
                 releases: 0,
             },
         );
         Ok(
-            json!({"experiment": req.name, "kind": cfg.kind(), "label": cfg.label(), "arms": req.arms,
+            json!({"experiment": req.name, "kind": kind, "label": label, "arms": req.arms,
                   "client_token": token, "guarantee": g}),
         )
     }
 
     /// Issue a decision. A repeated `request_id` returns the decision it already got.
-    pub fn decide(&mut self, name: &str, request_id: Option<String>) -> ApiResult<Value> {
+    pub fn decide(&mut self, name: &str, request_id: Option<String>) -> ServiceResult<Value> {
         self.experiment(name)?;
         if let Some(rid) = &request_id {
             if rid.is_empty() || rid.len() > 128 {
-                return Err(ApiError::invalid(format!(
-                    "request_id = {rid:?}: expected 1 to 128 characters"
-                )));
+                return Err(ServiceError::invalid(
+                    "request_id",
+                    format!("request_id = {rid:?}: expected 1 to 128 characters"),
+                ));
             }
-            let found: Option<(i64, i64)> = self
-                .conn
-                .query_row(
-                    "SELECT id, arm FROM decisions WHERE experiment = ?1 AND request_id = ?2",
-                    params![name, rid],
-                    |r| Ok((r.get(0)?, r.get(1)?)),
-                )
-                .optional()?;
-            if let Some((id, arm)) = found {
+            if let Some((id, arm)) = store::find_request(&self.conn, name, rid)? {
                 return Ok(json!({"decision_id": id, "arm": arm, "repeat": true}));
             }
         }
-        let conn = &mut self.conn;
         let e = self.experiments.get_mut(name).expect("checked above");
-        let pending = e.pending();
-        let (arm, opened) = match e.commit {
-            Some((arm, left)) if left > pending => (arm, None),
-            Some((_, left)) => {
-                let mut err = ApiError::new(
-                    409,
-                    format!(
-                        "pending = {pending}: the policy's commitment ({left} round(s) left) is fully issued; \
-                         report the pending rewards, then ask again"
-                    ),
-                );
-                err.extra = Some(json!({"pending": pending}));
-                err.retry_after = Some(1);
-                return Err(err);
+        // At a commitment boundary the session would refuse (a protocol error): answered as a
+        // conflict with the counts, before the session is asked.
+        if let Next::Reward { pending, .. } = e.session.next() {
+            let rounds_left = e
+                .session
+                .commitment()
+                .map_or(0, |(_, rounds, _, observed)| rounds - observed);
+            return Err(ServiceError::Conflict {
+                pending,
+                rounds_left,
+            });
+        }
+        let round = e.session.issued();
+        let at_round = e.session.t();
+        let decided = e.session.decide();
+        let stored: ServiceResult<(u64, usize)> = (|| {
+            let (arm, opened) = match decided.map_err(ServiceError::internal)? {
+                Decision::Play { arm, opened } => (arm, opened),
+                d @ Decision::Stop { .. } => {
+                    return Err(ServiceError::internal(format!(
+                        "a finite-armed session answered {d:?}"
+                    )));
+                }
+            };
+            let id = e.session.issued();
+            let snap = e.session.snapshot().map_err(ServiceError::internal)?;
+            let tx = self.conn.transaction()?;
+            store::update_state(&tx, name, &snap, &e.counters())?;
+            if let Some(rounds) = opened {
+                store::audit(
+                    &tx,
+                    name,
+                    "commitment",
+                    &json!({"arm": arm, "rounds": rounds, "at_round": at_round}),
+                )?;
             }
-            None => {
-                debug_assert_eq!(pending, 0);
-                let pull = e.policy.choose(e.observed);
-                (pull.arm, Some(pull.steps))
-            }
-        };
-        let snapshot = match opened {
-            Some(_) => Some(
-                e.policy
-                    .snapshot()
-                    .and_then(|s| s.to_cbor())
-                    .map_err(ApiError::internal)?,
-            ),
-            None => None,
-        };
-        let id = e.issued + 1;
-        let commit = match opened {
-            Some(steps) => (arm, steps),
-            None => e.commit.expect("open"),
-        };
-        let tx = conn.transaction()?;
-        if let Some(s) = &snapshot {
-            tx.execute(
-                "UPDATE experiments SET snapshot = ?2, issued = ?3, commit_arm = ?4, commit_left = ?5 WHERE name = ?1",
-                params![name, s, id as i64, commit.0 as i64, commit.1 as i64],
-            )?;
+            store::insert_decision(&tx, name, id, arm, round, request_id.as_deref())?;
             store::audit(
                 &tx,
                 name,
-                "commitment",
-                &json!({"arm": arm, "rounds": commit.1, "at_round": e.observed}),
+                "decision",
+                &json!({"decision_id": id, "arm": arm}),
             )?;
-        } else {
-            tx.execute(
-                "UPDATE experiments SET issued = ?2 WHERE name = ?1",
-                params![name, id as i64],
-            )?;
-        }
-        tx.execute(
-            "INSERT INTO decisions (experiment, id, arm, round, request_id, issued) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![name, id as i64, arm as i64, e.issued as i64, request_id, store::now()],
-        )?;
-        store::audit(
-            &tx,
-            name,
-            "decision",
-            &json!({"decision_id": id, "arm": arm}),
-        )?;
-        if let Err(err) = tx.commit() {
-            // The policy chose in memory but nothing was stored: restore the stored state.
-            if opened.is_some() {
+            tx.commit()?;
+            Ok((id, arm))
+        })();
+        match stored {
+            Ok((id, arm)) => Ok(json!({"decision_id": id, "arm": arm})),
+            Err(err) => {
+                // The session decided in memory but nothing was stored: back to the stored state.
                 self.reload(name)?;
+                Err(err)
             }
-            return Err(err.into());
         }
-        let e = self.experiments.get_mut(name).expect("checked above");
-        e.issued = id;
-        e.commit = Some(commit);
-        Ok(json!({"decision_id": id, "arm": arm}))
     }
 
-    /// Reload one experiment's policy from the database (after a failed commit).
-    fn reload(&mut self, name: &str) -> ApiResult<()> {
-        let snap: Vec<u8> = self.conn.query_row(
-            "SELECT snapshot FROM experiments WHERE name = ?1",
-            [name],
-            |r| r.get(0),
-        )?;
-        let snap = Snapshot::decode(&snap).map_err(ApiError::internal)?;
-        let p = registry::restore_finite(&snap).map_err(ApiError::internal)?;
+    /// Reload one experiment's session from the database (after a failed commit).
+    fn reload(&mut self, name: &str) -> ServiceResult<()> {
+        let snap = store::load_snapshot(&self.conn, name)?;
+        let s = Session::restore(&snap).map_err(ServiceError::internal)?;
         if let Some(e) = self.experiments.get_mut(name) {
-            e.policy = p;
+            e.session = s;
         }
         Ok(())
     }
 
     /// Report the reward of a decision (idempotent per `decision_id`).
-    pub fn reward(&mut self, name: &str, decision_id: u64, reward: f64) -> ApiResult<Value> {
+    pub fn reward(&mut self, name: &str, decision_id: u64, reward: f64) -> ServiceResult<Value> {
         self.experiment(name)?;
-        let row: Option<(i64, Option<f64>)> = self
-            .conn
-            .query_row(
-                "SELECT arm, reward FROM decisions WHERE experiment = ?1 AND id = ?2",
-                params![name, decision_id as i64],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .optional()?;
-        let Some((arm, previous)) = row else {
-            return Err(ApiError::not_found(format!(
+        let Some((arm, previous)) = store::decision(&self.conn, name, decision_id)? else {
+            return Err(ServiceError::NotFound(format!(
                 "decision_id = {decision_id}: no such decision in experiment {name:?}"
             )));
         };
-        let arm = arm as usize;
         if previous.is_some() {
             return Ok(json!({"decision_id": decision_id, "status": "duplicate"}));
         }
         let e = self.experiments.get_mut(name).expect("checked above");
+        let invalid =
+            |err: dpbandits::Error| ServiceError::invalid("reward", format!("reward: {err}"));
         // The policy's own boundary admits the reward first (clip, or refuse in reject mode);
         // a refused reward changes nothing and the decision stays pending.
-        let admitted = e
-            .policy
-            .boundary()
-            .single(reward)
-            .map_err(|err| ApiError::invalid(format!("reward: {err}")))?;
+        let admitted = e.session.boundary().single(reward).map_err(invalid)?;
         let clipped = admitted.sum() != reward;
-        let (carm, left) = e
-            .commit
-            .ok_or_else(|| ApiError::internal("a pending decision without a commitment"))?;
-        debug_assert_eq!(carm, arm);
-        let completes = left == 1;
+        let (carm, rounds, _, observed) = e
+            .session
+            .commitment()
+            .ok_or_else(|| ServiceError::internal("a pending decision without a commitment"))?;
+        if carm != arm {
+            return Err(ServiceError::internal(format!(
+                "decision {decision_id} is of arm {arm}, the open commitment of arm {carm}"
+            )));
+        }
+        let completes = observed + 1 == rounds;
         let cost = cost_of(&e.guarantee);
         let release_no = e.releases + 1;
-        let conn = &mut self.conn;
         // A release is about to be drawn: its intent is committed first, so a crash between the
         // draw and the state change leaves a charged (`lost`) row, and a redo is charged again.
         let intent = match (completes, cost) {
-            (true, Some((measure, c))) => {
-                let tx = conn.transaction()?;
-                tx.execute(
-                    "INSERT INTO ledger (experiment, release, arm, rewards, measure, cost, status, created)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'intent', ?7)",
-                    params![name, release_no as i64, arm as i64, 0i64, measure, c, store::now()],
-                )?;
-                let id = tx.last_insert_rowid();
-                tx.commit()?;
-                Some((id, measure, c))
-            }
+            (true, Some((measure, c))) => Some((
+                store::insert_intent(&mut self.conn, name, release_no, arm, measure, c)?,
+                measure,
+                c,
+            )),
             _ => None,
         };
-        if let Err(err) = e.policy.observe(arm, reward) {
-            return Err(ApiError::invalid(format!("reward: {err}")));
+        if let Err(err) = e.session.observe(arm, reward) {
+            return Err(match err {
+                dpbandits::Error::Boundary { .. } => invalid(err),
+                dpbandits::Error::Param { ref field, .. } if field == "reward" => invalid(err),
+                other => ServiceError::internal(other),
+            });
         }
-        let snap = e
-            .policy
-            .snapshot()
-            .and_then(|s| s.to_cbor())
-            .map_err(ApiError::internal)?;
-        let observed = e.observed + 1;
-        let commit = if completes {
-            None
-        } else {
-            Some((arm, left - 1))
-        };
         let releases = if completes { release_no } else { e.releases };
-        let result: ApiResult<()> = (|| {
-            let tx = conn.transaction()?;
-            tx.execute(
-                "UPDATE experiments SET snapshot = ?2, observed = ?3, commit_arm = ?4, commit_left = ?5, releases = ?6 WHERE name = ?1",
-                params![name, snap, observed as i64, commit.map(|c| c.0 as i64), commit.map(|c| c.1 as i64), releases as i64],
-            )?;
-            tx.execute(
-                "UPDATE decisions SET reward = ?3, admitted = ?4, rewarded = ?5 WHERE experiment = ?1 AND id = ?2",
-                params![name, decision_id as i64, reward, admitted.sum(), store::now()],
-            )?;
+        let result: ServiceResult<()> = (|| {
+            let snap = e.session.snapshot().map_err(ServiceError::internal)?;
+            let tx = self.conn.transaction()?;
+            store::update_state(&tx, name, &snap, &counters_of(&e.session, releases))?;
+            store::record_reward(&tx, name, decision_id, reward, admitted.sum())?;
             store::audit(
                 &tx,
                 name,
@@ -665,7 +708,7 @@ impl Service {
                 )?;
             }
             if let Some((id, measure, c)) = intent {
-                tx.execute("UPDATE ledger SET status = 'charged' WHERE id = ?1", [id])?;
+                store::set_ledger_status(&tx, id, "charged")?;
                 store::audit(
                     &tx,
                     name,
@@ -677,47 +720,32 @@ impl Service {
             Ok(())
         })();
         if let Err(err) = result {
-            // Nothing stored: put the policy back to its stored state (the drawn release, if
+            // Nothing stored: put the session back to its stored state (the drawn release, if
             // any, stays charged through its open intent once the service restarts).
             self.reload(name)?;
             return Err(err);
         }
         let e = self.experiments.get_mut(name).expect("checked above");
-        e.observed = observed;
-        e.commit = commit;
         e.releases = releases;
         Ok(json!({"decision_id": decision_id, "status": "applied", "clipped": clipped}))
     }
 
     /// The ledger of an experiment: rows and totals.
-    fn ledger(&self, name: &str) -> ApiResult<Value> {
+    fn ledger(&self, name: &str) -> ServiceResult<Value> {
         let e = self.experiment(name)?;
-        let mut stmt = self.conn.prepare(
-            "SELECT id, release, arm, measure, cost, status, created FROM ledger WHERE experiment = ?1 ORDER BY id",
-        )?;
-        let rows: Vec<Value> = stmt
-            .query_map([name], |r| {
-                Ok(json!({"id": r.get::<_, i64>(0)?, "release": r.get::<_, i64>(1)?, "arm": r.get::<_, i64>(2)?,
-                          "measure": r.get::<_, String>(3)?, "cost": r.get::<_, f64>(4)?, "status": r.get::<_, String>(5)?,
-                          "created": r.get::<_, String>(6)?}))
-            })?
-            .collect::<rusqlite::Result<_>>()?;
+        let rows = store::ledger_rows(&self.conn, name)?;
         let mut total = 0.0;
         let mut per_release: HashMap<i64, u64> = HashMap::new();
-        for r in &rows {
-            if r["status"] != "intent" {
-                total += r["cost"].as_f64().unwrap_or(0.0);
-                *per_release
-                    .entry(r["release"].as_i64().unwrap_or(0))
-                    .or_default() += 1;
-            }
+        for r in rows.iter().filter(|r| r.status != "intent") {
+            total += r.cost;
+            *per_release.entry(r.release).or_default() += 1;
         }
         let multiplicity = per_release.values().copied().max().unwrap_or(0);
         let effective = cost_of(&e.guarantee)
             .map(|(m, c)| json!({"measure": m, "value": c * multiplicity.max(1) as f64}));
         Ok(json!({
             "charged_total": total,
-            "charges": rows.iter().filter(|r| r["status"] != "intent").count(),
+            "charges": rows.iter().filter(|r| r.status != "intent").count(),
             "releases": e.releases,
             "max_charges_per_release": multiplicity,
             "effective_budget": effective,
@@ -729,25 +757,26 @@ impl Service {
     }
 
     /// An experiment's status (public counts, guarantee, ledger summary).
-    pub fn status(&self, name: &str) -> ApiResult<Value> {
+    pub fn status(&self, name: &str) -> ServiceResult<Value> {
         let e = self.experiment(name)?;
         let mut ledger = self.ledger(name)?;
         ledger.as_object_mut().map(|o| o.remove("rows"));
+        let c = e.counters();
         Ok(json!({
             "experiment": name,
-            "kind": e.kind,
-            "arms": e.policy.num_arms(),
-            "decisions": e.issued,
-            "rewarded": e.observed,
-            "pending": e.pending(),
-            "commitment": e.commit.map(|(arm, left)| json!({"arm": arm, "rounds_left": left})),
+            "kind": e.session.kind(),
+            "arms": e.arms,
+            "decisions": c.issued,
+            "rewarded": c.observed,
+            "pending": e.session.pending(),
+            "commitment": c.commit.map(|(arm, left)| json!({"arm": arm, "rounds_left": left})),
             "guarantee": e.guarantee,
             "ledger": ledger,
         }))
     }
 
     /// The full ledger.
-    pub fn ledger_rows(&self, name: &str) -> ApiResult<Value> {
+    pub fn ledger_rows(&self, name: &str) -> ServiceResult<Value> {
         self.ledger(name)
     }
 
@@ -757,28 +786,17 @@ impl Service {
         experiment: Option<&str>,
         after: i64,
         limit: i64,
-    ) -> ApiResult<Value> {
-        let mut stmt = self.conn.prepare(
-            "SELECT seq, ts, experiment, event, body, prev, hash FROM audit
-             WHERE seq > ?1 AND (?2 IS NULL OR experiment = ?2) ORDER BY seq LIMIT ?3",
-        )?;
-        let rows: Vec<Value> = stmt
-            .query_map(params![after, experiment, limit], |r| {
-                let body: String = r.get(4)?;
-                Ok(json!({"seq": r.get::<_, i64>(0)?, "ts": r.get::<_, String>(1)?, "experiment": r.get::<_, String>(2)?,
-                          "event": r.get::<_, String>(3)?, "body": body, "prev": r.get::<_, String>(5)?,
-                          "hash": r.get::<_, String>(6)?}))
-            })?
-            .collect::<rusqlite::Result<_>>()?;
+    ) -> ServiceResult<Value> {
+        let rows = store::audit_entries(&self.conn, experiment, after, limit)?;
         Ok(json!({"entries": rows}))
     }
 }
 
 /// Fill `buf` from the operating system's entropy source.
-fn fill_os(buf: &mut [u8]) -> ApiResult<()> {
+fn fill_os(buf: &mut [u8]) -> ServiceResult<()> {
     use rand::TryRng;
     rand::rngs::SysRng.try_fill_bytes(buf).map_err(|e| {
-        ApiError::internal(format!("the operating system's entropy source failed: {e}"))
+        ServiceError::internal(format!("the operating system's entropy source failed: {e}"))
     })
 }
 

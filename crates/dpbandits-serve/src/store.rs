@@ -1,18 +1,27 @@
 //! The SQLite store: schema, the hash-chained audit log, the ledger, and read-only inspection.
 //!
 //! One database file (WAL mode, `synchronous = FULL`: a commit is on disk before it returns).
-//! Tables: `meta`, `experiments` (configuration, client token hash, the policy snapshot and the
-//! service's counters), `decisions`, `ledger` (release intents and budget charges) and `audit`
-//! (append-only, hash-chained; triggers refuse `UPDATE` and `DELETE`). **Protected data**: the
-//! decisions table and the audit log hold raw rewards, the snapshots hold raw reward sums.
+//! Tables: `meta`, `experiments` (configuration, client token hash, the core session's snapshot
+//! and queryable copies of its counters), `decisions`, `ledger` (release intents and budget
+//! charges) and `audit` (append-only, hash-chained; triggers refuse `UPDATE` and `DELETE`).
+//! **Protected data**: the decisions table and the audit log hold raw rewards, the snapshots hold
+//! raw reward sums.
+//!
+//! Every SQL statement of the service is here, in a named function; the state machine
+//! (`service.rs`) calls them inside its transactions.
 
 use anyhow::{Context, Result, bail};
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 use sha2::{Digest, Sha256};
 use std::path::Path;
 
-/// The schema version written in `meta`.
-pub const SCHEMA_VERSION: &str = "1";
+/// The schema version written in `meta`: 2 = the `snapshot` column holds a core
+/// `dpbandits::session::Session` snapshot.
+pub const SCHEMA_VERSION: &str = "2";
+
+/// The schema version of databases written before the service held a core session (the
+/// `snapshot` column holds a bare policy snapshot); migrated on open (`Service::open`).
+pub const SCHEMA_VERSION_POLICY_SNAPSHOTS: &str = "1";
 
 /// The `prev` hash of the first audit entry.
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
@@ -103,9 +112,9 @@ pub fn open(path: &Path) -> Result<Connection> {
                 [SCHEMA_VERSION],
             )?;
         }
-        Some(SCHEMA_VERSION) => {}
+        Some(SCHEMA_VERSION | SCHEMA_VERSION_POLICY_SNAPSHOTS) => {}
         Some(v) => bail!(
-            "--db {}: schema version {v}, this build reads version {SCHEMA_VERSION}",
+            "--db {}: schema version {v}, this build reads versions {SCHEMA_VERSION_POLICY_SNAPSHOTS} (migrated on open) and {SCHEMA_VERSION}",
             path.display()
         ),
     }
@@ -124,6 +133,390 @@ pub fn open_read_only(path: &Path) -> Result<Connection> {
         .with_context(|| format!("--db {}", path.display()))?;
     conn.busy_timeout(std::time::Duration::from_secs(5))?;
     Ok(conn)
+}
+
+/// The database's schema version (`meta.schema`).
+///
+/// # Errors
+/// SQLite errors, or no version written.
+pub fn schema_version(conn: &Connection) -> Result<String> {
+    Ok(
+        conn.query_row("SELECT value FROM meta WHERE key = 'schema'", [], |r| {
+            r.get(0)
+        })?,
+    )
+}
+
+/// Write the schema version inside `tx`.
+///
+/// # Errors
+/// SQLite errors.
+pub fn set_schema_version(tx: &Transaction<'_>, version: &str) -> Result<()> {
+    tx.execute("UPDATE meta SET value = ?1 WHERE key = 'schema'", [version])?;
+    Ok(())
+}
+
+/// One stored experiment, as [`load_experiments`] reads it.
+#[derive(Debug, Clone)]
+pub struct ExperimentRow {
+    /// The experiment's name.
+    pub name: String,
+    /// Its registry kind.
+    pub kind: String,
+    /// Number of arms.
+    pub arms: usize,
+    /// SHA-256 of the client token.
+    pub token_hash: String,
+    /// The stored state: a session snapshot (schema 2) or a bare policy snapshot (schema 1).
+    pub snapshot: Vec<u8>,
+    /// The stored counters.
+    pub counters: Counters,
+}
+
+/// The service's queryable counters of one experiment: copies of the session's (decisions
+/// issued, rewards observed, the open commitment) and the number of completed commitments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Counters {
+    /// Decisions issued.
+    pub issued: u64,
+    /// Rewards applied.
+    pub observed: u64,
+    /// The open commitment: its arm and its rounds not yet observed.
+    pub commit: Option<(usize, u64)>,
+    /// Completed commitments (releases).
+    pub releases: u64,
+}
+
+/// Every stored experiment.
+///
+/// # Errors
+/// SQLite errors.
+pub fn load_experiments(conn: &Connection) -> Result<Vec<ExperimentRow>> {
+    let mut stmt = conn.prepare(
+        "SELECT name, kind, arms, token_hash, snapshot, issued, observed, commit_arm, commit_left, releases
+         FROM experiments ORDER BY name",
+    )?;
+    let rows = stmt
+        .query_map([], |r| {
+            let commit = match (r.get::<_, Option<i64>>(7)?, r.get::<_, Option<i64>>(8)?) {
+                (Some(a), Some(l)) => Some((a as usize, l as u64)),
+                _ => None,
+            };
+            Ok(ExperimentRow {
+                name: r.get(0)?,
+                kind: r.get(1)?,
+                arms: r.get::<_, i64>(2)? as usize,
+                token_hash: r.get(3)?,
+                snapshot: r.get(4)?,
+                counters: Counters {
+                    issued: r.get::<_, i64>(5)? as u64,
+                    observed: r.get::<_, i64>(6)? as u64,
+                    commit,
+                    releases: r.get::<_, i64>(9)? as u64,
+                },
+            })
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    Ok(rows)
+}
+
+/// The stored snapshot of experiment `name`.
+///
+/// # Errors
+/// SQLite errors, or no such experiment.
+pub fn load_snapshot(conn: &Connection, name: &str) -> Result<Vec<u8>> {
+    Ok(conn.query_row(
+        "SELECT snapshot FROM experiments WHERE name = ?1",
+        [name],
+        |r| r.get(0),
+    )?)
+}
+
+/// A new experiment's row.
+#[derive(Debug, Clone)]
+pub struct NewExperiment<'a> {
+    /// The name.
+    pub name: &'a str,
+    /// The registry kind.
+    pub kind: &'a str,
+    /// Number of arms.
+    pub arms: usize,
+    /// The configuration (JSON text).
+    pub config: &'a str,
+    /// SHA-256 of the client token.
+    pub token_hash: &'a str,
+    /// The guarantee (JSON text).
+    pub guarantee: &'a str,
+    /// The session snapshot.
+    pub snapshot: &'a [u8],
+}
+
+/// Insert a new experiment (counters at zero) inside `tx`.
+///
+/// # Errors
+/// SQLite errors (an existing name among them).
+pub fn insert_experiment(tx: &Transaction<'_>, e: &NewExperiment<'_>) -> Result<()> {
+    tx.execute(
+        "INSERT INTO experiments (name, kind, arms, config, token_hash, guarantee, created, snapshot, issued, observed, commit_arm, commit_left, releases)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 0, 0, NULL, NULL, 0)",
+        params![e.name, e.kind, e.arms as i64, e.config, e.token_hash, e.guarantee, now(), e.snapshot],
+    )?;
+    Ok(())
+}
+
+/// Write an experiment's state inside `tx`: the session snapshot and the counters.
+///
+/// # Errors
+/// SQLite errors.
+pub fn update_state(tx: &Transaction<'_>, name: &str, snapshot: &[u8], c: &Counters) -> Result<()> {
+    tx.execute(
+        "UPDATE experiments SET snapshot = ?2, issued = ?3, observed = ?4, commit_arm = ?5, commit_left = ?6, releases = ?7
+         WHERE name = ?1",
+        params![
+            name,
+            snapshot,
+            c.issued as i64,
+            c.observed as i64,
+            c.commit.map(|x| x.0 as i64),
+            c.commit.map(|x| x.1 as i64),
+            c.releases as i64
+        ],
+    )?;
+    Ok(())
+}
+
+/// The decision a `request_id` already got: `(decision_id, arm)`.
+///
+/// # Errors
+/// SQLite errors.
+pub fn find_request(
+    conn: &Connection,
+    name: &str,
+    request_id: &str,
+) -> Result<Option<(u64, usize)>> {
+    Ok(conn
+        .query_row(
+            "SELECT id, arm FROM decisions WHERE experiment = ?1 AND request_id = ?2",
+            params![name, request_id],
+            |r| Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as usize)),
+        )
+        .optional()?)
+}
+
+/// Insert a decision row inside `tx`; `round` is its 0-based index.
+///
+/// # Errors
+/// SQLite errors.
+pub fn insert_decision(
+    tx: &Transaction<'_>,
+    name: &str,
+    id: u64,
+    arm: usize,
+    round: u64,
+    request_id: Option<&str>,
+) -> Result<()> {
+    tx.execute(
+        "INSERT INTO decisions (experiment, id, arm, round, request_id, issued) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        params![name, id as i64, arm as i64, round as i64, request_id, now()],
+    )?;
+    Ok(())
+}
+
+/// A decision's arm and its reward, if reported: `None` for no such decision.
+///
+/// # Errors
+/// SQLite errors.
+pub fn decision(conn: &Connection, name: &str, id: u64) -> Result<Option<(usize, Option<f64>)>> {
+    Ok(conn
+        .query_row(
+            "SELECT arm, reward FROM decisions WHERE experiment = ?1 AND id = ?2",
+            params![name, id as i64],
+            |r| Ok((r.get::<_, i64>(0)? as usize, r.get(1)?)),
+        )
+        .optional()?)
+}
+
+/// Record a decision's reward (as reported, and as admitted by the boundary) inside `tx`.
+///
+/// # Errors
+/// SQLite errors.
+pub fn record_reward(
+    tx: &Transaction<'_>,
+    name: &str,
+    id: u64,
+    reward: f64,
+    admitted: f64,
+) -> Result<()> {
+    tx.execute(
+        "UPDATE decisions SET reward = ?3, admitted = ?4, rewarded = ?5 WHERE experiment = ?1 AND id = ?2",
+        params![name, id as i64, reward, admitted, now()],
+    )?;
+    Ok(())
+}
+
+/// An open release intent (a ledger row of status `intent`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Intent {
+    /// Ledger row id.
+    pub id: i64,
+    /// The experiment.
+    pub experiment: String,
+    /// The release number.
+    pub release: i64,
+    /// The arm.
+    pub arm: i64,
+    /// Its cost.
+    pub cost: f64,
+}
+
+/// Commit a release intent in its own transaction (before the release is drawn); returns its
+/// ledger row id.
+///
+/// # Errors
+/// SQLite errors.
+pub fn insert_intent(
+    conn: &mut Connection,
+    name: &str,
+    release: u64,
+    arm: usize,
+    measure: &str,
+    cost: f64,
+) -> Result<i64> {
+    let tx = conn.transaction()?;
+    tx.execute(
+        "INSERT INTO ledger (experiment, release, arm, rewards, measure, cost, status, created)
+         VALUES (?1, ?2, ?3, 0, ?4, ?5, 'intent', ?6)",
+        params![name, release as i64, arm as i64, measure, cost, now()],
+    )?;
+    let id = tx.last_insert_rowid();
+    tx.commit()?;
+    Ok(id)
+}
+
+/// Every open release intent, oldest first.
+///
+/// # Errors
+/// SQLite errors.
+pub fn open_intents(tx: &Transaction<'_>) -> Result<Vec<Intent>> {
+    let mut stmt = tx.prepare(
+        "SELECT id, experiment, release, arm, cost FROM ledger WHERE status = 'intent' ORDER BY id",
+    )?;
+    let rows = stmt
+        .query_map([], |r| {
+            Ok(Intent {
+                id: r.get(0)?,
+                experiment: r.get(1)?,
+                release: r.get(2)?,
+                arm: r.get(3)?,
+                cost: r.get(4)?,
+            })
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    Ok(rows)
+}
+
+/// Set a ledger row's status (`charged`, `lost`) inside `tx`.
+///
+/// # Errors
+/// SQLite errors.
+pub fn set_ledger_status(tx: &Transaction<'_>, id: i64, status: &str) -> Result<()> {
+    tx.execute(
+        "UPDATE ledger SET status = ?2 WHERE id = ?1",
+        params![id, status],
+    )?;
+    Ok(())
+}
+
+/// One ledger row.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct LedgerRow {
+    /// Row id.
+    pub id: i64,
+    /// Release number.
+    pub release: i64,
+    /// Arm.
+    pub arm: i64,
+    /// `rho` or `epsilon`.
+    pub measure: String,
+    /// Cost.
+    pub cost: f64,
+    /// `intent`, `charged` or `lost`.
+    pub status: String,
+    /// When written.
+    pub created: String,
+}
+
+/// An experiment's ledger rows, in order.
+///
+/// # Errors
+/// SQLite errors.
+pub fn ledger_rows(conn: &Connection, name: &str) -> Result<Vec<LedgerRow>> {
+    let mut stmt = conn.prepare(
+        "SELECT id, release, arm, measure, cost, status, created FROM ledger WHERE experiment = ?1 ORDER BY id",
+    )?;
+    let rows = stmt
+        .query_map([name], |r| {
+            Ok(LedgerRow {
+                id: r.get(0)?,
+                release: r.get(1)?,
+                arm: r.get(2)?,
+                measure: r.get(3)?,
+                cost: r.get(4)?,
+                status: r.get(5)?,
+                created: r.get(6)?,
+            })
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    Ok(rows)
+}
+
+/// One audit entry.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct AuditEntry {
+    /// Sequence number.
+    pub seq: i64,
+    /// Timestamp.
+    pub ts: String,
+    /// Experiment.
+    pub experiment: String,
+    /// Event.
+    pub event: String,
+    /// Body (compact JSON text).
+    pub body: String,
+    /// Previous hash.
+    pub prev: String,
+    /// This entry's hash.
+    pub hash: String,
+}
+
+/// Audit entries after `after` (of `experiment`, or all), at most `limit`.
+///
+/// # Errors
+/// SQLite errors.
+pub fn audit_entries(
+    conn: &Connection,
+    experiment: Option<&str>,
+    after: i64,
+    limit: i64,
+) -> Result<Vec<AuditEntry>> {
+    let mut stmt = conn.prepare(
+        "SELECT seq, ts, experiment, event, body, prev, hash FROM audit
+         WHERE seq > ?1 AND (?2 IS NULL OR experiment = ?2) ORDER BY seq LIMIT ?3",
+    )?;
+    let rows = stmt
+        .query_map(params![after, experiment, limit], |r| {
+            Ok(AuditEntry {
+                seq: r.get(0)?,
+                ts: r.get(1)?,
+                experiment: r.get(2)?,
+                event: r.get(3)?,
+                body: r.get(4)?,
+                prev: r.get(5)?,
+                hash: r.get(6)?,
+            })
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    Ok(rows)
 }
 
 /// Lowercase hex SHA-256.
@@ -289,7 +682,7 @@ pub struct Inspection {
     pub ledger_open: u64,
     /// Sum of the costs of charged and lost ledger rows.
     pub ledger_total: f64,
-    /// The stored policy snapshot's state, as JSON.
+    /// The state of the policy in the stored session snapshot, as JSON.
     pub policy_state: serde_json::Value,
 }
 
@@ -307,7 +700,15 @@ pub fn inspect(path: &Path, name: &str) -> Result<Inspection> {
         )
         .optional()?
         .with_context(|| format!("experiment = {name:?}: not in --db {}", path.display()))?;
-    let snap = dpbandits::snapshot::Snapshot::decode(&snapshot)?;
+    // A session snapshot (schema 2), or a bare policy snapshot (a schema-1 database not yet
+    // opened by this build).
+    let snap = if dpbandits::session::Session::is_session_snapshot(&snapshot) {
+        dpbandits::session::Session::restore(&snapshot)?
+            .policy()
+            .snapshot()?
+    } else {
+        dpbandits::snapshot::Snapshot::decode(&snapshot)?
+    };
     let decisions: i64 = conn.query_row(
         "SELECT COUNT(*) FROM decisions WHERE experiment = ?1",
         [name],

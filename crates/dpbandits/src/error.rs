@@ -37,6 +37,24 @@ pub enum Error {
     /// A malformed experiment file (syntax, unknown key, wrong type).
     #[error("{0}")]
     Config(String),
+    /// A key the table's type does not have (displayed as serde's own message:
+    /// ``unknown field `rh0`, expected one of `rho`, `boundary` ``).
+    #[error("{}", unknown_field_message(field, allowed))]
+    UnknownField {
+        /// The key that was given.
+        field: String,
+        /// The keys the type takes (empty: none).
+        allowed: Vec<String>,
+    },
+    /// A key of a shared configuration type that does not apply to this kind (e.g. `rho` of
+    /// the non-private `oful`).
+    #[error("{field} = {value}: expected nothing: this parameter does not apply to this kind")]
+    NotApplicable {
+        /// The key.
+        field: String,
+        /// Its value, as written.
+        value: String,
+    },
     /// A reward arrived outside the privacy boundary while the boundary is set to reject.
     #[error(
         "reward {value} is outside the privacy boundary [{lo}, {hi}] (boundary = \"reject\"; use \"clip\" to clip instead)"
@@ -73,6 +91,20 @@ pub enum Error {
         /// What went wrong.
         message: String,
     },
+}
+
+/// serde's message for an unknown field (`serde::de::Error::unknown_field`), word for word.
+fn unknown_field_message(field: &str, allowed: &[String]) -> String {
+    let q = |s: &String| format!("`{s}`");
+    match allowed {
+        [] => format!("unknown field `{field}`, there are no fields"),
+        [a] => format!("unknown field `{field}`, expected {}", q(a)),
+        [a, b] => format!("unknown field `{field}`, expected {} or {}", q(a), q(b)),
+        all => format!(
+            "unknown field `{field}`, expected one of {}",
+            all.iter().map(q).collect::<Vec<_>>().join(", ")
+        ),
+    }
 }
 
 /// Shorthand for `std::result::Result<T, Error>`.

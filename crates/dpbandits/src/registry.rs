@@ -208,6 +208,15 @@ pub fn from_table<T: serde::de::DeserializeOwned>(t: toml::Table) -> Result<T> {
     let toml::Value::Table(t) = v else {
         unreachable!("a table stays a table")
     };
+    // Unknown top-level keys: a typed error, from the type's own field list.
+    if let Some(allowed) = field_names::<T>()
+        && let Some(field) = t.keys().find(|k| !allowed.contains(&k.as_str()))
+    {
+        return Err(Error::UnknownField {
+            field: field.clone(),
+            allowed: allowed.iter().map(|s| s.to_string()).collect(),
+        });
+    }
     serde_path_to_error::deserialize(toml::Value::Table(t.clone())).map_err(
         |e: serde_path_to_error::Error<toml::de::Error>| {
             let msg = e.inner().message().trim().to_string();
@@ -272,11 +281,10 @@ fn parse_kind<T: Config>(
 ) -> Result<T> {
     for &k in refuse {
         if let Some(v) = t.get(k) {
-            return Err(Error::param(
-                k,
-                v,
-                "nothing: this parameter does not apply to this kind",
-            ));
+            return Err(Error::NotApplicable {
+                field: k.to_string(),
+                value: v.to_string(),
+            });
         }
     }
     for &(k, v) in defaults {
@@ -743,6 +751,106 @@ pub static ENVIRONMENTS: &[EnvEntry] = &[
         parse: EnvParse::Bai(bai_env::<bai::BaiBernoulliConfig>),
     },
 ];
+
+/// The value [`PolicyEntry::takes`] sets a key to: of no type any parameter accepts, so a key the
+/// kind takes fails on its value (or not at all), never as an unknown field.
+const TAKES_PROBE: &str = "\u{1}takes-probe";
+
+impl PolicyEntry {
+    /// Whether this kind takes the top-level key `key` (e.g. `boundary`, `noise`) in its
+    /// parameter table, judged on its example configuration (for `ldp`, whose other keys go to
+    /// its inner kind, on the example's inner kind: use [`PolicyEntry::takes_in`] with the
+    /// actual table).
+    pub fn takes(&self, key: &str) -> bool {
+        let t: toml::Table = toml::from_str(self.info.example).unwrap_or_default();
+        self.takes_in(key, &t)
+    }
+
+    /// Whether this kind takes `key` in a table like `table` (without `kind`): `table` with `key`
+    /// set to a probe value is parsed, and the key is not taken when the parse refuses it as an
+    /// unknown field ([`Error::UnknownField`]: its list of allowed keys is checked, whichever
+    /// key it names) or as a key of a shared configuration type that does not apply to this kind
+    /// ([`Error::NotApplicable`]). No message text is matched. A table broken otherwise answers
+    /// `true` (the real parse then reports what is broken).
+    pub fn takes_in(&self, key: &str, table: &toml::Table) -> bool {
+        let mut t = table.clone();
+        t.insert(key.to_string(), toml::Value::String(TAKES_PROBE.into()));
+        match self.build(t) {
+            Ok(_) => true,
+            Err(e) => !refuses_key(&e, key),
+        }
+    }
+
+    /// The top-level keys this kind's configuration type takes, when the type lists them (every
+    /// registry kind's does; `ldp`: its own keys and its example's inner kind's).
+    pub fn keys(&self) -> Vec<String> {
+        let mut t: toml::Table = toml::from_str(self.info.example).unwrap_or_default();
+        t.insert(
+            "\u{1}no-such-key".into(),
+            toml::Value::String(TAKES_PROBE.into()),
+        );
+        match self.build(t) {
+            Err(e) => {
+                let mut e = &e;
+                while let Error::At { inner, .. } = e {
+                    e = inner;
+                }
+                match e {
+                    Error::UnknownField { allowed, .. } => {
+                        let mut keys = allowed.clone();
+                        if self.kind() == "ldp" {
+                            keys.extend(["inner", "epsilon", "per_arm"].map(String::from));
+                        }
+                        keys
+                    }
+                    _ => vec![],
+                }
+            }
+            Ok(_) => vec![],
+        }
+    }
+}
+
+/// Whether `e` (through its locations) refuses `key` as unknown or not applicable.
+fn refuses_key(e: &Error, key: &str) -> bool {
+    match e {
+        Error::At { inner, .. } => refuses_key(inner, key),
+        Error::UnknownField { allowed, .. } => !allowed.iter().any(|a| a == key),
+        Error::NotApplicable { field, .. } => field == key,
+        _ => false,
+    }
+}
+
+/// The field names of `T` (a struct with `deny_unknown_fields`), from serde itself: `T` is
+/// deserialized from a map holding one key no type has, and the error serde raises for it
+/// ([`serde::de::Error::unknown_field`]) carries the struct's full field list. `None` for a type
+/// that does not refuse unknown keys or is not a struct (then nothing is checked up front).
+fn field_names<T: serde::de::DeserializeOwned>() -> Option<&'static [&'static str]> {
+    #[derive(Debug)]
+    struct Probe(Option<&'static [&'static str]>);
+    impl std::fmt::Display for Probe {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("field-name probe")
+        }
+    }
+    impl std::error::Error for Probe {}
+    impl serde::de::Error for Probe {
+        fn custom<M: std::fmt::Display>(_: M) -> Self {
+            Probe(None)
+        }
+        fn unknown_field(_: &str, expected: &'static [&'static str]) -> Self {
+            Probe(Some(expected))
+        }
+    }
+    let map = serde::de::value::MapDeserializer::<_, Probe>::new(std::iter::once((
+        "\u{1}field-name-probe",
+        (),
+    )));
+    match T::deserialize(map) {
+        Err(Probe(found)) => found,
+        Ok(_) => None,
+    }
+}
 
 /// Look up an algorithm by kind.
 ///

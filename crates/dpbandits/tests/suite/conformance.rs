@@ -926,3 +926,75 @@ mod snapshots {
         }
     }
 }
+
+/// `PolicyEntry::takes` agrees with what a parse accepts: for every kind, its example with
+/// `boundary = "reject"` (resp. `noise = "simulation"`) parses exactly when the kind takes the
+/// key; `keys()` lists every key of the example; an unknown key is the typed `UnknownField`
+/// error naming it and the allowed keys, with serde's wording.
+#[test]
+fn registry_takes_agrees_with_the_parsers() {
+    use dpbandits::Error;
+    let mut taking = std::collections::BTreeMap::new();
+    for e in POLICIES {
+        let example: toml::Table = toml::from_str(e.info.example).unwrap();
+        for (key, value) in [("boundary", "reject"), ("noise", "simulation")] {
+            let mut t = example.clone();
+            t.insert(key.into(), toml::Value::String(value.into()));
+            let parsed = e.build(t);
+            assert_eq!(
+                e.takes(key),
+                parsed.is_ok(),
+                "{}: takes({key:?}) = {} but the parse with {key} = {value:?} gives {:?}",
+                e.kind(),
+                e.takes(key),
+                parsed.err().map(|e| e.to_string())
+            );
+            assert_eq!(e.takes(key), e.takes_in(key, &example), "{}", e.kind());
+            taking
+                .entry(key)
+                .or_insert_with(Vec::new)
+                .push((e.kind(), e.takes(key)));
+        }
+        let keys = e.keys();
+        for k in example.keys() {
+            assert!(
+                keys.contains(k),
+                "{}: keys() = {keys:?} misses {k}",
+                e.kind()
+            );
+        }
+        let mut t = example.clone();
+        t.insert("zz_not_a_key".into(), toml::Value::Integer(1));
+        let mut err = e.build(t).unwrap_err();
+        while let Error::At { inner, .. } = err {
+            err = *inner;
+        }
+        match &err {
+            Error::UnknownField { field, allowed } => {
+                assert_eq!(field, "zz_not_a_key", "{}", e.kind());
+                let want = if allowed.is_empty() {
+                    "unknown field `zz_not_a_key`, there are no fields"
+                } else {
+                    "unknown field `zz_not_a_key`, expected"
+                };
+                assert!(err.to_string().starts_with(want), "{}: {err}", e.kind());
+            }
+            other => panic!("{}: {other:?}", e.kind()),
+        }
+    }
+    // Both answers occur (the check is not vacuous).
+    for (key, v) in &taking {
+        assert!(
+            v.iter().any(|x| x.1) && v.iter().any(|x| !x.1),
+            "{key}: {v:?}"
+        );
+    }
+    // A refused key of a shared configuration type is not taken.
+    let oful = dpbandits::registry::policy("oful").unwrap();
+    assert!(!oful.takes("rho"));
+    assert!(
+        dpbandits::registry::policy("adac_oful")
+            .unwrap()
+            .takes("rho")
+    );
+}
