@@ -9,6 +9,10 @@
 //! * `dpbandits audit KIND --param rho=0.5 [--runs N] [--seed S] [--delta D ...]
 //!   [--noise-multiplier M] [--json FILE]`: the empirical privacy auditor (`docs/privacy.md`).
 //!
+//! * `dpbandits replay --log FILE|DIR --format csv|obd (--kind K [--param k=v ...] | --target
+//!   P0,P1,...) [--position all|1|2|3] [--seed S] [--json OUT]`: offline evaluation on logged
+//!   feedback (docs/offline.md).
+//!
 //! * `dpbandits serve --db PATH [--listen 127.0.0.1:PORT] [--admin-token-file F]`: the decision
 //!   service (docs/service.md); `dpbandits audit-log verify --db PATH` checks its audit chain.
 //!
@@ -30,6 +34,7 @@ use std::time::Instant;
 
 mod audit;
 mod bounds;
+mod replay;
 mod serve;
 
 /// The experiment run by `dpbandits run --default`: the paper's finite-armed Figure 4(a).
@@ -115,6 +120,8 @@ enum Command {
     Audit(audit::AuditArgs),
     /// Run the private decision service (HTTP/JSON, state in SQLite; docs/service.md).
     Serve(serve::ServeArgs),
+    /// Offline evaluation on logged feedback: replay, IPS, SNIPS, DR (docs/offline.md).
+    Replay(replay::ReplayArgs),
     /// Audit log of a service database.
     #[command(name = "audit-log", subcommand)]
     AuditLog(serve::AuditLogCommand),
@@ -156,6 +163,7 @@ fn real_main() -> Result<ExitCode> {
         }
         Command::Audit(args) => audit::audit(args),
         Command::Serve(args) => serve::serve(args),
+        Command::Replay(args) => replay::replay(args),
         Command::AuditLog(cmd) => serve::audit_log(cmd),
         Command::Completions { shell } => {
             use clap::CommandFactory;

@@ -204,6 +204,78 @@ impl LoggedData {
     }
 }
 
+/// A log layout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Format {
+    /// The generic CSV layout ([`logged`]).
+    Csv,
+    /// The Open Bandit Dataset layout ([`obd`]).
+    Obd,
+}
+
+impl Format {
+    /// `csv` or `obd`.
+    ///
+    /// # Errors
+    /// Anything else, naming `format`.
+    pub fn parse(s: &str) -> Result<Format> {
+        match s {
+            "csv" => Ok(Format::Csv),
+            "obd" => Ok(Format::Obd),
+            _ => Err(Error::param("format", format!("{s:?}"), "csv or obd")),
+        }
+    }
+}
+
+/// Read a log: `format` at `path` (OBD: a campaign folder or its CSV), keeping the rows of
+/// `slot` (OBD only: the generic layout has no positions, and a `slot` other than
+/// [`obd::Slot::All`] is refused for it), with `arms` actions (`None`: from the data).
+///
+/// # Errors
+/// As [`logged::read_csv`] and [`obd::read_obd`]; a position filter on a CSV log.
+pub fn load(
+    path: &std::path::Path,
+    format: Format,
+    slot: obd::Slot,
+    arms: Option<usize>,
+) -> Result<LoggedData> {
+    match format {
+        Format::Csv => {
+            if slot != obd::Slot::All {
+                return Err(Error::param(
+                    "position",
+                    slot,
+                    "all for a csv log (positions are an OBD column)",
+                ));
+            }
+            logged::read_csv(path, arms)
+        }
+        Format::Obd => obd::read_obd(path, slot, arms),
+    }
+}
+
+/// A fixed target from a comma-separated list of action probabilities (`0,1,0` is the
+/// deterministic policy playing action 1).
+///
+/// # Errors
+/// A list that is not a distribution, naming `target`.
+pub fn parse_target(s: &str) -> Result<FixedTarget> {
+    let probs = s
+        .split(',')
+        .map(|x| {
+            x.trim().parse::<f64>().map_err(|_| {
+                Error::param(
+                    "target",
+                    format!("{s:?}"),
+                    "comma-separated action probabilities, e.g. 0,1,0",
+                )
+            })
+        })
+        .collect::<Result<Vec<f64>>>()?;
+    FixedTarget::new(format!("target({s})"), probs)
+}
+
 /// A fixed target policy: the same action probabilities at every event.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct FixedTarget {
