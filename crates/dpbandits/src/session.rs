@@ -356,7 +356,7 @@ pub fn check_actions(set: &ActionSet<'_>, dim: usize, max_norm: f64) -> Result<(
             ));
         }
         let n = a.iter().map(|x| x * x).sum::<f64>().sqrt();
-        if !(n <= max_norm) {
+        if n.is_nan() || n > max_norm {
             return Err(Error::param(
                 format!("actions[{i}]"),
                 format!("an action of norm {n:e}"),
