@@ -307,3 +307,50 @@ fn obd_layout_reads_positions() {
     assert!(e.contains("line 2, column item_id = \"5\""), "{e}");
     assert!(obd::Slot::parse("0").is_err());
 }
+
+/// Deployment-grade noise replays too (its noise from the OS: not reproducible, but the same
+/// events match a held decision's logged action and the numbers are sane).
+#[test]
+fn deployment_noise_replays() {
+    let data = synthetic(&[0.25; 4], 4000, 8);
+    let params: toml::Table = "rho = 1.0\nnoise = \"deployment\"".parse().unwrap();
+    let t = Target::Kind {
+        kind: "adac_ucb".into(),
+        params,
+    };
+    let r = evaluate(&data, &t, &ReplayOptions::default()).unwrap();
+    assert!(
+        r.matched > 500 && r.estimates[0].value > 0.3,
+        "{}",
+        r.table()
+    );
+}
+
+/// `Session::withdraw` abandons an unobserved contextual round (and only that).
+#[test]
+fn session_withdraw() {
+    let problem = Problem::Contextual {
+        dim: 2,
+        horizon: 10,
+    };
+    let mut s = Session::new("oful", toml::Table::new(), &problem, 1).unwrap();
+    let f = [1.0, 0.0, 0.0, 1.0];
+    let set = ActionSet {
+        d: 2,
+        k: 2,
+        features: &f,
+    };
+    assert!(s.withdraw().is_err(), "nothing open");
+    s.decide_with(&set).unwrap();
+    s.withdraw().unwrap();
+    assert_eq!((s.issued(), s.t(), s.pending()), (0, 0, 0));
+    let a = s.decide_with(&set).unwrap().arm().unwrap();
+    s.observe(a, 0.5).unwrap();
+    assert_eq!((s.issued(), s.t()), (1, 1));
+    let snap = s.snapshot().unwrap();
+    Session::restore(&snap).unwrap();
+    let mut fin =
+        Session::new("ucb1", toml::Table::new(), &Problem::Finite { arms: 2 }, 1).unwrap();
+    fin.decide().unwrap();
+    assert!(fin.withdraw().is_err(), "finite-armed commitments are kept");
+}
