@@ -176,3 +176,61 @@ def run(
             if progress is not None:
                 progress(len(rows), exp.jobs)
     return Result(exp.assemble(rows), exp.name)
+
+
+def _param_text(v: Any) -> str:
+    """A parameter value as the CLI's ``--param key=value`` writes it (a TOML value)."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float, np.integer, np.floating)):
+        return repr(float(v)) if isinstance(v, (float, np.floating)) else str(int(v))
+    if isinstance(v, str):
+        return json.dumps(v)
+    raise ValueError(f"params: {v!r}: expected a bool, number or string")
+
+
+def replay(
+    log: Union[str, os.PathLike],
+    *,
+    format: str = "csv",
+    kind: Optional[str] = None,
+    params: Optional[Mapping[str, Any]] = None,
+    target: Optional[List[float]] = None,
+    position: Union[str, int] = "all",
+    arms: Optional[int] = None,
+    seed: int = 20240917,
+    confidence: float = 0.95,
+    rejection: str = "auto",
+):
+    """Offline evaluation on logged feedback (docs/offline.md): replay, IPS, SNIPS and DR.
+
+    ``log``: a CSV file (``format="csv"``, header ``action,reward,propensity[,x0,...]``) or an
+    Open Bandit Dataset campaign folder (``format="obd"``). Evaluates a registry ``kind`` with
+    ``params`` (finite-armed or contextual) or a fixed ``target`` (action probabilities).
+    Returns a pandas DataFrame, one row per estimator (``estimator, value, lo, hi, events,
+    interval``), with the run's counts in ``df.attrs`` (``events``, ``accepted``, ``matched``,
+    ``rejection``, ``p_min``, ``policy``, ...): the numbers of ``dpbandits replay`` with the
+    same arguments.
+    """
+    import pandas as pd
+
+    items = [f"{k}={_param_text(v)}" for k, v in (params or {}).items()]
+    text = _native.replay_json(
+        os.fspath(log),
+        format,
+        kind,
+        items,
+        None if target is None else [float(p) for p in target],
+        str(position),
+        arms,
+        int(seed),
+        float(confidence),
+        rejection,
+    )
+    report = json.loads(text)
+    df = pd.DataFrame(report.pop("estimates"))
+    df.attrs.update(report)
+    return df
+
+
+__all__.append("replay")

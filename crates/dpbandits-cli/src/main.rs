@@ -13,6 +13,10 @@
 //!   (`dpbandits::session::Session`) driven by JSON lines on stdin (`{"decide": null}`,
 //!   `{"decide": [[...], ...]}`, `{"observe": [arm, reward]}`, `{"snapshot": null}`), one JSON line
 //!   out per call (`{"arm": 2}`, `{"stop": 1}`, `{"ok": true}`, `{"error": "..."}`).
+//! * `dpbandits replay --log FILE|DIR --format csv|obd (--kind K [--param k=v ...] | --target
+//!   P0,P1,...) [--position all|1|2|3] [--seed S] [--json OUT]`: offline evaluation on logged
+//!   feedback (docs/offline.md).
+//!
 //! * `dpbandits serve --db PATH [--listen 127.0.0.1:PORT] [--admin-token-file F]`: the decision
 //!   service (docs/service.md); `dpbandits audit-log verify --db PATH` checks its audit chain.
 //!
@@ -34,6 +38,7 @@ use std::time::Instant;
 
 mod audit;
 mod bounds;
+mod replay;
 mod serve;
 mod session;
 
@@ -126,6 +131,8 @@ enum Command {
     Session(session::SessionArgs),
     /// Run the private decision service (HTTP/JSON, state in SQLite; docs/service.md).
     Serve(serve::ServeArgs),
+    /// Offline evaluation on logged feedback: replay, IPS, SNIPS, DR (docs/offline.md).
+    Replay(replay::ReplayArgs),
     /// Audit log of a service database.
     #[command(name = "audit-log", subcommand)]
     AuditLog(serve::AuditLogCommand),
@@ -168,6 +175,7 @@ fn real_main() -> Result<ExitCode> {
         Command::Audit(args) => audit::audit(args),
         Command::Session(args) => session::session(args),
         Command::Serve(args) => serve::serve(args),
+        Command::Replay(args) => replay::replay(args),
         Command::AuditLog(cmd) => serve::audit_log(cmd),
         Command::Completions { shell } => {
             use clap::CommandFactory;

@@ -30,6 +30,8 @@ use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyT
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+mod replay;
+
 /// A library error as a Python exception: `OSError` for I/O, `ValueError` for everything else
 /// (the message names the field, the value and what is allowed).
 fn err(e: Error) -> PyErr {
@@ -1019,6 +1021,7 @@ fn version() -> &'static str {
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    replay::register(m)?;
     m.add_class::<Policy>()?;
     m.add_class::<Experiment>()?;
     m.add_class::<Outcome>()?;

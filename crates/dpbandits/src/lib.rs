@@ -100,6 +100,8 @@ pub mod experiment;
 pub mod finite;
 pub mod linear;
 pub mod math;
+#[cfg(feature = "experiment")]
+pub mod offline;
 pub mod privacy;
 pub mod protocol;
 #[cfg(feature = "experiment")]

@@ -101,6 +101,9 @@ pub enum Stream {
     Instance = 0x496e_7374_616e_6365,
     /// Public contexts of contextual bandits.
     Context = 0x436f_6e74_6578_7400,
+    /// Offline evaluation on logged feedback (`crate::offline`): rejection coins, draws of a
+    /// stochastic target policy, the replayed policy's seed.
+    Replay = 0x5265_706c_6179_0000,
 }
 
 /// SplitMix64 finaliser (Steele, Lea & Flood 2014), a bijective 64-bit mixer.
@@ -293,6 +296,31 @@ pub const AUDIT_RUN_D2: Derivation = Derivation {
     path: &[Coord::Const(0x4155_4449_5401), Coord::Label, Coord::Run],
 };
 
+/// Offline replay (`crate::offline`): the rejection-sampling coins (one uniform per logged
+/// event, in log order, drawn whether or not rejection is on, so turning it on changes no other
+/// stream).
+pub const REPLAY_ACCEPT: Derivation = Derivation {
+    name: "replay rejection coins",
+    parent: "master_seed",
+    stream: Stream::Replay,
+    path: &[Coord::Const(0)],
+};
+/// Offline replay: the draws of a stochastic fixed target policy (one uniform per logged event).
+pub const REPLAY_TARGET: Derivation = Derivation {
+    name: "replay target draws",
+    parent: "master_seed",
+    stream: Stream::Replay,
+    path: &[Coord::Const(1)],
+};
+/// Offline replay: the seed of the replayed policy's session (its own randomisation and noise
+/// below it, as for any session seed), keyed by the policy's label.
+pub const REPLAY_POLICY: Derivation = Derivation {
+    name: "replayed policy",
+    parent: "master_seed",
+    stream: Stream::Replay,
+    path: &[Coord::Const(2), Coord::Label],
+};
+
 /// Instance paths below `master_seed` on [`Stream::Instance`]: random parts of a problem instance,
 /// drawn once per experiment (or per run, where an environment says so).
 pub mod instance {
@@ -400,6 +428,22 @@ pub fn context_reward_rng(master: u64, run: u64) -> SimRng {
             ..Coords::default()
         },
     ))
+}
+
+/// A replay stream ([`REPLAY_ACCEPT`] or [`REPLAY_TARGET`]) below `master`.
+pub fn replay_rng(master: u64, derivation: &Derivation) -> SimRng {
+    SimRng::seed_from_u64(derivation.seed(master, Coords::default()))
+}
+
+/// The seed of the session a replay drives for the policy labelled `label` ([`REPLAY_POLICY`]).
+pub fn replay_policy_seed(master: u64, label: &str) -> u64 {
+    REPLAY_POLICY.seed(
+        master,
+        Coords {
+            label,
+            ..Coords::default()
+        },
+    )
 }
 
 /// The generator of a random instance part (`path` from [`instance`]) below `master_seed`.

@@ -687,6 +687,33 @@ impl Session {
         })
     }
 
+    /// Contextual: abandon the open round without its reward (offline replay, `crate::offline`:
+    /// the logged action was another one, so the reward of the chosen action is unknown). The
+    /// policy's statistics are unchanged: a contextual policy replaces a round that was never
+    /// observed at its next choice ([`crate::contextual::ContextualPolicy::choose`]).
+    ///
+    /// # Errors
+    /// [`Error::Protocol`] for another setting (a finite-armed commitment is kept until its
+    /// rounds are observed) or with no open round; the session is then unchanged.
+    pub fn withdraw(&mut self) -> Result<()> {
+        if !matches!(self.policy, Restored::Contextual(_)) {
+            return Err(protocol(format!(
+                "withdraw: only a contextual round can be abandoned (this is a {} session)",
+                self.setting()
+            )));
+        }
+        match self.open.take() {
+            Some(o) if o.observed == 0 => {
+                self.issued -= o.issued;
+                Ok(())
+            }
+            other => {
+                self.open = other;
+                Err(protocol("withdraw: no open round without its reward"))
+            }
+        }
+    }
+
     /// The reward of one decided round of `arm`, the open commitment's arm.
     ///
     /// # Errors

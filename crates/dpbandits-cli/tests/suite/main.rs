@@ -15,6 +15,7 @@ mod habits;
 mod ldp;
 mod linear;
 mod listing;
+mod replay;
 mod serve;
 mod session;
 
