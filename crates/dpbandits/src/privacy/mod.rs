@@ -24,6 +24,7 @@ mod gaussian;
 mod laplace;
 mod noise;
 mod randomized_response;
+pub(crate) mod tap;
 
 pub use accountant::{PrivacyAccountant, add_up};
 pub use boundary::{BoundaryMode, MAX_ABS_REWARD, RewardBoundary, RewardSum};
