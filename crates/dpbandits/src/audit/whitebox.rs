@@ -704,6 +704,8 @@ fn white_horizon(kind: &str, b: &Built) -> u64 {
         "dp_se" => 4096,
         _ => match b {
             Built::Finite(_) => 32,
+            // the first phase of the GOPE family at delta = 0.001 and 2 arms ends near 2^12
+            Built::Linear(_) => 8192,
             Built::Contextual(_) => 64,
             _ => default_horizon(b),
         },
