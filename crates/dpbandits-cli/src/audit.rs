@@ -46,7 +46,7 @@ pub(crate) struct AuditArgs {
     #[arg(long)]
     white_box: bool,
     /// White-box: runs per table and target (the samples of every release). `1e5` allowed.
-    #[arg(long, default_value_t = 50_000, value_parser = dpbandits::experiment::parse_count)]
+    #[arg(long, default_value_t = 20_000, value_parser = dpbandits::experiment::parse_count)]
     samples: u64,
     /// White-box: a target, arm 0's `j`-th reward (contextual kinds: round `j`) (repeatable;
     /// default: the setting's).

@@ -49,7 +49,7 @@
 //! crate's mechanisms) is invisible to it; the black-box mode covers that. The estimators assume
 //! the mechanism's noise family (a location shift of a Gaussian or Laplace, a bit).
 
-use super::{AuditOptions, build_mutant, default_horizon, guarantee, label, scaled_params};
+use super::{AuditOptions, build_mutant, guarantee, label, scaled_params};
 use crate::bai::{BaiAlgorithm, BaiEnvironment, BaiStep, simulate_bai};
 use crate::contextual::{ActionSet, ContextualEnvironment};
 use crate::error::{Error, Result};
@@ -81,7 +81,7 @@ pub struct WhiteBoxOptions {
 impl Default for WhiteBoxOptions {
     fn default() -> Self {
         WhiteBoxOptions {
-            samples: 50_000,
+            samples: 20_000,
             targets: vec![],
         }
     }
@@ -687,29 +687,24 @@ fn family_name(f: Family) -> &'static str {
     }
 }
 
-/// Default targets of a setting: arm 0's rewards 0, 1 and 3 (the first three episodes of a
-/// doubling policy); contextual kinds: round 0.
-fn default_targets(b: &Built) -> Vec<u64> {
-    match b {
-        Built::Contextual(_) => vec![0],
-        Built::Linear(_) => vec![0],
-        _ => vec![0, 1, 3],
-    }
-}
-
-/// Default horizon of the white-box mode (shorter than the black-box one: only the releases
-/// around the target matter), with kind-specific lengths where the first release comes late.
-fn white_horizon(kind: &str, b: &Built) -> u64 {
-    match kind {
-        "dp_se" => 4096,
-        _ => match b {
-            Built::Finite(_) => 32,
-            // the first phase of the GOPE family at delta = 0.001 and 2 arms ends near 2^12
-            Built::Linear(_) => 8192,
-            Built::Contextual(_) => 64,
-            _ => default_horizon(b),
-        },
-    }
+/// The white-box design of a kind (the one place that matches on the setting, with [`drive`]):
+/// its horizon (shorter than the black-box one: only the releases around the target matter,
+/// with kind-specific lengths where the first release comes late), its default targets (arm
+/// 0's rewards 0, 1 and 3: the first three episodes of a doubling policy; linear: arm 0's
+/// first reward; contextual: round 0) and whether targets are rounds (contextual kinds, whose
+/// releases follow the round, not the arm).
+fn design(kind: &str, b: &Built) -> (u64, Vec<u64>, bool) {
+    let (horizon, targets, by_row) = match b {
+        Built::Finite(_) => (32, vec![0, 1, 3], false),
+        // the first phase of the GOPE family at delta = 0.001 and 2 arms ends near 2^12
+        Built::Linear(_) => (8192, vec![0], false),
+        // arm 0's first rewards are released within the first phases
+        Built::Bai(_) => (256, vec![0, 1, 3], false),
+        Built::Contextual(_) => (64, vec![0], true),
+    };
+    // DP-SE's first epoch at beta = 0.001 is 2 x 1239 rounds
+    let horizon = if kind == "dp_se" { 4096 } else { horizon };
+    (horizon, targets, by_row)
 }
 
 /// White-box audit of `kind` with `params`. `opts` gives the seed, confidence, noise multiplier,
@@ -755,15 +750,15 @@ pub fn audit_white_box(
         .map_or((0.0, 1.0), |b| (b.lo.max(-1.0), b.hi.min(1.0)));
     let (lo, hi) = if lo < hi { (lo, hi) } else { (0.0, 1.0) };
     let background = 0.5 * (lo + hi);
-    let horizon = opts.horizon.unwrap_or_else(|| white_horizon(kind, &honest));
+    let (default_h, default_targets, by_row) = design(kind, &honest);
+    let horizon = opts.horizon.unwrap_or(default_h);
     let k = opts.arms;
     let engine = match &audited {
         Built::Bai(c) => Some(c.prepare(k, super::BAI_RISK)?),
         _ => None,
     };
-    let by_row = matches!(audited, Built::Contextual(_));
     let targets = if wopts.targets.is_empty() {
-        default_targets(&honest)
+        default_targets
     } else {
         wopts.targets.clone()
     };
