@@ -166,7 +166,7 @@ fn every_kind_has_its_source_file_and_parameters() {
 }
 
 /// Families whose file carries the family's paper name (`adac_gope.rs` holds GOPE and its private
-/// variants, `adac_oful.rs` OFUL and RS-OFUL, `adac_ucb.rs` its non-private counterpart).
+/// variants, `oful/` OFUL and RS-OFUL, `adac_ucb.rs` its non-private counterpart).
 fn stem_family(stem: &str, kind: &str) -> bool {
     matches!(
         (stem, kind),
