@@ -90,10 +90,10 @@ pub trait BatchDriver: Send {
 }
 
 /// One round's decision set by coordinate ("lanes"), the transpose of an [`ActionSet`], with
-/// every action's squared norm. Actions come in groups of [`LANE_GROUP`]: group `g` is the
+/// every action's squared norm. Actions come in groups of `LANE_GROUP` (4): group `g` is the
 /// `(d + 1) * LANE_GROUP` numbers `groups[g * (d + 1) * LANE_GROUP..]`, coordinate `j` of its
 /// actions at `j * LANE_GROUP + l` (action `g * LANE_GROUP + l`) and their squared norms
-/// ([`norm2`]) at `d * LANE_GROUP + l`. Padding lanes (actions `k..`) have NaN coordinates and
+/// (`norm2`) at `d * LANE_GROUP + l`. Padding lanes (actions `k..`) have NaN coordinates and
 /// squared norm 0, so they can never look like the best action. The run loop builds it once
 /// per round (`ActionLanes::transpose`) and shares it among the policies of a batched driver
 /// ([`BatchDriver::play_round`]), whose indices then vectorise over actions. Crate-internal
