@@ -957,10 +957,6 @@ impl PhasedElimination {
             .filter(|&(_, &v)| best - v <= 2.0 * cur.plan.beta)
             .map(|(&a, _)| a)
             .collect();
-        let released: Vec<f64> = (&cur.basis * &theta).iter().copied().collect();
-        for &x in &released {
-            crate::privacy::tap::record(crate::privacy::tap::Family::Gaussian, x);
-        }
         self.releases.push(PhaseRelease {
             phase: cur.plan.phase,
             samples: cur.plan.len(),
@@ -971,7 +967,7 @@ impl PhasedElimination {
             true_sensitivity: true_s,
             zcdp_loss,
             g2,
-            theta: released,
+            theta: (&cur.basis * &theta).iter().copied().collect(),
             survivors: survivors.clone(),
         });
         self.active = survivors;
