@@ -869,6 +869,85 @@ mod tests {
         );
     }
 
+    /// The service's state machine gives the decisions of a core `Session` built with the same
+    /// kind, parameters and seed and fed the same rewards, across a restart of the service in
+    /// the middle (an episodic kind with several decisions of one commitment outstanding, and a
+    /// per-step kind).
+    #[test]
+    fn the_service_decides_as_the_core_session() {
+        use dpbandits::session::{Problem, Session};
+        for (kind, table) in [
+            (
+                "adac_ucb",
+                r#"rho = 0.5
+noise = "simulation""#,
+            ),
+            (
+                "dp_ts",
+                r#"epsilon = 1.0
+noise = "simulation""#,
+            ),
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            let db = dir.path().join("s.sqlite");
+            let mut s = Service::open(&db, ADMIN).unwrap();
+            let mut policy: toml::Table = table.parse().unwrap();
+            policy.insert("kind".into(), toml::Value::String(kind.into()));
+            s.create(CreateRequest {
+                name: "t".into(),
+                arms: 3,
+                policy: json!(toml::to_string(&policy).unwrap()),
+                allow_non_private: false,
+                seed: Some(17),
+            })
+            .unwrap();
+            // The same table the service builds: `boundary = "reject"` where the kind takes it,
+            // `noise` only where it takes it.
+            let entry = dpbandits::registry::policy(kind).unwrap();
+            let mut t: toml::Table = table.parse().unwrap();
+            if entry.takes_in("boundary", &t) {
+                t.insert("boundary".into(), toml::Value::String("reject".into()));
+            }
+            if !entry.takes_in("noise", &t) {
+                t.remove("noise");
+            }
+            let mut core = Session::new(kind, t, &Problem::Finite { arms: 3 }, 17).unwrap();
+            let reward =
+                |round: u64, arm: usize| f64::from(u8::from((round * 7 + arm as u64 * 3) % 5 < 2));
+            let mut round = 0u64;
+            while round < 400 {
+                if round == 200 {
+                    drop(s);
+                    s = Service::open(&db, ADMIN).unwrap();
+                }
+                // Issue up to 3 decisions before their rewards (within the open commitment).
+                let mut ids = vec![];
+                for _ in 0..3 {
+                    match s.decide("t", None) {
+                        Ok(d) => {
+                            let arm = d["arm"].as_u64().unwrap() as usize;
+                            let c = core.decide().unwrap().arm().unwrap();
+                            assert_eq!(arm, c, "{kind}: decision {}", core.issued());
+                            ids.push((d["decision_id"].as_u64().unwrap(), arm));
+                        }
+                        Err(ServiceError::Conflict { .. }) => {
+                            // the core session refuses the same decision
+                            assert!(core.decide().is_err(), "{kind}: round {round}");
+                            break;
+                        }
+                        Err(e) => panic!("{kind}: {e:?}"),
+                    }
+                }
+                for (id, arm) in ids {
+                    let r = reward(round, arm);
+                    assert_eq!(s.reward("t", id, r).unwrap()["status"], "applied");
+                    core.observe(arm, r).unwrap();
+                    round += 1;
+                }
+            }
+        }
+    }
+
     /// The audit chain detects an edited entry (the triggers are dropped first, as an attacker
     /// with file access could), and names it.
     #[test]
