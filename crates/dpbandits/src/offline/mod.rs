@@ -61,6 +61,9 @@
 pub mod logged;
 pub mod obd;
 
+pub use logged::read_csv;
+pub use obd::{Slot, read_obd};
+
 use crate::config::Setting;
 use crate::contextual::ActionSet;
 use crate::error::{Error, Result};
@@ -237,21 +240,21 @@ impl Format {
 pub fn load(
     path: &std::path::Path,
     format: Format,
-    slot: obd::Slot,
+    slot: Slot,
     arms: Option<usize>,
 ) -> Result<LoggedData> {
     match format {
         Format::Csv => {
-            if slot != obd::Slot::All {
+            if slot != Slot::All {
                 return Err(Error::param(
                     "position",
                     slot,
                     "all for a csv log (positions are an OBD column)",
                 ));
             }
-            logged::read_csv(path, arms)
+            read_csv(path, arms)
         }
-        Format::Obd => obd::read_obd(path, slot, arms),
+        Format::Obd => read_obd(path, slot, arms),
     }
 }
 

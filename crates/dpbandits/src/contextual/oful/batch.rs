@@ -24,11 +24,11 @@ use crate::privacy::RewardBoundary;
 use nalgebra::SMatrix;
 
 /// The OFUL family ([`super::OfulConfig::batched`](crate::contextual::ContextualPolicyConfig::batched)).
-pub(super) static OFUL_FAMILY: OfulFamily = OfulFamily;
+pub(crate) static OFUL_FAMILY: OfulFamily = OfulFamily;
 
 /// The OFUL family's [`BatchFamily`]: `oful`, `rs_oful`, `adac_oful`.
 #[derive(Debug)]
-pub(super) struct OfulFamily;
+pub(crate) struct OfulFamily;
 
 impl BatchFamily for OfulFamily {
     fn id(&self) -> &'static str {

@@ -86,6 +86,7 @@
 
 mod argmax;
 mod batch;
+pub(crate) use batch::OFUL_FAMILY;
 
 use super::{ActionSet, BatchFamily, ContextualPolicy, ContextualPolicyConfig};
 use crate::config::{AlgorithmInfo, Setting};
@@ -320,7 +321,7 @@ impl ContextualPolicyConfig for OfulConfig {
         dispatch!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16)
     }
     fn batched(&self) -> Option<&'static dyn BatchFamily> {
-        Some(&batch::OFUL_FAMILY)
+        Some(&OFUL_FAMILY)
     }
 }
 
