@@ -22,7 +22,7 @@ import numpy as np
 from . import _native
 from ._native import Policy
 
-__all__ = ["Policy", "Result", "run", "kinds", "RayExecutor", "__version__"]
+__all__ = ["Policy", "Result", "CellError", "policy_generator", "run", "kinds", "RayExecutor", "__version__"]
 __version__ = _native.version()
 
 
@@ -81,7 +81,8 @@ class Result:
         return self._outcome.save(os.fspath(dir), force)
 
 
-def _spec_arg(spec: Union[str, os.PathLike, Mapping[str, Any]]):
+def _spec_arg(spec: Union[str, os.PathLike, Mapping[str, Any]]) -> Union[str, Dict[str, Any]]:
+    """The spec as TOML text or a dict of the TOML file's structure (a path is read)."""
     if isinstance(spec, Mapping):
         return dict(spec)
     if isinstance(spec, (str, os.PathLike)):
@@ -90,12 +91,114 @@ def _spec_arg(spec: Union[str, os.PathLike, Mapping[str, Any]]):
             with open(s, encoding="utf-8") as f:
                 return f.read()
         return s
-    raise ValueError(f"spec = {spec!r}: expected a path to a TOML file, TOML text or a dict")
+    raise TypeError(f"spec = {spec!r}: expected a path to a TOML file, TOML text or a dict")
 
 
-def _run_shard(canonical: str, index: int, count: int, threads: Optional[int]):
+def _label_of(factory: Any) -> str:
+    return str(getattr(factory, "label", None) or getattr(factory, "__name__", None) or "user_policy")
+
+
+def _user_policies(spec: Dict[str, Any], policies: Any) -> List[Tuple[int, str, Any]]:
+    """Replace the user policies of ``spec["policy"]`` (a class or callable, or a table with a
+    callable ``policy``) by ``{"kind": "python", "label": ...}`` tables, append those of
+    ``policies=`` (a dict label -> factory, or a list of factories), and return
+    ``[(index, label, factory)]``."""
+    tables = list(spec.get("policy") or [])
+    if isinstance(tables, Mapping):
+        tables = [tables]
+    out: List[Tuple[int, str, Any]] = []
+    extra: List[Tuple[str, Any]] = []
+    if isinstance(policies, Mapping):
+        extra = [(str(k), v) for k, v in policies.items()]
+    elif policies is not None:
+        extra = [(_label_of(f), f) for f in policies]
+    for label, f in extra:
+        tables.append({"policy": f, "label": label})
+    for i, t in enumerate(tables):
+        if callable(t) and not isinstance(t, Mapping):
+            t = {"policy": t}
+        if isinstance(t, Mapping) and callable(t.get("policy")):
+            rest = set(t) - {"policy", "label", "kind"}
+            if rest or t.get("kind", "python") != "python":
+                raise ValueError(
+                    f"policy[{i}]: a user policy table has policy=, label= (and kind = "
+                    f"\"python\"); found {sorted(rest) or t.get('kind')!r}: give parameters to "
+                    "the factory (e.g. functools.partial)"
+                )
+            label = str(t.get("label") or _label_of(t["policy"]))
+            out.append((i, label, t["policy"]))
+            tables[i] = {"kind": "python", "label": label}
+    if tables:
+        spec["policy"] = tables
+    return out
+
+
+_DEFAULTS = {"name": "experiment", "master_seed": 0}
+
+
+def _with_defaults(
+    spec: Dict[str, Any], runs: Any, horizon: Any
+) -> Dict[str, Any]:
+    """Spec defaults: ``name`` and ``master_seed`` (documented), ``runs`` / ``horizon`` from the
+    keyword arguments when the spec has none; every missing or wrong top-level field at once."""
+    for k, v in _DEFAULTS.items():
+        spec.setdefault(k, v)
+    if "runs" not in spec and runs is not None:
+        spec["runs"] = runs
+    if "horizon" not in spec and horizon is not None:
+        spec["horizon"] = horizon
+    problems = []
+    for k in ("horizon", "runs"):
+        if k not in spec:
+            problems.append(f"{k}: missing (give it in the spec or as run({k}=...))")
+    if "env" not in spec:
+        problems.append("env: missing (an [env] table, or run(env=...) with a Python environment)")
+    if not spec.get("policy"):
+        problems.append("policy: missing (a list of tables with kind = ..., or user policies)")
+    if problems:
+        raise ValueError("spec: " + "; ".join(problems))
+    return spec
+
+
+def policy_generator(master_seed: int, label: str, run: int) -> np.random.Generator:
+    """The generator :func:`run` gives the user policy labelled ``label`` in run ``run``:
+    ``numpy.random.Generator(PCG64(s))`` with ``s`` derived from ``master_seed`` by the named
+    derivations ``POLICY_RUN`` (keyed by the label) and ``POLICY_USER`` (crates/dpbandits/src/rng.rs).
+    """
+    return np.random.Generator(np.random.PCG64(_native.user_policy_seed(master_seed, label, run)))
+
+
+class CellError(ValueError):
+    """Raised by :func:`run` when a cell failed (``errors="raise"``, the default). ``result`` is
+    the :class:`Result` (its ``errors`` holds every failed cell's message)."""
+
+    def __init__(self, message: str, result: "Result"):
+        super().__init__(message)
+        self.result = result
+
+
+def _dumps(obj: Any) -> bytes:
+    try:
+        import cloudpickle  # Ray and Dask ship it: classes defined in a notebook travel too
+    except ImportError:  # pragma: no cover
+        import pickle
+
+        return pickle.dumps(obj)
+    return cloudpickle.dumps(obj)
+
+
+def _run_shard(
+    canonical: str,
+    index: int,
+    count: int,
+    threads: Optional[int],
+    user: Optional[bytes] = None,
+):
     """One shard of an experiment, run in a worker (Ray task, Dask task, executor job)."""
-    exp = _native.Experiment(canonical)
+    import pickle
+
+    policies = pickle.loads(user) if user is not None else None
+    exp = _native.Experiment(canonical, policies=policies)
     return exp.run_shard(index, count, threads)
 
 
@@ -127,7 +230,7 @@ def _executor_of(executor):
         return RayExecutor()
     if hasattr(executor, "submit"):
         return executor
-    raise ValueError(
+    raise TypeError(
         f"executor = {executor!r}: expected a concurrent.futures.Executor, a dask "
         "distributed.Client, dpbandits.RayExecutor() or the ray module"
     )
@@ -142,6 +245,8 @@ def run(
     shards: Optional[int] = None,
     env: Any = None,
     progress: Optional[Callable[[int, int], None]] = None,
+    policies: Any = None,
+    errors: str = "raise",
 ) -> Result:
     """Run an experiment: ``spec`` is a TOML path, TOML text or a dict of the file's structure.
 
@@ -150,13 +255,30 @@ def run(
     Rust simulates. ``progress(done, total)`` is called about every 0.1 s (e.g. a tqdm update).
     ``executor``: shards of jobs (job ``j`` to shard ``j mod shards``, the CLI's ``--shard``)
     are submitted as tasks and merged; the result is byte-identical to the local run.
-    ``env``: a Python environment (``means`` and ``pull(arm, t)``, optional ``pull_sum``), or a
-    callable ``make(seed)`` returning one, replacing the file's ``[env]`` (finite-armed only).
+    ``env``: a Python environment (``means`` or ``means_at(t)``, and ``pull(arm, t)``, optional
+    ``pull_sum``, ``reward_range``), or a callable ``make(seed)`` returning one, replacing the
+    file's ``[env]`` (finite-armed only).
+    ``policies``: user policies (``{label: make}`` or ``[make, ...]``; ``make(arms, rng)``
+    returns an object with ``choose()`` and ``observe(arm, reward)``), run next to the spec's
+    kinds; a spec's ``policy`` list may also hold them (``{"policy": make, "label": ...}``).
+    ``errors``: ``"raise"`` (default: a failed cell raises :class:`CellError`) or
+    ``"collect"`` (failed cells are in ``Result.errors``, their status in the summary).
     """
+    if errors not in ("raise", "collect"):
+        raise ValueError(f"errors = {errors!r}: expected 'raise' or 'collect'")
     text = _spec_arg(spec)
-    if env is not None and isinstance(text, dict):
-        text.setdefault("env", {"kind": "python"})
-    exp = _native.Experiment(text, runs, horizon, env)
+    if isinstance(text, dict):
+        user = _user_policies(text, policies)
+        if env is not None:
+            text.setdefault("env", {"kind": "python"})
+        text = _with_defaults(text, runs, horizon)
+    else:
+        # TOML text: user policies are appended as placeholder tables after the file's own.
+        extra: Dict[str, Any] = {"policy": [None] * _native.policy_count(text)}
+        user = _user_policies(extra, policies)
+        for _i, label, _f in user:
+            text += f"\n[[policy]]\nkind = \"python\"\nlabel = {json.dumps(label)}\n"
+    exp = _native.Experiment(text, runs, horizon, env, user or None)
     ex = _executor_of(executor)
     if ex is None:
         rows = exp.run_shard(0, 1, threads, progress)
@@ -169,13 +291,22 @@ def run(
         n = shards if shards is not None else max(1, min(exp.jobs, 16))
         if not isinstance(n, int) or n < 1:
             raise ValueError(f"shards = {shards!r}: expected an integer >= 1")
-        futures = [ex.submit(_run_shard, exp.canonical, i, n, threads) for i in range(n)]
+        blob = _dumps(user) if user else None
+        futures = [ex.submit(_run_shard, exp.canonical, i, n, threads, blob) for i in range(n)]
         rows = []
         for i, f in enumerate(futures):
             rows.extend(f.result())
             if progress is not None:
                 progress(len(rows), exp.jobs)
-    return Result(exp.assemble(rows), exp.name)
+    res = Result(exp.assemble(rows), exp.name)
+    if errors == "raise" and res.errors:
+        failed = "; ".join(f"{k}: {v}" for k, v in res.errors.items())
+        raise CellError(
+            f"{len(res.errors)} cell(s) failed (run(..., errors='collect') keeps the others): "
+            + failed,
+            res,
+        )
+    return res
 
 
 def _param_text(v: Any) -> str:
