@@ -365,3 +365,73 @@ def replay(
 
 
 __all__.append("replay")
+
+
+def audit(
+    policy: Any,
+    *,
+    params: Optional[Mapping[str, Any]] = None,
+    label: Optional[str] = None,
+    runs: int = 4000,
+    seed: int = 20240917,
+    deltas: Optional[List[float]] = None,
+    noise_multiplier: float = 1.0,
+    confidence: float = 0.95,
+    horizon: Optional[int] = None,
+    arms: int = 2,
+    scenarios: Optional[List[str]] = None,
+    threads: Optional[int] = None,
+    frame: bool = False,
+) -> Any:
+    """The empirical privacy audit (``dpbandits audit``; docs/privacy.md) of a registry kind
+    (``policy="adac_ucb", params={"rho": 0.5}``) or of a user policy (``policy=Make``, a
+    callable ``make(arms, rng)`` whose ``guarantee`` attribute states the claim, e.g.
+    ``{"epsilon": 1.0}``), black-box on its decisions. Returns the CLI's ``--json`` report as a
+    dict (``verdict``, ``eps_lower_bound``, ``claimed``, ``results``: one row per scenario and
+    delta, ``pandas.DataFrame(report["results"])``). The bound holds with probability
+    ``confidence`` over all scenarios at once: a correctly private policy fails with probability
+    at most ``1 - confidence``. ``frame=True``: the ``results`` as a pandas DataFrame with the
+    rest of the report in ``df.attrs``."""
+    if isinstance(policy, str):
+        kind, factory = policy, None
+        items = [f"{k}={_param_text(v)}" for k, v in (params or {}).items()]
+    elif callable(policy):
+        if params:
+            raise ValueError(
+                "params: a user policy takes no params= (give them to its factory, e.g. "
+                "functools.partial)"
+            )
+        kind, factory, items = None, policy, []
+        label = label or _label_of(policy)
+    else:
+        raise TypeError(
+            f"policy = {policy!r}: expected a registry kind (str) or a user policy "
+            "(a callable make(arms, rng))"
+        )
+    text = _native.audit_json(
+        kind,
+        items,
+        factory,
+        label,
+        int(runs),
+        int(seed),
+        [float(d) for d in (deltas or [])],
+        float(noise_multiplier),
+        float(confidence),
+        None if horizon is None else int(horizon),
+        int(arms),
+        list(scenarios or []),
+        threads,
+    )
+    report = json.loads(text)
+    if frame:
+        import pandas as pd
+
+        rows = report.pop("results")
+        df = pd.DataFrame(rows)
+        df.attrs.update(report)
+        return df
+    return report
+
+
+__all__.append("audit")

@@ -1262,6 +1262,77 @@ fn user_policy_seed(master_seed: u64, label: &str, run: u64) -> u64 {
     dpbandits::rng::user_policy_seed(dpbandits::rng::policy_seed(master_seed, label, run))
 }
 
+/// The empirical privacy audit (`dpbandits audit`; docs/privacy.md): of the registry `kind` with
+/// `params` (`key=value` items, the CLI's `--param`), or of the user policy `factory` (labelled
+/// `label`; black-box on its decisions, `dpbandits::audit::audit_custom`). Returns the CLI's
+/// `--json` report as JSON text. A registry kind runs on `threads` rayon workers with the GIL
+/// released; a user policy on this thread (each decision is a Python call).
+#[pyfunction]
+#[pyo3(signature = (kind, params, factory, label, runs, seed, deltas, noise_multiplier, confidence, horizon, arms, scenarios, threads))]
+#[allow(clippy::too_many_arguments)]
+fn audit_json(
+    py: Python<'_>,
+    kind: Option<String>,
+    params: Vec<String>,
+    factory: Option<Bound<'_, PyAny>>,
+    label: Option<String>,
+    runs: u64,
+    seed: u64,
+    deltas: Vec<f64>,
+    noise_multiplier: f64,
+    confidence: f64,
+    horizon: Option<u64>,
+    arms: usize,
+    scenarios: Vec<String>,
+    threads: Option<usize>,
+) -> PyResult<String> {
+    use dpbandits::audit::{self, AuditOptions, Scenario};
+    let mut opts = AuditOptions::default();
+    opts.runs = runs;
+    opts.seed = seed;
+    opts.deltas = deltas;
+    opts.noise_multiplier = noise_multiplier;
+    opts.confidence = confidence;
+    opts.horizon = horizon;
+    opts.arms = arms;
+    if !scenarios.is_empty() {
+        opts.scenarios = scenarios
+            .iter()
+            .map(|s| Scenario::parse(s))
+            .collect::<dpbandits::Result<_>>()
+            .map_err(err)?;
+    }
+    let report = match (kind, factory) {
+        (Some(kind), None) => {
+            let table = audit::parse_params(params.iter().map(String::as_str)).map_err(err)?;
+            let pool = pool(threads)?;
+            py.detach(|| pool.install(|| audit::audit(&kind, &table, &opts)))
+                .map_err(err)?
+        }
+        (None, Some(f)) => {
+            let raised: user::Raised = Arc::new(Mutex::new(None));
+            let label = label.unwrap_or_else(|| "user_policy".into());
+            let cfg = user::PyPolicyConfig::new(label, f, raised.clone())?;
+            // One worker, which takes the GIL once for the whole audit (every decision is a
+            // Python call; nested `attach` calls are then cheap).
+            let pool = pool(Some(1))?;
+            let r = py.detach(|| {
+                pool.install(|| Python::attach(|_| audit::audit_custom(Box::new(cfg), &opts)))
+            });
+            if let Some(e) = lock(&raised).take() {
+                return Err(e);
+            }
+            r.map_err(err)?
+        }
+        _ => {
+            return Err(PyValueError::new_err(
+                "audit: give a registry kind (a str) or a user policy (a callable make(arms, rng)), not both",
+            ));
+        }
+    };
+    serde_json::to_string(&report).map_err(|e| PyValueError::new_err(e.to_string()))
+}
+
 /// The crate version.
 #[pyfunction]
 fn version() -> &'static str {
@@ -1278,5 +1349,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(version, m)?)?;
     m.add_function(wrap_pyfunction!(policy_count, m)?)?;
     m.add_function(wrap_pyfunction!(user_policy_seed, m)?)?;
+    m.add_function(wrap_pyfunction!(audit_json, m)?)?;
     Ok(())
 }
