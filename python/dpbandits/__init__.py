@@ -22,7 +22,7 @@ import numpy as np
 from . import _native
 from ._native import Policy
 
-__all__ = ["Policy", "Result", "CellError", "policy_generator", "run", "kinds", "RayExecutor", "__version__"]
+__all__ = ["Policy", "Result", "Saved", "load", "CellError", "policy_generator", "run", "kinds", "RayExecutor", "__version__"]
 __version__ = _native.version()
 
 
@@ -33,14 +33,57 @@ def kinds() -> List[Dict[str, str]]:
     ]
 
 
+class _Tables:
+    """What a run's result and a saved folder share: the notebook display and the plot."""
+
+    name: str
+
+    @property
+    def summary(self) -> Any:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def _repr_html_(self) -> str:
+        s = self.summary
+        if "t" in s.columns:
+            last = s[s["t"] == s["t"].max()]
+        else:
+            last = s
+        return f"<p><b>dpbandits</b> {self.name}: {len(s)} summary rows</p>" + last.to_html(
+            index=False, max_rows=40
+        )
+
+    def plot(self, ax: Any = None, band: bool = True, labels: Optional[List[str]] = None) -> Any:
+        """Mean cumulative regret against ``t`` per cell, with the 5%-95% band of the runs
+        (``q05``/``q95``) when ``band``; log-scaled ``t``. Returns the matplotlib Axes."""
+        import matplotlib.pyplot as plt
+
+        s = self.summary
+        if "t" not in s.columns:
+            raise ValueError("plot: a BAI result has no curve (its summary is per algorithm)")
+        if ax is None:
+            _fig, ax = plt.subplots()
+        for label in labels or list(dict.fromkeys(s["label"])):
+            c = s[s["label"] == label]
+            if c["mean"].isna().all():
+                continue
+            ax.plot(c["t"], c["mean"], label=label)
+            if band:
+                ax.fill_between(c["t"], c["q05"], c["q95"], alpha=0.2)
+        ax.set_xscale("log")
+        ax.set(xlabel="t", ylabel="cumulative regret (mean, 5%-95% of runs)")
+        ax.legend()
+        return ax
+
+
 @dataclass
-class Result:
+class Result(_Tables):
     """The result of :func:`run`.
 
     ``summary``: the tidy summary table (pandas DataFrame; the CLI's ``summary.csv``).
     ``runs``: ``{label: array}``, per cell a ``runs x checkpoints`` float64 array of cumulative
-    regret (BAI: ``runs x fields``, see ``columns``). ``manifest``: the manifest as a dict.
-    ``save(dir)`` writes the folder the CLI writes.
+    regret (BAI: ``runs x fields``, see ``columns``); ``frame()`` the same as one long DataFrame.
+    ``manifest``: the manifest as a dict. ``save(dir)`` writes the folder the CLI writes
+    (:func:`load` reads it back). ``plot()`` draws the curves with bands.
     """
 
     _outcome: Any
@@ -51,14 +94,14 @@ class Result:
         return self._outcome.summary_csv()
 
     @property
-    def summary(self):
+    def summary(self) -> Any:
         import pandas as pd
 
         return pd.read_csv(io.StringIO(self.summary_csv), keep_default_na=False, na_values=[""])
 
     @property
-    def runs(self) -> Dict[str, np.ndarray]:
-        out = {}
+    def runs(self) -> Dict[str, Optional[np.ndarray]]:
+        out: Dict[str, Optional[np.ndarray]] = {}
         for label, _kind, values in self._outcome.runs():
             out[label] = values if isinstance(values, np.ndarray) else None
         return out
@@ -68,9 +111,31 @@ class Result:
         return {l: v for (l, _k, v) in self._outcome.runs() if isinstance(v, str)}
 
     @property
-    def columns(self) -> List[str]:
-        """The checkpoints (regret settings) or BAI outcome fields: the columns of ``runs``."""
-        return self._outcome.columns()
+    def columns(self) -> List[Union[int, str]]:
+        """The checkpoints (regret settings: ints) or BAI outcome fields (str): the columns of
+        ``runs``."""
+        return [int(c) if c.isdigit() else c for c in self._outcome.columns()]
+
+    def frame(self) -> Any:
+        """Every run as a long DataFrame: ``label, kind, run`` and one row per checkpoint ``t``
+        with its ``regret`` (BAI: one row per run, a column per outcome field). Failed cells are
+        left out (``errors``)."""
+        import pandas as pd
+
+        parts = []
+        cols = self.columns
+        for label, kind, values in self._outcome.runs():
+            if not isinstance(values, np.ndarray):
+                continue
+            df = pd.DataFrame(values, columns=cols)
+            df.insert(0, "run", np.arange(len(df)))
+            df.insert(0, "kind", kind)
+            df.insert(0, "label", label)
+            if cols and isinstance(cols[0], int):
+                df = df.melt(id_vars=["label", "kind", "run"], var_name="t", value_name="regret")
+                df["t"] = df["t"].astype("int64")
+            parts.append(df)
+        return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
     @property
     def manifest(self) -> Dict[str, Any]:
@@ -79,6 +144,42 @@ class Result:
     def save(self, dir: Union[str, os.PathLike], force: bool = False) -> List[str]:
         """Write the CLI's results folder (journal, manifest, summary.csv, plots) into ``dir``."""
         return self._outcome.save(os.fspath(dir), force)
+
+
+@dataclass
+class Saved(_Tables):
+    """A results folder read back by :func:`load`: ``summary`` (DataFrame), ``manifest``
+    (dict), ``errors`` (the manifest's failed cells), ``plot()``. The per-run values stay in
+    the folder's journal (``dpbandits run --resume`` reads it); a saved folder has no ``runs``."""
+
+    folder: str
+    name: str
+    summary_csv: str
+    manifest: Dict[str, Any]
+
+    @property
+    def summary(self) -> Any:
+        import pandas as pd
+
+        return pd.read_csv(io.StringIO(self.summary_csv), keep_default_na=False, na_values=[""])
+
+    @property
+    def errors(self) -> Dict[str, str]:
+        errs = self.manifest.get("errors") or {}
+        return dict(errs) if isinstance(errs, Mapping) else {}
+
+
+def load(folder: Union[str, os.PathLike]) -> Saved:
+    """Read a results folder written by ``Result.save`` or ``dpbandits run``."""
+    d = os.fspath(folder)
+    for f in ("summary.csv", "manifest.json"):
+        if not os.path.exists(os.path.join(d, f)):
+            raise FileNotFoundError(f"folder = {d!r}: no {f} (not a dpbandits results folder)")
+    with open(os.path.join(d, "summary.csv"), encoding="utf-8") as f:
+        csv = f.read()
+    with open(os.path.join(d, "manifest.json"), encoding="utf-8") as f:
+        manifest = json.load(f)
+    return Saved(d, str(manifest.get("experiment", os.path.basename(d))), csv, manifest)
 
 
 def _spec_arg(spec: Union[str, os.PathLike, Mapping[str, Any]]) -> Union[str, Dict[str, Any]]:

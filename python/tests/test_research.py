@@ -361,3 +361,57 @@ def test_audit_of_a_builtin_kind_is_the_clis_json(cli, tmp_path):
     c = json.loads((tmp_path / "a.json").read_text())
     py.pop("seconds"), c.pop("seconds")
     assert py == c
+
+
+# ------------------------------------------------------------------------------------------
+# Frictions (docs/python.md "Frictions: decisions")
+
+
+def test_argument_errors_name_the_field():
+    with pytest.raises(ValueError, match=r"seed = -1"):
+        dpbandits.Policy("ucb1", arms=3, seed=-1)
+    p = dpbandits.Policy("ucb1", arms=3, seed=np.uint64(5))
+    with pytest.raises(ValueError, match=r"arm = -1"):
+        p.observe(-1, 0.5)
+    a = p.choose()
+    with pytest.raises(TypeError, match=r"reward = 'x'"):
+        p.observe(a, "x")
+    p.observe(np.int64(a), np.float32(0.5))  # numpy scalars of any dtype
+    with pytest.raises(ValueError, match=r"arms = 1: expected an integer >= 2"):
+        dpbandits.Policy("ucb1", arms=1)
+
+
+def test_spec_defaults_counts_and_all_missing_fields_at_once():
+    env = {"kind": "bernoulli", "means": [0.6, 0.4]}
+    res = dpbandits.run({"env": env, "policy": [{"kind": "ucb1"}]}, horizon=1e3, runs=2.0)
+    assert res.name == "experiment" and res.manifest["master_seed"] == 0
+    with pytest.raises(ValueError, match=r"horizon = 1.5"):
+        dpbandits.run({"env": env, "policy": [{"kind": "ucb1"}]}, horizon=1.5, runs=2)
+    with pytest.raises(TypeError, match=r"runs = 'a'"):
+        dpbandits.run({"env": env, "policy": [{"kind": "ucb1"}]}, horizon=10, runs="a")
+    with pytest.raises(ValueError, match=r"horizon: missing.*runs: missing.*env: missing.*policy: missing"):
+        dpbandits.run({})
+
+
+def test_result_views_load_plot_and_module_cli(tmp_path):
+    import matplotlib
+    import subprocess
+
+    matplotlib.use("Agg")
+    res = dpbandits.run(mixed_spec())
+    assert all(isinstance(c, int) for c in res.columns)
+    f = res.frame()
+    assert list(f.columns) == ["label", "kind", "run", "t", "regret"]
+    assert len(f) == 2 * 4 * len(res.columns) and f["t"].dtype == "int64"
+    assert (f[f.label == "ucb1"].pivot(index="run", columns="t", values="regret").values == res.runs["ucb1"]).all()
+    assert "<table" in res._repr_html_() and "eps_greedy" in res._repr_html_()
+    ax = res.plot()
+    assert len(ax.lines) == 2 and len(ax.collections) == 2  # the curves and their bands
+    res.save(tmp_path / "out")
+    back = dpbandits.load(tmp_path / "out")
+    assert back.summary_csv == res.summary_csv and back.name == "py_user"
+    assert len(back.plot().lines) == 2
+    with pytest.raises(FileNotFoundError, match="summary.csv"):
+        dpbandits.load(tmp_path)
+    out = subprocess.run([sys.executable, "-m", "dpbandits", "list"], capture_output=True, text=True, check=True)
+    assert "adac_ucb" in out.stdout

@@ -191,14 +191,26 @@ fn action_set(actions: &Bound<'_, PyAny>) -> PyResult<(usize, usize, Vec<f64>)> 
 #[pymethods]
 impl Policy {
     #[new]
-    #[pyo3(signature = (kind, *, seed = 0, **params))]
-    fn new(kind: &str, seed: u64, params: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
+    #[pyo3(signature = (kind, *, seed = None, **params))]
+    fn new(
+        kind: &str,
+        seed: Option<&Bound<'_, PyAny>>,
+        params: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Self> {
+        let seed = seed.map_or(Ok(0), |s| index("seed", s, u64::MAX))?;
         // The keyword arguments are the session's table: the problem's keys (numpy arrays and
         // lists of arm vectors as TOML arrays) and the kind's parameters.
         let table = match params {
             Some(d) => dict_to_table("", d)?,
             None => toml::Table::new(),
         };
+        if let Some(a) = table.get("arms").and_then(toml::Value::as_integer)
+            && a < 2
+        {
+            return Err(PyValueError::new_err(format!(
+                "arms = {a}: expected an integer >= 2 (a bandit needs at least two arms)"
+            )));
+        }
         Ok(Policy::of(
             Session::from_table(kind, table, seed).map_err(err)?,
         ))
@@ -257,7 +269,14 @@ impl Policy {
     /// Observe the reward of a chosen round of `arm` (contextual: the chosen action's index).
     /// Raises `ValueError` for a reward the policy's boundary refuses or a call outside the
     /// protocol (another arm, no chosen round waiting); the policy is then unchanged.
-    fn observe(&self, arm: usize, reward: f64) -> PyResult<()> {
+    fn observe(&self, arm: &Bound<'_, PyAny>, reward: &Bound<'_, PyAny>) -> PyResult<()> {
+        let arm = index("arm", arm, usize::MAX as u64)? as usize;
+        let reward: f64 = reward.extract().map_err(|_| {
+            pyo3::exceptions::PyTypeError::new_err(format!(
+                "reward = {}: expected a number (a float, an int or a numpy scalar)",
+                reward.repr().map(|r| r.to_string()).unwrap_or_default()
+            ))
+        })?;
         self.session().observe(arm, reward).map_err(err)
     }
 
@@ -835,6 +854,29 @@ pub struct Experiment {
     /// Whether Python code runs inside the jobs (a Python environment or user policies): such
     /// plans run on the calling thread, which holds the GIL.
     callbacks: bool,
+}
+
+/// A non-negative integer argument (`seed`, `arm`): an int or a numpy integer; a negative or
+/// too large value is a `ValueError` naming `field`, a non-integer a `TypeError`.
+fn index(field: &str, v: &Bound<'_, PyAny>, max: u64) -> PyResult<u64> {
+    let repr = || v.repr().map(|r| r.to_string()).unwrap_or_default();
+    if v.is_instance_of::<PyBool>() {
+        return Err(pyo3::exceptions::PyTypeError::new_err(format!(
+            "{field} = {}: expected an integer",
+            repr()
+        )));
+    }
+    match v.extract::<i128>() {
+        Ok(n) if (0..=i128::from(max)).contains(&n) => Ok(n as u64),
+        Ok(_) => Err(PyValueError::new_err(format!(
+            "{field} = {}: expected an integer in [0, {max}]",
+            repr()
+        ))),
+        Err(_) => Err(pyo3::exceptions::PyTypeError::new_err(format!(
+            "{field} = {}: expected an integer",
+            repr()
+        ))),
+    }
 }
 
 /// A count (`runs`, `horizon`): an int, a numpy integer or an integral float (`1e5`).
