@@ -27,9 +27,21 @@ __version__ = _native.version()
 
 
 def kinds() -> List[Dict[str, str]]:
-    """Every registry kind: ``kind``, ``setting``, ``name`` (paper name), ``example`` (TOML)."""
+    """Every registry kind: ``kind``, ``setting``, ``name`` (paper name), ``parameters`` (each
+    parameter with its range and default, the text ``dpbandits list`` prints), ``example`` (the
+    example parameters as TOML, the keyword arguments of ``Policy``; empty for a kind whose
+    parameters all have defaults) and ``table`` (a complete ``[[policy]]`` table, ``kind`` line
+    included, for every kind)."""
     return [
-        {"kind": k, "setting": s, "name": n, "example": e} for (k, s, n, e) in _native.kinds()
+        {
+            "kind": k,
+            "setting": s,
+            "name": n,
+            "parameters": p,
+            "example": e,
+            "table": f'kind = "{k}"\n' + e.strip() + ("\n" if e.strip() else ""),
+        }
+        for (k, s, n, e, p) in _native.kinds()
     ]
 
 

@@ -415,3 +415,19 @@ def test_result_views_load_plot_and_module_cli(tmp_path):
         dpbandits.load(tmp_path)
     out = subprocess.run([sys.executable, "-m", "dpbandits", "list"], capture_output=True, text=True, check=True)
     assert "adac_ucb" in out.stdout
+
+
+def test_kinds_give_parameters_and_a_working_example_for_every_kind():
+    import tomllib
+
+    ks = dpbandits.kinds()
+    assert len(ks) >= 29
+    for k in ks:
+        assert k["parameters"].strip(), k["kind"]
+        t = tomllib.loads(k["table"])
+        assert t == {"kind": k["kind"], **tomllib.loads(k["example"])}
+    # The example runs as a [[policy]] table of its setting (finite-armed ones here).
+    finite = [tomllib.loads(k["table"]) for k in ks if k["setting"] == "finite_armed"]
+    spec = {"horizon": 200, "runs": 1, "env": {"kind": "bernoulli", "means": [0.6, 0.4]}}
+    res = dpbandits.run({**spec, "policy": finite[:6]})
+    assert not res.errors

@@ -1271,9 +1271,11 @@ impl Outcome {
     }
 }
 
-/// Every registry kind: `[(kind, setting, paper name, example parameters as TOML)]`.
+/// Every registry kind: `[(kind, setting, paper name, example parameters as TOML, parameters)]`
+/// (`parameters`: the `# Parameters` section of its module documentation, as `dpbandits list`
+/// prints it: each parameter with its range and default).
 #[pyfunction]
-fn kinds() -> Vec<(String, String, String, String)> {
+fn kinds() -> Vec<(String, String, String, String, String)> {
     registry::POLICIES
         .iter()
         .map(|e| {
@@ -1282,6 +1284,7 @@ fn kinds() -> Vec<(String, String, String, String)> {
                 setting_id(e.setting()),
                 e.info.name.to_string(),
                 e.info.example.to_string(),
+                e.parameters(),
             )
         })
         .collect()
