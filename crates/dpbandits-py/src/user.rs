@@ -22,7 +22,10 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::sync::{Arc, Mutex};
 
-use crate::lock;
+/// The mutex's value, also after a panic elsewhere (this file imports nothing from lib.rs).
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// The first Python exception raised by a callback of a run (the run stops; `run` raises it).
 pub type Raised = Arc<Mutex<Option<PyErr>>>;
