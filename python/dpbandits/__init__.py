@@ -22,25 +22,80 @@ import numpy as np
 from . import _native
 from ._native import Policy
 
-__all__ = ["Policy", "Result", "run", "kinds", "RayExecutor", "__version__"]
+__all__ = ["Policy", "Result", "Saved", "load", "CellError", "policy_generator", "run", "kinds", "RayExecutor", "__version__"]
 __version__ = _native.version()
 
 
 def kinds() -> List[Dict[str, str]]:
-    """Every registry kind: ``kind``, ``setting``, ``name`` (paper name), ``example`` (TOML)."""
+    """Every registry kind: ``kind``, ``setting``, ``name`` (paper name), ``parameters`` (each
+    parameter with its range and default, the text ``dpbandits list`` prints), ``example`` (the
+    example parameters as TOML, the keyword arguments of ``Policy``; empty for a kind whose
+    parameters all have defaults) and ``table`` (a complete ``[[policy]]`` table, ``kind`` line
+    included, for every kind)."""
     return [
-        {"kind": k, "setting": s, "name": n, "example": e} for (k, s, n, e) in _native.kinds()
+        {
+            "kind": k,
+            "setting": s,
+            "name": n,
+            "parameters": p,
+            "example": e,
+            "table": f'kind = "{k}"\n' + e.strip() + ("\n" if e.strip() else ""),
+        }
+        for (k, s, n, e, p) in _native.kinds()
     ]
 
 
+class _Tables:
+    """What a run's result and a saved folder share: the notebook display and the plot."""
+
+    name: str
+
+    @property
+    def summary(self) -> Any:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def _repr_html_(self) -> str:
+        s = self.summary
+        if "t" in s.columns:
+            last = s[s["t"] == s["t"].max()]
+        else:
+            last = s
+        return f"<p><b>dpbandits</b> {self.name}: {len(s)} summary rows</p>" + last.to_html(
+            index=False, max_rows=40
+        )
+
+    def plot(self, ax: Any = None, band: bool = True, labels: Optional[List[str]] = None) -> Any:
+        """Mean cumulative regret against ``t`` per cell, with the 5%-95% band of the runs
+        (``q05``/``q95``) when ``band``; log-scaled ``t``. Returns the matplotlib Axes."""
+        import matplotlib.pyplot as plt
+
+        s = self.summary
+        if "t" not in s.columns:
+            raise ValueError("plot: a BAI result has no curve (its summary is per algorithm)")
+        if ax is None:
+            _fig, ax = plt.subplots()
+        for label in labels or list(dict.fromkeys(s["label"])):
+            c = s[s["label"] == label]
+            if c["mean"].isna().all():
+                continue
+            ax.plot(c["t"], c["mean"], label=label)
+            if band:
+                ax.fill_between(c["t"], c["q05"], c["q95"], alpha=0.2)
+        ax.set_xscale("log")
+        ax.set(xlabel="t", ylabel="cumulative regret (mean, 5%-95% of runs)")
+        ax.legend()
+        return ax
+
+
 @dataclass
-class Result:
+class Result(_Tables):
     """The result of :func:`run`.
 
     ``summary``: the tidy summary table (pandas DataFrame; the CLI's ``summary.csv``).
     ``runs``: ``{label: array}``, per cell a ``runs x checkpoints`` float64 array of cumulative
-    regret (BAI: ``runs x fields``, see ``columns``). ``manifest``: the manifest as a dict.
-    ``save(dir)`` writes the folder the CLI writes.
+    regret (BAI: ``runs x fields``, see ``columns``); ``frame()`` the same as one long DataFrame.
+    ``manifest``: the manifest as a dict. ``save(dir)`` writes the folder the CLI writes
+    (:func:`load` reads it back). ``plot()`` draws the curves with bands.
     """
 
     _outcome: Any
@@ -51,14 +106,14 @@ class Result:
         return self._outcome.summary_csv()
 
     @property
-    def summary(self):
+    def summary(self) -> Any:
         import pandas as pd
 
         return pd.read_csv(io.StringIO(self.summary_csv), keep_default_na=False, na_values=[""])
 
     @property
-    def runs(self) -> Dict[str, np.ndarray]:
-        out = {}
+    def runs(self) -> Dict[str, Optional[np.ndarray]]:
+        out: Dict[str, Optional[np.ndarray]] = {}
         for label, _kind, values in self._outcome.runs():
             out[label] = values if isinstance(values, np.ndarray) else None
         return out
@@ -68,9 +123,31 @@ class Result:
         return {l: v for (l, _k, v) in self._outcome.runs() if isinstance(v, str)}
 
     @property
-    def columns(self) -> List[str]:
-        """The checkpoints (regret settings) or BAI outcome fields: the columns of ``runs``."""
-        return self._outcome.columns()
+    def columns(self) -> List[Union[int, str]]:
+        """The checkpoints (regret settings: ints) or BAI outcome fields (str): the columns of
+        ``runs``."""
+        return [int(c) if c.isdigit() else c for c in self._outcome.columns()]
+
+    def frame(self) -> Any:
+        """Every run as a long DataFrame: ``label, kind, run`` and one row per checkpoint ``t``
+        with its ``regret`` (BAI: one row per run, a column per outcome field). Failed cells are
+        left out (``errors``)."""
+        import pandas as pd
+
+        parts = []
+        cols = self.columns
+        for label, kind, values in self._outcome.runs():
+            if not isinstance(values, np.ndarray):
+                continue
+            df = pd.DataFrame(values, columns=cols)
+            df.insert(0, "run", np.arange(len(df)))
+            df.insert(0, "kind", kind)
+            df.insert(0, "label", label)
+            if cols and isinstance(cols[0], int):
+                df = df.melt(id_vars=["label", "kind", "run"], var_name="t", value_name="regret")
+                df["t"] = df["t"].astype("int64")
+            parts.append(df)
+        return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
     @property
     def manifest(self) -> Dict[str, Any]:
@@ -81,7 +158,44 @@ class Result:
         return self._outcome.save(os.fspath(dir), force)
 
 
-def _spec_arg(spec: Union[str, os.PathLike, Mapping[str, Any]]):
+@dataclass
+class Saved(_Tables):
+    """A results folder read back by :func:`load`: ``summary`` (DataFrame), ``manifest``
+    (dict), ``errors`` (the manifest's failed cells), ``plot()``. The per-run values stay in
+    the folder's journal (``dpbandits run --resume`` reads it); a saved folder has no ``runs``."""
+
+    folder: str
+    name: str
+    summary_csv: str
+    manifest: Dict[str, Any]
+
+    @property
+    def summary(self) -> Any:
+        import pandas as pd
+
+        return pd.read_csv(io.StringIO(self.summary_csv), keep_default_na=False, na_values=[""])
+
+    @property
+    def errors(self) -> Dict[str, str]:
+        errs = self.manifest.get("errors") or {}
+        return dict(errs) if isinstance(errs, Mapping) else {}
+
+
+def load(folder: Union[str, os.PathLike]) -> Saved:
+    """Read a results folder written by ``Result.save`` or ``dpbandits run``."""
+    d = os.fspath(folder)
+    for f in ("summary.csv", "manifest.json"):
+        if not os.path.exists(os.path.join(d, f)):
+            raise FileNotFoundError(f"folder = {d!r}: no {f} (not a dpbandits results folder)")
+    with open(os.path.join(d, "summary.csv"), encoding="utf-8") as f:
+        csv = f.read()
+    with open(os.path.join(d, "manifest.json"), encoding="utf-8") as f:
+        manifest = json.load(f)
+    return Saved(d, str(manifest.get("experiment", os.path.basename(d))), csv, manifest)
+
+
+def _spec_arg(spec: Union[str, os.PathLike, Mapping[str, Any]]) -> Union[str, Dict[str, Any]]:
+    """The spec as TOML text or a dict of the TOML file's structure (a path is read)."""
     if isinstance(spec, Mapping):
         return dict(spec)
     if isinstance(spec, (str, os.PathLike)):
@@ -90,12 +204,114 @@ def _spec_arg(spec: Union[str, os.PathLike, Mapping[str, Any]]):
             with open(s, encoding="utf-8") as f:
                 return f.read()
         return s
-    raise ValueError(f"spec = {spec!r}: expected a path to a TOML file, TOML text or a dict")
+    raise TypeError(f"spec = {spec!r}: expected a path to a TOML file, TOML text or a dict")
 
 
-def _run_shard(canonical: str, index: int, count: int, threads: Optional[int]):
+def _label_of(factory: Any) -> str:
+    return str(getattr(factory, "label", None) or getattr(factory, "__name__", None) or "user_policy")
+
+
+def _user_policies(spec: Dict[str, Any], policies: Any) -> List[Tuple[int, str, Any]]:
+    """Replace the user policies of ``spec["policy"]`` (a class or callable, or a table with a
+    callable ``policy``) by ``{"kind": "python", "label": ...}`` tables, append those of
+    ``policies=`` (a dict label -> factory, or a list of factories), and return
+    ``[(index, label, factory)]``."""
+    tables = list(spec.get("policy") or [])
+    if isinstance(tables, Mapping):
+        tables = [tables]
+    out: List[Tuple[int, str, Any]] = []
+    extra: List[Tuple[str, Any]] = []
+    if isinstance(policies, Mapping):
+        extra = [(str(k), v) for k, v in policies.items()]
+    elif policies is not None:
+        extra = [(_label_of(f), f) for f in policies]
+    for label, f in extra:
+        tables.append({"policy": f, "label": label})
+    for i, t in enumerate(tables):
+        if callable(t) and not isinstance(t, Mapping):
+            t = {"policy": t}
+        if isinstance(t, Mapping) and callable(t.get("policy")):
+            rest = set(t) - {"policy", "label", "kind"}
+            if rest or t.get("kind", "python") != "python":
+                raise ValueError(
+                    f"policy[{i}]: a user policy table has policy=, label= (and kind = "
+                    f"\"python\"); found {sorted(rest) or t.get('kind')!r}: give parameters to "
+                    "the factory (e.g. functools.partial)"
+                )
+            label = str(t.get("label") or _label_of(t["policy"]))
+            out.append((i, label, t["policy"]))
+            tables[i] = {"kind": "python", "label": label}
+    if tables:
+        spec["policy"] = tables
+    return out
+
+
+_DEFAULTS = {"name": "experiment", "master_seed": 0}
+
+
+def _with_defaults(
+    spec: Dict[str, Any], runs: Any, horizon: Any
+) -> Dict[str, Any]:
+    """Spec defaults: ``name`` and ``master_seed`` (documented), ``runs`` / ``horizon`` from the
+    keyword arguments when the spec has none; every missing or wrong top-level field at once."""
+    for k, v in _DEFAULTS.items():
+        spec.setdefault(k, v)
+    if "runs" not in spec and runs is not None:
+        spec["runs"] = runs
+    if "horizon" not in spec and horizon is not None:
+        spec["horizon"] = horizon
+    problems = []
+    for k in ("horizon", "runs"):
+        if k not in spec:
+            problems.append(f"{k}: missing (give it in the spec or as run({k}=...))")
+    if "env" not in spec:
+        problems.append("env: missing (an [env] table, or run(env=...) with a Python environment)")
+    if not spec.get("policy"):
+        problems.append("policy: missing (a list of tables with kind = ..., or user policies)")
+    if problems:
+        raise ValueError("spec: " + "; ".join(problems))
+    return spec
+
+
+def policy_generator(master_seed: int, label: str, run: int) -> np.random.Generator:
+    """The generator :func:`run` gives the user policy labelled ``label`` in run ``run``:
+    ``numpy.random.Generator(PCG64(s))`` with ``s`` derived from ``master_seed`` by the named
+    derivations ``POLICY_RUN`` (keyed by the label) and ``POLICY_USER`` (crates/dpbandits/src/rng.rs).
+    """
+    return np.random.Generator(np.random.PCG64(_native.user_policy_seed(master_seed, label, run)))
+
+
+class CellError(ValueError):
+    """Raised by :func:`run` when a cell failed (``errors="raise"``, the default). ``result`` is
+    the :class:`Result` (its ``errors`` holds every failed cell's message)."""
+
+    def __init__(self, message: str, result: "Result"):
+        super().__init__(message)
+        self.result = result
+
+
+def _dumps(obj: Any) -> bytes:
+    try:
+        import cloudpickle  # Ray and Dask ship it: classes defined in a notebook travel too
+    except ImportError:  # pragma: no cover
+        import pickle
+
+        return pickle.dumps(obj)
+    return cloudpickle.dumps(obj)
+
+
+def _run_shard(
+    canonical: str,
+    index: int,
+    count: int,
+    threads: Optional[int],
+    user: Optional[bytes] = None,
+):
     """One shard of an experiment, run in a worker (Ray task, Dask task, executor job)."""
-    exp = _native.Experiment(canonical)
+    import pickle
+
+    policies = pickle.loads(user) if user is not None else None
+    exp = _native.Experiment(canonical, policies=policies)
     return exp.run_shard(index, count, threads)
 
 
@@ -127,7 +343,7 @@ def _executor_of(executor):
         return RayExecutor()
     if hasattr(executor, "submit"):
         return executor
-    raise ValueError(
+    raise TypeError(
         f"executor = {executor!r}: expected a concurrent.futures.Executor, a dask "
         "distributed.Client, dpbandits.RayExecutor() or the ray module"
     )
@@ -142,6 +358,8 @@ def run(
     shards: Optional[int] = None,
     env: Any = None,
     progress: Optional[Callable[[int, int], None]] = None,
+    policies: Any = None,
+    errors: str = "raise",
 ) -> Result:
     """Run an experiment: ``spec`` is a TOML path, TOML text or a dict of the file's structure.
 
@@ -150,13 +368,30 @@ def run(
     Rust simulates. ``progress(done, total)`` is called about every 0.1 s (e.g. a tqdm update).
     ``executor``: shards of jobs (job ``j`` to shard ``j mod shards``, the CLI's ``--shard``)
     are submitted as tasks and merged; the result is byte-identical to the local run.
-    ``env``: a Python environment (``means`` and ``pull(arm, t)``, optional ``pull_sum``), or a
-    callable ``make(seed)`` returning one, replacing the file's ``[env]`` (finite-armed only).
+    ``env``: a Python environment (``means`` or ``means_at(t)``, and ``pull(arm, t)``, optional
+    ``pull_sum``, ``reward_range``), or a callable ``make(seed)`` returning one, replacing the
+    file's ``[env]`` (finite-armed only).
+    ``policies``: user policies (``{label: make}`` or ``[make, ...]``; ``make(arms, rng)``
+    returns an object with ``choose()`` and ``observe(arm, reward)``), run next to the spec's
+    kinds; a spec's ``policy`` list may also hold them (``{"policy": make, "label": ...}``).
+    ``errors``: ``"raise"`` (default: a failed cell raises :class:`CellError`) or
+    ``"collect"`` (failed cells are in ``Result.errors``, their status in the summary).
     """
+    if errors not in ("raise", "collect"):
+        raise ValueError(f"errors = {errors!r}: expected 'raise' or 'collect'")
     text = _spec_arg(spec)
-    if env is not None and isinstance(text, dict):
-        text.setdefault("env", {"kind": "python"})
-    exp = _native.Experiment(text, runs, horizon, env)
+    if isinstance(text, dict):
+        user = _user_policies(text, policies)
+        if env is not None:
+            text.setdefault("env", {"kind": "python"})
+        text = _with_defaults(text, runs, horizon)
+    else:
+        # TOML text: user policies are appended as placeholder tables after the file's own.
+        extra: Dict[str, Any] = {"policy": [None] * _native.policy_count(text)}
+        user = _user_policies(extra, policies)
+        for _i, label, _f in user:
+            text += f"\n[[policy]]\nkind = \"python\"\nlabel = {json.dumps(label)}\n"
+    exp = _native.Experiment(text, runs, horizon, env, user or None)
     ex = _executor_of(executor)
     if ex is None:
         rows = exp.run_shard(0, 1, threads, progress)
@@ -169,13 +404,22 @@ def run(
         n = shards if shards is not None else max(1, min(exp.jobs, 16))
         if not isinstance(n, int) or n < 1:
             raise ValueError(f"shards = {shards!r}: expected an integer >= 1")
-        futures = [ex.submit(_run_shard, exp.canonical, i, n, threads) for i in range(n)]
+        blob = _dumps(user) if user else None
+        futures = [ex.submit(_run_shard, exp.canonical, i, n, threads, blob) for i in range(n)]
         rows = []
         for i, f in enumerate(futures):
             rows.extend(f.result())
             if progress is not None:
                 progress(len(rows), exp.jobs)
-    return Result(exp.assemble(rows), exp.name)
+    res = Result(exp.assemble(rows), exp.name)
+    if errors == "raise" and res.errors:
+        failed = "; ".join(f"{k}: {v}" for k, v in res.errors.items())
+        raise CellError(
+            f"{len(res.errors)} cell(s) failed (run(..., errors='collect') keeps the others): "
+            + failed,
+            res,
+        )
+    return res
 
 
 def _param_text(v: Any) -> str:
@@ -234,3 +478,73 @@ def replay(
 
 
 __all__.append("replay")
+
+
+def audit(
+    policy: Any,
+    *,
+    params: Optional[Mapping[str, Any]] = None,
+    label: Optional[str] = None,
+    runs: int = 4000,
+    seed: int = 20240917,
+    deltas: Optional[List[float]] = None,
+    noise_multiplier: float = 1.0,
+    confidence: float = 0.95,
+    horizon: Optional[int] = None,
+    arms: int = 2,
+    scenarios: Optional[List[str]] = None,
+    threads: Optional[int] = None,
+    frame: bool = False,
+) -> Any:
+    """The empirical privacy audit (``dpbandits audit``; docs/privacy.md) of a registry kind
+    (``policy="adac_ucb", params={"rho": 0.5}``) or of a user policy (``policy=Make``, a
+    callable ``make(arms, rng)`` whose ``guarantee`` attribute states the claim, e.g.
+    ``{"epsilon": 1.0}``), black-box on its decisions. Returns the CLI's ``--json`` report as a
+    dict (``verdict``, ``eps_lower_bound``, ``claimed``, ``results``: one row per scenario and
+    delta, ``pandas.DataFrame(report["results"])``). The bound holds with probability
+    ``confidence`` over all scenarios at once: a correctly private policy fails with probability
+    at most ``1 - confidence``. ``frame=True``: the ``results`` as a pandas DataFrame with the
+    rest of the report in ``df.attrs``."""
+    if isinstance(policy, str):
+        kind, factory = policy, None
+        items = [f"{k}={_param_text(v)}" for k, v in (params or {}).items()]
+    elif callable(policy):
+        if params:
+            raise ValueError(
+                "params: a user policy takes no params= (give them to its factory, e.g. "
+                "functools.partial)"
+            )
+        kind, factory, items = None, policy, []
+        label = label or _label_of(policy)
+    else:
+        raise TypeError(
+            f"policy = {policy!r}: expected a registry kind (str) or a user policy "
+            "(a callable make(arms, rng))"
+        )
+    text = _native.audit_json(
+        kind,
+        items,
+        factory,
+        label,
+        int(runs),
+        int(seed),
+        [float(d) for d in (deltas or [])],
+        float(noise_multiplier),
+        float(confidence),
+        None if horizon is None else int(horizon),
+        int(arms),
+        list(scenarios or []),
+        threads,
+    )
+    report = json.loads(text)
+    if frame:
+        import pandas as pd
+
+        rows = report.pop("results")
+        df = pd.DataFrame(rows)
+        df.attrs.update(report)
+        return df
+    return report
+
+
+__all__.append("audit")

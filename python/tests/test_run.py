@@ -90,7 +90,7 @@ def test_bad_specs_raise_value_error_naming_the_field(small_spec):
         dpbandits.run(small_spec)
     with pytest.raises(ValueError, match="threads"):
         dpbandits.run({**small_spec, "policy": [{"kind": "ucb1"}]}, threads=0)
-    with pytest.raises(ValueError, match="spec"):
+    with pytest.raises(TypeError, match="spec"):
         dpbandits.run(42)
 
 

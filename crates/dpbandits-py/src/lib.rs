@@ -31,6 +31,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 mod replay;
+mod user;
 
 /// A library error as a Python exception: `OSError` for I/O, `ValueError` for everything else
 /// (the message names the field, the value and what is allowed).
@@ -190,14 +191,26 @@ fn action_set(actions: &Bound<'_, PyAny>) -> PyResult<(usize, usize, Vec<f64>)> 
 #[pymethods]
 impl Policy {
     #[new]
-    #[pyo3(signature = (kind, *, seed = 0, **params))]
-    fn new(kind: &str, seed: u64, params: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
+    #[pyo3(signature = (kind, *, seed = None, **params))]
+    fn new(
+        kind: &str,
+        seed: Option<&Bound<'_, PyAny>>,
+        params: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Self> {
+        let seed = seed.map_or(Ok(0), |s| index("seed", s, u64::MAX))?;
         // The keyword arguments are the session's table: the problem's keys (numpy arrays and
         // lists of arm vectors as TOML arrays) and the kind's parameters.
         let table = match params {
             Some(d) => dict_to_table("", d)?,
             None => toml::Table::new(),
         };
+        if let Some(a) = table.get("arms").and_then(toml::Value::as_integer)
+            && a < 2
+        {
+            return Err(PyValueError::new_err(format!(
+                "arms = {a}: expected an integer >= 2 (a bandit needs at least two arms)"
+            )));
+        }
         Ok(Policy::of(
             Session::from_table(kind, table, seed).map_err(err)?,
         ))
@@ -256,7 +269,14 @@ impl Policy {
     /// Observe the reward of a chosen round of `arm` (contextual: the chosen action's index).
     /// Raises `ValueError` for a reward the policy's boundary refuses or a call outside the
     /// protocol (another arm, no chosen round waiting); the policy is then unchanged.
-    fn observe(&self, arm: usize, reward: f64) -> PyResult<()> {
+    fn observe(&self, arm: &Bound<'_, PyAny>, reward: &Bound<'_, PyAny>) -> PyResult<()> {
+        let arm = index("arm", arm, usize::MAX as u64)? as usize;
+        let reward: f64 = reward.extract().map_err(|_| {
+            pyo3::exceptions::PyTypeError::new_err(format!(
+                "reward = {}: expected a number (a float, an int or a numpy scalar)",
+                reward.repr().map(|r| r.to_string()).unwrap_or_default()
+            ))
+        })?;
         self.session().observe(arm, reward).map_err(err)
     }
 
@@ -487,47 +507,91 @@ mod legacy {
 
 /// A finite-armed environment written in Python: an object with `means` (the arms' mean
 /// rewards, for the regret) and `pull(arm, t)`, optionally `pull_sum(arm, t, n)` (the exact sum
-/// of `n` rewards, used by the episode fast path) and `reward_range = (lo, hi)` (rewards inside a
+/// of `n` rewards, used by the episode fast path), `reward_range = (lo, hi)` (rewards inside a
 /// private policy's boundary let the run loop draw whole episodes with `pull_sum`; without it
-/// rewards are admitted one by one). Or a callable `make(seed)` returning such an object: it is
-/// called once per run with the run's environment seed.
+/// rewards are admitted one by one) and `means_at(t)` (the means at round `t`, 0-based: the
+/// regret is then the dynamic regret). Or a callable `make(seed)` returning such an object: it is
+/// called once per run with the run's environment seed (and once more, with seed 0, to read
+/// `means` and `reward_range` when the experiment is planned).
+///
+/// Nothing silently wrong: a reward that is NaN, infinite or outside `n * reward_range` fails its
+/// run (the cell's error names it); an environment without `means_at` whose `means` attribute
+/// changes during a run fails it too (the static regret would be wrong); one that declares
+/// `stationary = False` without `means_at` is refused when the experiment is planned.
 #[derive(Debug)]
 struct PyEnvConfig {
     obj: Py<PyAny>,
     factory: bool,
     means: Vec<f64>,
     range: (f64, f64),
-    /// The first Python exception raised by a callback (a run that hit one fails; `run` raises it).
-    error: Arc<Mutex<Option<PyErr>>>,
+    dynamic: bool,
+    /// A Python exception raised by a callback (the run stops; `run` raises it).
+    error: user::Raised,
+    /// Why the current run fails (a bad reward, means that changed): taken after each job.
+    fault: Arc<Mutex<Option<String>>>,
 }
 
-fn env_attrs(obj: &Bound<'_, PyAny>) -> PyResult<(Vec<f64>, (f64, f64))> {
+fn means_of(v: &Bound<'_, PyAny>) -> Option<Vec<f64>> {
+    v.extract::<Vec<f64>>()
+        .ok()
+        .or_else(|| v.call_method0("tolist").ok()?.extract().ok())
+}
+
+fn env_attrs(obj: &Bound<'_, PyAny>) -> PyResult<(Vec<f64>, (f64, f64), bool)> {
     if !obj.hasattr("pull")? {
         return Err(PyValueError::new_err(
             "env: expected an object with pull(arm, t) and means (or a callable make(seed) returning one)",
         ));
     }
-    let means: Vec<f64> = obj
-        .getattr("means")
-        .and_then(|m| m.call_method0("__iter__").and_then(|_| m.extract()))
-        .or_else(|_| obj.getattr("means")?.call_method0("tolist")?.extract())
-        .map_err(|_| {
-            PyValueError::new_err(
-                "env.means: expected a sequence of the arms' mean rewards (floats)",
-            )
-        })?;
+    let dynamic = obj.hasattr("means_at")?;
+    let means = if dynamic {
+        obj.call_method1("means_at", (0u64,))
+            .ok()
+            .and_then(|m| means_of(&m))
+            .ok_or_else(|| {
+                PyValueError::new_err(
+                    "env.means_at(0): expected a sequence of the arms' mean rewards (floats)",
+                )
+            })?
+    } else {
+        obj.getattr("means")
+            .ok()
+            .and_then(|m| means_of(&m))
+            .ok_or_else(|| {
+                PyValueError::new_err(
+                    "env.means: expected a sequence of the arms' mean rewards (floats); a non-stationary environment gives means_at(t)",
+                )
+            })?
+    };
     if means.len() < 2 || means.iter().any(|m| !m.is_finite()) {
         return Err(PyValueError::new_err(format!(
             "env.means = {means:?}: expected at least 2 finite means"
         )));
     }
+    if !dynamic
+        && let Ok(st) = obj.getattr("stationary")
+        && !st.is_truthy()?
+    {
+        return Err(PyValueError::new_err(
+            "env.stationary = False, but env has no means_at(t): the regret of a non-stationary \
+             environment needs its means at every round (give means_at(t) -> the K means at round t, 0-based)",
+        ));
+    }
     let range = match obj.getattr("reward_range") {
-        Ok(r) => r.extract::<(f64, f64)>().map_err(|_| {
-            PyValueError::new_err("env.reward_range: expected a pair (lo, hi) of floats")
-        })?,
+        Ok(r) => {
+            let (lo, hi) = r.extract::<(f64, f64)>().map_err(|_| {
+                PyValueError::new_err("env.reward_range: expected a pair (lo, hi) of floats")
+            })?;
+            if lo.is_nan() || hi.is_nan() || lo >= hi {
+                return Err(PyValueError::new_err(format!(
+                    "env.reward_range = ({lo}, {hi}): expected lo < hi"
+                )));
+            }
+            (lo, hi)
+        }
         Err(_) => (f64::NEG_INFINITY, f64::INFINITY),
     };
-    Ok((means, range))
+    Ok((means, range, dynamic))
 }
 
 impl EnvConfig for PyEnvConfig {
@@ -546,16 +610,16 @@ impl EnvConfig for PyEnvConfig {
     fn build(&self, seed: u64) -> dpbandits::Result<Box<dyn Environment>> {
         Python::attach(|py| {
             let obj = if self.factory {
-                let o = self
-                    .obj
-                    .bind(py)
-                    .call1((seed,))
+                let o = self.obj.bind(py).call1((seed,)).map_err(|e| {
+                    let msg = format!("env factory (seed {seed}): {e}");
+                    lock(&self.error).get_or_insert(e);
+                    Error::Config(msg)
+                })?;
+                let (means, range, dynamic) = env_attrs(&o)
                     .map_err(|e| Error::Config(format!("env factory (seed {seed}): {e}")))?;
-                let (means, range) = env_attrs(&o)
-                    .map_err(|e| Error::Config(format!("env factory (seed {seed}): {e}")))?;
-                if means != self.means || range != self.range {
+                if means != self.means || range != self.range || dynamic != self.dynamic {
                     return Err(Error::Config(format!(
-                        "env factory (seed {seed}): means/reward_range differ from the first instance's"
+                        "env factory (seed {seed}): means/reward_range/means_at differ from the first instance's"
                     )));
                 }
                 o.unbind()
@@ -566,15 +630,23 @@ impl EnvConfig for PyEnvConfig {
             Ok(Box::new(PyEnv {
                 obj,
                 has_sum,
+                dynamic: self.dynamic,
+                cache: std::cell::RefCell::new(None),
                 means: self.means.clone(),
                 best: self.means.iter().copied().fold(f64::NEG_INFINITY, f64::max),
                 range: self.range,
                 error: self.error.clone(),
+                fault: self.fault.clone(),
             }) as Box<dyn Environment>)
         })
     }
     fn describe(&self) -> serde_json::Value {
-        serde_json::json!({"kind": "python", "means": self.means, "reward_range": [self.range.0, self.range.1]})
+        serde_json::json!({
+            "kind": "python",
+            "means": self.means,
+            "reward_range": [self.range.0, self.range.1],
+            "regret": if self.dynamic { "dynamic (means_at(t))" } else { "static (means, checked unchanged after every pull)" },
+        })
     }
 }
 
@@ -582,33 +654,116 @@ impl EnvConfig for PyEnvConfig {
 struct PyEnv {
     obj: Py<PyAny>,
     has_sum: bool,
+    dynamic: bool,
+    /// `means_at(t)` of the last `t` asked: `(t, means, best)`.
+    cache: std::cell::RefCell<Option<(u64, Vec<f64>, f64)>>,
     means: Vec<f64>,
     best: f64,
     range: (f64, f64),
-    error: Arc<Mutex<Option<PyErr>>>,
+    error: user::Raised,
+    fault: Arc<Mutex<Option<String>>>,
 }
 
 impl PyEnv {
+    fn fail(&self, msg: impl FnOnce() -> String) {
+        lock(&self.fault).get_or_insert_with(msg);
+    }
+
     /// The declared `reward_range` is a promise the run loop relies on (a sum drawn by
     /// `pull_sum` from an environment whose range lies inside a private policy's boundary is not
-    /// clipped again): a value outside `n * reward_range` fails the run with an error naming it,
-    /// instead of silently voiding the privacy guarantee.
-    fn in_range(&self, method: &str, x: f64, n: u64) -> f64 {
+    /// clipped again): a value outside `n * reward_range`, NaN or infinite fails the run with an
+    /// error naming it, instead of silently voiding the privacy guarantee or the regret. Returns
+    /// a value the run can go on with (the run's result is replaced by the error).
+    fn in_range(&self, method: &str, x: f64, t: u64, n: u64) -> f64 {
         let (lo, hi) = (self.range.0 * n as f64, self.range.1 * n as f64);
-        if x.is_nan() || (lo <= x && x <= hi) {
+        if x.is_finite() && lo <= x && x <= hi {
             return x;
         }
-        lock(&self.error).get_or_insert_with(|| {
-            PyValueError::new_err(format!(
-                "env.{method} returned {x} for n = {n}: outside n * reward_range = [{lo}, {hi}] \
-                 (the declared reward_range must hold for every reward)"
-            ))
+        self.fail(|| {
+            if x.is_finite() {
+                format!(
+                    "env.{method} returned {x} at t = {t} for n = {n}: outside n * reward_range = [{lo}, {hi}] \
+                     (the declared reward_range must hold for every reward)"
+                )
+            } else {
+                format!(
+                    "env.{method} returned {x} at t = {t} for n = {n}: expected a finite reward (NaN and inf are refused)"
+                )
+            }
         });
-        f64::NAN
+        let safe = if lo.is_finite() { lo } else { 0.0f64.min(hi) };
+        if safe.is_finite() { safe } else { 0.0 }
+    }
+
+    /// Without `means_at`, the regret is computed from `means` as read when the run began: if the
+    /// attribute changes during the run, that figure would be wrong, so the run fails.
+    fn check_means(&self, t: u64) {
+        if self.dynamic || lock(&self.fault).is_some() {
+            return;
+        }
+        let now = Python::attach(|py| {
+            self.obj
+                .bind(py)
+                .getattr("means")
+                .ok()
+                .and_then(|m| means_of(&m))
+        });
+        if now.as_deref() != Some(&self.means[..]) {
+            self.fail(|| {
+                format!(
+                    "env.means changed during the run (at t = {t}: {:?}, was {:?}): the regret \
+                     would be computed from stale means; a non-stationary environment gives \
+                     means_at(t) (the dynamic regret)",
+                    now.unwrap_or_default(),
+                    self.means
+                )
+            });
+        }
+    }
+
+    /// `means_at(t)` and its maximum (cached for the last `t`).
+    fn at(&self, t: u64) -> (Vec<f64>, f64) {
+        if let Some((ct, m, b)) = &*self.cache.borrow()
+            && *ct == t
+        {
+            return (m.clone(), *b);
+        }
+        let got = Python::attach(
+            |py| match self.obj.bind(py).call_method1("means_at", (t,)) {
+                Ok(v) => means_of(&v).ok_or(None),
+                Err(e) => Err(Some(e)),
+            },
+        );
+        let m = match got {
+            Ok(m) if m.len() == self.means.len() && m.iter().all(|x| x.is_finite()) => m,
+            Ok(m) => {
+                self.fail(|| {
+                    format!(
+                        "env.means_at({t}) = {m:?}: expected {} finite means",
+                        self.means.len()
+                    )
+                });
+                self.means.clone()
+            }
+            Err(e) => {
+                match e {
+                    Some(e) => {
+                        lock(&self.error).get_or_insert(e);
+                    }
+                    None => {
+                        self.fail(|| format!("env.means_at({t}): expected a sequence of floats"))
+                    }
+                }
+                self.means.clone()
+            }
+        };
+        let b = m.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        *self.cache.borrow_mut() = Some((t, m.clone(), b));
+        (m, b)
     }
 
     /// Call `name(args)` under the GIL; an exception or a non-float result is kept and NaN
-    /// returned (the policy's boundary refuses NaN, so the run fails and `run` raises it).
+    /// returned (the run stops; `run` raises the exception).
     fn call(
         &self,
         f: impl for<'py> FnOnce(&Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>>,
@@ -629,26 +784,56 @@ impl Environment for PyEnv {
     fn num_arms(&self) -> usize {
         self.means.len()
     }
-    fn mean(&self, arm: usize, _t: u64) -> f64 {
-        self.means[arm]
+    fn mean(&self, arm: usize, t: u64) -> f64 {
+        if self.dynamic {
+            self.at(t).0[arm]
+        } else {
+            self.means[arm]
+        }
     }
-    fn best_mean(&self, _t: u64) -> f64 {
-        self.best
+    fn best_mean(&self, t: u64) -> f64 {
+        if self.dynamic {
+            self.at(t).1
+        } else {
+            self.best
+        }
     }
     fn pull(&mut self, arm: usize, t: u64) -> f64 {
         let x = self.call(|o| o.call_method1("pull", (arm, t)));
-        self.in_range("pull", x, 1)
+        if lock(&self.error).is_some() {
+            return f64::NAN;
+        }
+        let x = self.in_range("pull", x, t, 1);
+        self.check_means(t);
+        x
     }
     fn pull_sum(&mut self, arm: usize, t: u64, n: u64) -> f64 {
         if self.has_sum {
             let x = self.call(|o| o.call_method1("pull_sum", (arm, t, n)));
-            self.in_range("pull_sum", x, n)
+            if lock(&self.error).is_some() {
+                return f64::NAN;
+            }
+            let x = self.in_range("pull_sum", x, t, n);
+            self.check_means(t);
+            x
         } else {
             (0..n).map(|i| self.pull(arm, t + i)).sum()
         }
     }
     fn reward_range(&self) -> (f64, f64) {
         self.range
+    }
+    fn regret(&self, arm: usize, t: u64, n: u64) -> f64 {
+        if self.dynamic {
+            (t..t + n)
+                .map(|s| {
+                    let (m, b) = self.at(s);
+                    b - m[arm]
+                })
+                .sum()
+        } else {
+            (self.best - self.means[arm]) * n as f64
+        }
     }
 }
 
@@ -662,7 +847,60 @@ impl Environment for PyEnv {
 pub struct Experiment {
     plan: Arc<Plan>,
     canonical: String,
-    env_error: Option<Arc<Mutex<Option<PyErr>>>>,
+    /// A Python exception raised by a callback (environment or user policy): `run_shard` raises it.
+    raised: user::Raised,
+    /// The failure of the current job of a Python environment (a bad reward, changed means).
+    fault: Option<Arc<Mutex<Option<String>>>>,
+    /// Whether Python code runs inside the jobs (a Python environment or user policies): such
+    /// plans run on the calling thread, which holds the GIL.
+    callbacks: bool,
+}
+
+/// A non-negative integer argument (`seed`, `arm`): an int or a numpy integer; a negative or
+/// too large value is a `ValueError` naming `field`, a non-integer a `TypeError`.
+fn index(field: &str, v: &Bound<'_, PyAny>, max: u64) -> PyResult<u64> {
+    let repr = || v.repr().map(|r| r.to_string()).unwrap_or_default();
+    if v.is_instance_of::<PyBool>() {
+        return Err(pyo3::exceptions::PyTypeError::new_err(format!(
+            "{field} = {}: expected an integer",
+            repr()
+        )));
+    }
+    match v.extract::<i128>() {
+        Ok(n) if (0..=i128::from(max)).contains(&n) => Ok(n as u64),
+        Ok(_) => Err(PyValueError::new_err(format!(
+            "{field} = {}: expected an integer in [0, {max}]",
+            repr()
+        ))),
+        Err(_) => Err(pyo3::exceptions::PyTypeError::new_err(format!(
+            "{field} = {}: expected an integer",
+            repr()
+        ))),
+    }
+}
+
+/// A count (`runs`, `horizon`): an int, a numpy integer or an integral float (`1e5`).
+fn count(field: &str, v: &Bound<'_, PyAny>) -> PyResult<u64> {
+    let bad = || {
+        PyValueError::new_err(format!(
+            "{field} = {}: expected an integer >= 1 (an integral float such as 1e5 is accepted)",
+            v.repr().map(|r| r.to_string()).unwrap_or_default()
+        ))
+    };
+    if v.is_instance_of::<PyBool>() {
+        return Err(bad());
+    }
+    if let Ok(n) = v.extract::<i64>() {
+        return u64::try_from(n).ok().filter(|n| *n >= 1).ok_or_else(bad);
+    }
+    match v.extract::<f64>() {
+        Ok(x) if x.fract() == 0.0 && (1.0..=9.007_199_254_740_992e15).contains(&x) => Ok(x as u64),
+        Ok(_) => Err(bad()),
+        Err(_) => Err(pyo3::exceptions::PyTypeError::new_err(format!(
+            "{field} = {}: expected an integer >= 1",
+            v.repr().map(|r| r.to_string()).unwrap_or_default()
+        ))),
+    }
 }
 
 fn spec_of(spec: &Bound<'_, PyAny>) -> PyResult<ExperimentSpec> {
@@ -695,44 +933,67 @@ fn pool(threads: Option<usize>) -> PyResult<rayon::ThreadPool> {
 #[pymethods]
 impl Experiment {
     #[new]
-    #[pyo3(signature = (spec, runs = None, horizon = None, env = None))]
+    #[pyo3(signature = (spec, runs = None, horizon = None, env = None, policies = None))]
     fn new(
         spec: &Bound<'_, PyAny>,
-        runs: Option<u64>,
-        horizon: Option<u64>,
+        runs: Option<&Bound<'_, PyAny>>,
+        horizon: Option<&Bound<'_, PyAny>>,
         env: Option<&Bound<'_, PyAny>>,
+        policies: Option<Vec<(usize, String, Bound<'_, PyAny>)>>,
     ) -> PyResult<Self> {
+        let runs = runs.map(|v| count("runs", v)).transpose()?;
+        let horizon = horizon.map(|v| count("horizon", v)).transpose()?;
         let mut spec = spec_of(spec)?;
         spec.with_overrides(runs, horizon).map_err(err)?;
         let canonical = durable::canonical(&spec).map_err(err)?;
-        let (plan, env_error) = match env {
-            None => (Plan::new(spec).map_err(err)?, None),
+        let raised: user::Raised = Arc::new(Mutex::new(None));
+        let mut custom = vec![];
+        for (i, label, factory) in policies.unwrap_or_default() {
+            custom.push((
+                i,
+                Box::new(user::PyPolicyConfig::new(label, factory, raised.clone())?)
+                    as Box<dyn dpbandits::finite::PolicyConfig>,
+            ));
+        }
+        let callbacks = env.is_some() || !custom.is_empty();
+        let (env, fault) = match env {
+            None => (None, None),
             Some(obj) => {
-                let factory = !obj.hasattr("pull")? && obj.is_callable();
+                // A class is a factory (`env=MyEnv`: MyEnv(seed) per run), as is any callable
+                // without `pull`.
+                let factory = obj.is_instance_of::<pyo3::types::PyType>()
+                    || (!obj.hasattr("pull")? && obj.is_callable());
                 let probe = if factory {
                     obj.call1((0u64,))?
                 } else {
                     obj.clone()
                 };
-                let (means, range) = env_attrs(&probe)?;
-                let error = Arc::new(Mutex::new(None));
+                let (means, range, dynamic) = env_attrs(&probe)?;
+                let fault = Arc::new(Mutex::new(None));
                 let cfg = PyEnvConfig {
                     obj: obj.clone().unbind(),
                     factory,
                     means,
                     range,
-                    error: error.clone(),
+                    dynamic,
+                    error: raised.clone(),
+                    fault: fault.clone(),
                 };
-                (
-                    Plan::with_finite_env(spec, Box::new(cfg), &Limits::default()).map_err(err)?,
-                    Some(error),
-                )
+                (Some(Box::new(cfg) as Box<dyn EnvConfig>), Some(fault))
             }
         };
+        let plan = if env.is_none() && custom.is_empty() {
+            Plan::new(spec)
+        } else {
+            Plan::with_custom(spec, env, custom, &Limits::default())
+        }
+        .map_err(err)?;
         Ok(Experiment {
             plan: Arc::new(plan),
             canonical,
-            env_error,
+            raised,
+            fault,
+            callbacks,
         })
     }
 
@@ -757,7 +1018,13 @@ impl Experiment {
     /// Whether the environment is a Python object (such plans run in this process only).
     #[getter]
     fn python_env(&self) -> bool {
-        self.env_error.is_some()
+        self.fault.is_some()
+    }
+
+    /// Whether Python code runs inside the jobs (a Python environment or user policies).
+    #[getter]
+    fn callbacks(&self) -> bool {
+        self.callbacks
     }
 
     /// Run shard `index/count` (jobs `j mod count = index`) with the GIL released, on `threads`
@@ -778,7 +1045,7 @@ impl Experiment {
             )));
         }
         let shard = Shard { index, count };
-        let threads = if self.python_env() { Some(1) } else { threads };
+        let threads = if self.callbacks { Some(1) } else { threads };
         let pool = pool(threads)?;
         let total = shard.len(self.plan.jobs());
         let done = AtomicU64::new(0);
@@ -802,7 +1069,7 @@ impl Experiment {
             }
             *last = n;
         };
-        let rows = if self.python_env() {
+        let rows = if self.callbacks {
             // A Python environment calls back into Python for every reward: run the jobs here,
             // on the calling thread, which holds the GIL (each callback is then a plain call;
             // from another thread it would take and release the GIL, and create a Python
@@ -815,8 +1082,15 @@ impl Experiment {
                     rows.push((j, None));
                     continue;
                 }
-                rows.push((j, Some(jobs.run(j))));
+                let mut row = jobs.run(j);
+                if let Some(msg) = self.fault.as_ref().and_then(|f| lock(f).take()) {
+                    row = Err(Error::Config(msg));
+                }
+                rows.push((j, Some(row)));
                 report(py, rows.len() as u64, &mut last);
+                if lock(&self.raised).is_some() {
+                    stop.store(true, Ordering::SeqCst);
+                }
             }
             rows
         } else {
@@ -858,7 +1132,7 @@ impl Experiment {
         if let Some(e) = interrupted.or(callback_error) {
             return Err(e);
         }
-        if let Some(e) = self.env_error.as_ref().and_then(|e| lock(e).take()) {
+        if let Some(e) = lock(&self.raised).take() {
             return Err(e);
         }
         if rows.iter().any(|r| r.1.is_none()) {
@@ -997,9 +1271,11 @@ impl Outcome {
     }
 }
 
-/// Every registry kind: `[(kind, setting, paper name, example parameters as TOML)]`.
+/// Every registry kind: `[(kind, setting, paper name, example parameters as TOML, parameters)]`
+/// (`parameters`: the `# Parameters` section of its module documentation, as `dpbandits list`
+/// prints it: each parameter with its range and default).
 #[pyfunction]
-fn kinds() -> Vec<(String, String, String, String)> {
+fn kinds() -> Vec<(String, String, String, String, String)> {
     registry::POLICIES
         .iter()
         .map(|e| {
@@ -1008,9 +1284,98 @@ fn kinds() -> Vec<(String, String, String, String)> {
                 setting_id(e.setting()),
                 e.info.name.to_string(),
                 e.info.example.to_string(),
+                e.parameters(),
             )
         })
         .collect()
+}
+
+/// The number of `[[policy]]` tables of TOML text (where `run(policies=...)` appends its own).
+#[pyfunction]
+fn policy_count(text: &str) -> PyResult<usize> {
+    let t: toml::Table =
+        toml::from_str(text).map_err(|e| PyValueError::new_err(format!("spec: {e}")))?;
+    Ok(t.get("policy")
+        .and_then(|p| p.as_array())
+        .map_or(0, Vec::len))
+}
+
+/// The seed of the `numpy.random.Generator(PCG64(seed))` a user policy labelled `label` gets in
+/// run `run` of an experiment with `master_seed` (`rng::POLICY_RUN` then `rng::POLICY_USER`).
+#[pyfunction]
+fn user_policy_seed(master_seed: u64, label: &str, run: u64) -> u64 {
+    dpbandits::rng::user_policy_seed(dpbandits::rng::policy_seed(master_seed, label, run))
+}
+
+/// The empirical privacy audit (`dpbandits audit`; docs/privacy.md): of the registry `kind` with
+/// `params` (`key=value` items, the CLI's `--param`), or of the user policy `factory` (labelled
+/// `label`; black-box on its decisions, `dpbandits::audit::audit_custom`). Returns the CLI's
+/// `--json` report as JSON text. A registry kind runs on `threads` rayon workers with the GIL
+/// released; a user policy on this thread (each decision is a Python call).
+#[pyfunction]
+#[pyo3(signature = (kind, params, factory, label, runs, seed, deltas, noise_multiplier, confidence, horizon, arms, scenarios, threads))]
+#[allow(clippy::too_many_arguments)]
+fn audit_json(
+    py: Python<'_>,
+    kind: Option<String>,
+    params: Vec<String>,
+    factory: Option<Bound<'_, PyAny>>,
+    label: Option<String>,
+    runs: u64,
+    seed: u64,
+    deltas: Vec<f64>,
+    noise_multiplier: f64,
+    confidence: f64,
+    horizon: Option<u64>,
+    arms: usize,
+    scenarios: Vec<String>,
+    threads: Option<usize>,
+) -> PyResult<String> {
+    use dpbandits::audit::{self, AuditOptions, Scenario};
+    let mut opts = AuditOptions::default();
+    opts.runs = runs;
+    opts.seed = seed;
+    opts.deltas = deltas;
+    opts.noise_multiplier = noise_multiplier;
+    opts.confidence = confidence;
+    opts.horizon = horizon;
+    opts.arms = arms;
+    if !scenarios.is_empty() {
+        opts.scenarios = scenarios
+            .iter()
+            .map(|s| Scenario::parse(s))
+            .collect::<dpbandits::Result<_>>()
+            .map_err(err)?;
+    }
+    let report = match (kind, factory) {
+        (Some(kind), None) => {
+            let table = audit::parse_params(params.iter().map(String::as_str)).map_err(err)?;
+            let pool = pool(threads)?;
+            py.detach(|| pool.install(|| audit::audit(&kind, &table, &opts)))
+                .map_err(err)?
+        }
+        (None, Some(f)) => {
+            let raised: user::Raised = Arc::new(Mutex::new(None));
+            let label = label.unwrap_or_else(|| "user_policy".into());
+            let cfg = user::PyPolicyConfig::new(label, f, raised.clone())?;
+            // One worker, which takes the GIL once for the whole audit (every decision is a
+            // Python call; nested `attach` calls are then cheap).
+            let pool = pool(Some(1))?;
+            let r = py.detach(|| {
+                pool.install(|| Python::attach(|_| audit::audit_custom(Box::new(cfg), &opts)))
+            });
+            if let Some(e) = lock(&raised).take() {
+                return Err(e);
+            }
+            r.map_err(err)?
+        }
+        _ => {
+            return Err(PyValueError::new_err(
+                "audit: give a registry kind (a str) or a user policy (a callable make(arms, rng)), not both",
+            ));
+        }
+    };
+    serde_json::to_string(&report).map_err(|e| PyValueError::new_err(e.to_string()))
 }
 
 /// The crate version.
@@ -1027,5 +1392,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Outcome>()?;
     m.add_function(wrap_pyfunction!(kinds, m)?)?;
     m.add_function(wrap_pyfunction!(version, m)?)?;
+    m.add_function(wrap_pyfunction!(policy_count, m)?)?;
+    m.add_function(wrap_pyfunction!(user_policy_seed, m)?)?;
+    m.add_function(wrap_pyfunction!(audit_json, m)?)?;
     Ok(())
 }

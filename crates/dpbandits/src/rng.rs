@@ -258,6 +258,14 @@ pub const POLICY_INNER: Derivation = Derivation {
     stream: Stream::Policy,
     path: &[Coord::Const(1)],
 };
+/// The seed of a user-written (Python) policy's generator, below its run seed: the binding
+/// seeds a `numpy.random.Generator(PCG64(seed))` with it (docs/python.md, "Your own policy").
+pub const POLICY_USER: Derivation = Derivation {
+    name: "user policy generator",
+    parent: "policy run r",
+    stream: Stream::Policy,
+    path: &[Coord::Const(0x5553_4552)],
+};
 /// The coins of the randomized response of arm `a`, below the randomizer's seed.
 pub const RESPONSE_ARM: Derivation = Derivation {
     name: "randomized response of arm a",
@@ -390,6 +398,11 @@ pub fn audit_seed(master: u64, label: &str, neighbour: bool, run: u64) -> u64 {
             ..Coords::default()
         },
     )
+}
+
+/// The seed of a user-written policy's generator below its run seed ([`POLICY_USER`]).
+pub fn user_policy_seed(policy_seed: u64) -> u64 {
+    POLICY_USER.seed(policy_seed, Coords::default())
 }
 
 /// The seed of a wrapper's inner policy ([`POLICY_INNER`]).

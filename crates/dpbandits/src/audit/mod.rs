@@ -643,11 +643,116 @@ pub fn audit(kind: &str, params: &toml::Table, opts: &AuditOptions) -> Result<Au
         None => entry.build(scaled)?,
         Some(m) => build_mutant(kind, scaled, m)?,
     };
+    audit_built(
+        kind,
+        params,
+        &honest,
+        audited,
+        &g,
+        (deltas, claims),
+        opts,
+        start,
+    )
+}
+
+/// Audit a finite-armed policy configuration that is not a registry kind (a policy written in
+/// Python, `dpbandits.audit`): black-box on its decisions, exactly as [`audit`] does for a
+/// kind; `config` builds the policy of each run (`build(arms, audit seed)`) and states the claim.
+/// The budget cannot be scaled, so `noise_multiplier` must be 1.
+///
+/// # Errors
+/// As [`audit`]; a configuration that makes no privacy claim, `noise_multiplier != 1`.
+pub fn audit_custom(
+    config: Box<dyn crate::finite::PolicyConfig>,
+    opts: &AuditOptions,
+) -> Result<AuditReport> {
+    opts.validate()?;
+    let start = std::time::Instant::now();
+    if opts.noise_multiplier != 1.0 {
+        return Err(Error::param(
+            "noise_multiplier",
+            opts.noise_multiplier,
+            "1 for a policy that is not a registry kind (its budget cannot be rescaled)",
+        ));
+    }
+    let g = config.guarantee();
+    if !g.is_private() {
+        return Err(Error::param(
+            "guarantee",
+            "(none)",
+            "a privacy claim (a policy that claims nothing has nothing to audit)",
+        ));
+    }
+    let deltas = if opts.deltas.is_empty() {
+        match g.budget {
+            Budget::Zcdp { .. } => vec![1e-5],
+            _ => vec![0.0],
+        }
+    } else {
+        opts.deltas.clone()
+    };
+    let claims: Vec<f64> = deltas
+        .iter()
+        .map(|&d| claimed_epsilon(&g, d))
+        .collect::<Result<_>>()?;
+    let kind = config.kind();
+    let honest = Built::Finite(Box::new(NoBuild(config.label())));
+    let params = toml::Table::new();
+    audit_built(
+        kind,
+        &params,
+        &honest,
+        Built::Finite(config),
+        &g,
+        (deltas, claims),
+        opts,
+        start,
+    )
+}
+
+/// The label of a custom configuration, as the `honest` configuration of [`audit_built`] (which
+/// only asks it for its label and horizon).
+#[derive(Debug)]
+struct NoBuild(String);
+
+impl crate::finite::PolicyConfig for NoBuild {
+    fn kind(&self) -> &'static str {
+        "custom"
+    }
+    fn params(&self) -> Vec<(&'static str, f64)> {
+        vec![]
+    }
+    fn guarantee(&self) -> PrivacyGuarantee {
+        PrivacyGuarantee::non_private()
+    }
+    fn build(&self, _k: usize, _seed: u64) -> Result<Box<dyn crate::finite::Policy>> {
+        Err(Error::Config(
+            "audit: the label-only configuration builds nothing".into(),
+        ))
+    }
+    fn label(&self) -> String {
+        self.0.clone()
+    }
+}
+
+/// The audit of `audited` once the claim is known (the part shared by [`audit`] and
+/// [`audit_custom`]).
+#[allow(clippy::too_many_arguments)]
+fn audit_built(
+    kind: &str,
+    params: &toml::Table,
+    honest: &Built,
+    audited: Built,
+    g: &PrivacyGuarantee,
+    (deltas, claims): (Vec<f64>, Vec<f64>),
+    opts: &AuditOptions,
+    start: std::time::Instant,
+) -> Result<AuditReport> {
     let (lo, hi) = g
         .boundary
         .map_or((0.0, 1.0), |b| (b.lo.max(-1.0), b.hi.min(1.0)));
     let (lo, hi) = if lo < hi { (lo, hi) } else { (0.0, 1.0) };
-    let horizon = opts.horizon.unwrap_or_else(|| default_horizon(&honest));
+    let horizon = opts.horizon.unwrap_or_else(|| default_horizon(honest));
     let shape = Shape {
         horizon,
         arms: opts.arms,
@@ -655,7 +760,7 @@ pub fn audit(kind: &str, params: &toml::Table, opts: &AuditOptions) -> Result<Au
     let audited = prepare(audited, opts.arms)?;
     let names = shape.names(audited.setting() == Setting::Bai);
     let alpha = (1.0 - opts.confidence) / opts.scenarios.len() as f64;
-    let base_label = label(&honest);
+    let base_label = label(honest);
     let mut rows = vec![];
     let min_delta = deltas.iter().copied().fold(f64::INFINITY, f64::min);
     let runner = Runner {

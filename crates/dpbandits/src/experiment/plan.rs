@@ -146,7 +146,7 @@ impl Plan {
     /// # Errors
     /// Any field of the spec, with its name and value; a plan beyond the limits.
     pub fn with_limits(spec: ExperimentSpec, limits: &Limits) -> Result<Plan> {
-        Plan::build(spec, limits, None)
+        Plan::build(spec, limits, None, vec![])
     }
 
     /// Plan a parsed spec whose finite-armed environment is `env` (e.g. an environment written
@@ -160,13 +160,31 @@ impl Plan {
         env: Box<dyn EnvConfig>,
         limits: &Limits,
     ) -> Result<Plan> {
-        Plan::build(spec, limits, Some(env))
+        Plan::build(spec, limits, Some(env), vec![])
+    }
+
+    /// Plan a parsed spec with an optional custom finite-armed environment (as
+    /// [`Plan::with_finite_env`]) and custom finite-armed policy configurations (e.g. policies
+    /// written in Python): `policies[j] = (i, config)` takes the place of the `[[policy]]` table
+    /// `i` (which is kept as written, for the manifest and the config hash, and is not parsed).
+    ///
+    /// # Errors
+    /// As [`Plan::with_limits`]; a custom policy in another setting than finite-armed, or an
+    /// index that is not a `[[policy]]` table.
+    pub fn with_custom(
+        spec: ExperimentSpec,
+        env: Option<Box<dyn EnvConfig>>,
+        policies: Vec<(usize, Box<dyn PolicyConfig>)>,
+        limits: &Limits,
+    ) -> Result<Plan> {
+        Plan::build(spec, limits, env, policies)
     }
 
     fn build(
         spec: ExperimentSpec,
         limits: &Limits,
         custom: Option<Box<dyn EnvConfig>>,
+        mut custom_policies: Vec<(usize, Box<dyn PolicyConfig>)>,
     ) -> Result<Plan> {
         let points = spec.checkpoints.points as u64 + spec.checkpoints.extra.len() as u64;
         if points > limits.max_checkpoints {
@@ -231,7 +249,29 @@ impl Plan {
         }
 
         // The one planner loop: every [[policy]] table, every sweep point, in file order.
+        if let Some((i, _)) = custom_policies
+            .iter()
+            .find(|(i, _)| *i >= spec.policy.len())
+        {
+            return Err(Error::Config(format!(
+                "policy[{i}]: a custom policy for a [[policy]] table the spec does not have"
+            )));
+        }
         for (i, table) in spec.policy.iter().enumerate() {
+            if let Some(j) = custom_policies.iter().position(|(c, _)| *c == i) {
+                let (_, cfg) = custom_policies.remove(j);
+                match &mut problem {
+                    Problem::Finite(g) => g.policies.push((i, cfg)),
+                    other => {
+                        return Err(Error::Config(format!(
+                            "policy[{i}] ({}): a custom policy is finite-armed, but the environment \"{env_kind}\" is {}",
+                            cfg.label(),
+                            other.setting()
+                        )));
+                    }
+                }
+                continue;
+            }
             let kind = policy_kind(table, i)?;
             let entry = registry::policy(&kind).at(|| format!("policy[{i}]"))?;
             problem.add(
