@@ -25,6 +25,10 @@ pub fn router(state: Shared) -> Router {
         .route("/v1/experiments/{name}/export", get(export))
         .route("/v1/experiments/{name}/decisions", post(decide))
         .route("/v1/experiments/{name}/rewards", post(reward))
+        .route(
+            "/v1/experiments/{name}/decisions/{id}/abandon",
+            post(abandon),
+        )
         .route("/v1/experiments/{name}/ledger", get(ledger))
         .route("/v1/audit", get(audit))
         .fallback(not_found)
@@ -204,6 +208,8 @@ fn create_request(body: &Bytes) -> ApiResult<CreateRequest> {
             "horizon" => "an integer >= 1",
             "delta" => "a number in (0, 1)",
             "request_id" => "a string of 1 to 128 characters",
+            "dropout_reward" => "a number the policy's boundary admits",
+            "reward_deadline" => "seconds, a number > 0",
             "policy" => "a TOML table as text or a JSON object",
             "allow_non_private" => "true or false",
             "seed" => "a non-negative integer",
@@ -223,7 +229,16 @@ fn create_request(body: &Bytes) -> ApiResult<CreateRequest> {
         }
     }
     let mut m = m;
-    for key in ["seed", "request_id", "arms", "dim", "horizon", "delta"] {
+    for key in [
+        "seed",
+        "request_id",
+        "arms",
+        "dim",
+        "horizon",
+        "delta",
+        "dropout_reward",
+        "reward_deadline",
+    ] {
         if m.get(key) == Some(&Value::Null) {
             m.remove(key);
         }
@@ -431,7 +446,7 @@ async fn export(
     let mut out = String::new();
     if format == "csv" {
         out.push_str(
-            "decision_id,round,arm,request_id,issued,reward,admitted,rewarded,propensity,actions\n",
+            "decision_id,round,arm,request_id,issued,reward,admitted,rewarded,outcome,propensity,actions\n",
         );
         let num = |x: Option<f64>| x.map_or_else(String::new, |v| format!("{v:?}"));
         for d in &rows {
@@ -444,6 +459,7 @@ async fn export(
                 num(d.reward),
                 num(d.admitted),
                 d.rewarded.clone().unwrap_or_default(),
+                d.outcome.clone().unwrap_or_default(),
                 num(d.propensity),
                 csv_field(
                     &d.actions
@@ -592,6 +608,36 @@ async fn reward(
         Err(_) => json!({"experiment": name}),
     };
     done("reward", t, r, fields)
+}
+
+async fn abandon(
+    State(state): State<Shared>,
+    Path((name, id)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let t = Instant::now();
+    let token = bearer(&headers);
+    let n = name.clone();
+    let r = with_service(&state, move |s| {
+        s.authenticate(token.as_deref(), Some(&n))?;
+        object(&body, &[])?;
+        let id: u64 = id.parse().map_err(|_| {
+            ApiError::invalid(format!(
+                "decision_id = {}: expected a decision_id this experiment issued (a non-negative integer)",
+                short(&Value::String(id.clone()))
+            ))
+        })?;
+        Ok(s.abandon(&n, id)?)
+    })
+    .await;
+    let fields = match &r {
+        Ok(v) => {
+            json!({"experiment": name, "decision_id": v["decision_id"], "outcome": v["status"]})
+        }
+        Err(_) => json!({"experiment": name}),
+    };
+    done("abandon", t, r, fields)
 }
 
 #[derive(serde::Deserialize)]

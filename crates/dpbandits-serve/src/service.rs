@@ -157,6 +157,14 @@ pub struct CreateRequest {
     /// experiment (and a fresh client token: the one of the lost answer is revoked).
     #[serde(default)]
     pub request_id: Option<String>,
+    /// Delayed outcomes: the reward recorded for an abandoned decision (a dropout recorded as an
+    /// outcome value; admitted by the policy's boundary). Needed to abandon decisions.
+    #[serde(default)]
+    pub dropout_reward: Option<f64>,
+    /// Delayed outcomes: seconds after which a pending decision is abandoned automatically (its
+    /// reward recorded as `dropout_reward`), so that enrolment never waits longer.
+    #[serde(default)]
+    pub reward_deadline: Option<f64>,
 }
 
 impl CreateRequest {
@@ -171,6 +179,8 @@ impl CreateRequest {
         "allow_non_private",
         "seed",
         "request_id",
+        "dropout_reward",
+        "reward_deadline",
     ];
 
     /// The problem's keys as a TOML table for [`Problem::take_from`]; a key the setting does
@@ -286,6 +296,10 @@ struct Experiment {
     arms: usize,
     /// The problem as the status shows it ([`problem_json`]).
     problem: Value,
+    /// The reward recorded for an abandoned decision.
+    dropout: Option<f64>,
+    /// Seconds after which a pending decision is abandoned.
+    deadline: Option<f64>,
     token_hash: String,
     guarantee: PrivacyGuarantee,
     /// Completed commitments (releases): the ledger's release numbers.
@@ -594,9 +608,10 @@ impl Service {
                 .with_context(|| format!("experiment {name:?}"))?
                 .clone();
             // Experiments created before the service served every setting are finite-armed.
-            let problem = serde_json::from_str::<Value>(&row.config)
-                .ok()
-                .and_then(|c| c.get("problem").cloned())
+            let config = serde_json::from_str::<Value>(&row.config).unwrap_or(Value::Null);
+            let problem = config
+                .get("problem")
+                .cloned()
                 .unwrap_or_else(|| json!({"setting": "finite", "arms": row.arms}));
             experiments.insert(
                 name,
@@ -604,6 +619,8 @@ impl Service {
                     session,
                     arms: row.arms,
                     problem,
+                    dropout: config.get("dropout_reward").and_then(Value::as_f64),
+                    deadline: config.get("reward_deadline").and_then(Value::as_f64),
                     token_hash: row.token_hash,
                     guarantee,
                     releases: row.counters.releases,
@@ -699,6 +716,26 @@ impl Service {
             }
         };
         let (session, problem) = build_session(table.clone(), &req, seed)?;
+        if let Some(d) = req.dropout_reward {
+            session.boundary().single(d).map_err(|e| {
+                ServiceError::invalid("dropout_reward", format!("dropout_reward: {e}"))
+            })?;
+        }
+        match req.reward_deadline {
+            Some(x) if !(x.is_finite() && x > 0.0) => {
+                return Err(ServiceError::invalid(
+                    "reward_deadline",
+                    format!("reward_deadline = {x}: expected seconds, a finite number > 0"),
+                ));
+            }
+            Some(_) if req.dropout_reward.is_none() => {
+                return Err(ServiceError::invalid(
+                    "reward_deadline",
+                    "reward_deadline needs dropout_reward: the reward recorded for a decision abandoned at its deadline",
+                ));
+            }
+            _ => {}
+        }
         let kind = session.kind().to_string();
         let label = session.label().unwrap_or(&kind).to_string();
         let snap = session.snapshot().map_err(|e| {
@@ -720,6 +757,7 @@ impl Service {
         let pj = problem_json(&problem);
         let config = json!({"policy": toml::Value::Table(table).to_string(), "label": label, "arms": arms,
                             "problem": pj, "allow_non_private": req.allow_non_private,
+                            "dropout_reward": req.dropout_reward, "reward_deadline": req.reward_deadline,
                             "seed": req.seed.map(|_| "given")});
         let tx = self.conn.transaction()?;
         store::insert_experiment(
@@ -739,7 +777,8 @@ impl Service {
             &tx,
             &req.name,
             "config",
-            &json!({"action": "create", "kind": kind, "label": label, "arms": arms, "problem": pj, "guarantee": g}),
+            &json!({"action": "create", "kind": kind, "label": label, "arms": arms, "problem": pj, "guarantee": g,
+                    "dropout_reward": req.dropout_reward, "reward_deadline": req.reward_deadline}),
         )?;
         tx.commit()?;
         self.experiments.insert(
@@ -748,6 +787,8 @@ impl Service {
                 session,
                 arms,
                 problem: pj.clone(),
+                dropout: req.dropout_reward,
+                deadline: req.reward_deadline,
                 token_hash,
                 guarantee,
                 releases: 0,
@@ -819,6 +860,7 @@ impl Service {
             }
         }
         let actions = actions.map(action_set).transpose()?;
+        self.expire(name)?;
         let e = self.experiments.get_mut(name).expect("checked above");
         // Whether an action set belongs in the request does not depend on the state: refused
         // first, naming `actions`.
@@ -962,16 +1004,70 @@ impl Service {
         Ok(())
     }
 
-    /// Report the reward of a decision (idempotent per `decision_id`).
+    /// Report the reward of a decision (idempotent per `decision_id`: a second report is not
+    /// applied; the answer says whether it differs from the applied one, or that the decision
+    /// was abandoned).
     pub fn reward(&mut self, name: &str, decision_id: u64, reward: f64) -> ServiceResult<Value> {
+        self.apply(name, decision_id, reward, None)
+    }
+
+    /// Abandon a pending decision (the client: the outcome will never come): its reward is
+    /// recorded as the experiment's `dropout_reward`, so its commitment can complete. Refused
+    /// naming `dropout_reward` when the experiment has none.
+    pub fn abandon(&mut self, name: &str, decision_id: u64) -> ServiceResult<Value> {
+        let e = self.experiment(name)?;
+        let Some(d) = e.dropout else {
+            return Err(ServiceError::invalid(
+                "dropout_reward",
+                format!(
+                    "dropout_reward = (not set): experiment {name:?} was created without a dropout reward, so a decision cannot be abandoned"
+                ),
+            ));
+        };
+        self.apply(name, decision_id, d, Some("client"))
+    }
+
+    /// Abandon every pending decision of `name` older than its `reward_deadline` (oldest first).
+    fn expire(&mut self, name: &str) -> ServiceResult<()> {
+        let e = self.experiment(name)?;
+        let (Some(deadline), Some(d)) = (e.deadline, e.dropout) else {
+            return Ok(());
+        };
+        let cutoff = store::unix_now() - deadline;
+        for id in store::expired_decisions(&self.conn, name, cutoff)? {
+            self.apply(name, id, d, Some("deadline"))?;
+        }
+        Ok(())
+    }
+
+    /// Apply a reward (`abandoned`: `Some(why)` for a dropout recorded as the reward).
+    fn apply(
+        &mut self,
+        name: &str,
+        decision_id: u64,
+        reward: f64,
+        abandoned: Option<&str>,
+    ) -> ServiceResult<Value> {
         self.experiment(name)?;
-        let Some((arm, previous)) = store::decision(&self.conn, name, decision_id)? else {
+        let Some((arm, previous, outcome)) = store::decision(&self.conn, name, decision_id)? else {
             return Err(ServiceError::NotFound(format!(
                 "decision_id = {decision_id}: no such decision in experiment {name:?}"
             )));
         };
-        if previous.is_some() {
-            return Ok(json!({"decision_id": decision_id, "status": "duplicate"}));
+        if let Some(prev) = previous {
+            let mut v = json!({"decision_id": decision_id, "status": "duplicate"});
+            if outcome.as_deref() == Some("abandoned") {
+                v["note"] = json!(
+                    "the decision was abandoned (its dropout reward is recorded); this report was not applied"
+                );
+                v["abandoned"] = json!(true);
+            } else if prev.to_bits() != reward.to_bits() && abandoned.is_none() {
+                v["note"] = json!(
+                    "a different reward was reported first and applied; this report was not applied"
+                );
+                v["differs"] = json!(true);
+            }
+            return Ok(v);
         }
         let e = self.experiments.get_mut(name).expect("checked above");
         let invalid =
@@ -1014,12 +1110,31 @@ impl Service {
             let snap = e.session.snapshot().map_err(ServiceError::internal)?;
             let tx = self.conn.transaction()?;
             store::update_state(&tx, name, &snap, &counters_of(&e.session, releases))?;
-            store::record_reward(&tx, name, decision_id, reward, admitted.sum())?;
+            store::record_reward(
+                &tx,
+                name,
+                decision_id,
+                reward,
+                admitted.sum(),
+                if abandoned.is_some() {
+                    "abandoned"
+                } else {
+                    "reward"
+                },
+            )?;
+            let mut body = json!({"decision_id": decision_id, "arm": arm, "reward": reward, "admitted": admitted.sum()});
+            if let Some(why) = abandoned {
+                body["abandoned"] = json!(why);
+            }
             store::audit(
                 &tx,
                 name,
-                "reward",
-                &json!({"decision_id": decision_id, "arm": arm, "reward": reward, "admitted": admitted.sum()}),
+                if abandoned.is_some() {
+                    "abandon"
+                } else {
+                    "reward"
+                },
+                &body,
             )?;
             if completes {
                 store::audit(
@@ -1049,6 +1164,10 @@ impl Service {
         }
         let e = self.experiments.get_mut(name).expect("checked above");
         e.releases = releases;
+        if let Some(why) = abandoned {
+            api_log_abandon(name, decision_id, why);
+            return Ok(json!({"decision_id": decision_id, "status": "abandoned", "why": why}));
+        }
         Ok(json!({"decision_id": decision_id, "status": "applied", "clipped": clipped}))
     }
 
@@ -1086,6 +1205,8 @@ impl Service {
             "pending": e.session.pending(),
             "commitment": c.commit.map(|(arm, left)| json!({"arm": arm, "rounds_left": left})),
             "stopped": e.session.stopped().map(|r| json!({"recommendation": r})),
+            "dropout_reward": e.dropout,
+            "reward_deadline": e.deadline,
             "guarantee": e.guarantee,
             "ledger": ledger,
         }))
@@ -1130,6 +1251,14 @@ impl Service {
         let rows = store::audit_entries(&self.conn, experiment, after, limit)?;
         Ok(json!({"entries": rows}))
     }
+}
+
+/// One log line per abandoned decision (never the reward).
+fn api_log_abandon(name: &str, decision_id: u64, why: &str) {
+    crate::api::log(
+        "abandon",
+        json!({"experiment": name, "decision_id": decision_id, "why": why}),
+    );
 }
 
 /// Fill `buf` from the operating system's entropy source.
@@ -1712,6 +1841,142 @@ noise = "simulation""#,
             }
         }
         assert_eq!(s.experiment_count(), 1);
+    }
+
+    /// Delayed outcomes: with `reward_deadline` a pending decision is abandoned (its reward
+    /// recorded as `dropout_reward`) once it is older than the deadline, so enrolment never
+    /// waits longer than the deadline at a commitment boundary; a client can abandon a decision
+    /// itself; a later report for it is not applied and says why. The decisions equal a core
+    /// session fed the dropout reward for the abandoned rounds, every abandonment is in the
+    /// decisions table and the audit log, the ledger charges every completed commitment, and the
+    /// guarantee is the one stated at creation.
+    #[test]
+    fn delayed_outcomes_are_abandoned_at_the_deadline() {
+        let dir = shm_dir();
+        let db = dir.path().join("s.sqlite");
+        let mut s = Service::open(&db, ADMIN).unwrap();
+        let table = "rho = 0.5\nnoise = \"simulation\"";
+        let created = s
+            .create(req(
+                json!({"name": "t", "arms": 2, "seed": 4, "dropout_reward": 0.0,
+                               "reward_deadline": 0.25, "policy": policy_json("adac_ucb", table)}),
+            ))
+            .unwrap();
+        let mut core = core_session("adac_ucb", table, &Problem::Finite { arms: 2 }, 4);
+        let mut abandoned = 0u64;
+        let mut waits = vec![];
+        let mut round = 0u64;
+        while round < 60 {
+            // Issue up to 8 decisions; reward all but the last of each batch (which never comes).
+            let mut ids = vec![];
+            let started = std::time::Instant::now();
+            loop {
+                match s.decide("t", None, None) {
+                    Ok(d) => {
+                        let arm = d["arm"].as_u64().unwrap() as usize;
+                        ids.push((d["decision_id"].as_u64().unwrap(), arm));
+                        if ids.len() == 8 {
+                            break;
+                        }
+                    }
+                    Err(ServiceError::Conflict { .. }) if ids.is_empty() => {
+                        assert!(started.elapsed().as_secs() < 5, "enrolment stalled 5 s");
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                    }
+                    Err(ServiceError::Conflict { .. }) => break,
+                    Err(e) => panic!("{e:?}"),
+                }
+            }
+            waits.push(started.elapsed().as_secs_f64());
+            let last = ids.len() - 1;
+            for (i, (id, arm)) in ids.into_iter().enumerate() {
+                // The core session sees the same rounds: the reward, or the dropout reward.
+                assert_eq!(core.decide().unwrap().arm(), Some(arm), "round {round}");
+                if i == last {
+                    if round.is_multiple_of(3) {
+                        // The client abandons it itself.
+                        assert_eq!(s.abandon("t", id).unwrap()["status"], "abandoned");
+                        let again = s.reward("t", id, 1.0).unwrap();
+                        assert_eq!(again["status"], "duplicate");
+                        assert_eq!(again["abandoned"], true);
+                    }
+                    abandoned += 1;
+                    core.observe(arm, 0.0).unwrap();
+                } else {
+                    let r = coin(round, arm, 0.5);
+                    assert_eq!(s.reward("t", id, r).unwrap()["status"], "applied");
+                    if i == 0 {
+                        let other = s.reward("t", id, 1.0 - r).unwrap();
+                        assert_eq!(
+                            (other["status"].clone(), other["differs"].clone()),
+                            (json!("duplicate"), json!(true))
+                        );
+                    }
+                    core.observe(arm, r).unwrap();
+                }
+                round += 1;
+            }
+        }
+        // No decision waited much longer than the deadline (0.25 s; 0.2 s of slack for a loaded
+        // machine's sleeps).
+        let worst = waits.iter().copied().fold(0.0, f64::max);
+        assert!(worst < 0.45, "waited {worst} s");
+        // Settle the last batch's abandonment.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        s.decide("t", None, None).unwrap();
+        let (rows, _) = s.export("t", 0, 10_000).unwrap();
+        let n_abandoned = rows
+            .iter()
+            .filter(|r| r.outcome.as_deref() == Some("abandoned"))
+            .count() as u64;
+        assert_eq!(n_abandoned, abandoned);
+        assert!(
+            rows.iter()
+                .filter(|r| r.outcome.as_deref() == Some("abandoned"))
+                .all(|r| r.reward == Some(0.0))
+        );
+        let audit = s.audit_export(Some("t"), 0, 10_000).unwrap();
+        let entries = audit["entries"].as_array().unwrap();
+        assert_eq!(
+            entries.iter().filter(|e| e["event"] == "abandon").count() as u64,
+            abandoned
+        );
+        let st = s.status("t").unwrap();
+        assert_eq!(st["guarantee"], created["guarantee"]);
+        assert_eq!(st["ledger"]["charges"], st["ledger"]["releases"], "{st}");
+        // Refusals: no dropout reward, a deadline without one, a dropout the boundary refuses.
+        s.create(req(
+            json!({"name": "u", "arms": 2, "policy": {"kind": "adac_ucb", "rho": 0.5}}),
+        ))
+        .unwrap();
+        let id = s.decide("u", None, None).unwrap()["decision_id"]
+            .as_u64()
+            .unwrap();
+        match s.abandon("u", id) {
+            Err(ServiceError::Invalid { field, .. }) => assert_eq!(field, "dropout_reward"),
+            r => panic!("{r:?}"),
+        }
+        for (body, field) in [
+            (
+                json!({"name": "v", "arms": 2, "reward_deadline": 5.0, "policy": {"kind": "adac_ucb", "rho": 0.5}}),
+                "reward_deadline",
+            ),
+            (
+                json!({"name": "v", "arms": 2, "reward_deadline": -1.0, "dropout_reward": 0.0, "policy": {"kind": "adac_ucb", "rho": 0.5}}),
+                "reward_deadline",
+            ),
+            (
+                json!({"name": "v", "arms": 2, "dropout_reward": 2.0, "policy": {"kind": "adac_ucb", "rho": 0.5}}),
+                "dropout_reward",
+            ),
+        ] {
+            match s.create(req(body.clone())) {
+                Err(ServiceError::Invalid { field: f, .. }) => assert_eq!(f, field, "{body}"),
+                r => panic!("{body}: {r:?}"),
+            }
+        }
+        drop(s);
+        assert!(store::verify_chain(&db).is_ok());
     }
 
     /// The audit chain detects an edited entry (the triggers are dropped first, as an attacker

@@ -61,6 +61,8 @@ CREATE TABLE IF NOT EXISTS decisions (
     rewarded TEXT,
     actions TEXT,
     propensity REAL,
+    issued_unix REAL,
+    outcome TEXT,
     PRIMARY KEY (experiment, id)
 );
 CREATE UNIQUE INDEX IF NOT EXISTS decisions_request ON decisions (experiment, request_id)
@@ -132,6 +134,8 @@ pub fn open(path: &Path) -> Result<Connection> {
                 ("experiments", "create_hash", "TEXT"),
                 ("decisions", "actions", "TEXT"),
                 ("decisions", "propensity", "REAL"),
+                ("decisions", "issued_unix", "REAL"),
+                ("decisions", "outcome", "TEXT"),
             ] {
                 let present: i64 = tx.query_row(
                     &format!("SELECT COUNT(*) FROM pragma_table_info('{table}') WHERE name = ?1"),
@@ -405,8 +409,8 @@ pub struct NewDecision<'a> {
 /// SQLite errors.
 pub fn insert_decision(tx: &Transaction<'_>, name: &str, d: &NewDecision<'_>) -> Result<()> {
     tx.execute(
-        "INSERT INTO decisions (experiment, id, arm, round, request_id, issued, actions, propensity)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        "INSERT INTO decisions (experiment, id, arm, round, request_id, issued, actions, propensity, issued_unix)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
         params![
             name,
             d.id as i64,
@@ -415,7 +419,8 @@ pub fn insert_decision(tx: &Transaction<'_>, name: &str, d: &NewDecision<'_>) ->
             d.request_id,
             now(),
             d.actions,
-            d.propensity
+            d.propensity,
+            unix_now()
         ],
     )?;
     Ok(())
@@ -444,6 +449,8 @@ pub struct DecisionRow {
     pub actions: Option<serde_json::Value>,
     /// The policy's probability of the chosen action.
     pub propensity: Option<f64>,
+    /// `reward`, `abandoned` (the dropout reward was recorded), or none while pending.
+    pub outcome: Option<String>,
 }
 
 /// An experiment's decisions with `decision_id > after`, at most `limit`, in order.
@@ -457,7 +464,7 @@ pub fn decision_rows(
     limit: u64,
 ) -> Result<Vec<DecisionRow>> {
     let mut stmt = conn.prepare(
-        "SELECT id, round, arm, request_id, issued, reward, admitted, rewarded, actions, propensity
+        "SELECT id, round, arm, request_id, issued, reward, admitted, rewarded, actions, propensity, outcome
          FROM decisions WHERE experiment = ?1 AND id > ?2 ORDER BY id LIMIT ?3",
     )?;
     let rows = stmt
@@ -474,6 +481,7 @@ pub fn decision_rows(
                     rewarded: r.get(7)?,
                     actions: None,
                     propensity: r.get(9)?,
+                    outcome: r.get(10)?,
                 },
                 r.get::<_, Option<String>>(8)?,
             ))
@@ -487,21 +495,49 @@ pub fn decision_rows(
         .collect()
 }
 
-/// A decision's arm and its reward, if reported: `None` for no such decision.
+/// A stored decision: its arm, its reward if reported, its outcome.
+pub type StoredDecision = (usize, Option<f64>, Option<String>);
+
+/// A decision's arm, its reward if reported and its outcome (`reward`, `abandoned`; `None`
+/// before schema 3): `None` for no such decision.
 ///
 /// # Errors
 /// SQLite errors.
-pub fn decision(conn: &Connection, name: &str, id: u64) -> Result<Option<(usize, Option<f64>)>> {
+pub fn decision(conn: &Connection, name: &str, id: u64) -> Result<Option<StoredDecision>> {
     Ok(conn
         .query_row(
-            "SELECT arm, reward FROM decisions WHERE experiment = ?1 AND id = ?2",
+            "SELECT arm, reward, outcome FROM decisions WHERE experiment = ?1 AND id = ?2",
             params![name, id as i64],
-            |r| Ok((r.get::<_, i64>(0)? as usize, r.get(1)?)),
+            |r| Ok((r.get::<_, i64>(0)? as usize, r.get(1)?, r.get(2)?)),
         )
         .optional()?)
 }
 
-/// Record a decision's reward (as reported, and as admitted by the boundary) inside `tx`.
+/// Seconds since the Unix epoch.
+pub fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// The pending decisions of `name` issued at or before `cutoff` (Unix seconds), oldest first
+/// (decisions stored before schema 3 have no issue time and never expire).
+///
+/// # Errors
+/// SQLite errors.
+pub fn expired_decisions(conn: &Connection, name: &str, cutoff: f64) -> Result<Vec<u64>> {
+    let mut stmt = conn.prepare(
+        "SELECT id FROM decisions WHERE experiment = ?1 AND reward IS NULL
+         AND issued_unix IS NOT NULL AND issued_unix <= ?2 ORDER BY id",
+    )?;
+    let rows = stmt
+        .query_map(params![name, cutoff], |r| Ok(r.get::<_, i64>(0)? as u64))?
+        .collect::<rusqlite::Result<_>>()?;
+    Ok(rows)
+}
+
+/// Record a decision's reward (as reported, and as admitted by the boundary) and its outcome
+/// (`reward`, or `abandoned`: the dropout reward) inside `tx`.
 ///
 /// # Errors
 /// SQLite errors.
@@ -511,10 +547,11 @@ pub fn record_reward(
     id: u64,
     reward: f64,
     admitted: f64,
+    outcome: &str,
 ) -> Result<()> {
     tx.execute(
-        "UPDATE decisions SET reward = ?3, admitted = ?4, rewarded = ?5 WHERE experiment = ?1 AND id = ?2",
-        params![name, id as i64, reward, admitted, now()],
+        "UPDATE decisions SET reward = ?3, admitted = ?4, rewarded = ?5, outcome = ?6 WHERE experiment = ?1 AND id = ?2",
+        params![name, id as i64, reward, admitted, now(), outcome],
     )?;
     Ok(())
 }
