@@ -19,10 +19,16 @@ pub type Shared = Arc<Mutex<Service>>;
 pub fn router(state: Shared) -> Router {
     Router::new()
         .route("/v1/health", get(health))
-        .route("/v1/experiments", post(create))
+        .route("/v1/experiments", post(create).get(list))
         .route("/v1/experiments/{name}", get(status))
+        .route("/v1/experiments/{name}/token", post(rotate))
+        .route("/v1/experiments/{name}/export", get(export))
         .route("/v1/experiments/{name}/decisions", post(decide))
         .route("/v1/experiments/{name}/rewards", post(reward))
+        .route(
+            "/v1/experiments/{name}/decisions/{id}/abandon",
+            post(abandon),
+        )
         .route("/v1/experiments/{name}/ledger", get(ledger))
         .route("/v1/audit", get(audit))
         .fallback(not_found)
@@ -91,6 +97,12 @@ impl From<ServiceError> for ApiError {
                 message,
                 extra: Some(json!({"pending": pending})),
                 retry_after: Some(1),
+            },
+            ServiceError::Stopped { recommendation } => ApiError {
+                status: 409,
+                message,
+                extra: Some(json!({"stopped": true, "recommendation": recommendation})),
+                retry_after: None,
             },
             ServiceError::Exists { .. } => ApiError::new(409, message),
             ServiceError::Unauthorized { .. } => ApiError::new(401, message),
@@ -191,7 +203,13 @@ fn create_request(body: &Bytes) -> ApiResult<CreateRequest> {
     fn expected(key: &str) -> &'static str {
         match key {
             "name" => "a string",
-            "arms" => "a non-negative integer",
+            "arms" => "an integer >= 2 (linear: an array of arm vectors)",
+            "dim" => "an integer >= 1",
+            "horizon" => "an integer >= 1",
+            "delta" => "a number in (0, 1)",
+            "request_id" => "a string of 1 to 128 characters",
+            "dropout_reward" => "a number the policy's boundary admits",
+            "reward_deadline" => "seconds, a number > 0",
             "policy" => "a TOML table as text or a JSON object",
             "allow_non_private" => "true or false",
             "seed" => "a non-negative integer",
@@ -202,7 +220,6 @@ fn create_request(body: &Bytes) -> ApiResult<CreateRequest> {
     // Required keys first (`null` counts as given, and is refused as a wrong type below).
     for (key, what) in [
         ("name", "a string"),
-        ("arms", "an integer >= 1"),
         ("policy", "a TOML table as text or a JSON object"),
     ] {
         if !m.contains_key(key) {
@@ -212,8 +229,19 @@ fn create_request(body: &Bytes) -> ApiResult<CreateRequest> {
         }
     }
     let mut m = m;
-    if m.get("seed") == Some(&Value::Null) {
-        m.remove("seed");
+    for key in [
+        "seed",
+        "request_id",
+        "arms",
+        "dim",
+        "horizon",
+        "delta",
+        "dropout_reward",
+        "reward_deadline",
+    ] {
+        if m.get(key) == Some(&Value::Null) {
+            m.remove(key);
+        }
     }
     let v = Value::Object(m);
     serde_path_to_error::deserialize::<_, CreateRequest>(&v).map_err(|e| {
@@ -290,15 +318,179 @@ async fn create(State(state): State<Shared>, headers: HeaderMap, body: Bytes) ->
         Ok(s.create(req)?)
     })
     .await;
-    let status = r.as_ref().map_or_else(|e| e.status, |_| 201);
+    // 201 for a new experiment, 200 for a repeated create (`"repeat": true`).
+    let status = r.as_ref().map_or_else(
+        |e| e.status,
+        |v| if v["repeat"] == true { 200 } else { 201 },
+    );
     log(
         "request",
         json!({"route": "create", "status": status, "micros": t.elapsed().as_micros() as u64}),
     );
     match r {
-        Ok(v) => (StatusCode::CREATED, axum::Json(v)).into_response(),
+        Ok(v) => (
+            StatusCode::from_u16(status).unwrap_or(StatusCode::CREATED),
+            axum::Json(v),
+        )
+            .into_response(),
         Err(e) => e.into_response(),
     }
+}
+
+async fn list(State(state): State<Shared>, headers: HeaderMap) -> Response {
+    let t = Instant::now();
+    let token = bearer(&headers);
+    let r = with_service(&state, move |s| {
+        if s.authenticate(token.as_deref(), None)? != Caller::Admin {
+            return Err(ServiceError::Unauthorized { admin: true }.into());
+        }
+        Ok(s.list()?)
+    })
+    .await;
+    done("list", t, r, json!({}))
+}
+
+async fn rotate(
+    State(state): State<Shared>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let t = Instant::now();
+    let token = bearer(&headers);
+    let n = name.clone();
+    let r = with_service(&state, move |s| {
+        if s.authenticate(token.as_deref(), None)? != Caller::Admin {
+            return Err(ServiceError::Unauthorized { admin: true }.into());
+        }
+        object(&body, &[])?;
+        Ok(s.rotate_token(&n, "admin request")?)
+    })
+    .await;
+    done("rotate-token", t, r, json!({"experiment": name}))
+}
+
+/// `after` and `limit` of a paginated read: `limit` in 1..=10000 (default 1000).
+#[derive(serde::Deserialize)]
+struct PageQuery {
+    after: Option<i64>,
+    limit: Option<i64>,
+    format: Option<String>,
+}
+
+fn page(
+    q: Result<Query<PageQuery>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult<(i64, u64, Option<String>)> {
+    let Query(q) = q.map_err(|e| {
+        ApiError::bad(format!(
+            "query: {e}; expected after=N (integer >= 0), limit=N (1..=10000), format=jsonl|csv (export)"
+        ))
+    })?;
+    let limit = q.limit.unwrap_or(1000);
+    if !(1..=10_000).contains(&limit) {
+        return Err(ApiError::invalid(format!(
+            "limit = {limit}: expected 1..=10000"
+        )));
+    }
+    let after = q.after.unwrap_or(0);
+    if after < 0 {
+        return Err(ApiError::invalid(format!(
+            "after = {after}: expected an integer >= 0"
+        )));
+    }
+    Ok((after, limit as u64, q.format))
+}
+
+/// A CSV field: quoted when it holds a comma, a quote or a line break.
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+async fn export(
+    State(state): State<Shared>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    q: Result<Query<PageQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let t = Instant::now();
+    let token = bearer(&headers);
+    let n = name.clone();
+    let r = with_service(&state, move |s| {
+        if s.authenticate(token.as_deref(), None)? != Caller::Admin {
+            return Err(ServiceError::Unauthorized { admin: true }.into());
+        }
+        let (after, limit, format) = page(q)?;
+        let format = format.unwrap_or_else(|| "jsonl".into());
+        if format != "jsonl" && format != "csv" {
+            return Err(ApiError::invalid(format!(
+                "format = {format:?}: expected jsonl or csv"
+            )));
+        }
+        let (rows, next) = s.export(&n, after as u64, limit)?;
+        Ok((format, rows, next))
+    })
+    .await;
+    log(
+        "request",
+        json!({"route": "export", "experiment": name, "status": r.as_ref().map_or_else(|e| e.status, |_| 200),
+               "micros": t.elapsed().as_micros() as u64}),
+    );
+    let (format, rows, next) = match r {
+        Ok(x) => x,
+        Err(e) => return e.into_response(),
+    };
+    let mut out = String::new();
+    if format == "csv" {
+        out.push_str(
+            "decision_id,round,arm,request_id,issued,reward,admitted,rewarded,outcome,propensity,actions\n",
+        );
+        let num = |x: Option<f64>| x.map_or_else(String::new, |v| format!("{v:?}"));
+        for d in &rows {
+            let fields = [
+                d.decision_id.to_string(),
+                d.round.to_string(),
+                d.arm.to_string(),
+                csv_field(d.request_id.as_deref().unwrap_or("")),
+                d.issued.clone(),
+                num(d.reward),
+                num(d.admitted),
+                d.rewarded.clone().unwrap_or_default(),
+                d.outcome.clone().unwrap_or_default(),
+                num(d.propensity),
+                csv_field(
+                    &d.actions
+                        .as_ref()
+                        .map_or_else(String::new, Value::to_string),
+                ),
+            ];
+            out.push_str(&fields.join(","));
+            out.push('\n');
+        }
+    } else {
+        for d in &rows {
+            out.push_str(&serde_json::to_string(d).unwrap_or_default());
+            out.push('\n');
+        }
+    }
+    let mut resp = (StatusCode::OK, out).into_response();
+    let ct = if format == "csv" {
+        "text/csv; charset=utf-8"
+    } else {
+        "application/x-ndjson"
+    };
+    resp.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));
+    if let Some(next) = next
+        && let Ok(v) = HeaderValue::from_str(&next.to_string())
+    {
+        // The next page: `?after=<this>`.
+        resp.headers_mut().insert("x-next-after", v);
+    }
+    resp
 }
 
 async fn status(
@@ -321,13 +513,20 @@ async fn ledger(
     State(state): State<Shared>,
     Path(name): Path<String>,
     headers: HeaderMap,
+    q: Result<Query<PageQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
     let t = Instant::now();
     let token = bearer(&headers);
     let n = name.clone();
     let r = with_service(&state, move |s| {
         s.authenticate(token.as_deref(), Some(&n))?;
-        Ok(s.ledger_rows(&n)?)
+        let (after, limit, format) = page(q)?;
+        if let Some(f) = format {
+            return Err(ApiError::invalid(format!(
+                "format = {f:?}: the ledger is JSON only (format is for /export)"
+            )));
+        }
+        Ok(s.ledger_rows(&n, after, limit)?)
     })
     .await;
     done("ledger", t, r, json!({"experiment": name}))
@@ -344,7 +543,7 @@ async fn decide(
     let n = name.clone();
     let r = with_service(&state, move |s| {
         s.authenticate(token.as_deref(), Some(&n))?;
-        let m = object(&body, &["request_id"])?;
+        let m = object(&body, &["request_id", "actions"])?;
         let rid = match m.get("request_id") {
             None | Some(Value::Null) => None,
             Some(Value::String(s)) => Some(s.clone()),
@@ -355,7 +554,7 @@ async fn decide(
                 )));
             }
         };
-        Ok(s.decide(&n, rid)?)
+        Ok(s.decide(&n, rid, m.get("actions").filter(|v| !v.is_null()))?)
     })
     .await;
     let fields = match &r {
@@ -409,6 +608,36 @@ async fn reward(
         Err(_) => json!({"experiment": name}),
     };
     done("reward", t, r, fields)
+}
+
+async fn abandon(
+    State(state): State<Shared>,
+    Path((name, id)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let t = Instant::now();
+    let token = bearer(&headers);
+    let n = name.clone();
+    let r = with_service(&state, move |s| {
+        s.authenticate(token.as_deref(), Some(&n))?;
+        object(&body, &[])?;
+        let id: u64 = id.parse().map_err(|_| {
+            ApiError::invalid(format!(
+                "decision_id = {}: expected a decision_id this experiment issued (a non-negative integer)",
+                short(&Value::String(id.clone()))
+            ))
+        })?;
+        Ok(s.abandon(&n, id)?)
+    })
+    .await;
+    let fields = match &r {
+        Ok(v) => {
+            json!({"experiment": name, "decision_id": v["decision_id"], "outcome": v["status"]})
+        }
+        Err(_) => json!({"experiment": name}),
+    };
+    done("abandon", t, r, fields)
 }
 
 #[derive(serde::Deserialize)]

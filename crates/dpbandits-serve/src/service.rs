@@ -11,6 +11,7 @@
 use crate::store::{self, Counters};
 use anyhow::{Context, bail};
 use dpbandits::config::Setting;
+use dpbandits::contextual::ActionSet;
 use dpbandits::privacy::{Budget, PrivacyGuarantee};
 use dpbandits::registry;
 use dpbandits::session::{Decision, Next, Problem, Session};
@@ -41,6 +42,11 @@ pub enum ServiceError {
         pending: u64,
         /// Rounds of the open commitment not yet observed.
         rounds_left: u64,
+    },
+    /// A best-arm identification experiment whose stopping rule fired: no further decisions.
+    Stopped {
+        /// The recommended arm.
+        recommendation: usize,
     },
     /// An experiment of that name exists.
     Exists {
@@ -83,6 +89,11 @@ impl std::fmt::Display for ServiceError {
                 "pending = {pending}: the policy's commitment ({rounds_left} round(s) left) is fully issued; \
                  report the pending rewards, then ask again"
             ),
+            ServiceError::Stopped { recommendation } => write!(
+                f,
+                "the experiment has stopped (its stopping rule fired) with recommendation = {recommendation}; \
+                 it takes no further decisions"
+            ),
             ServiceError::Exists { name } => {
                 write!(f, "name = {name:?}: an experiment of that name exists")
             }
@@ -113,14 +124,27 @@ impl From<anyhow::Error> for ServiceError {
 /// Result of a service operation.
 pub type ServiceResult<T> = std::result::Result<T, ServiceError>;
 
-/// The request that creates an experiment (the HTTP layer deserializes it).
-#[derive(Debug, Clone, serde::Deserialize)]
+/// The request that creates an experiment (the HTTP layer deserializes it). The problem's keys
+/// depend on the kind's setting ([`Problem::keys`]): finite-armed `arms` (an integer >= 2),
+/// linear `arms` (the arm vectors: K >= 2 arrays of d numbers), contextual `dim` and `horizon`,
+/// best-arm identification `arms` and `delta`.
+#[derive(Debug, Clone, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct CreateRequest {
     /// The experiment's name: 1 to 64 characters from `[A-Za-z0-9_.-]`.
     pub name: String,
-    /// Number of arms (treatments).
-    pub arms: usize,
+    /// Finite-armed and BAI: the number of arms (treatments); linear: the arm vectors.
+    #[serde(default)]
+    pub arms: Option<Value>,
+    /// Contextual: the dimension of the actions.
+    #[serde(default)]
+    pub dim: Option<Value>,
+    /// Contextual: the horizon (it enters the confidence radii).
+    #[serde(default)]
+    pub horizon: Option<Value>,
+    /// BAI: the risk in (0, 1).
+    #[serde(default)]
+    pub delta: Option<Value>,
     /// The policy: a `[[policy]]` table of an experiment file, as TOML text or a JSON object.
     pub policy: Value,
     /// Allow a non-private kind (default false).
@@ -129,18 +153,153 @@ pub struct CreateRequest {
     /// Seed of a simulation-grade policy's generators (default: from the operating system).
     #[serde(default)]
     pub seed: Option<u64>,
+    /// Idempotent creation: the same body with the same `request_id` again answers 200 with the
+    /// experiment (and a fresh client token: the one of the lost answer is revoked).
+    #[serde(default)]
+    pub request_id: Option<String>,
+    /// Delayed outcomes: the reward recorded for an abandoned decision (a dropout recorded as an
+    /// outcome value; admitted by the policy's boundary). Needed to abandon decisions.
+    #[serde(default)]
+    pub dropout_reward: Option<f64>,
+    /// Delayed outcomes: seconds after which a pending decision is abandoned automatically (its
+    /// reward recorded as `dropout_reward`), so that enrolment never waits longer.
+    #[serde(default)]
+    pub reward_deadline: Option<f64>,
 }
 
 impl CreateRequest {
     /// The body's keys, in the order error messages list them.
-    pub const FIELDS: &'static [&'static str] =
-        &["name", "arms", "policy", "allow_non_private", "seed"];
+    pub const FIELDS: &'static [&'static str] = &[
+        "name",
+        "arms",
+        "dim",
+        "horizon",
+        "delta",
+        "policy",
+        "allow_non_private",
+        "seed",
+        "request_id",
+        "dropout_reward",
+        "reward_deadline",
+    ];
+
+    /// The problem's keys as a TOML table for [`Problem::take_from`]; a key the setting does
+    /// not take is refused naming it.
+    fn problem(&self, setting: Setting) -> ServiceResult<Problem> {
+        let wanted = Problem::keys(setting);
+        let mut t = toml::Table::new();
+        for (key, v) in [
+            ("arms", &self.arms),
+            ("dim", &self.dim),
+            ("horizon", &self.horizon),
+            ("delta", &self.delta),
+        ] {
+            let Some(v) = v else { continue };
+            if !wanted.contains(&key) {
+                return Err(ServiceError::invalid(
+                    key,
+                    format!(
+                        "{key} = {v}: not a key of a {setting} experiment (it takes {})",
+                        wanted.join(", ")
+                    ),
+                ));
+            }
+            let tv = toml::Value::try_from(v).map_err(|_| {
+                ServiceError::invalid(key, format!("{key} = {v}: expected a number or an array"))
+            })?;
+            t.insert(key.into(), tv);
+        }
+        Problem::take_from(setting, &mut t).map_err(|e| core_error(e, "arms"))
+    }
+}
+
+/// A core-library refusal as the service's: a parameter error names its field (`default`
+/// otherwise).
+fn core_error(e: dpbandits::Error, default: &str) -> ServiceError {
+    let field = match &e {
+        dpbandits::Error::Param { field, .. } | dpbandits::Error::UnknownField { field, .. } => {
+            field.clone()
+        }
+        _ => default.to_string(),
+    };
+    ServiceError::invalid(field, e.to_string())
+}
+
+/// The problem as the status shows it (linear: the arm vectors too).
+fn problem_json(p: &Problem) -> Value {
+    match p {
+        Problem::Finite { arms } => json!({"setting": "finite", "arms": arms}),
+        Problem::Linear { arms } => json!({"setting": "linear", "arms": arms.len(),
+                                           "dim": arms.first().map_or(0, Vec::len), "arm_vectors": arms}),
+        Problem::Contextual { dim, horizon } => {
+            json!({"setting": "contextual", "dim": dim, "horizon": horizon})
+        }
+        Problem::Bai { arms, delta } => json!({"setting": "bai", "arms": arms, "delta": delta}),
+    }
+}
+
+/// The number stored in the `arms` column: arms (finite, BAI), arm vectors (linear), 0
+/// (contextual: each round brings its own action set).
+fn arms_of(p: &Problem) -> usize {
+    match p {
+        Problem::Finite { arms } | Problem::Bai { arms, .. } => *arms,
+        Problem::Linear { arms } => arms.len(),
+        Problem::Contextual { .. } => 0,
+    }
+}
+
+/// A contextual decision's action set from JSON: `k >= 1` arrays of the same length `d`.
+fn action_set(v: &Value) -> ServiceResult<(usize, usize, Vec<f64>)> {
+    let bad = || {
+        let s = v.to_string();
+        let s = if s.chars().count() > 60 {
+            format!("{}...", s.chars().take(60).collect::<String>())
+        } else {
+            s
+        };
+        ServiceError::invalid(
+            "actions",
+            format!(
+                "actions = {s}: expected the round's action set, an array of k >= 1 arrays of d numbers"
+            ),
+        )
+    };
+    let rows = v.as_array().filter(|r| !r.is_empty()).ok_or_else(bad)?;
+    let d = rows[0].as_array().map_or(0, Vec::len);
+    let mut features = Vec::with_capacity(rows.len() * d);
+    for (i, row) in rows.iter().enumerate() {
+        let cells = row.as_array().ok_or_else(bad)?;
+        if cells.len() != d || d == 0 {
+            return Err(ServiceError::invalid(
+                "actions",
+                format!(
+                    "actions[{i}]: {} numbers, expected {d} (every action of the set has the same dimension >= 1)",
+                    cells.len()
+                ),
+            ));
+        }
+        for (j, x) in cells.iter().enumerate() {
+            features.push(x.as_f64().ok_or_else(|| {
+                ServiceError::invalid(
+                    "actions",
+                    format!("actions[{i}][{j}] = {x}: expected a number"),
+                )
+            })?);
+        }
+    }
+    Ok((rows.len(), d, features))
 }
 
 /// One live experiment: its core session and what the service keeps beside it.
 struct Experiment {
     session: Session,
     arms: usize,
+    /// The problem as the status shows it ([`problem_json`]).
+    problem: Value,
+    /// The reward recorded for an abandoned decision.
+    dropout: Option<f64>,
+    /// Seconds after which a pending decision is abandoned.
+    deadline: Option<f64>,
     token_hash: String,
     guarantee: PrivacyGuarantee,
     /// Completed commitments (releases): the ledger's release numbers.
@@ -220,6 +379,16 @@ fn check_name(name: &str) -> ServiceResult<()> {
     }
 }
 
+fn check_request_id(rid: &str) -> ServiceResult<()> {
+    if rid.is_empty() || rid.chars().count() > 128 {
+        return Err(ServiceError::invalid(
+            "request_id",
+            format!("request_id = {rid:?}: expected 1 to 128 characters"),
+        ));
+    }
+    Ok(())
+}
+
 /// The policy table from the request's `policy` (TOML text or a JSON object).
 fn policy_table(v: &Value) -> ServiceResult<toml::Table> {
     let bad = |m: String| ServiceError::invalid("policy", m);
@@ -242,10 +411,10 @@ fn policy_table(v: &Value) -> ServiceResult<toml::Table> {
 /// ([`registry::PolicyEntry::takes_in`]).
 fn build_session(
     mut t: toml::Table,
-    arms: usize,
+    req: &CreateRequest,
     seed: u64,
-    allow_non_private: bool,
-) -> ServiceResult<Session> {
+) -> ServiceResult<(Session, Problem)> {
+    let allow_non_private = req.allow_non_private;
     let kind = match t.remove("kind") {
         Some(toml::Value::String(k)) => k,
         Some(v) => {
@@ -263,18 +432,20 @@ fn build_session(
     };
     let entry = registry::policy(&kind)
         .map_err(|e| ServiceError::invalid("policy.kind", format!("policy.kind: {e}")))?;
-    // The next issue opens the other settings (their problems need more than `arms`).
-    if entry.setting() != Setting::FiniteArmed {
-        return Err(ServiceError::invalid(
-            "policy.kind",
-            format!(
-                "policy.kind = {kind:?}: a {} kind; the service runs finite-armed kinds only",
-                entry.setting()
-            ),
-        ));
-    }
-    let problem = Problem::Finite { arms };
-    let bad = |e: dpbandits::Error| ServiceError::invalid("policy", format!("policy: {e}"));
+    let problem = req.problem(entry.setting())?;
+    // A refusal of a problem key (e.g. `delta` outside (0, 1)) names that key; any other, the
+    // policy table.
+    let problem_keys = Problem::keys(entry.setting());
+    let bad = |e: dpbandits::Error| match &e {
+        dpbandits::Error::Param { field, .. }
+            if problem_keys
+                .iter()
+                .any(|k| field == k || field.starts_with(&format!("{k}["))) =>
+        {
+            core_error(e, "policy")
+        }
+        _ => ServiceError::invalid("policy", format!("policy: {e}")),
+    };
     let build = |t: toml::Table| Session::new(&kind, t, &problem, seed);
     // A trial's rewards are data: one outside the boundary is refused (naming `reward`), not
     // clipped, unless the table asks for `boundary = "clip"` (kinds without a `boundary` key keep
@@ -327,7 +498,7 @@ fn build_session(
             ),
         ));
     }
-    Ok(session)
+    Ok((session, problem))
 }
 
 fn is_private(s: &Session) -> ServiceResult<bool> {
@@ -436,11 +607,20 @@ impl Service {
                 .guarantee()
                 .with_context(|| format!("experiment {name:?}"))?
                 .clone();
+            // Experiments created before the service served every setting are finite-armed.
+            let config = serde_json::from_str::<Value>(&row.config).unwrap_or(Value::Null);
+            let problem = config
+                .get("problem")
+                .cloned()
+                .unwrap_or_else(|| json!({"setting": "finite", "arms": row.arms}));
             experiments.insert(
                 name,
                 Experiment {
                     session,
                     arms: row.arms,
+                    problem,
+                    dropout: config.get("dropout_reward").and_then(Value::as_f64),
+                    deadline: config.get("reward_deadline").and_then(Value::as_f64),
                     token_hash: row.token_hash,
                     guarantee,
                     releases: row.counters.releases,
@@ -486,11 +666,43 @@ impl Service {
         })
     }
 
-    /// Create an experiment; returns the response body (with the client token, shown once).
+    /// Create an experiment; returns the response body (with the client token, shown once,
+    /// and `"repeat": true` when `request_id` repeats an earlier create of the same body: the
+    /// experiment is not created again and a fresh client token replaces the lost one).
     pub fn create(&mut self, req: CreateRequest) -> ServiceResult<Value> {
         check_name(&req.name)?;
-        dpbandits::error::check::arms("arms", req.arms)
-            .map_err(|e| ServiceError::invalid("arms", e.to_string()))?;
+        let body_hash = store::sha256_hex(
+            serde_json::to_string(&req)
+                .map_err(ServiceError::internal)?
+                .as_bytes(),
+        );
+        if let Some(rid) = &req.request_id {
+            check_request_id(rid)?;
+            if let Some((name, hash)) = store::find_create_request(&self.conn, rid)? {
+                if name == req.name && hash == body_hash {
+                    let mut v = self.rotate_token(&name, "repeated create")?;
+                    let e = self.experiment(&name)?;
+                    let o = v.as_object_mut().expect("an object");
+                    o.insert("kind".into(), json!(e.session.kind()));
+                    o.insert(
+                        "label".into(),
+                        json!(e.session.label().unwrap_or(e.session.kind())),
+                    );
+                    o.insert("arms".into(), json!(e.arms));
+                    o.insert("problem".into(), e.problem.clone());
+                    o.insert("guarantee".into(), json!(e.guarantee));
+                    o.insert("repeat".into(), json!(true));
+                    return Ok(v);
+                }
+                return Err(ServiceError::invalid(
+                    "request_id",
+                    format!(
+                        "request_id = {rid:?}: already created experiment {name:?} from another body; \
+                         a repeated create must send the same body"
+                    ),
+                ));
+            }
+        }
         if self.experiments.contains_key(&req.name) {
             return Err(ServiceError::Exists { name: req.name });
         }
@@ -503,7 +715,27 @@ impl Service {
                 u64::from_le_bytes(b)
             }
         };
-        let session = build_session(table.clone(), req.arms, seed, req.allow_non_private)?;
+        let (session, problem) = build_session(table.clone(), &req, seed)?;
+        if let Some(d) = req.dropout_reward {
+            session.boundary().single(d).map_err(|e| {
+                ServiceError::invalid("dropout_reward", format!("dropout_reward: {e}"))
+            })?;
+        }
+        match req.reward_deadline {
+            Some(x) if !(x.is_finite() && x > 0.0) => {
+                return Err(ServiceError::invalid(
+                    "reward_deadline",
+                    format!("reward_deadline = {x}: expected seconds, a finite number > 0"),
+                ));
+            }
+            Some(_) if req.dropout_reward.is_none() => {
+                return Err(ServiceError::invalid(
+                    "reward_deadline",
+                    "reward_deadline needs dropout_reward: the reward recorded for a decision abandoned at its deadline",
+                ));
+            }
+            _ => {}
+        }
         let kind = session.kind().to_string();
         let label = session.label().unwrap_or(&kind).to_string();
         let snap = session.snapshot().map_err(|e| {
@@ -521,85 +753,201 @@ impl Service {
         let token: String = tok.iter().map(|b| format!("{b:02x}")).collect();
         let token_hash = store::sha256_hex(token.as_bytes());
         let g = serde_json::to_value(&guarantee).map_err(ServiceError::internal)?;
-        let config = json!({"policy": toml::Value::Table(table).to_string(), "label": label, "arms": req.arms,
-                            "allow_non_private": req.allow_non_private, "seed": req.seed.map(|_| "given")});
+        let arms = arms_of(&problem);
+        let pj = problem_json(&problem);
+        let config = json!({"policy": toml::Value::Table(table).to_string(), "label": label, "arms": arms,
+                            "problem": pj, "allow_non_private": req.allow_non_private,
+                            "dropout_reward": req.dropout_reward, "reward_deadline": req.reward_deadline,
+                            "seed": req.seed.map(|_| "given")});
         let tx = self.conn.transaction()?;
         store::insert_experiment(
             &tx,
             &store::NewExperiment {
                 name: &req.name,
                 kind: &kind,
-                arms: req.arms,
+                arms,
                 config: &config.to_string(),
                 token_hash: &token_hash,
                 guarantee: &g.to_string(),
                 snapshot: &snap,
+                create_request: req.request_id.as_deref().map(|r| (r, body_hash.as_str())),
             },
         )?;
         store::audit(
             &tx,
             &req.name,
             "config",
-            &json!({"action": "create", "kind": kind, "label": label, "arms": req.arms, "guarantee": g}),
+            &json!({"action": "create", "kind": kind, "label": label, "arms": arms, "problem": pj, "guarantee": g,
+                    "dropout_reward": req.dropout_reward, "reward_deadline": req.reward_deadline}),
         )?;
         tx.commit()?;
         self.experiments.insert(
             req.name.clone(),
             Experiment {
                 session,
-                arms: req.arms,
+                arms,
+                problem: pj.clone(),
+                dropout: req.dropout_reward,
+                deadline: req.reward_deadline,
                 token_hash,
                 guarantee,
                 releases: 0,
             },
         );
         Ok(
-            json!({"experiment": req.name, "kind": kind, "label": label, "arms": req.arms,
+            json!({"experiment": req.name, "kind": kind, "label": label, "arms": arms, "problem": pj,
                   "client_token": token, "guarantee": g}),
         )
     }
 
-    /// Issue a decision. A repeated `request_id` returns the decision it already got.
-    pub fn decide(&mut self, name: &str, request_id: Option<String>) -> ServiceResult<Value> {
+    /// Replace experiment `name`'s client token (admin): the old one stops working at once.
+    /// Returns `{"experiment", "client_token"}`; the audit log records the rotation (not the token).
+    pub fn rotate_token(&mut self, name: &str, why: &str) -> ServiceResult<Value> {
+        self.experiment(name)?;
+        let mut tok = [0u8; 32];
+        fill_os(&mut tok)?;
+        let token: String = tok.iter().map(|b| format!("{b:02x}")).collect();
+        let token_hash = store::sha256_hex(token.as_bytes());
+        let tx = self.conn.transaction()?;
+        store::set_token_hash(&tx, name, &token_hash)?;
+        store::audit(
+            &tx,
+            name,
+            "config",
+            &json!({"action": "rotate-token", "why": why}),
+        )?;
+        tx.commit()?;
+        self.experiments
+            .get_mut(name)
+            .expect("checked above")
+            .token_hash = token_hash;
+        Ok(json!({"experiment": name, "client_token": token}))
+    }
+
+    /// Every experiment (admin): name, kind, problem, counts, whether it has stopped.
+    pub fn list(&self) -> ServiceResult<Value> {
+        let mut names: Vec<&String> = self.experiments.keys().collect();
+        names.sort();
+        let rows: Vec<Value> = names
+            .into_iter()
+            .map(|n| {
+                let e = &self.experiments[n];
+                let c = e.counters();
+                json!({"experiment": n, "kind": e.session.kind(), "problem": e.problem,
+                       "decisions": c.issued, "rewarded": c.observed, "pending": e.session.pending(),
+                       "stopped": e.session.stopped().map(|r| json!({"recommendation": r}))})
+            })
+            .collect();
+        Ok(json!({"experiments": rows}))
+    }
+
+    /// Issue a decision. A repeated `request_id` returns the decision it already got. A
+    /// contextual experiment needs the round's action set (`actions`, `k x d`); the answer's
+    /// `arm` is the chosen action's index. A best-arm identification experiment answers
+    /// [`ServiceError::Stopped`] once its stopping rule fired (recorded once, in the audit log
+    /// and the status).
+    pub fn decide(
+        &mut self,
+        name: &str,
+        request_id: Option<String>,
+        actions: Option<&Value>,
+    ) -> ServiceResult<Value> {
         self.experiment(name)?;
         if let Some(rid) = &request_id {
-            if rid.is_empty() || rid.len() > 128 {
-                return Err(ServiceError::invalid(
-                    "request_id",
-                    format!("request_id = {rid:?}: expected 1 to 128 characters"),
-                ));
-            }
+            check_request_id(rid)?;
             if let Some((id, arm)) = store::find_request(&self.conn, name, rid)? {
                 return Ok(json!({"decision_id": id, "arm": arm, "repeat": true}));
             }
         }
+        let actions = actions.map(action_set).transpose()?;
+        self.expire(name)?;
         let e = self.experiments.get_mut(name).expect("checked above");
-        // At a commitment boundary the session would refuse (a protocol error): answered as a
-        // conflict with the counts, before the session is asked.
-        if let Next::Reward { pending, .. } = e.session.next() {
-            let rounds_left = e
-                .session
-                .commitment()
-                .map_or(0, |(_, rounds, _, observed)| rounds - observed);
-            return Err(ServiceError::Conflict {
-                pending,
-                rounds_left,
-            });
+        // Whether an action set belongs in the request does not depend on the state: refused
+        // first, naming `actions`.
+        match (e.session.dim(), &actions) {
+            (Some(d), None) => {
+                return Err(ServiceError::invalid(
+                    "actions",
+                    format!(
+                        "actions = (missing): expected the round's action set, an array of k >= 1 arrays of d = {d} numbers"
+                    ),
+                ));
+            }
+            (None, Some((k, d, _))) => {
+                return Err(ServiceError::invalid(
+                    "actions",
+                    format!(
+                        "actions = a {k} x {d} array: a {} experiment decides without an action set",
+                        e.session.setting()
+                    ),
+                ));
+            }
+            _ => {}
+        }
+        match e.session.next() {
+            Next::Stopped { recommendation } => {
+                return Err(ServiceError::Stopped { recommendation });
+            }
+            // At a commitment boundary the session would refuse (a protocol error): answered
+            // as a conflict with the counts, before the session is asked.
+            Next::Reward { pending, .. } => {
+                let rounds_left = e
+                    .session
+                    .commitment()
+                    .map_or(0, |(_, rounds, _, observed)| rounds - observed);
+                return Err(ServiceError::Conflict {
+                    pending,
+                    rounds_left,
+                });
+            }
+            Next::Decision | Next::ActionSet { .. } => {}
         }
         let round = e.session.issued();
         let at_round = e.session.t();
-        let decided = e.session.decide();
-        let stored: ServiceResult<(u64, usize)> = (|| {
-            let (arm, opened) = match decided.map_err(ServiceError::internal)? {
+        // The session validates the action set (or its absence) before the policy sees it; a
+        // refusal leaves it unchanged.
+        let decided = match &actions {
+            Some((k, d, features)) => e.session.decide_with(&ActionSet {
+                d: *d,
+                k: *k,
+                features,
+            }),
+            None => e.session.decide(),
+        }
+        .map_err(|err| match err {
+            dpbandits::Error::Param { .. } | dpbandits::Error::UnknownField { .. } => {
+                core_error(err, "actions")
+            }
+            other => ServiceError::internal(other),
+        })?;
+        let propensity = e.session.propensity();
+        let stored: ServiceResult<Value> = (|| {
+            let snap = e.session.snapshot().map_err(ServiceError::internal)?;
+            let (arm, opened) = match decided {
                 Decision::Play { arm, opened } => (arm, opened),
-                d @ Decision::Stop { .. } => {
-                    return Err(ServiceError::internal(format!(
-                        "a finite-armed session answered {d:?}"
-                    )));
+                Decision::Stop { recommendation } => {
+                    // The stopping rule fired now: recorded once, then refused as stopped.
+                    let tx = self.conn.transaction()?;
+                    store::update_state(&tx, name, &snap, &e.counters())?;
+                    store::audit(
+                        &tx,
+                        name,
+                        "stop",
+                        &json!({"recommendation": recommendation, "at_round": at_round}),
+                    )?;
+                    tx.commit()?;
+                    return Err(ServiceError::Stopped { recommendation });
                 }
             };
             let id = e.session.issued();
-            let snap = e.session.snapshot().map_err(ServiceError::internal)?;
+            let actions_json = actions.as_ref().map(|(k, d, f)| {
+                Value::Array(
+                    (0..*k)
+                        .map(|i| json!(f[i * d..(i + 1) * d]))
+                        .collect::<Vec<_>>(),
+                )
+                .to_string()
+            });
             let tx = self.conn.transaction()?;
             store::update_state(&tx, name, &snap, &e.counters())?;
             if let Some(rounds) = opened {
@@ -610,18 +958,34 @@ impl Service {
                     &json!({"arm": arm, "rounds": rounds, "at_round": at_round}),
                 )?;
             }
-            store::insert_decision(&tx, name, id, arm, round, request_id.as_deref())?;
-            store::audit(
+            store::insert_decision(
                 &tx,
                 name,
-                "decision",
-                &json!({"decision_id": id, "arm": arm}),
+                &store::NewDecision {
+                    id,
+                    arm,
+                    round,
+                    request_id: request_id.as_deref(),
+                    actions: actions_json.as_deref(),
+                    propensity,
+                },
             )?;
+            let mut body = json!({"decision_id": id, "arm": arm});
+            if let Some(a) = &actions_json {
+                // The chained entry pins the action set by its hash (the set is in `decisions`).
+                body["actions_sha256"] = json!(store::sha256_hex(a.as_bytes()));
+            }
+            store::audit(&tx, name, "decision", &body)?;
             tx.commit()?;
-            Ok((id, arm))
+            let mut answer = json!({"decision_id": id, "arm": arm});
+            if let Some(p) = propensity {
+                answer["propensity"] = json!(p);
+            }
+            Ok(answer)
         })();
         match stored {
-            Ok((id, arm)) => Ok(json!({"decision_id": id, "arm": arm})),
+            Ok(v) => Ok(v),
+            Err(err @ ServiceError::Stopped { .. }) => Err(err),
             Err(err) => {
                 // The session decided in memory but nothing was stored: back to the stored state.
                 self.reload(name)?;
@@ -640,16 +1004,70 @@ impl Service {
         Ok(())
     }
 
-    /// Report the reward of a decision (idempotent per `decision_id`).
+    /// Report the reward of a decision (idempotent per `decision_id`: a second report is not
+    /// applied; the answer says whether it differs from the applied one, or that the decision
+    /// was abandoned).
     pub fn reward(&mut self, name: &str, decision_id: u64, reward: f64) -> ServiceResult<Value> {
+        self.apply(name, decision_id, reward, None)
+    }
+
+    /// Abandon a pending decision (the client: the outcome will never come): its reward is
+    /// recorded as the experiment's `dropout_reward`, so its commitment can complete. Refused
+    /// naming `dropout_reward` when the experiment has none.
+    pub fn abandon(&mut self, name: &str, decision_id: u64) -> ServiceResult<Value> {
+        let e = self.experiment(name)?;
+        let Some(d) = e.dropout else {
+            return Err(ServiceError::invalid(
+                "dropout_reward",
+                format!(
+                    "dropout_reward = (not set): experiment {name:?} was created without a dropout reward, so a decision cannot be abandoned"
+                ),
+            ));
+        };
+        self.apply(name, decision_id, d, Some("client"))
+    }
+
+    /// Abandon every pending decision of `name` older than its `reward_deadline` (oldest first).
+    fn expire(&mut self, name: &str) -> ServiceResult<()> {
+        let e = self.experiment(name)?;
+        let (Some(deadline), Some(d)) = (e.deadline, e.dropout) else {
+            return Ok(());
+        };
+        let cutoff = store::unix_now() - deadline;
+        for id in store::expired_decisions(&self.conn, name, cutoff)? {
+            self.apply(name, id, d, Some("deadline"))?;
+        }
+        Ok(())
+    }
+
+    /// Apply a reward (`abandoned`: `Some(why)` for a dropout recorded as the reward).
+    fn apply(
+        &mut self,
+        name: &str,
+        decision_id: u64,
+        reward: f64,
+        abandoned: Option<&str>,
+    ) -> ServiceResult<Value> {
         self.experiment(name)?;
-        let Some((arm, previous)) = store::decision(&self.conn, name, decision_id)? else {
+        let Some((arm, previous, outcome)) = store::decision(&self.conn, name, decision_id)? else {
             return Err(ServiceError::NotFound(format!(
                 "decision_id = {decision_id}: no such decision in experiment {name:?}"
             )));
         };
-        if previous.is_some() {
-            return Ok(json!({"decision_id": decision_id, "status": "duplicate"}));
+        if let Some(prev) = previous {
+            let mut v = json!({"decision_id": decision_id, "status": "duplicate"});
+            if outcome.as_deref() == Some("abandoned") {
+                v["note"] = json!(
+                    "the decision was abandoned (its dropout reward is recorded); this report was not applied"
+                );
+                v["abandoned"] = json!(true);
+            } else if prev.to_bits() != reward.to_bits() && abandoned.is_none() {
+                v["note"] = json!(
+                    "a different reward was reported first and applied; this report was not applied"
+                );
+                v["differs"] = json!(true);
+            }
+            return Ok(v);
         }
         let e = self.experiments.get_mut(name).expect("checked above");
         let invalid =
@@ -692,12 +1110,31 @@ impl Service {
             let snap = e.session.snapshot().map_err(ServiceError::internal)?;
             let tx = self.conn.transaction()?;
             store::update_state(&tx, name, &snap, &counters_of(&e.session, releases))?;
-            store::record_reward(&tx, name, decision_id, reward, admitted.sum())?;
+            store::record_reward(
+                &tx,
+                name,
+                decision_id,
+                reward,
+                admitted.sum(),
+                if abandoned.is_some() {
+                    "abandoned"
+                } else {
+                    "reward"
+                },
+            )?;
+            let mut body = json!({"decision_id": decision_id, "arm": arm, "reward": reward, "admitted": admitted.sum()});
+            if let Some(why) = abandoned {
+                body["abandoned"] = json!(why);
+            }
             store::audit(
                 &tx,
                 name,
-                "reward",
-                &json!({"decision_id": decision_id, "arm": arm, "reward": reward, "admitted": admitted.sum()}),
+                if abandoned.is_some() {
+                    "abandon"
+                } else {
+                    "reward"
+                },
+                &body,
             )?;
             if completes {
                 store::audit(
@@ -727,57 +1164,81 @@ impl Service {
         }
         let e = self.experiments.get_mut(name).expect("checked above");
         e.releases = releases;
+        if let Some(why) = abandoned {
+            api_log_abandon(name, decision_id, why);
+            return Ok(json!({"decision_id": decision_id, "status": "abandoned", "why": why}));
+        }
         Ok(json!({"decision_id": decision_id, "status": "applied", "clipped": clipped}))
     }
 
-    /// The ledger of an experiment: rows and totals.
-    fn ledger(&self, name: &str) -> ServiceResult<Value> {
+    /// The ledger summary of an experiment (SQL aggregates: no row is loaded).
+    fn ledger_summary(&self, name: &str) -> ServiceResult<Value> {
         let e = self.experiment(name)?;
-        let rows = store::ledger_rows(&self.conn, name)?;
-        let mut total = 0.0;
-        let mut per_release: HashMap<i64, u64> = HashMap::new();
-        for r in rows.iter().filter(|r| r.status != "intent") {
-            total += r.cost;
-            *per_release.entry(r.release).or_default() += 1;
-        }
-        let multiplicity = per_release.values().copied().max().unwrap_or(0);
+        let t = store::ledger_totals(&self.conn, name)?;
         let effective = cost_of(&e.guarantee)
-            .map(|(m, c)| json!({"measure": m, "value": c * multiplicity.max(1) as f64}));
+            .map(|(m, c)| json!({"measure": m, "value": c * t.max_per_release.max(1) as f64}));
         Ok(json!({
-            "charged_total": total,
-            "charges": rows.iter().filter(|r| r.status != "intent").count(),
+            "charged_total": t.total,
+            "charges": t.charges,
             "releases": e.releases,
-            "max_charges_per_release": multiplicity,
+            "max_charges_per_release": t.max_per_release,
             "effective_budget": effective,
-            "note": "each release is charged once; a release redone after a crash is charged again. \
-                     The episodic kinds release once per episode on disjoint rewards (parallel composition), \
+            "note": "each completed commitment is charged once as a release (an upper bound: a kind may release at fewer of them); \
+                     a release redone after a crash is charged again. The kinds release on disjoint rewards (parallel composition), \
                      so the guarantee holds with the budget multiplied by max_charges_per_release.",
-            "rows": rows,
         }))
     }
 
-    /// An experiment's status (public counts, guarantee, ledger summary).
+    /// An experiment's status (public counts, the problem, the guarantee, the ledger summary;
+    /// BAI: the stop and its recommendation once the stopping rule fired).
     pub fn status(&self, name: &str) -> ServiceResult<Value> {
         let e = self.experiment(name)?;
-        let mut ledger = self.ledger(name)?;
-        ledger.as_object_mut().map(|o| o.remove("rows"));
+        let ledger = self.ledger_summary(name)?;
         let c = e.counters();
         Ok(json!({
             "experiment": name,
             "kind": e.session.kind(),
             "arms": e.arms,
+            "problem": e.problem,
             "decisions": c.issued,
             "rewarded": c.observed,
             "pending": e.session.pending(),
             "commitment": c.commit.map(|(arm, left)| json!({"arm": arm, "rounds_left": left})),
+            "stopped": e.session.stopped().map(|r| json!({"recommendation": r})),
+            "dropout_reward": e.dropout,
+            "reward_deadline": e.deadline,
             "guarantee": e.guarantee,
             "ledger": ledger,
         }))
     }
 
-    /// The full ledger.
-    pub fn ledger_rows(&self, name: &str) -> ServiceResult<Value> {
-        self.ledger(name)
+    /// The ledger summary and its rows with `id > after`, at most `limit` (`next_after`: the
+    /// last row's id when more may follow).
+    pub fn ledger_rows(&self, name: &str, after: i64, limit: u64) -> ServiceResult<Value> {
+        let mut v = self.ledger_summary(name)?;
+        let rows = store::ledger_rows(&self.conn, name, after, limit)?;
+        let next = (rows.len() as u64 == limit)
+            .then(|| rows.last().map(|r| r.id))
+            .flatten();
+        v["rows"] = json!(rows);
+        v["next_after"] = json!(next);
+        Ok(v)
+    }
+
+    /// Decisions with their rewards (admin; protected data), `decision_id > after`, at most
+    /// `limit`: `(rows, next_after)`.
+    pub fn export(
+        &self,
+        name: &str,
+        after: u64,
+        limit: u64,
+    ) -> ServiceResult<(Vec<store::DecisionRow>, Option<u64>)> {
+        self.experiment(name)?;
+        let rows = store::decision_rows(&self.conn, name, after, limit)?;
+        let next = (rows.len() as u64 == limit)
+            .then(|| rows.last().map(|r| r.decision_id))
+            .flatten();
+        Ok((rows, next))
     }
 
     /// The audit log (admin only): entries after `after`, at most `limit`.
@@ -790,6 +1251,14 @@ impl Service {
         let rows = store::audit_entries(&self.conn, experiment, after, limit)?;
         Ok(json!({"entries": rows}))
     }
+}
+
+/// One log line per abandoned decision (never the reward).
+fn api_log_abandon(name: &str, decision_id: u64, why: &str) {
+    crate::api::log(
+        "abandon",
+        json!({"experiment": name, "decision_id": decision_id, "why": why}),
+    );
 }
 
 /// Fill `buf` from the operating system's entropy source.
@@ -806,19 +1275,20 @@ mod tests {
 
     const ADMIN: &str = "unit-admin-token-0123456789";
 
+    /// A create request from its JSON body.
+    fn req(body: Value) -> CreateRequest {
+        serde_json::from_value(body).unwrap()
+    }
+
     fn create(s: &mut Service) {
-        s.create(CreateRequest {
-            name: "t".into(),
-            arms: 2,
-            policy: json!({"kind": "adac_ucb", "rho": 0.5}),
-            allow_non_private: false,
-            seed: None,
-        })
+        s.create(req(
+            json!({"name": "t", "arms": 2, "policy": {"kind": "adac_ucb", "rho": 0.5}}),
+        ))
         .unwrap();
     }
 
     fn pair(s: &mut Service, reward: f64) {
-        let d = s.decide("t", None).unwrap();
+        let d = s.decide("t", None, None).unwrap();
         let id = d["decision_id"].as_u64().unwrap();
         assert_eq!(s.reward("t", id, reward).unwrap()["status"], "applied");
     }
@@ -834,7 +1304,7 @@ mod tests {
         create(&mut s);
         pair(&mut s, 1.0);
         pair(&mut s, 0.0); // two initial episodes of one round: two releases
-        let d = s.decide("t", None).unwrap();
+        let d = s.decide("t", None, None).unwrap();
         let id = d["decision_id"].as_u64().unwrap();
         let arm = d["arm"].as_i64().unwrap();
         assert_eq!(s.status("t").unwrap()["commitment"]["rounds_left"], 1);
@@ -848,13 +1318,13 @@ mod tests {
             .unwrap();
         drop(s);
         let mut s = Service::open(&db, ADMIN).unwrap();
-        let l = s.ledger_rows("t").unwrap();
+        let l = s.ledger_rows("t", 0, 10_000).unwrap();
         assert_eq!(l["charges"], 3, "{l}");
         assert_eq!(l["rows"][2]["status"], "lost");
         assert_eq!(s.status("t").unwrap()["pending"], 1);
         assert_eq!(s.reward("t", id, 0.5).unwrap()["status"], "applied");
         assert_eq!(s.reward("t", id, 0.5).unwrap()["status"], "duplicate");
-        let l = s.ledger_rows("t").unwrap();
+        let l = s.ledger_rows("t", 0, 10_000).unwrap();
         assert_eq!(l["charges"], 4, "{l}");
         assert_eq!(l["charged_total"], 2.0);
         assert_eq!(l["max_charges_per_release"], 2);
@@ -893,14 +1363,9 @@ noise = "simulation""#,
             let mut s = Service::open(&db, ADMIN).unwrap();
             let mut policy: toml::Table = table.parse().unwrap();
             policy.insert("kind".into(), toml::Value::String(kind.into()));
-            s.create(CreateRequest {
-                name: "t".into(),
-                arms: 3,
-                policy: json!(toml::to_string(&policy).unwrap()),
-                allow_non_private: false,
-                seed: Some(17),
-            })
-            .unwrap();
+            s.create(req(json!({"name": "t", "arms": 3, "seed": 17,
+                                "policy": toml::to_string(&policy).unwrap()})))
+                .unwrap();
             // The same table the service builds: `boundary = "reject"` where the kind takes it,
             // `noise` only where it takes it.
             let entry = dpbandits::registry::policy(kind).unwrap();
@@ -923,7 +1388,7 @@ noise = "simulation""#,
                 // Issue up to 3 decisions before their rewards (within the open commitment).
                 let mut ids = vec![];
                 for _ in 0..3 {
-                    match s.decide("t", None) {
+                    match s.decide("t", None, None) {
                         Ok(d) => {
                             let arm = d["arm"].as_u64().unwrap() as usize;
                             let c = core.decide().unwrap().arm().unwrap();
@@ -1031,7 +1496,7 @@ noise = "simulation""#,
                     }
                     round += 1;
                 }
-                let d = s.decide(name, None).unwrap();
+                let d = s.decide(name, None, None).unwrap();
                 let arm = d["arm"].as_u64().unwrap();
                 if let Some(c) = core.as_mut() {
                     assert_eq!(
@@ -1058,6 +1523,460 @@ noise = "simulation""#,
         // Opening again does not migrate again.
         drop(Service::open(&db, admin).unwrap());
         assert_eq!(store::verify_chain(&db).unwrap().entries, chain.entries);
+    }
+
+    /// The core session the service builds from a policy table (`boundary = "reject"` where
+    /// the kind takes it, `noise` only where it takes it).
+    fn core_session(kind: &str, table: &str, problem: &Problem, seed: u64) -> Session {
+        let entry = dpbandits::registry::policy(kind).unwrap();
+        let mut t: toml::Table = table.parse().unwrap();
+        if entry.takes_in("boundary", &t) {
+            t.insert("boundary".into(), toml::Value::String("reject".into()));
+        }
+        if !entry.takes_in("noise", &t) {
+            t.remove("noise");
+        }
+        Session::new(kind, t, problem, seed).unwrap()
+    }
+
+    fn policy_json(kind: &str, table: &str) -> Value {
+        let mut t: toml::Table = table.parse().unwrap();
+        t.insert("kind".into(), toml::Value::String(kind.into()));
+        json!(toml::to_string(&t).unwrap())
+    }
+
+    /// A deterministic reward in {0, 1} with mean about `p` (a hash of the round and the arm).
+    fn coin(round: u64, arm: usize, p: f64) -> f64 {
+        let mut x = round
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            .wrapping_add((arm as u64).wrapping_mul(0xbf58_476d_1ce4_e5b9));
+        x ^= x >> 31;
+        x = x.wrapping_mul(0x94d0_49bb_1331_11eb);
+        x ^= x >> 29;
+        f64::from(u8::from(((x >> 11) as f64 / (1u64 << 53) as f64) < p))
+    }
+
+    fn shm_dir() -> tempfile::TempDir {
+        tempfile::Builder::new()
+            .tempdir_in("/dev/shm")
+            .unwrap_or_else(|_| tempfile::tempdir().unwrap())
+    }
+
+    /// Linear (arm vectors at creation, up to 3 decisions of a commitment outstanding) and
+    /// contextual (each decision carries its action set; stored with the decision and its
+    /// propensity) experiments decide as core sessions of the same kind, parameters and seed fed
+    /// the same rewards, across a restart; a malformed action set or none is refused naming
+    /// `actions` and changes nothing.
+    #[test]
+    fn linear_and_contextual_experiments_decide_as_the_core_session() {
+        let dir = shm_dir();
+        let db = dir.path().join("s.sqlite");
+        let mut s = Service::open(&db, ADMIN).unwrap();
+        // Linear.
+        let vecs = vec![vec![1.0, 0.0], vec![0.0, 1.0], vec![0.7, 0.7]];
+        let table = "rho = 1.0\ndelta = 0.001\nnoise = \"simulation\"";
+        s.create(req(json!({"name": "lin", "arms": vecs, "seed": 5,
+                            "policy": policy_json("adac_gope", table)})))
+            .unwrap();
+        let mut core = core_session(
+            "adac_gope",
+            table,
+            &Problem::Linear { arms: vecs.clone() },
+            5,
+        );
+        let means = [0.8, 0.3, 0.6];
+        let mut round = 0u64;
+        while round < 600 {
+            if round == 300 {
+                drop(s);
+                s = Service::open(&db, ADMIN).unwrap();
+            }
+            let mut ids = vec![];
+            for _ in 0..3 {
+                match s.decide("lin", None, None) {
+                    Ok(d) => {
+                        let arm = d["arm"].as_u64().unwrap() as usize;
+                        assert_eq!(
+                            arm,
+                            core.decide().unwrap().arm().unwrap(),
+                            "lin round {round}"
+                        );
+                        ids.push((d["decision_id"].as_u64().unwrap(), arm));
+                    }
+                    Err(ServiceError::Conflict { .. }) => break,
+                    Err(e) => panic!("{e:?}"),
+                }
+            }
+            for (id, arm) in ids {
+                let r = coin(round, arm, means[arm]);
+                assert_eq!(s.reward("lin", id, r).unwrap()["status"], "applied");
+                core.observe(arm, r).unwrap();
+                round += 1;
+            }
+        }
+        assert_eq!(s.status("lin").unwrap()["problem"]["setting"], "linear");
+        // Contextual.
+        let table = "rho = 1.0\nnoise = \"simulation\"";
+        s.create(req(
+            json!({"name": "ctx", "dim": 3, "horizon": 400, "seed": 9,
+                            "policy": policy_json("adac_oful", table)}),
+        ))
+        .unwrap();
+        let mut core = core_session(
+            "adac_oful",
+            table,
+            &Problem::Contextual {
+                dim: 3,
+                horizon: 400,
+            },
+            9,
+        );
+        let theta = [0.5, -0.2, 0.4];
+        for round in 0..200u64 {
+            if round == 100 {
+                drop(s);
+                s = Service::open(&db, ADMIN).unwrap();
+            }
+            let set: Vec<Vec<f64>> = (0..4)
+                .map(|i| {
+                    (0..3)
+                        .map(|j| coin(round * 31 + j, i, 0.5) - 0.3 * j as f64)
+                        .collect()
+                })
+                .collect();
+            let before = s.status("ctx").unwrap();
+            for bad in [
+                None,
+                Some(json!([[1.0, 2.0]])),
+                Some(json!([[1.0, "x", 0.0]])),
+                Some(json!([])),
+            ] {
+                match s.decide("ctx", None, bad.as_ref()) {
+                    Err(ServiceError::Invalid { field, .. }) => assert_eq!(field, "actions"),
+                    other => panic!("{other:?}"),
+                }
+            }
+            assert_eq!(s.status("ctx").unwrap(), before);
+            let d = s.decide("ctx", None, Some(&json!(set))).unwrap();
+            assert_eq!(d["propensity"], 1.0);
+            let flat: Vec<f64> = set.concat();
+            let c = core
+                .decide_with(&ActionSet {
+                    d: 3,
+                    k: 4,
+                    features: &flat,
+                })
+                .unwrap()
+                .arm()
+                .unwrap();
+            let arm = d["arm"].as_u64().unwrap() as usize;
+            assert_eq!(arm, c, "ctx round {round}");
+            // One round at a time: the next decision waits for this reward.
+            assert!(matches!(
+                s.decide("ctx", None, Some(&json!(set))),
+                Err(ServiceError::Conflict { .. })
+            ));
+            let mean: f64 = set[arm].iter().zip(theta).map(|(a, t)| a * t).sum();
+            let r = mean.clamp(0.0, 1.0);
+            assert_eq!(
+                s.reward("ctx", d["decision_id"].as_u64().unwrap(), r)
+                    .unwrap()["status"],
+                "applied"
+            );
+            core.observe(arm, r).unwrap();
+        }
+        let (rows, next) = s.export("ctx", 0, 1000).unwrap();
+        assert_eq!((rows.len(), next), (200, None));
+        assert_eq!(rows[7].propensity, Some(1.0));
+        assert_eq!(
+            rows[7].actions.as_ref().unwrap().as_array().unwrap().len(),
+            4
+        );
+        assert!(rows.iter().all(|r| r.reward.is_some()));
+        drop(s);
+        assert!(store::verify_chain(&db).unwrap().entries > 800);
+    }
+
+    /// A best-arm identification experiment decides as the core session until its stopping rule
+    /// fires; the stop is recorded once (one `stop` audit entry, the status), and every later
+    /// decision request is refused as stopped with the same recommendation, also after a restart.
+    #[test]
+    fn a_bai_experiment_stops_once_and_says_so() {
+        let dir = shm_dir();
+        let db = dir.path().join("s.sqlite");
+        let mut s = Service::open(&db, ADMIN).unwrap();
+        let table = "epsilon = 10.0";
+        s.create(req(json!({"name": "bai", "arms": 3, "delta": 0.1, "seed": 3,
+                            "policy": policy_json("dp_tt", &format!("{table}\nnoise = \"simulation\""))})))
+            .unwrap();
+        let mut core = core_session(
+            "dp_tt",
+            table,
+            &Problem::Bai {
+                arms: 3,
+                delta: 0.1,
+            },
+            3,
+        );
+        let means = [0.9, 0.2, 0.1];
+        let mut round = 0u64;
+        let rec = loop {
+            assert!(round < 50_000, "no stop within 50,000 rounds");
+            let mut ids = vec![];
+            let mut stopped = None;
+            for _ in 0..4 {
+                match s.decide("bai", None, None) {
+                    Ok(d) => {
+                        let arm = d["arm"].as_u64().unwrap() as usize;
+                        assert_eq!(core.decide().unwrap().arm(), Some(arm), "bai round {round}");
+                        ids.push((d["decision_id"].as_u64().unwrap(), arm));
+                    }
+                    Err(ServiceError::Conflict { .. }) => break,
+                    Err(ServiceError::Stopped { recommendation }) => {
+                        assert_eq!(core.decide().unwrap(), Decision::Stop { recommendation });
+                        stopped = Some(recommendation);
+                        break;
+                    }
+                    Err(e) => panic!("{e:?}"),
+                }
+            }
+            if let Some(r) = stopped {
+                assert!(ids.is_empty());
+                break r;
+            }
+            for (id, arm) in ids {
+                let r = coin(round, arm, means[arm]);
+                assert_eq!(s.reward("bai", id, r).unwrap()["status"], "applied");
+                core.observe(arm, r).unwrap();
+                round += 1;
+            }
+        };
+        assert_eq!(rec, 0);
+        let st = s.status("bai").unwrap();
+        assert_eq!(st["stopped"]["recommendation"], 0, "{st}");
+        drop(s);
+        let mut s = Service::open(&db, ADMIN).unwrap();
+        for _ in 0..3 {
+            assert_eq!(
+                s.decide("bai", None, None),
+                Err(ServiceError::Stopped { recommendation: 0 })
+            );
+        }
+        assert_eq!(
+            s.list().unwrap()["experiments"][0]["stopped"]["recommendation"],
+            0
+        );
+        let stops = s.audit_export(Some("bai"), 0, 10_000).unwrap()["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["event"] == "stop")
+            .count();
+        assert_eq!(stops, 1);
+    }
+
+    /// Creation is idempotent per `request_id` (the same body: 200-style repeat with a fresh
+    /// token, the old one revoked; another body: refused naming `request_id`); a rotated token
+    /// replaces the old one at once; the problem's keys are checked against the kind's setting.
+    #[test]
+    fn create_is_idempotent_and_tokens_rotate() {
+        let dir = shm_dir();
+        let db = dir.path().join("s.sqlite");
+        let mut s = Service::open(&db, ADMIN).unwrap();
+        let body = json!({"name": "t", "arms": 2, "request_id": "create-1",
+                          "policy": {"kind": "adac_ucb", "rho": 0.5}});
+        let first = s.create(req(body.clone())).unwrap();
+        let t1 = first["client_token"].as_str().unwrap().to_string();
+        assert_eq!(s.authenticate(Some(&t1), Some("t")), Ok(Caller::Client));
+        let again = s.create(req(body.clone())).unwrap();
+        assert_eq!(again["repeat"], true);
+        assert_eq!(again["guarantee"], first["guarantee"]);
+        let t2 = again["client_token"].as_str().unwrap().to_string();
+        assert_ne!(t1, t2);
+        assert!(s.authenticate(Some(&t1), Some("t")).is_err());
+        assert_eq!(s.authenticate(Some(&t2), Some("t")), Ok(Caller::Client));
+        assert_eq!(s.experiment_count(), 1);
+        let mut other = body.clone();
+        other["arms"] = json!(3);
+        match s.create(req(other)) {
+            Err(ServiceError::Invalid { field, .. }) => assert_eq!(field, "request_id"),
+            r => panic!("{r:?}"),
+        }
+        let t3 = s.rotate_token("t", "test").unwrap()["client_token"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(s.authenticate(Some(&t2), Some("t")).is_err());
+        drop(s);
+        let s = Service::open(&db, ADMIN).unwrap();
+        assert_eq!(s.authenticate(Some(&t3), Some("t")), Ok(Caller::Client));
+        let mut s = s;
+        for (body, field) in [
+            (
+                json!({"name": "u", "arms": 2, "dim": 3, "policy": {"kind": "adac_ucb", "rho": 0.5}}),
+                "dim",
+            ),
+            (
+                json!({"name": "u", "arms": 1, "policy": {"kind": "adac_ucb", "rho": 0.5}}),
+                "arms",
+            ),
+            (
+                json!({"name": "u", "dim": 3, "policy": {"kind": "adac_oful", "rho": 0.5, "noise": "simulation"}}),
+                "horizon",
+            ),
+            (
+                json!({"name": "u", "arms": 3, "delta": 1.5, "policy": {"kind": "dp_tt", "epsilon": 1.0}}),
+                "delta",
+            ),
+            (
+                json!({"name": "u", "arms": [[1.0], [1.0, 2.0]], "policy": {"kind": "gope", "delta": 0.01}, "allow_non_private": true}),
+                "arms",
+            ),
+        ] {
+            match s.create(req(body.clone())) {
+                Err(ServiceError::Invalid { field: f, message }) => {
+                    assert!(f.starts_with(field), "{body}: {f}: {message}")
+                }
+                r => panic!("{body}: {r:?}"),
+            }
+        }
+        assert_eq!(s.experiment_count(), 1);
+    }
+
+    /// Delayed outcomes: with `reward_deadline` a pending decision is abandoned (its reward
+    /// recorded as `dropout_reward`) once it is older than the deadline, so enrolment never
+    /// waits longer than the deadline at a commitment boundary; a client can abandon a decision
+    /// itself; a later report for it is not applied and says why. The decisions equal a core
+    /// session fed the dropout reward for the abandoned rounds, every abandonment is in the
+    /// decisions table and the audit log, the ledger charges every completed commitment, and the
+    /// guarantee is the one stated at creation.
+    #[test]
+    fn delayed_outcomes_are_abandoned_at_the_deadline() {
+        let dir = shm_dir();
+        let db = dir.path().join("s.sqlite");
+        let mut s = Service::open(&db, ADMIN).unwrap();
+        let table = "rho = 0.5\nnoise = \"simulation\"";
+        let created = s
+            .create(req(
+                json!({"name": "t", "arms": 2, "seed": 4, "dropout_reward": 0.0,
+                               "reward_deadline": 0.25, "policy": policy_json("adac_ucb", table)}),
+            ))
+            .unwrap();
+        let mut core = core_session("adac_ucb", table, &Problem::Finite { arms: 2 }, 4);
+        let mut abandoned = 0u64;
+        let mut waits = vec![];
+        let mut round = 0u64;
+        while round < 60 {
+            // Issue up to 8 decisions; reward all but the last of each batch (which never comes).
+            let mut ids = vec![];
+            let started = std::time::Instant::now();
+            loop {
+                match s.decide("t", None, None) {
+                    Ok(d) => {
+                        let arm = d["arm"].as_u64().unwrap() as usize;
+                        ids.push((d["decision_id"].as_u64().unwrap(), arm));
+                        if ids.len() == 8 {
+                            break;
+                        }
+                    }
+                    Err(ServiceError::Conflict { .. }) if ids.is_empty() => {
+                        assert!(started.elapsed().as_secs() < 5, "enrolment stalled 5 s");
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                    }
+                    Err(ServiceError::Conflict { .. }) => break,
+                    Err(e) => panic!("{e:?}"),
+                }
+            }
+            waits.push(started.elapsed().as_secs_f64());
+            let last = ids.len() - 1;
+            for (i, (id, arm)) in ids.into_iter().enumerate() {
+                // The core session sees the same rounds: the reward, or the dropout reward.
+                assert_eq!(core.decide().unwrap().arm(), Some(arm), "round {round}");
+                if i == last {
+                    if round.is_multiple_of(3) {
+                        // The client abandons it itself.
+                        assert_eq!(s.abandon("t", id).unwrap()["status"], "abandoned");
+                        let again = s.reward("t", id, 1.0).unwrap();
+                        assert_eq!(again["status"], "duplicate");
+                        assert_eq!(again["abandoned"], true);
+                    }
+                    abandoned += 1;
+                    core.observe(arm, 0.0).unwrap();
+                } else {
+                    let r = coin(round, arm, 0.5);
+                    assert_eq!(s.reward("t", id, r).unwrap()["status"], "applied");
+                    if i == 0 {
+                        let other = s.reward("t", id, 1.0 - r).unwrap();
+                        assert_eq!(
+                            (other["status"].clone(), other["differs"].clone()),
+                            (json!("duplicate"), json!(true))
+                        );
+                    }
+                    core.observe(arm, r).unwrap();
+                }
+                round += 1;
+            }
+        }
+        // No decision waited much longer than the deadline (0.25 s; 0.2 s of slack for a loaded
+        // machine's sleeps).
+        let worst = waits.iter().copied().fold(0.0, f64::max);
+        assert!(worst < 0.45, "waited {worst} s");
+        // Settle the last batch's abandonment.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        s.decide("t", None, None).unwrap();
+        let (rows, _) = s.export("t", 0, 10_000).unwrap();
+        let n_abandoned = rows
+            .iter()
+            .filter(|r| r.outcome.as_deref() == Some("abandoned"))
+            .count() as u64;
+        assert_eq!(n_abandoned, abandoned);
+        assert!(
+            rows.iter()
+                .filter(|r| r.outcome.as_deref() == Some("abandoned"))
+                .all(|r| r.reward == Some(0.0))
+        );
+        let audit = s.audit_export(Some("t"), 0, 10_000).unwrap();
+        let entries = audit["entries"].as_array().unwrap();
+        assert_eq!(
+            entries.iter().filter(|e| e["event"] == "abandon").count() as u64,
+            abandoned
+        );
+        let st = s.status("t").unwrap();
+        assert_eq!(st["guarantee"], created["guarantee"]);
+        assert_eq!(st["ledger"]["charges"], st["ledger"]["releases"], "{st}");
+        // Refusals: no dropout reward, a deadline without one, a dropout the boundary refuses.
+        s.create(req(
+            json!({"name": "u", "arms": 2, "policy": {"kind": "adac_ucb", "rho": 0.5}}),
+        ))
+        .unwrap();
+        let id = s.decide("u", None, None).unwrap()["decision_id"]
+            .as_u64()
+            .unwrap();
+        match s.abandon("u", id) {
+            Err(ServiceError::Invalid { field, .. }) => assert_eq!(field, "dropout_reward"),
+            r => panic!("{r:?}"),
+        }
+        for (body, field) in [
+            (
+                json!({"name": "v", "arms": 2, "reward_deadline": 5.0, "policy": {"kind": "adac_ucb", "rho": 0.5}}),
+                "reward_deadline",
+            ),
+            (
+                json!({"name": "v", "arms": 2, "reward_deadline": -1.0, "dropout_reward": 0.0, "policy": {"kind": "adac_ucb", "rho": 0.5}}),
+                "reward_deadline",
+            ),
+            (
+                json!({"name": "v", "arms": 2, "dropout_reward": 2.0, "policy": {"kind": "adac_ucb", "rho": 0.5}}),
+                "dropout_reward",
+            ),
+        ] {
+            match s.create(req(body.clone())) {
+                Err(ServiceError::Invalid { field: f, .. }) => assert_eq!(f, field, "{body}"),
+                r => panic!("{body}: {r:?}"),
+            }
+        }
+        drop(s);
+        assert!(store::verify_chain(&db).is_ok());
     }
 
     /// The audit chain detects an edited entry (the triggers are dropped first, as an attacker

@@ -15,9 +15,13 @@ use rusqlite::{Connection, OptionalExtension, Transaction, params};
 use sha2::{Digest, Sha256};
 use std::path::Path;
 
-/// The schema version written in `meta`: 2 = the `snapshot` column holds a core
+/// The schema version written in `meta`: 3 = schema 2 plus the decisions' action sets and
+/// propensities and idempotent creation (`create_request`, `create_hash`).
+pub const SCHEMA_VERSION: &str = "3";
+
+/// Schema 2: the `snapshot` column holds a core
 /// `dpbandits::session::Session` snapshot.
-pub const SCHEMA_VERSION: &str = "2";
+pub const SCHEMA_VERSION_SESSION: &str = "2";
 
 /// The schema version of databases written before the service held a core session (the
 /// `snapshot` column holds a bare policy snapshot); migrated on open (`Service::open`).
@@ -41,7 +45,9 @@ CREATE TABLE IF NOT EXISTS experiments (
     observed INTEGER NOT NULL,
     commit_arm INTEGER,
     commit_left INTEGER,
-    releases INTEGER NOT NULL
+    releases INTEGER NOT NULL,
+    create_request TEXT,
+    create_hash TEXT
 );
 CREATE TABLE IF NOT EXISTS decisions (
     experiment TEXT NOT NULL,
@@ -53,6 +59,10 @@ CREATE TABLE IF NOT EXISTS decisions (
     reward REAL,
     admitted REAL,
     rewarded TEXT,
+    actions TEXT,
+    propensity REAL,
+    issued_unix REAL,
+    outcome TEXT,
     PRIMARY KEY (experiment, id)
 );
 CREATE UNIQUE INDEX IF NOT EXISTS decisions_request ON decisions (experiment, request_id)
@@ -68,6 +78,7 @@ CREATE TABLE IF NOT EXISTS ledger (
     status TEXT NOT NULL,
     created TEXT NOT NULL
 );
+CREATE INDEX IF NOT EXISTS ledger_experiment ON ledger (experiment, id);
 CREATE TABLE IF NOT EXISTS audit (
     seq INTEGER PRIMARY KEY,
     ts TEXT NOT NULL,
@@ -112,9 +123,36 @@ pub fn open(path: &Path) -> Result<Connection> {
                 [SCHEMA_VERSION],
             )?;
         }
-        Some(SCHEMA_VERSION | SCHEMA_VERSION_POLICY_SNAPSHOTS) => {}
+        Some(SCHEMA_VERSION) => {}
+        Some(v @ (SCHEMA_VERSION_SESSION | SCHEMA_VERSION_POLICY_SNAPSHOTS)) => {
+            // Schema 1 and 2 lack schema 3's columns (all nullable): added in one transaction.
+            // A schema-2 database is then schema 3; a schema-1 one keeps version 1 until the
+            // service migrates its snapshots (`Service::open`).
+            let tx = conn.unchecked_transaction()?;
+            for (table, column, decl) in [
+                ("experiments", "create_request", "TEXT"),
+                ("experiments", "create_hash", "TEXT"),
+                ("decisions", "actions", "TEXT"),
+                ("decisions", "propensity", "REAL"),
+                ("decisions", "issued_unix", "REAL"),
+                ("decisions", "outcome", "TEXT"),
+            ] {
+                let present: i64 = tx.query_row(
+                    &format!("SELECT COUNT(*) FROM pragma_table_info('{table}') WHERE name = ?1"),
+                    [column],
+                    |r| r.get(0),
+                )?;
+                if present == 0 {
+                    tx.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} {decl}"))?;
+                }
+            }
+            if v == SCHEMA_VERSION_SESSION {
+                set_schema_version(&tx, SCHEMA_VERSION)?;
+            }
+            tx.commit()?;
+        }
         Some(v) => bail!(
-            "--db {}: schema version {v}, this build reads versions {SCHEMA_VERSION_POLICY_SNAPSHOTS} (migrated on open) and {SCHEMA_VERSION}",
+            "--db {}: schema version {v}, this build reads versions {SCHEMA_VERSION_POLICY_SNAPSHOTS} and {SCHEMA_VERSION_SESSION} (migrated on open) and {SCHEMA_VERSION}",
             path.display()
         ),
     }
@@ -167,6 +205,8 @@ pub struct ExperimentRow {
     pub arms: usize,
     /// SHA-256 of the client token.
     pub token_hash: String,
+    /// The configuration the experiment was created with (JSON text).
+    pub config: String,
     /// The stored state: a session snapshot (schema 2) or a bare policy snapshot (schema 1).
     pub snapshot: Vec<u8>,
     /// The stored counters.
@@ -193,7 +233,7 @@ pub struct Counters {
 /// SQLite errors.
 pub fn load_experiments(conn: &Connection) -> Result<Vec<ExperimentRow>> {
     let mut stmt = conn.prepare(
-        "SELECT name, kind, arms, token_hash, snapshot, issued, observed, commit_arm, commit_left, releases
+        "SELECT name, kind, arms, token_hash, snapshot, issued, observed, commit_arm, commit_left, releases, config
          FROM experiments ORDER BY name",
     )?;
     let rows = stmt
@@ -207,6 +247,7 @@ pub fn load_experiments(conn: &Connection) -> Result<Vec<ExperimentRow>> {
                 kind: r.get(1)?,
                 arms: r.get::<_, i64>(2)? as usize,
                 token_hash: r.get(3)?,
+                config: r.get(10)?,
                 snapshot: r.get(4)?,
                 counters: Counters {
                     issued: r.get::<_, i64>(5)? as u64,
@@ -249,6 +290,8 @@ pub struct NewExperiment<'a> {
     pub guarantee: &'a str,
     /// The session snapshot.
     pub snapshot: &'a [u8],
+    /// The create call's `request_id` and the SHA-256 of its body (idempotent creation).
+    pub create_request: Option<(&'a str, &'a str)>,
 }
 
 /// Insert a new experiment (counters at zero) inside `tx`.
@@ -257,9 +300,49 @@ pub struct NewExperiment<'a> {
 /// SQLite errors (an existing name among them).
 pub fn insert_experiment(tx: &Transaction<'_>, e: &NewExperiment<'_>) -> Result<()> {
     tx.execute(
-        "INSERT INTO experiments (name, kind, arms, config, token_hash, guarantee, created, snapshot, issued, observed, commit_arm, commit_left, releases)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 0, 0, NULL, NULL, 0)",
-        params![e.name, e.kind, e.arms as i64, e.config, e.token_hash, e.guarantee, now(), e.snapshot],
+        "INSERT INTO experiments (name, kind, arms, config, token_hash, guarantee, created, snapshot, issued, observed, commit_arm, commit_left, releases, create_request, create_hash)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 0, 0, NULL, NULL, 0, ?9, ?10)",
+        params![
+            e.name,
+            e.kind,
+            e.arms as i64,
+            e.config,
+            e.token_hash,
+            e.guarantee,
+            now(),
+            e.snapshot,
+            e.create_request.map(|x| x.0),
+            e.create_request.map(|x| x.1)
+        ],
+    )?;
+    Ok(())
+}
+
+/// The experiment a create `request_id` made: `(name, body hash)`.
+///
+/// # Errors
+/// SQLite errors.
+pub fn find_create_request(
+    conn: &Connection,
+    request_id: &str,
+) -> Result<Option<(String, String)>> {
+    Ok(conn
+        .query_row(
+            "SELECT name, create_hash FROM experiments WHERE create_request = ?1",
+            [request_id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?)
+}
+
+/// Replace an experiment's client-token hash inside `tx`.
+///
+/// # Errors
+/// SQLite errors.
+pub fn set_token_hash(tx: &Transaction<'_>, name: &str, token_hash: &str) -> Result<()> {
+    tx.execute(
+        "UPDATE experiments SET token_hash = ?2 WHERE name = ?1",
+        params![name, token_hash],
     )?;
     Ok(())
 }
@@ -303,40 +386,158 @@ pub fn find_request(
         .optional()?)
 }
 
-/// Insert a decision row inside `tx`; `round` is its 0-based index.
+/// A new decision row.
+#[derive(Debug, Clone, Copy)]
+pub struct NewDecision<'a> {
+    /// Decision id (1-based).
+    pub id: u64,
+    /// The chosen arm (contextual: the index of the chosen action).
+    pub arm: usize,
+    /// 0-based round.
+    pub round: u64,
+    /// The client's `request_id`.
+    pub request_id: Option<&'a str>,
+    /// Contextual: the round's action set (JSON text, `k x d`).
+    pub actions: Option<&'a str>,
+    /// The policy's probability of the chosen action, where the kind defines one.
+    pub propensity: Option<f64>,
+}
+
+/// Insert a decision row inside `tx`.
 ///
 /// # Errors
 /// SQLite errors.
-pub fn insert_decision(
-    tx: &Transaction<'_>,
-    name: &str,
-    id: u64,
-    arm: usize,
-    round: u64,
-    request_id: Option<&str>,
-) -> Result<()> {
+pub fn insert_decision(tx: &Transaction<'_>, name: &str, d: &NewDecision<'_>) -> Result<()> {
     tx.execute(
-        "INSERT INTO decisions (experiment, id, arm, round, request_id, issued) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        params![name, id as i64, arm as i64, round as i64, request_id, now()],
+        "INSERT INTO decisions (experiment, id, arm, round, request_id, issued, actions, propensity, issued_unix)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        params![
+            name,
+            d.id as i64,
+            d.arm as i64,
+            d.round as i64,
+            d.request_id,
+            now(),
+            d.actions,
+            d.propensity,
+            unix_now()
+        ],
     )?;
     Ok(())
 }
 
-/// A decision's arm and its reward, if reported: `None` for no such decision.
+/// One decision as exported (protected data: it holds the reward).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct DecisionRow {
+    /// Decision id.
+    pub decision_id: u64,
+    /// 0-based round.
+    pub round: u64,
+    /// The chosen arm (contextual: the index of the chosen action).
+    pub arm: u64,
+    /// The client's `request_id`.
+    pub request_id: Option<String>,
+    /// When issued.
+    pub issued: String,
+    /// The reward as reported.
+    pub reward: Option<f64>,
+    /// The reward as the boundary admitted it (clipped).
+    pub admitted: Option<f64>,
+    /// When rewarded.
+    pub rewarded: Option<String>,
+    /// Contextual: the action set (JSON).
+    pub actions: Option<serde_json::Value>,
+    /// The policy's probability of the chosen action.
+    pub propensity: Option<f64>,
+    /// `reward`, `abandoned` (the dropout reward was recorded), or none while pending.
+    pub outcome: Option<String>,
+}
+
+/// An experiment's decisions with `decision_id > after`, at most `limit`, in order.
+///
+/// # Errors
+/// SQLite errors, or a stored action set that is not JSON.
+pub fn decision_rows(
+    conn: &Connection,
+    name: &str,
+    after: u64,
+    limit: u64,
+) -> Result<Vec<DecisionRow>> {
+    let mut stmt = conn.prepare(
+        "SELECT id, round, arm, request_id, issued, reward, admitted, rewarded, actions, propensity, outcome
+         FROM decisions WHERE experiment = ?1 AND id > ?2 ORDER BY id LIMIT ?3",
+    )?;
+    let rows = stmt
+        .query_map(params![name, after as i64, limit as i64], |r| {
+            Ok((
+                DecisionRow {
+                    decision_id: r.get::<_, i64>(0)? as u64,
+                    round: r.get::<_, i64>(1)? as u64,
+                    arm: r.get::<_, i64>(2)? as u64,
+                    request_id: r.get(3)?,
+                    issued: r.get(4)?,
+                    reward: r.get(5)?,
+                    admitted: r.get(6)?,
+                    rewarded: r.get(7)?,
+                    actions: None,
+                    propensity: r.get(9)?,
+                    outcome: r.get(10)?,
+                },
+                r.get::<_, Option<String>>(8)?,
+            ))
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    rows.into_iter()
+        .map(|(mut d, a)| {
+            d.actions = a.map(|a| serde_json::from_str(&a)).transpose()?;
+            Ok(d)
+        })
+        .collect()
+}
+
+/// A stored decision: its arm, its reward if reported, its outcome.
+pub type StoredDecision = (usize, Option<f64>, Option<String>);
+
+/// A decision's arm, its reward if reported and its outcome (`reward`, `abandoned`; `None`
+/// before schema 3): `None` for no such decision.
 ///
 /// # Errors
 /// SQLite errors.
-pub fn decision(conn: &Connection, name: &str, id: u64) -> Result<Option<(usize, Option<f64>)>> {
+pub fn decision(conn: &Connection, name: &str, id: u64) -> Result<Option<StoredDecision>> {
     Ok(conn
         .query_row(
-            "SELECT arm, reward FROM decisions WHERE experiment = ?1 AND id = ?2",
+            "SELECT arm, reward, outcome FROM decisions WHERE experiment = ?1 AND id = ?2",
             params![name, id as i64],
-            |r| Ok((r.get::<_, i64>(0)? as usize, r.get(1)?)),
+            |r| Ok((r.get::<_, i64>(0)? as usize, r.get(1)?, r.get(2)?)),
         )
         .optional()?)
 }
 
-/// Record a decision's reward (as reported, and as admitted by the boundary) inside `tx`.
+/// Seconds since the Unix epoch.
+pub fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// The pending decisions of `name` issued at or before `cutoff` (Unix seconds), oldest first
+/// (decisions stored before schema 3 have no issue time and never expire).
+///
+/// # Errors
+/// SQLite errors.
+pub fn expired_decisions(conn: &Connection, name: &str, cutoff: f64) -> Result<Vec<u64>> {
+    let mut stmt = conn.prepare(
+        "SELECT id FROM decisions WHERE experiment = ?1 AND reward IS NULL
+         AND issued_unix IS NOT NULL AND issued_unix <= ?2 ORDER BY id",
+    )?;
+    let rows = stmt
+        .query_map(params![name, cutoff], |r| Ok(r.get::<_, i64>(0)? as u64))?
+        .collect::<rusqlite::Result<_>>()?;
+    Ok(rows)
+}
+
+/// Record a decision's reward (as reported, and as admitted by the boundary) and its outcome
+/// (`reward`, or `abandoned`: the dropout reward) inside `tx`.
 ///
 /// # Errors
 /// SQLite errors.
@@ -346,10 +547,11 @@ pub fn record_reward(
     id: u64,
     reward: f64,
     admitted: f64,
+    outcome: &str,
 ) -> Result<()> {
     tx.execute(
-        "UPDATE decisions SET reward = ?3, admitted = ?4, rewarded = ?5 WHERE experiment = ?1 AND id = ?2",
-        params![name, id as i64, reward, admitted, now()],
+        "UPDATE decisions SET reward = ?3, admitted = ?4, rewarded = ?5, outcome = ?6 WHERE experiment = ?1 AND id = ?2",
+        params![name, id as i64, reward, admitted, now(), outcome],
     )?;
     Ok(())
 }
@@ -446,16 +648,22 @@ pub struct LedgerRow {
     pub created: String,
 }
 
-/// An experiment's ledger rows, in order.
+/// An experiment's ledger rows with `id > after`, at most `limit`, in order.
 ///
 /// # Errors
 /// SQLite errors.
-pub fn ledger_rows(conn: &Connection, name: &str) -> Result<Vec<LedgerRow>> {
+pub fn ledger_rows(
+    conn: &Connection,
+    name: &str,
+    after: i64,
+    limit: u64,
+) -> Result<Vec<LedgerRow>> {
     let mut stmt = conn.prepare(
-        "SELECT id, release, arm, measure, cost, status, created FROM ledger WHERE experiment = ?1 ORDER BY id",
+        "SELECT id, release, arm, measure, cost, status, created FROM ledger
+         WHERE experiment = ?1 AND id > ?2 ORDER BY id LIMIT ?3",
     )?;
     let rows = stmt
-        .query_map([name], |r| {
+        .query_map(params![name, after, limit as i64], |r| {
             Ok(LedgerRow {
                 id: r.get(0)?,
                 release: r.get(1)?,
@@ -468,6 +676,40 @@ pub fn ledger_rows(conn: &Connection, name: &str) -> Result<Vec<LedgerRow>> {
         })?
         .collect::<rusqlite::Result<_>>()?;
     Ok(rows)
+}
+
+/// An experiment's ledger totals over its charged and lost rows (open intents excluded).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LedgerTotals {
+    /// Charged and lost rows.
+    pub charges: u64,
+    /// The sum of their costs.
+    pub total: f64,
+    /// The largest number of rows of one release number (a release redone after a crash has 2).
+    pub max_per_release: u64,
+}
+
+/// The ledger totals of experiment `name` (SQL aggregates; no row is loaded).
+///
+/// # Errors
+/// SQLite errors.
+pub fn ledger_totals(conn: &Connection, name: &str) -> Result<LedgerTotals> {
+    let (charges, total): (i64, f64) = conn.query_row(
+        "SELECT COUNT(*), COALESCE(SUM(cost), 0) FROM ledger WHERE experiment = ?1 AND status != 'intent'",
+        [name],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    let max: i64 = conn.query_row(
+        "SELECT COALESCE(MAX(c), 0) FROM (SELECT COUNT(*) AS c FROM ledger
+         WHERE experiment = ?1 AND status != 'intent' GROUP BY release)",
+        [name],
+        |r| r.get(0),
+    )?;
+    Ok(LedgerTotals {
+        charges: charges as u64,
+        total,
+        max_per_release: max as u64,
+    })
 }
 
 /// One audit entry.

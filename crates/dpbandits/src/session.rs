@@ -127,12 +127,21 @@ impl Problem {
         let usize_of = |key: &str, n: u64, what: &str| {
             usize::try_from(n).map_err(|_| Error::param(key, n, what))
         };
+        // At least two arms (a one-armed problem has no decision to make), at most the
+        // library's bound.
+        let arms_of = |n: u64| {
+            let k = usize_of("arms", n, ARMS)?;
+            if k < 2 {
+                return Err(Error::param("arms", k, ARMS));
+            }
+            crate::error::check::arms("arms", k)
+        };
         Ok(match setting {
             Setting::FiniteArmed => Problem::Finite {
-                arms: usize_of("arms", count(t, "arms", ARMS)?, ARMS)?,
+                arms: arms_of(count(t, "arms", ARMS)?)?,
             },
             Setting::Bai => {
-                let arms = usize_of("arms", count(t, "arms", ARMS)?, ARMS)?;
+                let arms = arms_of(count(t, "arms", ARMS)?)?;
                 const DELTA: &str = "the risk, a number in (0, 1)";
                 let v = take(t, "delta", DELTA)?;
                 let delta = number(&v).ok_or_else(|| Error::param("delta", &v, DELTA))?;
@@ -142,7 +151,13 @@ impl Problem {
                 const DIM: &str = "the dimension of the actions, an integer >= 1";
                 const HORIZON: &str = "the horizon T, an integer >= 1";
                 let dim = usize_of("dim", count(t, "dim", DIM)?, DIM)?;
+                if dim == 0 {
+                    return Err(Error::param("dim", dim, DIM));
+                }
                 let horizon = count(t, "horizon", HORIZON)?;
+                if horizon == 0 {
+                    return Err(Error::param("horizon", horizon, HORIZON));
+                }
                 Problem::Contextual { dim, horizon }
             }
             Setting::Linear => {
@@ -166,6 +181,17 @@ impl Problem {
                             })
                             .collect::<Result<Vec<f64>>>()?,
                     );
+                }
+                if arms.len() < 2 || arms[0].is_empty() {
+                    return Err(Error::param(
+                        "arms",
+                        format!(
+                            "{} arm vector(s) of dimension {}",
+                            arms.len(),
+                            arms.first().map_or(0, Vec::len)
+                        ),
+                        VECS,
+                    ));
                 }
                 Problem::Linear { arms }
             }
@@ -547,6 +573,15 @@ impl Session {
     pub fn dim(&self) -> Option<usize> {
         match &self.policy {
             Restored::Contextual(p) => Some(p.dim()),
+            _ => None,
+        }
+    }
+
+    /// Contextual: the probability with which the policy picks the action it picks
+    /// ([`crate::contextual::ContextualPolicy::propensity`]); `None` in other settings.
+    pub fn propensity(&self) -> Option<f64> {
+        match &self.policy {
+            Restored::Contextual(p) => p.propensity(),
             _ => None,
         }
     }

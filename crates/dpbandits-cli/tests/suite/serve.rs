@@ -361,6 +361,256 @@ fn sigkill_under_load_loses_nothing() {
     );
 }
 
+/// Issue 29, Done-when 1: a linear, a contextual and a best-arm identification experiment
+/// served at once over HTTP to 6 concurrent clients while the server is SIGKILLed at 5 random
+/// points (fixed seed) and restarted. Contextual decisions carry their action sets and repeat by
+/// `request_id` across a kill; the BAI experiment runs until its stopping rule fires and then
+/// answers "stopped" with its recommendation. Afterwards, per experiment: every answered decision
+/// rewarded once with the reward its client was acknowledged for, nothing pending, the ledger's
+/// charges equal to its releases plus the lost ones, the audit chain verifies, and the export
+/// holds each contextual decision's action set.
+#[test]
+fn every_setting_survives_sigkill_under_load() {
+    const KILLS: usize = 5;
+    let dir = tempdir();
+    let server = Server::start(dir.path(), free_port());
+    let mut tokens = HashMap::new();
+    for (name, body) in [
+        (
+            "lin",
+            json!({"arms": [[1.0, 0.0], [0.0, 1.0], [0.7, 0.7]],
+                       "policy": "kind = \"adac_gope\"\nrho = 1.0\ndelta = 0.001\nnoise = \"simulation\""}),
+        ),
+        (
+            "ctx",
+            json!({"dim": 3, "horizon": 5000,
+                       "policy": "kind = \"adac_oful\"\nrho = 1.0\nnoise = \"simulation\""}),
+        ),
+        (
+            "bai",
+            json!({"arms": 3, "delta": 0.1,
+                       "policy": "kind = \"dp_tt\"\nepsilon = 10.0\nnoise = \"simulation\""}),
+        ),
+    ] {
+        let mut b = body;
+        b["name"] = json!(name);
+        let r = server.call("POST", "/v1/experiments", Some(ADMIN), Some(&b));
+        assert_eq!(r.status, 201, "{}", r.body);
+        tokens.insert(name, r.json()["client_token"].as_str().unwrap().to_string());
+    }
+    let addr = server.addr;
+    let server = Arc::new(Mutex::new(server));
+    let answered = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let books: Arc<Mutex<HashMap<&'static str, Book>>> = Arc::default();
+    let deadline = Instant::now() + Duration::from_secs(240);
+    // POST until a non-409 answer (409 at a commitment boundary: retry after 1 ms; a stopped
+    // experiment's 409 is an answer).
+    let post = move |path: &str, body: &Value, token: &str| -> Reply {
+        let b = body.to_string();
+        loop {
+            match request(addr, "POST", path, Some(token), Some(b.as_bytes()), TIMEOUT) {
+                Ok(r) if r.status == 409 && !r.body.contains("\"stopped\"") => {
+                    assert_eq!(r.retry_after.as_deref(), Some("1"), "{}", r.body);
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Ok(r) => return r,
+                Err(_) => std::thread::sleep(Duration::from_millis(5)),
+            }
+            assert!(Instant::now() < deadline, "load did not finish in 240 s");
+        }
+    };
+    let plan: [(&'static str, u64, u64); 3] =
+        [("lin", 2, 400), ("ctx", 2, 300), ("bai", 2, 20_000)];
+    let clients: Vec<_> = plan
+        .iter()
+        .flat_map(|&(name, n, quota)| (0..n).map(move |c| (name, c, quota)))
+        .map(|(name, c, quota)| {
+            let (answered, books, token) = (answered.clone(), books.clone(), tokens[name].clone());
+            std::thread::spawn(move || {
+                let mut seq = 0u64;
+                let mut rng = 0xc11e_0000 + seq + c * 7919;
+                loop {
+                    if books
+                        .lock()
+                        .unwrap()
+                        .get(name)
+                        .map_or(0, |b| b.len() as u64)
+                        >= quota
+                    {
+                        return;
+                    }
+                    seq += 1;
+                    let mut body = json!({"request_id": format!("{name}-{c}-{seq}")});
+                    if name == "ctx" {
+                        let set: Vec<Vec<f64>> = (0..4)
+                            .map(|_| {
+                                (0..3)
+                                    .map(|_| (splitmix(&mut rng) % 1000) as f64 / 1000.0)
+                                    .collect()
+                            })
+                            .collect();
+                        body["actions"] = json!(set);
+                    }
+                    let r = post(&format!("/v1/experiments/{name}/decisions"), &body, &token);
+                    if r.status == 409 {
+                        let v = r.json();
+                        assert_eq!(name, "bai", "{}", r.body);
+                        assert_eq!(v["stopped"], true, "{}", r.body);
+                        return;
+                    }
+                    assert_eq!(r.status, 200, "{name}: {}", r.body);
+                    let v = r.json();
+                    let (id, arm) = (
+                        v["decision_id"].as_u64().unwrap(),
+                        v["arm"].as_u64().unwrap(),
+                    );
+                    let prev = books
+                        .lock()
+                        .unwrap()
+                        .entry(name)
+                        .or_default()
+                        .insert(id, (arm, None));
+                    assert!(
+                        prev.is_none(),
+                        "{name}: decision {id} given to two requests"
+                    );
+                    answered.fetch_add(1, Ordering::SeqCst);
+                    let reward = if name == "bai" {
+                        f64::from(u8::from(reward_of(id) < [0.9, 0.2, 0.1][arm as usize]))
+                    } else {
+                        reward_of(id).min(1.0)
+                    };
+                    let r = post(
+                        &format!("/v1/experiments/{name}/rewards"),
+                        &json!({"decision_id": id, "reward": reward}),
+                        &token,
+                    );
+                    assert_eq!(r.status, 200, "{name}: {}", r.body);
+                    books
+                        .lock()
+                        .unwrap()
+                        .get_mut(name)
+                        .unwrap()
+                        .get_mut(&id)
+                        .unwrap()
+                        .1 = Some(reward);
+                }
+            })
+        })
+        .collect();
+    let killer = {
+        let (server, answered, stop) = (server.clone(), answered.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut rng = 0x5eed_2029u64;
+            let mut points: Vec<u64> = (0..KILLS).map(|_| 100 + splitmix(&mut rng) % 500).collect();
+            points.sort_unstable();
+            let mut kills = 0;
+            for p in points {
+                while answered.load(Ordering::SeqCst) < p && !stop.load(Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+                if stop.load(Ordering::SeqCst) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_micros(splitmix(&mut rng) % 3000));
+                server.lock().unwrap().kill_and_restart();
+                kills += 1;
+            }
+            kills
+        })
+    };
+    for c in clients {
+        c.join().unwrap();
+    }
+    stop.store(true, Ordering::SeqCst);
+    let kills = killer.join().unwrap();
+    assert!(kills >= 3, "only {kills} kills");
+    let server = Arc::try_unwrap(server).ok().unwrap().into_inner().unwrap();
+    let books = books.lock().unwrap().clone();
+    let mut statuses = HashMap::new();
+    for name in ["lin", "ctx", "bai"] {
+        let st = server
+            .call(
+                "GET",
+                &format!("/v1/experiments/{name}"),
+                Some(&tokens[name]),
+                None,
+            )
+            .json();
+        let n = books[name].len() as u64;
+        assert_eq!(st["pending"], 0, "{name}: {st}");
+        assert_eq!(st["decisions"].as_u64(), Some(n), "{name}: {st}");
+        assert_eq!(st["rewarded"].as_u64(), Some(n), "{name}: {st}");
+        statuses.insert(name, st);
+    }
+    assert_eq!(
+        statuses["bai"]["stopped"]["recommendation"], 0,
+        "{}",
+        statuses["bai"]
+    );
+    let r = server.call(
+        "GET",
+        "/v1/experiments/ctx/export?format=jsonl",
+        Some(ADMIN),
+        None,
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let lines: Vec<Value> = r
+        .body
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), books["ctx"].len());
+    assert!(
+        lines
+            .iter()
+            .all(|l| l["actions"].as_array().map(Vec::len) == Some(4) && l["propensity"] == 1.0)
+    );
+    let listed = server
+        .call("GET", "/v1/experiments", Some(ADMIN), None)
+        .json();
+    assert_eq!(
+        listed["experiments"].as_array().unwrap().len(),
+        3,
+        "{listed}"
+    );
+    let db = server.db.clone();
+    server.terminate();
+    for name in ["lin", "ctx", "bai"] {
+        let ins = dpbandits_serve::store::inspect(&db, name).unwrap();
+        let book = &books[name];
+        assert_eq!(ins.rewarded, book.len() as u64, "{name}");
+        for &(id, arm, reward) in &ins.rewards {
+            let (a, r) = book[&id];
+            assert_eq!(a, arm as u64, "{name}: decision {id}");
+            assert_eq!(
+                r.map(f64::to_bits),
+                Some(reward.to_bits()),
+                "{name}: decision {id}"
+            );
+        }
+        assert_eq!(ins.ledger_open, 0, "{name}");
+        assert_eq!(ins.ledger_charged, ins.releases, "{name}");
+    }
+    let out = bin()
+        .args(["audit-log", "verify", "--db"])
+        .arg(&db)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!(
+        "every-setting sigkill test: {} lin, {} ctx, {} bai decisions, {kills} kills",
+        books["lin"].len(),
+        books["ctx"].len(),
+        books["bai"].len()
+    );
+}
+
 /// The audit log's length and the experiment's status: what a refused request must not change.
 fn footprint(s: &Server, token: &str) -> (usize, Value) {
     let audit = s
@@ -545,7 +795,22 @@ fn refusals_are_401_or_4xx_naming_the_field() {
             b"{\"name\": \"ab\", \"arms\": 2, \"policy\": \"kind = 'dp_tt'\\nepsilon = 1.0\"}"
                 .to_vec(),
             422,
-            "finite-armed",
+            "delta = (missing)",
+        ),
+        (
+            "/v1/experiments",
+            ADMIN,
+            b"{\"name\": \"ab\", \"arms\": 2, \"dim\": 3, \"policy\": \"kind = 'adac_ucb'\\nrho = 1.0\"}"
+                .to_vec(),
+            422,
+            "dim = 3: not a key of a finite-armed experiment",
+        ),
+        (
+            "/v1/experiments/t/decisions",
+            ADMIN,
+            b"{\"actions\": [[1.0, 2.0]]}".to_vec(),
+            422,
+            "actions",
         ),
         (
             "/v1/experiments",

@@ -134,6 +134,11 @@ pub trait ContextualPolicy: Send + Debug {
     fn max_action_norm(&self) -> f64;
     /// The boundary every reward passes ([`crate::protocol`]).
     fn boundary(&self) -> RewardBoundary;
+    /// The probability with which [`Self::choose`] picks the action it picks, given the state
+    /// and the action set: `Some(1.0)` for a deterministic choice (an argmax with a fixed
+    /// tie-break), `None` where the policy cannot say. Logged with each decision (the decision
+    /// service) for offline evaluation; no default, so every policy states it.
+    fn propensity(&self) -> Option<f64>;
     /// Choose an action of the decision set; `t` = rounds already played. Opens a one-round
     /// commitment (replacing a round that was never observed: its context is gone).
     fn choose(&mut self, t: u64, actions: &ActionSet<'_>) -> usize;

@@ -346,6 +346,9 @@ mod tests {
         fn max_action_norm(&self) -> f64 {
             f64::INFINITY
         }
+        fn propensity(&self) -> Option<f64> {
+            Some(1.0)
+        }
         fn boundary(&self) -> RewardBoundary {
             RewardBoundary::numeric()
         }

@@ -826,6 +826,10 @@ where
     fn max_action_norm(&self) -> f64 {
         OFUL_MAX_ACTION_NORM
     }
+    /// Deterministic: the argmax of the index, ties to the lowest index.
+    fn propensity(&self) -> Option<f64> {
+        Some(1.0)
+    }
     fn boundary(&self) -> RewardBoundary {
         self.gate.boundary()
     }
