@@ -209,6 +209,30 @@ fn bernoulli(num: &BigUint, den: &BigUint, rng: &mut (impl Rng + ?Sized)) -> boo
     &uniform_below(den, rng) < num
 }
 
+/// Bernoulli(`p`) for a rational `p` in [0, 1] (values above 1 count as 1): exact.
+pub fn bernoulli_ratio(p: &Ratio, rng: &mut (impl Rng + ?Sized)) -> bool {
+    if p.num >= p.den {
+        return true;
+    }
+    bernoulli(&p.num, &p.den, rng)
+}
+
+/// Bernoulli(`1 / (1 + e^-eps)`) = Bernoulli(`e^eps / (1 + e^eps)`) for rational `eps >= 0`,
+/// exactly: the two-coin Bernoulli factory (Goncalves, Latuszynski & Roberts 2017) for
+/// `c1 p1 / (c1 p1 + c2 p2)` with `c1 = c2 = 1`, `p1 = 1`, `p2 = e^-eps`: repeat { fair coin;
+/// heads -> 1; tails -> Bernoulli(e^-eps) (Algorithm 1), 1 -> 0 }. `P[1] = 1/2 + (1 - q)/2 P[1]`
+/// with `q = e^-eps`, so `P[1] = 1/(1 + q)`. Each round ends with probability `(1 + q)/2 >= 1/2`.
+pub fn bernoulli_logistic(eps: &Ratio, rng: &mut (impl Rng + ?Sized)) -> bool {
+    loop {
+        if rng.next_u32() & 1 == 1 {
+            return true;
+        }
+        if bernoulli_exp(eps, rng) {
+            return false;
+        }
+    }
+}
+
 /// Bernoulli(exp(-gamma)) for rational `gamma in [0, 1]` (CKS20 Algorithm 1, first branch).
 fn bernoulli_exp_unit(gamma: &Ratio, rng: &mut (impl Rng + ?Sized)) -> bool {
     debug_assert!(gamma.num <= gamma.den);
@@ -501,6 +525,42 @@ pub(crate) mod tests {
                 lo <= want + 1e-12 && want <= hi + 1e-12,
                 "gamma {}: {k}/{n} outside [{lo}, {hi}] around {want}",
                 g.to_f64()
+            );
+        }
+    }
+
+    /// The randomized-response keep coin Bernoulli(e^eps/(1+e^eps)) and Bernoulli(p) for dyadic
+    /// `p`: the two-sided 1 - 1e-6 Wilson interval of 200k draws must contain the exact
+    /// probability (false-failure rate <= 1e-6 per case, fixed seed), and must exclude the
+    /// probability of an epsilon 10% too large (power check).
+    #[test]
+    fn bernoulli_logistic_and_ratio_are_exact() {
+        let mut rng = stream_rng(7, Stream::Noise, &[]);
+        let n = 200_000u64;
+        for eps in [0.0, 0.1, 0.5, 1.0, 3.7, 10.0, 0.316_227_766_016_837_94] {
+            let r = Ratio::from_f64(eps).unwrap();
+            let k = (0..n).filter(|_| bernoulli_logistic(&r, &mut rng)).count() as u64;
+            let want = 1.0 / (1.0 + (-eps).exp());
+            let (lo, hi) = wilson(k, n, Z_1E6_TWO_SIDED);
+            assert!(
+                lo <= want + 1e-12 && want <= hi + 1e-12,
+                "eps {eps}: {k}/{n} outside [{lo}, {hi}] around {want}"
+            );
+            if (0.5..=3.7).contains(&eps) {
+                let wrong = 1.0 / (1.0 + (-1.1 * eps).exp());
+                assert!(
+                    !(lo <= wrong && wrong <= hi),
+                    "eps {eps}: power check, {wrong} inside [{lo}, {hi}]"
+                );
+            }
+        }
+        for p in [0.0, 1.0, 0.5, 0.1, 0.731_058_578_630_004_9, 1e-3] {
+            let r = Ratio::from_f64(p).unwrap();
+            let k = (0..n).filter(|_| bernoulli_ratio(&r, &mut rng)).count() as u64;
+            let (lo, hi) = wilson(k, n, Z_1E6_TWO_SIDED);
+            assert!(
+                lo <= p + 1e-12 && p <= hi + 1e-12,
+                "p {p}: {k}/{n} outside [{lo}, {hi}]"
             );
         }
     }
