@@ -636,6 +636,79 @@ pub(crate) mod tests {
         assert!(r.is_err(), "scale 4 passed as 4.4");
     }
 
+    /// A generator that counts the 32-bit words drawn (a deterministic proxy for a sampler's
+    /// running time: the sampler does a bounded amount of arithmetic per word).
+    struct Counting {
+        inner: crate::rng::SimRng,
+        words: u64,
+    }
+    impl rand::TryRng for Counting {
+        type Error = std::convert::Infallible;
+        fn try_next_u32(&mut self) -> Result<u32, Self::Error> {
+            self.words += 1;
+            Ok(self.inner.next_u32())
+        }
+        fn try_next_u64(&mut self) -> Result<u64, Self::Error> {
+            self.words += 2;
+            Ok(self.inner.next_u64())
+        }
+        fn try_fill_bytes(&mut self, dst: &mut [u8]) -> Result<(), Self::Error> {
+            self.words += dst.len().div_ceil(4) as u64;
+            self.inner.fill_bytes(dst);
+            Ok(())
+        }
+    }
+
+    /// The timing side channel of exact samplers (OpenDP #321, libprio-rs #645), measured as
+    /// work: the mean number of generator words per draw, by the drawn value's magnitude in
+    /// units of the scale. Algorithm 2 draws `floor(|y|/t) + 1` Bernoulli(e^-1) coins, so its
+    /// work grows linearly in `|y|/t`; Algorithm 3 inherits that from its Laplace proposal. The
+    /// test asserts the dependence (so docs/privacy.md, "Timing", stays true) and prints the
+    /// table (`cargo test -p dpbandits --lib timing -- --nocapture`). Deterministic (fixed seed).
+    #[test]
+    fn timing_depends_on_the_drawn_value() {
+        let mut rng = Counting {
+            inner: stream_rng(8, Stream::Noise, &[]),
+            words: 0,
+        };
+        let buckets = [0.0, 1.0, 2.0, 3.0, 5.0];
+        type Sampler = Box<dyn Fn(&mut Counting) -> Signed>;
+        let laplace = Ratio::integer(1000u32);
+        let gauss = Ratio::integer(1_000_000u32);
+        let cases: [(&str, f64, Sampler); 2] = [
+            (
+                "discrete Laplace t = 1e3",
+                1000.0,
+                Box::new(move |r: &mut Counting| discrete_laplace(&laplace, r)),
+            ),
+            (
+                "discrete Gaussian sigma = 1e3",
+                1000.0,
+                Box::new(move |r: &mut Counting| discrete_gaussian(&gauss, r)),
+            ),
+        ];
+        for (name, scale, draw) in &cases {
+            let mut sum = [0u64; 5];
+            let mut count = [0u64; 5];
+            for _ in 0..100_000 {
+                let before = rng.words;
+                let y = to_i128(draw(&mut rng)).unsigned_abs() as f64 / scale;
+                let b = buckets.iter().rposition(|&lo| y >= lo).unwrap();
+                sum[b] += rng.words - before;
+                count[b] += 1;
+            }
+            let mean: Vec<f64> = (0..5)
+                .map(|b| sum[b] as f64 / count[b].max(1) as f64)
+                .collect();
+            eprintln!(
+                "{name}: mean words per draw for |y|/scale in [0,1), [1,2), [2,3), [3,5), >=5: \
+                 {mean:.1?} (draws {count:?})"
+            );
+            // The work of a draw with |y| >= 2 scales exceeds that of |y| < 1 scale by > 10%.
+            assert!(mean[2] > 1.1 * mean[0], "{name}: {mean:?}");
+        }
+    }
+
     #[test]
     fn zero_scale_is_no_noise() {
         let mut rng = stream_rng(6, Stream::Noise, &[]);

@@ -487,7 +487,7 @@ impl NoiseSource {
     /// # Errors
     /// `eps` negative or NaN (`eps = inf` always keeps).
     pub fn keep_coin(&mut self, eps: f64) -> Result<bool> {
-        if !(eps >= 0.0) {
+        if eps.is_nan() || eps < 0.0 {
             return Err(Error::param("epsilon", eps, "a number >= 0"));
         }
         if eps.is_infinite() {
