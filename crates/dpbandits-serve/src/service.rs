@@ -1287,6 +1287,47 @@ mod tests {
         .unwrap();
     }
 
+    /// Every private finite-armed kind of the registry, created at its example parameters without
+    /// `noise`: deployment-grade where the kind has a deployment path (the service's default),
+    /// otherwise refused naming `policy.noise` (never silently simulation-grade).
+    #[test]
+    fn private_finite_kinds_default_to_deployment_noise() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Service::open(&dir.path().join("s.sqlite"), ADMIN).unwrap();
+        let mut deployed = vec![];
+        for (i, entry) in registry::POLICIES.iter().enumerate() {
+            if entry.setting() != Setting::FiniteArmed {
+                continue;
+            }
+            let mut t: toml::Table = toml::from_str(entry.info.example).unwrap();
+            t.remove("noise");
+            t.insert("kind".into(), toml::Value::String(entry.kind().into()));
+            let r = s.create(CreateRequest {
+                name: format!("e{i}"),
+                arms: 3,
+                policy: json!(toml::to_string(&t).unwrap()),
+                allow_non_private: true,
+                seed: Some(1),
+            });
+            match r {
+                Ok(v) => match v["guarantee"]["noise"].as_str().unwrap() {
+                    "deployment-grade" => deployed.push(entry.kind()),
+                    "not-applicable" => {}
+                    g => panic!("{}: served with {g} noise by default", entry.kind()),
+                },
+                Err(e) => {
+                    let e = format!("{e:?}");
+                    assert!(e.contains("policy.noise"), "{}: {e}", entry.kind());
+                }
+            }
+        }
+        assert_eq!(
+            deployed,
+            ["adac_ucb", "adap_ucb", "adap_klucb", "dp_se", "dp_ts"],
+            "finite kinds served with deployment noise by default"
+        );
+    }
+
     fn pair(s: &mut Service, reward: f64) {
         let d = s.decide("t", None, None).unwrap();
         let id = d["decision_id"].as_u64().unwrap();

@@ -26,13 +26,16 @@
 //!
 //! # Parameters
 //! `epsilon` (> 0), `beta` (default 1/2), `threshold` (`thesis` default; `code23` for AdaP-TT:
-//! the 2023 code's threshold formula in our stopping rule, a heuristic), `lazy` (>= 0, default 0).
+//! the 2023 code's threshold formula in our stopping rule, a heuristic), `lazy` (>= 0, default 0),
+//! `noise` (`simulation` default | `deployment`: each release's integer grid sum plus an exact
+//! discrete Laplace of scale `2^k/eps` from an OS-keyed ChaCha20, the same eps; `docs/privacy.md`,
+//! "The Laplace family"), `grid_bits` (1..=32, default 20: rewards rounded to multiples of `2^-k`).
 
 use super::top_two::{Challenger, Estimator, Forcing, Leader, StopCost, TopTwoParams};
 use super::{BaiConfig, BaiEngine, ThresholdKind, TopTwo, fmt_num, forcing_label};
 use crate::config::{AlgorithmInfo, Setting};
 use crate::error::Result;
-use crate::privacy::PrivacyGuarantee;
+use crate::privacy::{NoiseKind, PrivacyGuarantee};
 use serde::Deserialize;
 use std::sync::Arc;
 
@@ -83,11 +86,21 @@ pub struct AdapTtConfig {
     /// (default [`super::PRIVATE_FORCING_SCALE`] = 16).
     #[serde(default = "default_scale")]
     pub forcing_scale: f64,
+    /// Noise path: seeded `f64` Laplace (`simulation`, default) or the exact discrete Laplace on
+    /// rewards rounded to the `2^-grid_bits` grid from an OS-keyed ChaCha20 (`deployment`).
+    #[serde(default)]
+    pub noise: NoiseKind,
+    /// Deployment grid: rewards are rounded to multiples of `2^-grid_bits` (default 20).
+    #[serde(default = "default_grid_bits")]
+    pub grid_bits: u32,
     /// AdaP-TT* (not read from files; set by the registry kind).
     #[serde(skip)]
     pub star: bool,
 }
 
+fn default_grid_bits() -> u32 {
+    crate::privacy::DEFAULT_GRID_BITS
+}
 fn default_scale() -> f64 {
     super::PRIVATE_FORCING_SCALE
 }
@@ -111,6 +124,8 @@ impl AdapTtConfig {
             lazy: 0.0,
             forced_exploration: Forcing::PrivacyScaled,
             forcing_scale: super::PRIVATE_FORCING_SCALE,
+            noise: NoiseKind::Simulation,
+            grid_bits: crate::privacy::DEFAULT_GRID_BITS,
             star,
         }
     }
@@ -136,6 +151,8 @@ impl AdapTtConfig {
             lazy: self.lazy,
             forced: self.forced_exploration,
             forcing_scale: self.forcing_scale,
+            noise: self.noise,
+            grid_bits: self.grid_bits,
         }
     }
 
@@ -150,6 +167,7 @@ impl AdapTtConfig {
             self.threshold
                 .require(&[ThresholdKind::Thesis, ThresholdKind::Code23])?;
         }
+        crate::privacy::check_noise(self.noise, self.grid_bits, self.epsilon.is_finite())?;
         TopTwo::new(self.params(), 2, 0.5).map(drop)
     }
 }
@@ -163,7 +181,7 @@ impl BaiConfig for AdapTtConfig {
         }
     }
     fn label(&self) -> String {
-        format!(
+        let label = format!(
             "{}(eps={},threshold={},beta={},lazy={},fe={})",
             self.kind(),
             fmt_num(self.epsilon),
@@ -171,7 +189,8 @@ impl BaiConfig for AdapTtConfig {
             self.beta,
             self.lazy,
             forcing_label(self.forced_exploration, self.forcing_scale)
-        )
+        );
+        crate::privacy::noise_label(label, self.noise, self.grid_bits)
     }
     fn epsilon(&self) -> f64 {
         self.epsilon
@@ -183,9 +202,12 @@ impl BaiConfig for AdapTtConfig {
         self.threshold.proved()
     }
     fn guarantee(&self) -> PrivacyGuarantee {
-        super::pure_dp_guarantee(
+        super::pure_dp_guarantee_noise(
             self.epsilon,
             "Laplace mechanism, scale 1/(eps N~) (rounded up) on each per-arm phase mean (sensitivity 1/N~), doubling phases with forgetting (Azize et al. 2023, AdaP-TT; thesis Alg. 5.x)",
+            "on each per-arm phase: the integer sum of its N~ rewards rounded to the 2^-k grid (sensitivity 2^k), discrete Laplace scale t = 2^k/eps exactly (the same eps), released mean (sum + noise)/(2^k N~)",
+            self.noise,
+            self.grid_bits,
         )
     }
     fn describe(&self) -> serde_json::Value {

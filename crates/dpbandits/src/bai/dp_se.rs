@@ -38,14 +38,20 @@
 //! and the recommendation read released means only (post-processing).
 //!
 //! # Parameters
-//! `epsilon` (> 0, inf = non-private; required). `delta` comes from the experiment.
+//! `epsilon` (> 0, inf = non-private; required). `delta` comes from the experiment. `noise`
+//! (`simulation` default | `deployment`: each epoch mean is the integer sum of its rewards on the
+//! `2^-grid_bits` grid plus an exact discrete Laplace of scale `2^k/eps` from an OS-keyed
+//! ChaCha20, the same eps; `docs/privacy.md`), `grid_bits` (1..=32, default 20).
 
 use super::{BaiAlgorithm, BaiConfig, BaiEngine, BaiStep, fmt_num};
 use crate::config::{AlgorithmInfo, Setting};
 use crate::error::{Error, Result, check};
-use crate::privacy::{BoundaryMode, LaplaceMechanism, PrivacyGuarantee, RewardBoundary, RewardSum};
+use crate::privacy::{
+    BoundaryMode, DEFAULT_GRID_BITS, LaplaceMechanism, NoiseKind, NoiseSource, PrivacyGuarantee,
+    RewardBoundary, RewardSum,
+};
 use crate::protocol::Gate;
-use crate::rng::{self, SimRng};
+
 use serde::Deserialize;
 use std::sync::Arc;
 
@@ -67,12 +73,32 @@ pub const DP_SE_BAI: AlgorithmInfo = AlgorithmInfo {
 pub struct DpSeBaiConfig {
     /// Privacy budget eps (> 0, inf = non-private).
     pub epsilon: f64,
+    /// Noise path (`simulation` default, or `deployment`).
+    #[serde(default)]
+    pub noise: NoiseKind,
+    /// Deployment grid `2^-grid_bits` (default 20).
+    #[serde(default = "default_grid_bits")]
+    pub grid_bits: u32,
+}
+
+fn default_grid_bits() -> u32 {
+    DEFAULT_GRID_BITS
+}
+fn is_simulation(k: &NoiseKind) -> bool {
+    *k == NoiseKind::Simulation
+}
+fn is_default_grid(b: &u32) -> bool {
+    *b == DEFAULT_GRID_BITS
 }
 
 impl DpSeBaiConfig {
     /// The configuration for `epsilon`.
     pub fn new(epsilon: f64) -> Self {
-        DpSeBaiConfig { epsilon }
+        DpSeBaiConfig {
+            epsilon,
+            noise: NoiseKind::Simulation,
+            grid_bits: DEFAULT_GRID_BITS,
+        }
     }
 
     /// Validate.
@@ -80,7 +106,8 @@ impl DpSeBaiConfig {
     /// # Errors
     /// `epsilon` > 0 (inf allowed), not NaN.
     pub fn validate(&self) -> Result<()> {
-        check::budget("epsilon", self.epsilon).map(drop)
+        check::budget("epsilon", self.epsilon)?;
+        crate::privacy::check_noise(self.noise, self.grid_bits, self.epsilon.is_finite())
     }
 }
 
@@ -89,7 +116,11 @@ impl BaiConfig for DpSeBaiConfig {
         DP_SE_BAI.kind
     }
     fn label(&self) -> String {
-        format!("dp_se_bai(eps={})", fmt_num(self.epsilon))
+        crate::privacy::noise_label(
+            format!("dp_se_bai(eps={})", fmt_num(self.epsilon)),
+            self.noise,
+            self.grid_bits,
+        )
     }
     fn epsilon(&self) -> f64 {
         self.epsilon
@@ -101,9 +132,12 @@ impl BaiConfig for DpSeBaiConfig {
         true
     }
     fn guarantee(&self) -> PrivacyGuarantee {
-        super::pure_dp_guarantee(
+        super::pure_dp_guarantee_noise(
             self.epsilon,
             "Laplace mechanism, scale 1/(eps R_e) (rounded up) on each per-arm epoch mean (sensitivity 1/R_e), fresh samples per epoch, one release per (arm, epoch), elimination as post-processing (Sajed & Sheffet 2019 converted to FC-BAI, Azize thesis; spec dp-bai 4.5)",
+            "on each per-arm epoch: the integer sum of its R_e fresh rewards rounded to the 2^k grid (sensitivity 2^k), discrete Laplace scale t = 2^k/eps exactly (the same eps), released mean (sum + noise)/(2^k R_e), one release per (arm, epoch), elimination as post-processing (Sajed & Sheffet 2019 converted to FC-BAI)",
+            self.noise,
+            self.grid_bits,
         )
     }
     fn describe(&self) -> serde_json::Value {
@@ -113,7 +147,11 @@ impl BaiConfig for DpSeBaiConfig {
         })
     }
     fn prepare(&self, k: usize, delta: f64) -> Result<Arc<dyn BaiEngine>> {
-        Ok(Arc::new(DpSeBai::new(self.epsilon, k, delta)?))
+        self.validate()?;
+        let mut e = DpSeBai::new(self.epsilon, k, delta)?;
+        e.noise = self.noise;
+        e.grid_bits = self.grid_bits;
+        Ok(Arc::new(e))
     }
 }
 
@@ -124,6 +162,12 @@ pub struct DpSeBai {
     epsilon: f64,
     k: usize,
     delta: f64,
+    /// Noise path of the runs (absent from simulation snapshots: their bytes are unchanged).
+    #[serde(default, skip_serializing_if = "is_simulation")]
+    noise: NoiseKind,
+    /// Deployment grid (absent when default).
+    #[serde(default = "default_grid_bits", skip_serializing_if = "is_default_grid")]
+    grid_bits: u32,
 }
 
 /// Largest epoch length (keeps `R_e` finite in `u64`; far beyond any sample cap).
@@ -140,7 +184,13 @@ impl DpSeBai {
         if k < 2 {
             return Err(Error::param("K", k, "at least two arms"));
         }
-        Ok(DpSeBai { epsilon, k, delta })
+        Ok(DpSeBai {
+            epsilon,
+            k,
+            delta,
+            noise: NoiseKind::Simulation,
+            grid_bits: DEFAULT_GRID_BITS,
+        })
     }
 
     /// `ln(8|S|e^2/delta)` (Hoeffding part) and `ln(4|S|e^2/delta)` (Laplace part).
@@ -180,8 +230,8 @@ pub struct DpSeRun {
     /// Snapshots store the engine's parameters; the restore rebuilds it.
     #[serde(with = "engine_snap")]
     engine: Arc<DpSeBai>,
-    /// Privacy noise.
-    nrng: SimRng,
+    /// Privacy noise (seeded stream, or the OS-keyed exact path: a marker in snapshots).
+    nrng: NoiseSource,
     /// Active arms, increasing.
     active: Vec<usize>,
     /// Current epoch (>= 1).
@@ -204,13 +254,17 @@ pub struct DpSeRun {
 }
 
 impl DpSeRun {
-    /// A fresh run with policy seed `seed` (noise from [`rng::noise_rng`]; DP-SE has no ties to
+    /// A fresh run with policy seed `seed` (noise from [`crate::rng::noise_rng`]; DP-SE has no ties to
     /// break at random).
+    ///
+    /// # Panics
+    /// With deployment noise, if the operating system's entropy source fails.
     pub fn new(engine: Arc<DpSeBai>, seed: u64) -> Self {
         let k = engine.k;
         let mut run = DpSeRun {
             gate: Gate::new(RewardBoundary::unit(BoundaryMode::Clip)),
-            nrng: rng::noise_rng(seed),
+            nrng: NoiseSource::new(engine.noise, engine.grid_bits, seed)
+                .expect("OS entropy source failed while starting a deployment-noise DP-SE run"),
             active: (0..k).collect(),
             epoch: 0,
             r: 0,
@@ -277,9 +331,12 @@ mod engine_snap {
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Arc<DpSeBai>, D::Error> {
         let e = DpSeBai::deserialize(d)?;
-        DpSeBai::new(e.epsilon, e.k, e.delta)
-            .map(Arc::new)
-            .map_err(serde::de::Error::custom)
+        let mut fresh = DpSeBai::new(e.epsilon, e.k, e.delta).map_err(serde::de::Error::custom)?;
+        crate::privacy::check_noise(e.noise, e.grid_bits, e.epsilon.is_finite())
+            .map_err(serde::de::Error::custom)?;
+        fresh.noise = e.noise;
+        fresh.grid_bits = e.grid_bits;
+        Ok(Arc::new(fresh))
     }
 }
 
@@ -330,16 +387,27 @@ impl BaiAlgorithm for DpSeRun {
             self.truncated = true;
             return Ok(());
         }
-        let mean = sum / self.r as f64;
+        // The epoch's R_e rewards as a boundary-built sum (rounded onto the release's grid on the
+        // deployment path). Simulation: exactly `Lap(1/(eps R_e)).release(sum / R_e)`.
+        let unit = self.gate.boundary();
+        let pending = unit.drawn_sum(self.nrng.discretise(sum, self.r, &unit), self.r);
         // A failed calibration (excluded by validation) gives NaN: nothing is eliminated and
         // the run is reported capped, never released without noise.
         self.mu[arm] = match self.lap {
-            Some(m) => {
-                if m.scale() > 0.0 {
-                    self.noise_draws += 1;
+            Some(m) => match self.nrng.laplace_mean(
+                1.0 / self.r as f64,
+                self.engine.epsilon,
+                &pending,
+                &unit,
+            ) {
+                Ok((v, _)) => {
+                    if m.scale() > 0.0 {
+                        self.noise_draws += 1;
+                    }
+                    v
                 }
-                m.release(mean, &mut self.nrng)
-            }
+                Err(_) => f64::NAN,
+            },
             None => f64::NAN,
         };
         self.rel[arm] += 1;

@@ -38,13 +38,16 @@
 //! `epsilon` (> 0, inf = non-private), `eta` (> 0, default 1), `beta` (in (0,1), default 1/2),
 //! `threshold` (`joint` default, `r`, `h_half`, `h_arm`), `lazy` (>= 0, default 0: challenger every
 //! round), `forced_exploration` (`privacy_scaled` default, `sqrt_t`, `none`), `forcing_scale`
-//! (> 0, default 16).
+//! (> 0, default 16),
+//! `noise` (`simulation` default | `deployment`: each release's integer grid sum plus an exact
+//! discrete Laplace of scale `2^k/eps` from an OS-keyed ChaCha20, the same eps; `docs/privacy.md`,
+//! "The Laplace family"), `grid_bits` (1..=32, default 20: rewards rounded to multiples of `2^-k`).
 
 use super::top_two::{Challenger, Estimator, Forcing, Leader, StopCost, TopTwoParams};
 use super::{BaiConfig, BaiEngine, ThresholdKind, TopTwo, fmt_num, forcing_label};
 use crate::config::{AlgorithmInfo, Setting};
 use crate::error::Result;
-use crate::privacy::PrivacyGuarantee;
+use crate::privacy::{NoiseKind, PrivacyGuarantee};
 use serde::Deserialize;
 use std::sync::Arc;
 
@@ -86,10 +89,20 @@ pub struct DpTtConfig {
     /// (default [`super::PRIVATE_FORCING_SCALE`] = 16).
     #[serde(default = "default_scale")]
     pub forcing_scale: f64,
+    /// Noise path: seeded `f64` Laplace (`simulation`, default) or the exact discrete Laplace on
+    /// rewards rounded to the `2^-grid_bits` grid from an OS-keyed ChaCha20 (`deployment`).
+    #[serde(default)]
+    pub noise: NoiseKind,
+    /// Deployment grid: rewards are rounded to multiples of `2^-grid_bits` (default 20).
+    #[serde(default = "default_grid_bits")]
+    pub grid_bits: u32,
 }
 
 fn one() -> f64 {
     1.0
+}
+fn default_grid_bits() -> u32 {
+    crate::privacy::DEFAULT_GRID_BITS
 }
 fn default_scale() -> f64 {
     super::PRIVATE_FORCING_SCALE
@@ -116,6 +129,8 @@ impl DpTtConfig {
             lazy: 0.0,
             forced_exploration: Forcing::PrivacyScaled,
             forcing_scale: super::PRIVATE_FORCING_SCALE,
+            noise: NoiseKind::Simulation,
+            grid_bits: crate::privacy::DEFAULT_GRID_BITS,
         }
     }
 
@@ -132,6 +147,8 @@ impl DpTtConfig {
             lazy: self.lazy,
             forced: self.forced_exploration,
             forcing_scale: self.forcing_scale,
+            noise: self.noise,
+            grid_bits: self.grid_bits,
         }
     }
 
@@ -146,6 +163,7 @@ impl DpTtConfig {
             ThresholdKind::HHalf,
             ThresholdKind::HArm,
         ])?;
+        crate::privacy::check_noise(self.noise, self.grid_bits, self.epsilon.is_finite())?;
         TopTwo::new(self.params(), 2, 0.5).map(drop)
     }
 }
@@ -155,7 +173,7 @@ impl BaiConfig for DpTtConfig {
         DP_TT.kind
     }
     fn label(&self) -> String {
-        format!(
+        let label = format!(
             "dp_tt(eps={},threshold={},eta={},beta={},lazy={},fe={})",
             fmt_num(self.epsilon),
             self.threshold.name(),
@@ -163,7 +181,8 @@ impl BaiConfig for DpTtConfig {
             self.beta,
             self.lazy,
             forcing_label(self.forced_exploration, self.forcing_scale)
-        )
+        );
+        crate::privacy::noise_label(label, self.noise, self.grid_bits)
     }
     fn epsilon(&self) -> f64 {
         self.epsilon
@@ -175,9 +194,12 @@ impl BaiConfig for DpTtConfig {
         self.threshold.proved()
     }
     fn guarantee(&self) -> PrivacyGuarantee {
-        super::pure_dp_guarantee(
+        super::pure_dp_guarantee_noise(
             self.epsilon,
             "Laplace mechanism, scale 1/eps (rounded up) on each per-arm phase increment of the reward sum (sensitivity 1), geometric phases ceil((1+eta)^j), cumulative sums, no forgetting (Jourdan & Azize 2025, Alg. 1)",
+            "on each per-arm phase increment: the integer sum of its rewards rounded to the 2^-k grid (sensitivity 2^k), discrete Laplace scale t = 2^k/eps exactly (the same eps as Alg. 1), released (sum + noise)/2^k",
+            self.noise,
+            self.grid_bits,
         )
     }
     fn describe(&self) -> serde_json::Value {

@@ -96,6 +96,8 @@ impl EbTciConfig {
             lazy: 0.0,
             forced: self.forced_exploration,
             forcing_scale: self.forcing_scale,
+            noise: crate::privacy::NoiseKind::Simulation,
+            grid_bits: crate::privacy::DEFAULT_GRID_BITS,
         }
     }
 

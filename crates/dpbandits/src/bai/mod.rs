@@ -254,6 +254,35 @@ pub(crate) fn forcing_label(f: Forcing, scale: f64) -> String {
     }
 }
 
+/// [`pure_dp_guarantee`] with the noise path of the configuration: `deployment` replaces the
+/// mechanism text by `deployment` (the discrete release, with `k = grid_bits`) and says
+/// deployment-grade.
+pub(crate) fn pure_dp_guarantee_noise(
+    epsilon: f64,
+    simulation: &str,
+    deployment: &str,
+    noise: crate::privacy::NoiseKind,
+    grid_bits: u32,
+) -> PrivacyGuarantee {
+    use crate::privacy::{NoiseGrade, NoiseKind};
+    match noise {
+        NoiseKind::Simulation => pure_dp_guarantee(epsilon, simulation),
+        NoiseKind::Deployment => {
+            let mut g = pure_dp_guarantee(
+                epsilon,
+                &format!(
+                    "discrete Laplace (geometric) mechanism (Ghosh, Roughgarden & Sundararajan 2009; sampler: Canonne, Kamath & Steinke 2020, Alg. 2) {} (k = {grid_bits}, lowered only for a release of more than 2^(53-k) rewards); noise from ChaCha20 seeded by the operating system: outputs are not reproducible",
+                    deployment.replace("2^k", &format!("2^{grid_bits}"))
+                ),
+            );
+            if !g.noise.eq(&NoiseGrade::NotApplicable) {
+                g.noise = NoiseGrade::Deployment;
+            }
+            g
+        }
+    }
+}
+
 pub(crate) fn pure_dp_guarantee(epsilon: f64, mechanism: &str) -> PrivacyGuarantee {
     use crate::privacy::{BoundaryMode, Budget, RewardBoundary, TrustModel};
     if epsilon.is_infinite() {

@@ -41,7 +41,10 @@ use super::divergence::{w_eps, w_gauss, w_gauss_star};
 use super::threshold::{self, ThresholdKind};
 use super::{BaiAlgorithm, BaiEngine, BaiStep};
 use crate::error::{Error, Result, check};
-use crate::privacy::{BoundaryMode, LaplaceMechanism, RewardBoundary, RewardSum};
+use crate::privacy::{
+    BoundaryMode, DEFAULT_GRID_BITS, LaplaceMechanism, NoiseKind, NoiseSource, RewardBoundary,
+    RewardSum,
+};
 use crate::protocol::Gate;
 use crate::rng::{self, SimRng};
 use rand::RngExt;
@@ -119,6 +122,23 @@ pub struct TopTwoParams {
     pub forced: Forcing,
     /// Scale `c > 0` of the forced-exploration rule (1 = the rules as named).
     pub forcing_scale: f64,
+    /// Noise path of the releases (`simulation` unless a private configuration asks for
+    /// `deployment`; absent from simulation snapshots, so their bytes are unchanged).
+    #[serde(default, skip_serializing_if = "is_simulation")]
+    pub noise: NoiseKind,
+    /// Deployment grid `2^-grid_bits` (absent from simulation snapshots).
+    #[serde(default = "default_grid_bits", skip_serializing_if = "is_default_grid")]
+    pub grid_bits: u32,
+}
+
+fn is_simulation(k: &NoiseKind) -> bool {
+    *k == NoiseKind::Simulation
+}
+fn default_grid_bits() -> u32 {
+    DEFAULT_GRID_BITS
+}
+fn is_default_grid(b: &u32) -> bool {
+    *b == DEFAULT_GRID_BITS
 }
 
 /// Forced exploration: pull the least-pulled arm while `N_a < f(t) - K/2`, before the Top Two rule.
@@ -230,8 +250,6 @@ pub struct TopTwo {
     joint: Vec<OnceLock<f64>>,
     /// `eps * scale` of the Laplace mechanism (>= 1 by the upward rounding).
     rho: f64,
-    /// The sensitivity-1 Laplace mechanism of the cumulative estimator.
-    lap: LaplaceMechanism,
     /// Thesis thresholds keyed by (log2 w_a, log2 w_b[, branch]); computed once, shared by runs.
     thesis: Vec<OnceLock<f64>>,
 }
@@ -332,7 +350,6 @@ impl TopTwo {
             r_table,
             joint,
             rho,
-            lap,
             thesis,
         })
     }
@@ -554,8 +571,9 @@ pub struct TopTwoRun {
     pending: Vec<f64>,
     /// Tie-breaks.
     prng: SimRng,
-    /// Privacy noise.
-    nrng: SimRng,
+    /// Privacy noise: the seeded stream (simulation) or the OS-keyed exact path (deployment,
+    /// snapshotted as a marker and restored with a fresh key).
+    nrng: NoiseSource,
     noise_draws: u64,
     /// Samples collected.
     t: u64,
@@ -577,9 +595,15 @@ pub struct TopTwoRun {
 
 impl TopTwoRun {
     /// A fresh run with policy seed `seed` (tie-breaks from [`rng::policy_rng`], noise from
-    /// [`rng::noise_rng`]).
+    /// [`rng::noise_rng`], or from an OS-keyed ChaCha20 with `noise = "deployment"`).
+    ///
+    /// # Panics
+    /// With deployment noise, if the operating system's entropy source fails (as
+    /// [`NoiseSource`]'s `Clone`: there is no safe fallback key).
     pub fn new(engine: Arc<TopTwo>, seed: u64) -> Self {
         let k = engine.k;
+        let nrng = NoiseSource::new(engine.p.noise, engine.p.grid_bits, seed)
+            .expect("OS entropy source failed while starting a deployment-noise BAI run");
         TopTwoRun {
             gate: Gate::new(RewardBoundary::unit(BoundaryMode::Clip)),
             engine,
@@ -594,7 +618,7 @@ impl TopTwoRun {
             lead_n: vec![0; k],
             pending: vec![0.0; k],
             prng: rng::policy_rng(seed),
-            nrng: rng::noise_rng(seed),
+            nrng,
             noise_draws: 0,
             t: 0,
             init: 0,
@@ -615,11 +639,22 @@ impl TopTwoRun {
         let fresh = self.n[a] - self.n_rel[a];
         let s = std::mem::take(&mut self.pending[a]);
         self.rel[a] += 1;
+        // The pending rewards as a boundary-built sum (clipped on admission; on the deployment
+        // path each batch was rounded onto the release's grid, so `s` is an exact grid sum).
+        let unit = self.gate.boundary();
+        let pending = unit.drawn_sum(s, fresh);
         match e.p.estimator {
             Estimator::Cumulative { .. } => {
-                self.sum[a] += e.lap.release(s, &mut self.nrng);
-                if e.lap.scale() > 0.0 {
-                    self.noise_draws += 1;
+                // Sensitivity 1 of the increment's sum (Jourdan & Azize 2025, Alg. 1): the
+                // simulation path is exactly `e.lap.release(s, nrng)` (same mechanism, same draw).
+                match self.nrng.laplace_sum(1.0, e.p.epsilon, &pending, &unit) {
+                    Ok((v, scale)) => {
+                        self.sum[a] += v;
+                        if scale > 0.0 {
+                            self.noise_draws += 1;
+                        }
+                    }
+                    Err(_) => self.sum[a] = f64::NAN,
                 }
                 self.w[a] = self.n[a] as f64;
                 self.mu[a] = self.sum[a] / self.w[a];
@@ -628,15 +663,21 @@ impl TopTwoRun {
                 self.w[a] = fresh as f64;
                 // Cannot fail: eps was validated by `TopTwo::new` and `1 / fresh` is finite and
                 // positive; a NaN mean would block stopping (reported as capped), not panic.
-                self.mu[a] = match LaplaceMechanism::for_pure_dp(1.0 / fresh as f64, e.p.epsilon) {
-                    Ok(m) => {
-                        if m.scale() > 0.0 {
-                            self.noise_draws += 1;
+                // Simulation: exactly `Lap(1/(eps fresh)).release(s / fresh)`; deployment: the
+                // discrete Laplace on the integer grid sum (`NoiseSource::laplace_mean`).
+                self.mu[a] =
+                    match self
+                        .nrng
+                        .laplace_mean(1.0 / fresh as f64, e.p.epsilon, &pending, &unit)
+                    {
+                        Ok((m, scale)) => {
+                            if scale > 0.0 {
+                                self.noise_draws += 1;
+                            }
+                            m
                         }
-                        m.release(s / fresh as f64, &mut self.nrng)
-                    }
-                    Err(_) => f64::NAN,
-                };
+                        Err(_) => f64::NAN,
+                    };
             }
             Estimator::Exact => {
                 self.sum[a] += s;
@@ -873,6 +914,10 @@ impl BaiAlgorithm for TopTwoRun {
         let (n, mut gate) = (sum.n(), self.gate);
         let sum = gate.admit_sum(arm, sum)?;
         self.gate = gate;
+        // Deployment: the batch sum onto the grid of the release it belongs to (`next_b -
+        // n_rel` rewards, public); simulation: unchanged.
+        let release_len = self.next_b[arm].saturating_sub(self.n_rel[arm]).max(n);
+        let sum = self.nrng.discretise(sum, release_len, &gate.boundary());
         self.n[arm] += n;
         self.t += n;
         self.pending[arm] += sum;

@@ -35,17 +35,19 @@
 //! `epsilon > 0` (inf = non-private successive elimination), `beta` in (0, 1) (failure
 //! probability; the paper's regret analysis uses `beta = 1/T`, so DP-SE is not anytime; in an
 //! experiment file `beta = "1/T"` is `1/horizon` and follows `--horizon`),
-//! `boundary` (`clip` | `reject`).
+//! `boundary` (`clip` | `reject`), `noise` (`simulation` default | `deployment`: each epoch mean is
+//! the integer sum of its `R_e` rewards rounded to the `2^-grid_bits` grid plus an exact discrete
+//! Laplace of scale `2^k/epsilon` from an OS-keyed ChaCha20, the same epsilon; `docs/privacy.md`),
+//! `grid_bits` (1..=32, default 20).
 
 use super::{Policy, PolicyConfig, Pull};
 use crate::config::{AlgorithmInfo, Setting};
 use crate::error::{Error, Result, check};
 use crate::privacy::{
-    BoundaryMode, Budget, LaplaceMechanism, PrivacyGuarantee, REWARD_ADJACENCY, RewardBoundary,
-    RewardSum, TrustModel,
+    BoundaryMode, Budget, DEFAULT_GRID_BITS, NoiseGrade, NoiseKind, NoiseSource, PrivacyGuarantee,
+    REWARD_ADJACENCY, RewardBoundary, RewardSum, TrustModel,
 };
 use crate::protocol::Gate;
-use crate::rng::SimRng;
 use serde::Deserialize;
 
 /// Registry record of `dp_se`.
@@ -75,6 +77,22 @@ pub struct DpSeConfig {
     /// What to do with rewards outside [0, 1].
     #[serde(default)]
     pub boundary: BoundaryMode,
+    /// Noise path (`simulation` default, `deployment`); absent from simulation snapshots.
+    #[serde(default, skip_serializing_if = "is_simulation")]
+    pub noise: NoiseKind,
+    /// Deployment grid `2^-grid_bits` (default 20; absent from snapshots when default).
+    #[serde(default = "default_grid_bits", skip_serializing_if = "is_default_grid")]
+    pub grid_bits: u32,
+}
+
+fn default_grid_bits() -> u32 {
+    DEFAULT_GRID_BITS
+}
+fn is_simulation(k: &NoiseKind) -> bool {
+    *k == NoiseKind::Simulation
+}
+fn is_default_grid(b: &u32) -> bool {
+    *b == DEFAULT_GRID_BITS
 }
 
 impl DpSeConfig {
@@ -84,6 +102,8 @@ impl DpSeConfig {
             epsilon,
             beta,
             boundary: BoundaryMode::Clip,
+            noise: NoiseKind::Simulation,
+            grid_bits: DEFAULT_GRID_BITS,
         }
     }
 
@@ -91,6 +111,7 @@ impl DpSeConfig {
     pub fn validate(&self) -> Result<()> {
         check::budget("epsilon", self.epsilon)?;
         check::open_unit("beta", self.beta)?;
+        crate::privacy::check_noise(self.noise, self.grid_bits, self.epsilon.is_finite())?;
         Ok(())
     }
 }
@@ -103,14 +124,22 @@ impl PolicyConfig for DpSeConfig {
         vec![("epsilon", self.epsilon), ("beta", self.beta)]
     }
     fn guarantee(&self) -> PrivacyGuarantee {
-        guarantee(self.epsilon, self.boundary)
+        guarantee(self)
+    }
+    fn label(&self) -> String {
+        crate::privacy::noise_label(
+            crate::config::label(self.kind(), &self.params()),
+            self.noise,
+            self.grid_bits,
+        )
     }
     fn build(&self, k: usize, seed: u64) -> Result<Box<dyn Policy>> {
         Ok(Box::new(DpSe::new(k, self.clone(), seed)?))
     }
 }
 
-fn guarantee(epsilon: f64, mode: BoundaryMode) -> PrivacyGuarantee {
+fn guarantee(cfg: &DpSeConfig) -> PrivacyGuarantee {
+    let (epsilon, mode) = (cfg.epsilon, cfg.boundary);
     if epsilon.is_infinite() {
         return PrivacyGuarantee::non_private();
     }
@@ -120,12 +149,24 @@ fn guarantee(epsilon: f64, mode: BoundaryMode) -> PrivacyGuarantee {
         model: TrustModel::Central,
         adjacency: REWARD_ADJACENCY.into(),
         budget: Budget::PureDp { epsilon },
-        mechanism: "Laplace mechanism on each (arm, epoch) mean of R_e fresh rewards clipped to \
-                    [0,1]: scale 1/(epsilon R_e) (Alg. 1); released once per epoch and cached; \
-                    disjoint epochs compose in parallel"
-            .into(),
+        mechanism: match cfg.noise {
+            NoiseKind::Simulation => "Laplace mechanism on each (arm, epoch) mean of R_e fresh \
+                 rewards clipped to [0,1]: scale 1/(epsilon R_e) (Alg. 1); released once per epoch \
+                 and cached; disjoint epochs compose in parallel"
+                .into(),
+            NoiseKind::Deployment => format!(
+                "discrete Laplace (geometric) mechanism (Ghosh, Roughgarden & Sundararajan 2009; \
+                 sampler: Canonne, Kamath & Steinke 2020, Alg. 2) on each (arm, epoch) integer \
+                 sum of R_e fresh rewards clipped to [0,1] and rounded to the 2^-{k} grid \
+                 (sensitivity 2^{k}): scale t = 2^{k}/epsilon exactly (the same epsilon as Alg. \
+                 1); released mean (sum + noise) / (2^{k} R_e), once per epoch and cached; \
+                 disjoint epochs compose in parallel; noise from ChaCha20 seeded by the operating \
+                 system: outputs are not reproducible",
+                k = cfg.grid_bits
+            ),
+        },
         boundary: Some(RewardBoundary::unit(mode)),
-        noise: crate::privacy::NoiseGrade::Simulation,
+        noise: NoiseGrade::of(cfg.noise),
     }
 }
 
@@ -150,7 +191,8 @@ pub struct DpSe {
     /// Cached private means of the last finished epoch (`None` for arms not in it).
     released: Vec<Option<f64>>,
     gate: Gate,
-    noise: SimRng,
+    /// Seeded stream (simulation) or the OS-keyed exact path (a marker in snapshots).
+    noise: NoiseSource,
     releases: u64,
 }
 
@@ -160,6 +202,7 @@ impl DpSe {
         check::arms("K", k)?;
         cfg.validate()?;
         let boundary = RewardBoundary::unit(cfg.boundary);
+        let noise = NoiseSource::new(cfg.noise, cfg.grid_bits, seed)?;
         let mut p = DpSe {
             gate: Gate::new(boundary),
             boundary,
@@ -171,7 +214,7 @@ impl DpSe {
             done: 0,
             sums: vec![boundary.empty_sum(); k],
             released: vec![None; k],
-            noise: crate::rng::noise_rng(seed),
+            noise,
             releases: 0,
         };
         p.r = p.epoch_length();
@@ -236,11 +279,17 @@ impl DpSe {
 
     fn end_epoch(&mut self) -> Result<()> {
         let r = self.r as f64;
-        let mech = LaplaceMechanism::for_pure_dp(self.boundary.width() / r, self.cfg.epsilon)?;
         self.released.iter_mut().for_each(|m| *m = None);
         for &a in &self.active {
             debug_assert_eq!(self.sums[a].n(), self.r);
-            let m = mech.release_mean(&self.sums[a], &self.boundary, &mut self.noise)?;
+            // Simulation: exactly `Lap(1/(epsilon R_e)).release_mean(..)` (Alg. 1); deployment:
+            // the discrete Laplace on the integer grid sum, the same epsilon.
+            let (m, _) = self.noise.laplace_mean(
+                self.boundary.width() / r,
+                self.cfg.epsilon,
+                &self.sums[a],
+                &self.boundary,
+            )?;
             self.released[a] = Some(m);
             self.sums[a] = self.boundary.empty_sum();
             self.releases += 1;
@@ -274,7 +323,14 @@ impl DpSe {
                 self.r - self.done
             )));
         }
-        self.sums[a].add(sum)?;
+        let sum = if self.noise.grade() == NoiseGrade::Deployment {
+            // The block's total onto the epoch's 2^-k grid (a sum of grid points stays one).
+            let s = self.noise.discretise(sum.sum(), self.r, &self.boundary);
+            self.boundary.drawn_sum(s, sum.n())
+        } else {
+            *sum
+        };
+        self.sums[a].add(&sum)?;
         self.done += sum.n();
         if self.done == self.r {
             self.done = 0;
@@ -295,7 +351,7 @@ impl Policy for DpSe {
         self.sums.len()
     }
     fn guarantee(&self) -> PrivacyGuarantee {
-        guarantee(self.cfg.epsilon, self.cfg.boundary)
+        guarantee(&self.cfg)
     }
     fn boundary(&self) -> RewardBoundary {
         self.gate.boundary()

@@ -30,14 +30,17 @@
 //!
 //! # Parameters
 //! `epsilon > 0` (inf = TS on batch means without noise or optimism), `optimism > 0` (default 3),
-//! `boundary` (`clip` | `reject`).
+//! `boundary` (`clip` | `reject`), `noise` (`simulation` default | `deployment`: each batch sum
+//! is the integer sum of its rewards rounded to the `2^-grid_bits` grid plus an exact discrete
+//! Laplace of scale `2^k/epsilon` from an OS-keyed ChaCha20, the same epsilon;
+//! `docs/privacy.md`), `grid_bits` (1..=32, default 20).
 
 use super::{Policy, PolicyConfig, Pull, argmax};
 use crate::config::{AlgorithmInfo, Setting};
 use crate::error::{Result, check};
 use crate::privacy::{
-    BoundaryMode, Budget, LaplaceMechanism, PrivacyGuarantee, REWARD_ADJACENCY, RewardBoundary,
-    TrustModel,
+    BoundaryMode, Budget, DEFAULT_GRID_BITS, LaplaceMechanism, NoiseGrade, NoiseKind, NoiseSource,
+    PrivacyGuarantee, REWARD_ADJACENCY, RewardBoundary, TrustModel,
 };
 use crate::protocol::Gate;
 use crate::rng::SimRng;
@@ -69,10 +72,25 @@ pub struct DpTsConfig {
     /// What to do with rewards outside [0, 1].
     #[serde(default)]
     pub boundary: BoundaryMode,
+    /// Noise path (`simulation` default, `deployment`); absent from simulation snapshots.
+    #[serde(default, skip_serializing_if = "is_simulation")]
+    pub noise: NoiseKind,
+    /// Deployment grid `2^-grid_bits` (default 20; absent from snapshots when default).
+    #[serde(default = "default_grid_bits", skip_serializing_if = "is_default_grid")]
+    pub grid_bits: u32,
 }
 
 fn three() -> f64 {
     3.0
+}
+fn default_grid_bits() -> u32 {
+    DEFAULT_GRID_BITS
+}
+fn is_simulation(k: &NoiseKind) -> bool {
+    *k == NoiseKind::Simulation
+}
+fn is_default_grid(b: &u32) -> bool {
+    *b == DEFAULT_GRID_BITS
 }
 
 impl DpTsConfig {
@@ -82,6 +100,8 @@ impl DpTsConfig {
             epsilon,
             optimism: three(),
             boundary: BoundaryMode::Clip,
+            noise: NoiseKind::Simulation,
+            grid_bits: DEFAULT_GRID_BITS,
         }
     }
 
@@ -89,6 +109,7 @@ impl DpTsConfig {
     pub fn validate(&self) -> Result<()> {
         check::budget("epsilon", self.epsilon)?;
         check::positive("optimism", self.optimism)?;
+        crate::privacy::check_noise(self.noise, self.grid_bits, self.epsilon.is_finite())?;
         Ok(())
     }
 }
@@ -105,14 +126,22 @@ impl PolicyConfig for DpTsConfig {
         p
     }
     fn guarantee(&self) -> PrivacyGuarantee {
-        guarantee(self.epsilon, self.boundary)
+        guarantee(self)
+    }
+    fn label(&self) -> String {
+        crate::privacy::noise_label(
+            crate::config::label(self.kind(), &self.params()),
+            self.noise,
+            self.grid_bits,
+        )
     }
     fn build(&self, k: usize, seed: u64) -> Result<Box<dyn Policy>> {
         Ok(Box::new(DpTs::new(k, self.clone(), seed)?))
     }
 }
 
-fn guarantee(epsilon: f64, mode: BoundaryMode) -> PrivacyGuarantee {
+fn guarantee(cfg: &DpTsConfig) -> PrivacyGuarantee {
+    let (epsilon, mode) = (cfg.epsilon, cfg.boundary);
     if epsilon.is_infinite() {
         return PrivacyGuarantee::non_private();
     }
@@ -121,12 +150,24 @@ fn guarantee(epsilon: f64, mode: BoundaryMode) -> PrivacyGuarantee {
         model: TrustModel::Central,
         adjacency: REWARD_ADJACENCY.into(),
         budget: Budget::PureDp { epsilon },
-        mechanism: "Laplace mechanism on the sum of each (arm, doubling batch) of rewards clipped \
-                    to [0,1]: scale 1/epsilon; released once per batch and cached; disjoint batches \
-                    compose in parallel"
-            .into(),
+        mechanism: match cfg.noise {
+            NoiseKind::Simulation => "Laplace mechanism on the sum of each (arm, doubling batch) \
+                 of rewards clipped to [0,1]: scale 1/epsilon; released once per batch and cached; \
+                 disjoint batches compose in parallel"
+                .into(),
+            NoiseKind::Deployment => format!(
+                "discrete Laplace (geometric) mechanism (Ghosh, Roughgarden & Sundararajan 2009; \
+                 sampler: Canonne, Kamath & Steinke 2020, Alg. 2) on the integer sum of each \
+                 (arm, doubling batch) of rewards clipped to [0,1] and rounded to the 2^-{k} grid \
+                 (sensitivity 2^{k}): scale t = 2^{k}/epsilon exactly (the same epsilon); released \
+                 (sum + noise) / 2^{k}, once per batch and cached; disjoint batches compose in \
+                 parallel; noise from ChaCha20 seeded by the operating system: outputs are not \
+                 reproducible",
+                k = cfg.grid_bits
+            ),
+        },
         boundary: Some(RewardBoundary::unit(mode)),
-        noise: crate::privacy::NoiseGrade::Simulation,
+        noise: NoiseGrade::of(cfg.noise),
     }
 }
 
@@ -145,7 +186,8 @@ pub struct DpTs {
     released: Vec<Option<(f64, u64)>>,
     pulls: Vec<u64>,
     rng: SimRng,
-    noise: SimRng,
+    /// Seeded stream (simulation) or the OS-keyed exact path (a marker in snapshots).
+    noise: NoiseSource,
 }
 
 impl DpTs {
@@ -154,6 +196,7 @@ impl DpTs {
         check::arms("K", k)?;
         cfg.validate()?;
         let boundary = RewardBoundary::unit(cfg.boundary);
+        let noise = NoiseSource::new(cfg.noise, cfg.grid_bits, seed)?;
         Ok(DpTs {
             mech: LaplaceMechanism::for_pure_dp(boundary.width(), cfg.epsilon)?,
             gate: Gate::new(boundary),
@@ -164,7 +207,7 @@ impl DpTs {
             released: vec![None; k],
             pulls: vec![0; k],
             rng: crate::rng::policy_rng(seed),
-            noise: crate::rng::noise_rng(seed),
+            noise,
         })
     }
 
@@ -192,7 +235,7 @@ impl Policy for DpTs {
         self.pulls.len()
     }
     fn guarantee(&self) -> PrivacyGuarantee {
-        guarantee(self.cfg.epsilon, self.cfg.boundary)
+        guarantee(&self.cfg)
     }
     fn boundary(&self) -> RewardBoundary {
         self.gate.boundary()
@@ -227,12 +270,20 @@ impl Policy for DpTs {
     }
     fn observe(&mut self, arm: usize, reward: f64) -> Result<()> {
         let r = self.gate.admit(arm, reward)?;
+        let boundary = self.gate.boundary();
+        // Deployment: onto the grid of this batch's release (`batch_size` rewards, public).
+        let r = self.noise.discretise(r, self.batch_size[arm], &boundary);
         self.pulls[arm] += 1;
         self.batch_sum[arm] += r;
         self.batch_count[arm] += 1;
         if self.batch_count[arm] == self.batch_size[arm] {
             let o = self.batch_size[arm];
-            let noisy = self.mech.release(self.batch_sum[arm], &mut self.noise);
+            // Simulation: exactly `self.mech.release(batch_sum)` (sensitivity 1, scale
+            // 1/epsilon); deployment: the discrete Laplace on the integer grid sum.
+            let batch = boundary.drawn_sum(self.batch_sum[arm], o);
+            let (noisy, _) =
+                self.noise
+                    .laplace_sum(boundary.width(), self.cfg.epsilon, &batch, &boundary)?;
             self.released[arm] = Some((noisy / o as f64, o));
             self.batch_sum[arm] = 0.0;
             self.batch_count[arm] = 0;

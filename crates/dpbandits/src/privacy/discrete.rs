@@ -209,6 +209,30 @@ fn bernoulli(num: &BigUint, den: &BigUint, rng: &mut (impl Rng + ?Sized)) -> boo
     &uniform_below(den, rng) < num
 }
 
+/// Bernoulli(`p`) for a rational `p` in [0, 1] (values above 1 count as 1): exact.
+pub fn bernoulli_ratio(p: &Ratio, rng: &mut (impl Rng + ?Sized)) -> bool {
+    if p.num >= p.den {
+        return true;
+    }
+    bernoulli(&p.num, &p.den, rng)
+}
+
+/// Bernoulli(`1 / (1 + e^-eps)`) = Bernoulli(`e^eps / (1 + e^eps)`) for rational `eps >= 0`,
+/// exactly: the two-coin Bernoulli factory (Goncalves, Latuszynski & Roberts 2017) for
+/// `c1 p1 / (c1 p1 + c2 p2)` with `c1 = c2 = 1`, `p1 = 1`, `p2 = e^-eps`: repeat { fair coin;
+/// heads -> 1; tails -> Bernoulli(e^-eps) (Algorithm 1), 1 -> 0 }. `P[1] = 1/2 + (1 - q)/2 P[1]`
+/// with `q = e^-eps`, so `P[1] = 1/(1 + q)`. Each round ends with probability `(1 + q)/2 >= 1/2`.
+pub fn bernoulli_logistic(eps: &Ratio, rng: &mut (impl Rng + ?Sized)) -> bool {
+    loop {
+        if rng.next_u32() & 1 == 1 {
+            return true;
+        }
+        if bernoulli_exp(eps, rng) {
+            return false;
+        }
+    }
+}
+
 /// Bernoulli(exp(-gamma)) for rational `gamma in [0, 1]` (CKS20 Algorithm 1, first branch).
 fn bernoulli_exp_unit(gamma: &Ratio, rng: &mut (impl Rng + ?Sized)) -> bool {
     debug_assert!(gamma.num <= gamma.den);
@@ -505,6 +529,42 @@ pub(crate) mod tests {
         }
     }
 
+    /// The randomized-response keep coin Bernoulli(e^eps/(1+e^eps)) and Bernoulli(p) for dyadic
+    /// `p`: the two-sided 1 - 1e-6 Wilson interval of 200k draws must contain the exact
+    /// probability (false-failure rate <= 1e-6 per case, fixed seed), and must exclude the
+    /// probability of an epsilon 10% too large (power check).
+    #[test]
+    fn bernoulli_logistic_and_ratio_are_exact() {
+        let mut rng = stream_rng(7, Stream::Noise, &[]);
+        let n = 200_000u64;
+        for eps in [0.0, 0.1, 0.5, 1.0, 3.7, 10.0, 0.316_227_766_016_837_94] {
+            let r = Ratio::from_f64(eps).unwrap();
+            let k = (0..n).filter(|_| bernoulli_logistic(&r, &mut rng)).count() as u64;
+            let want = 1.0 / (1.0 + (-eps).exp());
+            let (lo, hi) = wilson(k, n, Z_1E6_TWO_SIDED);
+            assert!(
+                lo <= want + 1e-12 && want <= hi + 1e-12,
+                "eps {eps}: {k}/{n} outside [{lo}, {hi}] around {want}"
+            );
+            if (0.5..=3.7).contains(&eps) {
+                let wrong = 1.0 / (1.0 + (-1.1 * eps).exp());
+                assert!(
+                    !(lo <= wrong && wrong <= hi),
+                    "eps {eps}: power check, {wrong} inside [{lo}, {hi}]"
+                );
+            }
+        }
+        for p in [0.0, 1.0, 0.5, 0.1, 0.731_058_578_630_004_9, 1e-3] {
+            let r = Ratio::from_f64(p).unwrap();
+            let k = (0..n).filter(|_| bernoulli_ratio(&r, &mut rng)).count() as u64;
+            let (lo, hi) = wilson(k, n, Z_1E6_TWO_SIDED);
+            assert!(
+                lo <= p + 1e-12 && p <= hi + 1e-12,
+                "p {p}: {k}/{n} outside [{lo}, {hi}]"
+            );
+        }
+    }
+
     fn laplace_pmf(scale: f64) -> impl Fn(i128) -> f64 {
         move |y| (-(y.abs() as f64) / scale).exp()
     }
@@ -574,6 +634,79 @@ pub(crate) mod tests {
             .collect();
         let r = std::panic::catch_unwind(|| check_pmf(&samples, laplace_pmf(4.4), 200, "x"));
         assert!(r.is_err(), "scale 4 passed as 4.4");
+    }
+
+    /// A generator that counts the 32-bit words drawn (a deterministic proxy for a sampler's
+    /// running time: the sampler does a bounded amount of arithmetic per word).
+    struct Counting {
+        inner: crate::rng::SimRng,
+        words: u64,
+    }
+    impl rand::TryRng for Counting {
+        type Error = std::convert::Infallible;
+        fn try_next_u32(&mut self) -> Result<u32, Self::Error> {
+            self.words += 1;
+            Ok(self.inner.next_u32())
+        }
+        fn try_next_u64(&mut self) -> Result<u64, Self::Error> {
+            self.words += 2;
+            Ok(self.inner.next_u64())
+        }
+        fn try_fill_bytes(&mut self, dst: &mut [u8]) -> Result<(), Self::Error> {
+            self.words += dst.len().div_ceil(4) as u64;
+            self.inner.fill_bytes(dst);
+            Ok(())
+        }
+    }
+
+    /// The timing side channel of exact samplers (OpenDP #321, libprio-rs #645), measured as
+    /// work: the mean number of generator words per draw, by the drawn value's magnitude in
+    /// units of the scale. Algorithm 2 draws `floor(|y|/t) + 1` Bernoulli(e^-1) coins, so its
+    /// work grows linearly in `|y|/t`; Algorithm 3 inherits that from its Laplace proposal. The
+    /// test asserts the dependence (so docs/privacy.md, "Timing", stays true) and prints the
+    /// table (`cargo test -p dpbandits --lib timing -- --nocapture`). Deterministic (fixed seed).
+    #[test]
+    fn timing_depends_on_the_drawn_value() {
+        let mut rng = Counting {
+            inner: stream_rng(8, Stream::Noise, &[]),
+            words: 0,
+        };
+        let buckets = [0.0, 1.0, 2.0, 3.0, 5.0];
+        type Sampler = Box<dyn Fn(&mut Counting) -> Signed>;
+        let laplace = Ratio::integer(1000u32);
+        let gauss = Ratio::integer(1_000_000u32);
+        let cases: [(&str, f64, Sampler); 2] = [
+            (
+                "discrete Laplace t = 1e3",
+                1000.0,
+                Box::new(move |r: &mut Counting| discrete_laplace(&laplace, r)),
+            ),
+            (
+                "discrete Gaussian sigma = 1e3",
+                1000.0,
+                Box::new(move |r: &mut Counting| discrete_gaussian(&gauss, r)),
+            ),
+        ];
+        for (name, scale, draw) in &cases {
+            let mut sum = [0u64; 5];
+            let mut count = [0u64; 5];
+            for _ in 0..100_000 {
+                let before = rng.words;
+                let y = to_i128(draw(&mut rng)).unsigned_abs() as f64 / scale;
+                let b = buckets.iter().rposition(|&lo| y >= lo).unwrap();
+                sum[b] += rng.words - before;
+                count[b] += 1;
+            }
+            let mean: Vec<f64> = (0..5)
+                .map(|b| sum[b] as f64 / count[b].max(1) as f64)
+                .collect();
+            eprintln!(
+                "{name}: mean words per draw for |y|/scale in [0,1), [1,2), [2,3), [3,5), >=5: \
+                 {mean:.1?} (draws {count:?})"
+            );
+            // The work of a draw with |y| >= 2 scales exceeds that of |y| < 1 scale by > 10%.
+            assert!(mean[2] > 1.1 * mean[0], "{name}: {mean:?}");
+        }
     }
 
     #[test]

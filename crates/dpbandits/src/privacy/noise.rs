@@ -423,6 +423,115 @@ impl NoiseSource {
         }
     }
 
+    /// Release the *sum* of the rewards of `sum` (not their mean) with Laplace noise calibrated
+    /// for `epsilon`-DP at sum-level L1 sensitivity `sensitivity` (1 for rewards in [0, 1], one
+    /// reward changed). Returns the released sum and the noise scale at the sum level.
+    ///
+    /// Simulation: exactly `LaplaceMechanism::for_pure_dp(sensitivity, epsilon)?.release(sum)`,
+    /// one `f64` draw from the seeded stream (the DP-TT cumulative increments, the Lazy-DP-TS batch
+    /// sums). Deployment: `S = sum of the rounded rewards` in grid units (the caller rounded each
+    /// reward or batch with [`NoiseSource::discretise`] for a release of `sum.n()` rewards), the
+    /// discrete Laplace `Y ~ Lap_Z(t)` with `t = Delta_cal / epsilon` exactly, `Delta_cal =
+    /// max(sensitivity 2^k, ceil(2^k (hi - lo)))`, released `(S + Y) / 2^k`: the geometric
+    /// mechanism is `Delta_cal / t = epsilon`-DP exactly (the budget is unchanged).
+    ///
+    /// # Errors
+    /// Bad `sensitivity` / `epsilon` (as [`LaplaceMechanism::for_pure_dp`]); a sum of no rewards
+    /// or outside `boundary` on the deployment path.
+    pub fn laplace_sum(
+        &mut self,
+        sensitivity: f64,
+        epsilon: f64,
+        sum: &RewardSum,
+        boundary: &RewardBoundary,
+    ) -> Result<(f64, f64)> {
+        match &mut self.inner {
+            Inner::Simulation(rng) => {
+                let mech = LaplaceMechanism::for_pure_dp(sensitivity, epsilon)?;
+                Ok((mech.release(sum.sum(), rng), mech.scale()))
+            }
+            Inner::Deployment(d) => {
+                LaplaceMechanism::for_pure_dp(sensitivity, epsilon)?; // same parameter checks
+                let n = sum.releasable(boundary)?;
+                let grid = Grid::for_release(d.grid_bits, n, boundary);
+                let s = grid.units(sum.sum());
+                let scale = if epsilon.is_infinite() {
+                    Ratio::integer(0u32)
+                } else {
+                    let delta =
+                        Deployment::calibration_sensitivity(grid, sensitivity, 1, boundary)?;
+                    let eps = Ratio::from_f64(epsilon).expect("epsilon checked finite and > 0");
+                    delta.div(&eps).expect("epsilon > 0")
+                };
+                let y = discrete_laplace(&scale, &mut d.rng);
+                let b = scale.to_f64() / grid.scale();
+                Ok((Deployment::mean(grid, s, &y, 1), b))
+            }
+        }
+    }
+
+    /// Draw one bit that is 1 with probability exactly `e^eps / (1 + e^eps)` for the exact
+    /// rational value of `eps >= 0` (the "keep" coin of randomized response with
+    /// `p00 = p11 = e^eps/(1+e^eps)`, Warner 1965; Gajane 2023 Cor. 2).
+    ///
+    /// Deployment: the two-coin Bernoulli factory for `1/(1+q)` with `q = e^-eps` (Goncalves,
+    /// Latuszynski & Roberts 2017; a special case of the logistic factory): repeat { a fair coin;
+    /// heads -> 1; tails -> a Bernoulli(e^-eps) coin of CKS20 Algorithm 1 (exact for rational eps),
+    /// 1 -> 0 }. `P[1] = 1/2 + (1/2)(1 - q) P[1]`, so `P[1] = 1/(1+q) = e^eps/(1+e^eps)` exactly;
+    /// at most 2 rounds in expectation. No floating-point number is involved, so the randomizer's
+    /// likelihood ratio is `e^eps` exactly: the budget is unchanged.
+    ///
+    /// Simulation: `u < e^eps/(1+e^eps)` for one seeded uniform `u` (the float path of
+    /// [`super::RandomizedResponse::respond`]).
+    ///
+    /// # Errors
+    /// `eps` negative or NaN (`eps = inf` always keeps).
+    pub fn keep_coin(&mut self, eps: f64) -> Result<bool> {
+        if eps.is_nan() || eps < 0.0 {
+            return Err(Error::param("epsilon", eps, "a number >= 0"));
+        }
+        if eps.is_infinite() {
+            return Ok(true);
+        }
+        match &mut self.inner {
+            Inner::Simulation(rng) => {
+                use rand::RngExt as _;
+                let keep = eps.exp() / (1.0 + eps.exp());
+                let u: f64 = rng.random();
+                Ok(u < keep)
+            }
+            Inner::Deployment(d) => {
+                let q = Ratio::from_f64(eps).expect("eps checked finite and >= 0");
+                Ok(super::discrete::bernoulli_logistic(&q, &mut d.rng))
+            }
+        }
+    }
+
+    /// Draw one bit that is 1 with probability exactly `p` for the exact rational value of the
+    /// `f64` `p` in [0, 1] (a dyadic rational `m / 2^e`): deployment draws a uniform integer
+    /// below `2^e` from the CSPRNG and compares it with `m` (exact); simulation compares one
+    /// seeded uniform with `p`. For randomized response with general `(p00, p11)` the stated
+    /// epsilon is computed from these exact values (see `docs/privacy.md`).
+    ///
+    /// # Errors
+    /// `p` outside [0, 1] or NaN.
+    pub fn bernoulli(&mut self, p: f64) -> Result<bool> {
+        if !(0.0..=1.0).contains(&p) {
+            return Err(Error::param("p", p, "a probability in [0, 1]"));
+        }
+        match &mut self.inner {
+            Inner::Simulation(rng) => {
+                use rand::RngExt as _;
+                let u: f64 = rng.random();
+                Ok(u < p)
+            }
+            Inner::Deployment(d) => {
+                let r = Ratio::from_f64(p).expect("p checked in [0, 1]");
+                Ok(super::discrete::bernoulli_ratio(&r, &mut d.rng))
+            }
+        }
+    }
+
     /// Release the mean of `n` rewards whose clipped sum is `sum`, with Laplace noise calibrated
     /// for `epsilon`-DP at mean-level sensitivity `sensitivity`. Returns the released value and
     /// the noise scale at the mean level (`b` of the Laplace, or `t / (2^k n)` of the discrete
@@ -654,6 +763,69 @@ mod tests {
             700,
             "deployment Lap_Z(16)",
         );
+    }
+
+    /// `laplace_sum` (the DP-TT / Lazy-DP-TS increments): released sums are grid fractions
+    /// `(S + Y) / 2^k` whose integer noise follows `Lap_Z(2^k / epsilon)` (chi-square + KS at
+    /// alpha = 1e-6 on the OS generator: not seedable, false-failure rate <= 2e-6 per run); the
+    /// simulation path is the old `LaplaceMechanism::release` of the sum, draw for draw.
+    #[test]
+    fn deployment_laplace_sum_is_calibrated() {
+        let b = unit();
+        let mut src = NoiseSource::deployment(3).unwrap();
+        // 5 rewards summing to 2.25 (18 units), sensitivity 1 -> Delta = 8, eps = 0.5 -> t = 16.
+        let draws: Vec<i128> = (0..40_000)
+            .map(|_| {
+                let (v, scale) = src
+                    .laplace_sum(1.0, 0.5, &b.drawn_sum(2.25, 5), &b)
+                    .unwrap();
+                assert_eq!(scale, 2.0);
+                let y = v * 8.0 - 18.0;
+                assert_eq!(y, y.round());
+                y as i128
+            })
+            .collect();
+        check_pmf(
+            &draws,
+            |y| (-(y.abs() as f64) / 16.0).exp(),
+            700,
+            "deployment laplace_sum Lap_Z(16)",
+        );
+        // Power: the same draws are rejected as Lap_Z(14.4) (scale 10% too small).
+        let r = std::panic::catch_unwind(|| {
+            check_pmf(&draws, |y| (-(y.abs() as f64) / 14.4).exp(), 700, "x")
+        });
+        assert!(r.is_err(), "Lap_Z(16) passed as Lap_Z(14.4)");
+        let mut sim = NoiseSource::simulation(9);
+        let mut rng = crate::rng::noise_rng(9);
+        let mech = LaplaceMechanism::for_pure_dp(1.0, 0.7).unwrap();
+        for _ in 0..5 {
+            let (v, _) = sim.laplace_sum(1.0, 0.7, &b.drawn_sum(3.5, 7), &b).unwrap();
+            assert_eq!(v, mech.release(3.5, &mut rng));
+        }
+    }
+
+    /// The keep coin of randomized response: deployment draws are 1 with probability
+    /// e^eps/(1+e^eps) (two-sided 1 - 1e-6 Wilson interval of 400k OS-seeded draws: not
+    /// seedable, false-failure rate <= 1e-6 per eps and run) and exclude an eps 10% too large.
+    #[test]
+    fn deployment_keep_coin_is_exact() {
+        use crate::privacy::discrete::tests::wilson;
+        let mut src = NoiseSource::deployment(20).unwrap();
+        let n = 400_000u64;
+        for eps in [0.5, 1.0, 2.0] {
+            let k = (0..n).filter(|_| src.keep_coin(eps).unwrap()).count() as u64;
+            let (lo, hi) = wilson(k, n, 4.891_638_475_699);
+            let want = 1.0 / (1.0 + (-eps).exp());
+            assert!(lo <= want && want <= hi, "eps {eps}: {k}/{n}");
+            let wrong = 1.0 / (1.0 + (-1.1 * eps).exp());
+            assert!(!(lo <= wrong && wrong <= hi), "eps {eps}: power");
+        }
+        assert!(src.keep_coin(f64::INFINITY).unwrap());
+        assert!(src.keep_coin(-1.0).is_err());
+        assert!(src.bernoulli(1.5).is_err());
+        assert!(src.bernoulli(1.0).unwrap());
+        assert!(!src.bernoulli(0.0).unwrap());
     }
 
     /// The calibration never asks for less than the true sensitivity of the integer sum, even if

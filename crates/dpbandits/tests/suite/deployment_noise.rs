@@ -252,3 +252,174 @@ fn restored_deployment_noise_is_fresh() {
     };
     assert_ne!(run(&snap), run(&snap));
 }
+
+/// The private kinds with a deployment path. Every other private kind must refuse
+/// `noise = "deployment"` with an error naming `noise` (never run silently on float noise).
+/// Issue 28 extends this list kind by kind; the test fails if a kind is on the wrong side.
+const DEPLOYABLE: &[&str] = &[
+    "adac_ucb",
+    "adap_ucb",
+    "adap_klucb",
+    "dp_se",
+    "dp_ts",
+    "dp_tt",
+    "adap_tt",
+    "adap_tt_star",
+    "dp_se_bai",
+];
+
+fn session_problem(setting: dpbandits::config::Setting) -> dpbandits::session::Problem {
+    use dpbandits::config::Setting;
+    use dpbandits::session::Problem;
+    match setting {
+        Setting::FiniteArmed => Problem::Finite { arms: 4 },
+        Setting::Linear => Problem::Linear {
+            arms: vec![vec![1.0, 0.0], vec![0.0, 1.0], vec![0.6, 0.8]],
+        },
+        Setting::Contextual => Problem::Contextual {
+            dim: 3,
+            horizon: 1000,
+        },
+        Setting::Bai => Problem::Bai {
+            arms: 3,
+            delta: 0.1,
+        },
+    }
+}
+
+/// Conformance: walk `registry::POLICIES`; every private kind (its example's guarantee is not
+/// `not-applicable`) is built through the online session with `noise = "deployment"` and says
+/// deployment-grade, or (not yet deployable) is refused naming `noise`; every non-private kind
+/// refuses `noise = "deployment"`. Deployable finite and BAI kinds are then driven through the
+/// session (rewards in [0, 1]), snapshotted (the noise is a marker) and restored.
+#[test]
+fn every_private_kind_builds_with_deployment_noise() {
+    use dpbandits::session::{Next, Session};
+    let mut private = 0;
+    for entry in registry::POLICIES {
+        let kind = entry.kind();
+        let example: toml::Table = toml::from_str(entry.info.example).unwrap();
+        let problem = session_problem(entry.setting());
+        let plain = Session::new(kind, example.clone(), &problem, 3).unwrap();
+        let grade = plain.guarantee().unwrap().noise;
+        let mut dep = example.clone();
+        dep.insert("noise".into(), toml::Value::String("deployment".into()));
+        let built = Session::new(kind, dep, &problem, 3);
+        if grade == NoiseGrade::NotApplicable {
+            let e = built
+                .err()
+                .unwrap_or_else(|| panic!("{kind}: non-private kind accepted deployment noise"))
+                .to_string();
+            assert!(e.contains("noise"), "{kind}: {e}");
+            continue;
+        }
+        private += 1;
+        assert_eq!(grade, NoiseGrade::Simulation, "{kind}: default noise");
+        if !DEPLOYABLE.contains(&kind) {
+            let e = built
+                .err()
+                .unwrap_or_else(|| panic!("{kind}: deployable now, add it to DEPLOYABLE"))
+                .to_string();
+            assert!(e.contains("noise"), "{kind}: {e}");
+            continue;
+        }
+        let mut s = built.unwrap_or_else(|e| panic!("{kind}: {e}"));
+        let g = s.guarantee().unwrap().clone();
+        assert_eq!(g.noise, NoiseGrade::Deployment, "{kind}");
+        assert_eq!(
+            g.budget,
+            plain.guarantee().unwrap().budget,
+            "{kind}: budget unchanged"
+        );
+        assert!(g.mechanism.contains("discrete"), "{kind}: {}", g.mechanism);
+        assert!(
+            g.mechanism.contains("not reproducible"),
+            "{kind}: {}",
+            g.mechanism
+        );
+        // Drive it (finite and BAI kinds: the service's scope and the BAI paper's).
+        let mut t = 0u64;
+        while t < 300 {
+            match s.next() {
+                Next::Decision => {
+                    s.decide().unwrap();
+                }
+                Next::Reward { arm, .. } => {
+                    s.observe(arm, ((t * 7) % 5) as f64 / 4.0).unwrap();
+                    t += 1;
+                }
+                Next::Stopped { .. } => break,
+                Next::ActionSet { .. } => break,
+            }
+        }
+        let snap = s.snapshot().unwrap();
+        // The policy's noise is the marker `{"deployment": {"grid_bits": 20}}` (CBOR text keys).
+        assert!(
+            snap.windows(b"grid_bits".len()).any(|w| w == b"grid_bits"),
+            "{kind}: noise marker missing"
+        );
+        let restored = Session::restore(&snap).unwrap_or_else(|e| panic!("{kind}: {e}"));
+        assert_eq!(
+            restored.guarantee().unwrap().noise,
+            NoiseGrade::Deployment,
+            "{kind}"
+        );
+    }
+    assert_eq!(private, 17, "private kinds in the registry");
+}
+
+/// `bai_mu1`'s DP-TT (the BAI setting) end to end through the experiment path in deployment mode,
+/// at reduced scale (one eps, 200 runs): its stopping times have the law of the simulation path's
+/// (two-sample KS at level 1e-4 on 200 + 200 runs: false-failure rate <= 1e-4 if the laws are
+/// equal; Bernoulli rewards lie on the grid, so only the discrete vs continuous Laplace differs),
+/// at most 10 of 200 runs are wrong and none is capped. The deployment runs are OS-seeded: not reproducible.
+#[test]
+fn bai_mu1_dp_tt_runs_in_deployment_mode() {
+    use dpbandits::math::stats::{ks_critical, ks_statistic};
+    let base = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../experiments/bai_mu1.toml"
+    ))
+    .unwrap();
+    // The file's instance and settings; its policies replaced by one DP-TT on both paths.
+    let head = base.split("[[policy]]").next().unwrap();
+    let head = head
+        .replace("runs = 1000", "runs = 200")
+        .replace("horizon = 1_000_000_000_000", "horizon = 100_000_000");
+    let text = format!(
+        "{head}[[policy]]\nkind = \"dp_tt\"\nepsilon = 1.0\nlazy = 0.01\n\n\
+         [[policy]]\nkind = \"dp_tt\"\nepsilon = 1.0\nlazy = 0.01\nnoise = \"deployment\"\n"
+    );
+    let plan = Plan::from_toml(&text).unwrap();
+    let out = experiment::run(&plan, &|| {});
+    let taus: Vec<Vec<f64>> = (0..2)
+        .map(|c| {
+            let runs = out.cells[c].as_ref().unwrap();
+            assert_eq!(runs.len(), 200);
+            // [tau, recommendation, correct, capped, noise draws]. delta = 0.01: at most 1% of
+            // runs may be wrong; more than 10 of 200 has probability < 1e-6 (Binomial tail).
+            let wrong = runs.iter().filter(|r| r[2] != 1.0).count();
+            assert!(
+                wrong <= 10,
+                "{}: {wrong} incorrect runs",
+                plan.cells[c].label()
+            );
+            assert!(
+                runs.iter().all(|r| r[3] == 0.0),
+                "{}: capped",
+                plan.cells[c].label()
+            );
+            runs.iter().map(|r| r[0]).collect()
+        })
+        .collect();
+    assert!(plan.cells[1].label().ends_with("[deployment]"));
+    let d = ks_statistic(&taus[0], &taus[1]);
+    let crit = ks_critical(200, 200, 1e-4);
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    assert!(
+        d < crit,
+        "KS {d} >= {crit}: simulation mean tau {}, deployment {}",
+        mean(&taus[0]),
+        mean(&taus[1])
+    );
+}
