@@ -1287,29 +1287,30 @@ mod tests {
         .unwrap();
     }
 
-    /// Every private finite-armed kind of the registry, created at its example parameters without
-    /// `noise`: deployment-grade where the kind has a deployment path (the service's default),
-    /// otherwise refused naming `policy.noise` (never silently simulation-grade).
+    /// Every private kind of the registry, in every setting, created at its example parameters
+    /// without `noise`: deployment-grade where the kind has a deployment path (the service's
+    /// default), otherwise refused naming `policy.noise` (never silently simulation-grade).
     #[test]
-    fn private_finite_kinds_default_to_deployment_noise() {
+    fn private_kinds_default_to_deployment_noise() {
         let dir = tempfile::tempdir().unwrap();
         let mut s = Service::open(&dir.path().join("s.sqlite"), ADMIN).unwrap();
         let mut deployed = vec![];
         for (i, entry) in registry::POLICIES.iter().enumerate() {
-            if entry.setting() != Setting::FiniteArmed {
-                continue;
-            }
             let mut t: toml::Table = toml::from_str(entry.info.example).unwrap();
             t.remove("noise");
             t.insert("kind".into(), toml::Value::String(entry.kind().into()));
-            let r = s.create(CreateRequest {
-                name: format!("e{i}"),
-                arms: 3,
-                policy: json!(toml::to_string(&t).unwrap()),
-                allow_non_private: true,
-                seed: Some(1),
-            });
-            match r {
+            let mut body = json!({"name": format!("e{i}"), "allow_non_private": true, "seed": 1,
+                                  "policy": toml::to_string(&t).unwrap()});
+            let problem = match entry.setting() {
+                Setting::FiniteArmed => json!({"arms": 3}),
+                Setting::Linear => json!({"arms": [[1.0, 0.0], [0.0, 1.0], [0.7, 0.7]]}),
+                Setting::Contextual => json!({"dim": 3, "horizon": 1000}),
+                Setting::Bai => json!({"arms": 3, "delta": 0.1}),
+            };
+            for (k, v) in problem.as_object().unwrap() {
+                body[k] = v.clone();
+            }
+            match s.create(req(body)) {
                 Ok(v) => match v["guarantee"]["noise"].as_str().unwrap() {
                     "deployment-grade" => deployed.push(entry.kind()),
                     "not-applicable" => {}
@@ -1323,8 +1324,18 @@ mod tests {
         }
         assert_eq!(
             deployed,
-            ["adac_ucb", "adap_ucb", "adap_klucb", "dp_se", "dp_ts"],
-            "finite kinds served with deployment noise by default"
+            [
+                "adac_ucb",
+                "adap_ucb",
+                "adap_klucb",
+                "dp_se",
+                "dp_ts",
+                "dp_tt",
+                "adap_tt",
+                "adap_tt_star",
+                "dp_se_bai"
+            ],
+            "kinds served with deployment noise by default"
         );
     }
 
