@@ -79,11 +79,14 @@ fn one() -> f64 {
 
 /// Check a dimension and a theta vector; shared by the contextual environments.
 pub(crate) fn check_dim(d: usize) -> Result<()> {
-    if d == 0 || d > super::MAX_DIM {
+    if d == 0 || d > super::MAX_DIM_DYN {
         return Err(Error::param(
             "d",
             d,
-            format!("an integer in 1..={} (feature dimension)", super::MAX_DIM),
+            format!(
+                "an integer in 1..={} (feature dimension)",
+                super::MAX_DIM_DYN
+            ),
         ));
     }
     Ok(())

@@ -44,9 +44,9 @@ pub use file::{CONTEXTUAL_FILE, ContextOrder, ContextualFile, ContextualFileConf
 pub use gaussian::{CONTEXTUAL_GAUSSIAN, ContextualGaussian, ContextualGaussianConfig};
 pub use lanes::{ActionLanes, BatchDriver, BatchFamily, LaneSource};
 pub use oful::{
-    ADAC_OFUL, MAX_DIM, OFUL, OFUL_BOUNDARY, OFUL_MAX_ACTION_NORM, OfulConfig, OfulKind,
-    OfulPolicy, PrivacyMode, RS_OFUL, RadiusMode, SquareOps, chi2_tail, lambda_min_lower_bound,
-    restore_oful,
+    ADAC_OFUL, MAX_DIM, MAX_DIM_DYN, OFUL, OFUL_BOUNDARY, OFUL_MAX_ACTION_NORM, OfulConfig,
+    OfulDyn, OfulKind, OfulPolicy, PrivacyMode, RS_OFUL, RadiusMode, SquareOps, chi2_tail,
+    lambda_min_lower_bound, restore_oful,
 };
 pub use sim::{ContextualCell, ContextualGroup, SimPath, simulate_configs, simulate_contextual};
 

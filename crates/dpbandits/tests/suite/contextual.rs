@@ -507,11 +507,11 @@ fn feature_files_and_bad_input() {
     .to_string();
     assert!(e.contains("theta") && e.contains("d = 3"), "{e}");
     let e = Plan::from_toml(&format!(
-        "{base}[env]\nkind = 'contextual_gaussian'\nd = 40\n[[policy]]\nkind = 'rs_oful'\n"
+        "{base}[env]\nkind = 'contextual_gaussian'\nd = 300\n[[policy]]\nkind = 'rs_oful'\n"
     ))
     .unwrap_err()
     .to_string();
-    assert!(e.contains("d = 40") && e.contains("1..=16"), "{e}");
+    assert!(e.contains("d = 300") && e.contains("1..=256"), "{e}");
     let e = Plan::from_toml(&format!(
         "{base}[env]\nkind = 'contextual_gaussian'\nk = 0\n[[policy]]\nkind = 'rs_oful'\n"
     ))

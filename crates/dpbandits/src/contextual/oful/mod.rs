@@ -86,7 +86,10 @@
 
 mod argmax;
 mod batch;
+mod dynamic;
 pub(crate) use batch::OFUL_FAMILY;
+pub use dynamic::{MAX_DIM_DYN, OfulDyn};
+pub(crate) use dynamic::{build_dyn, restore_dyn};
 
 use super::{ActionSet, BatchFamily, ContextualPolicy, ContextualPolicyConfig};
 use crate::config::{AlgorithmInfo, Setting};
@@ -136,7 +139,8 @@ pub const ADAC_OFUL: AlgorithmInfo = AlgorithmInfo {
     doc: include_str!("mod.rs"),
 };
 
-/// Largest supported feature dimension (fixed-size linear algebra is instantiated for 1..=MAX_DIM).
+/// Largest dimension of the fixed-size engine ([`OfulPolicy`], instantiated for 1..=MAX_DIM);
+/// above it, up to [`MAX_DIM_DYN`], `build` uses the dynamic engine ([`OfulDyn`], `dynamic.rs`).
 pub const MAX_DIM: usize = 16;
 
 /// Which member of the family.
@@ -314,7 +318,7 @@ impl ContextualPolicyConfig for OfulConfig {
             ($($n:literal)*) => {
                 match d {
                     $($n => Ok(Box::new(OfulPolicy::<$n>::new(self.clone(), horizon, seed)?)),)*
-                    _ => Err(Error::param("d", d, format!("an integer in 1..={MAX_DIM}"))),
+                    _ => build_dyn(self, d, horizon, seed),
                 }
             };
         }
@@ -468,7 +472,7 @@ pub fn restore_oful(snap: &crate::snapshot::Snapshot) -> Result<Box<dyn Contextu
         ($($n:literal)*) => {
             match d {
                 $($n => Ok(Box::new(snap.state::<OfulSnap<OfulPolicy<$n>>>()?.policy)),)*
-                _ => Err(Error::Snapshot(format!("d = {d}: expected an integer in 1..={MAX_DIM}"))),
+                _ => restore_dyn(snap),
             }
         };
     }
@@ -921,7 +925,8 @@ mod tests {
         assert!(c.validate().is_err());
         assert!(c.build(17, 10, 1).is_err() || c.validate().is_err());
         let c = OfulConfig::paper(OfulKind::RsOful, f64::INFINITY);
-        let e = c.build(17, 10, 1).unwrap_err().to_string();
-        assert!(e.contains("d = 17"), "{e}");
+        let e = c.build(MAX_DIM_DYN + 1, 10, 1).unwrap_err().to_string();
+        assert!(e.contains("d = 257"), "{e}");
+        assert_eq!(c.build(17, 10, 1).unwrap().dim(), 17);
     }
 }
