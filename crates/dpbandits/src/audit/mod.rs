@@ -50,6 +50,9 @@
 
 pub mod stats;
 pub mod table;
+pub mod whitebox;
+
+pub use whitebox::{WhiteBoxOptions, WhiteBoxReport, WhiteVerdict, audit_white_box};
 
 use crate::bai::{BaiEngine, BaiStep, simulate_bai};
 use crate::config::{BySetting, Setting};
@@ -970,6 +973,20 @@ impl AuditReport {
 
 #[cfg(test)]
 mod tests;
+
+/// What the test modules of the audit share.
+#[cfg(test)]
+pub(crate) mod tests_support {
+    use super::*;
+
+    /// Every private kind of the registry.
+    pub(crate) fn private_kinds() -> Vec<&'static registry::PolicyEntry> {
+        registry::POLICIES
+            .iter()
+            .filter(|e| e.example().is_ok_and(|b| guarantee(&b).is_private()))
+            .collect()
+    }
+}
 
 /// Build the code mutant `m` of `kind` (AdaC-UCB, AdaP-UCB, AdaP-KLUCB) from its parameters.
 fn build_mutant(kind: &str, params: toml::Table, m: AuditMutant) -> Result<Built> {
