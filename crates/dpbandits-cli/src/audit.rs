@@ -52,6 +52,10 @@ pub(crate) struct AuditArgs {
     /// default: the setting's).
     #[arg(long = "target")]
     targets: Vec<u64>,
+    /// Black-box, zCDP kinds: select events along the whole (epsilon, delta) curve the claim
+    /// implies (61 deltas in [1e-6, 0.5]) and report the point where the evidence is strongest.
+    #[arg(long)]
+    curve: bool,
     /// Worker threads (default: all cores). Results do not depend on it.
     #[arg(long)]
     threads: Option<usize>,
@@ -70,6 +74,7 @@ pub(crate) fn audit(a: AuditArgs) -> Result<ExitCode> {
     opts.confidence = a.confidence;
     opts.horizon = a.horizon;
     opts.arms = a.arms;
+    opts.curve = a.curve;
     if !a.scenarios.is_empty() {
         opts.scenarios = a
             .scenarios

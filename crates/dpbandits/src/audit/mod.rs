@@ -147,6 +147,10 @@ pub struct AuditOptions {
     pub scenarios: Vec<Scenario>,
     /// Events evaluated per scenario.
     pub events: usize,
+    /// zCDP kinds: select the events along the whole (epsilon, delta) curve the claim implies
+    /// ([`CURVE_DELTAS`]) and report the point where the evidence is strongest ([`AuditReport::
+    /// curve`]); the rows at `deltas` use the same events and intervals.
+    pub curve: bool,
     /// A deliberately broken policy (crate-internal mutation tests only).
     pub(crate) mutant: Option<AuditMutant>,
 }
@@ -163,6 +167,7 @@ impl Default for AuditOptions {
             arms: 2,
             scenarios: vec![Scenario::First, Scenario::Late, Scenario::FirstTie],
             events: 3,
+            curve: false,
             mutant: None,
         }
     }
@@ -284,6 +289,22 @@ pub struct AuditReport {
     pub results: Vec<AuditRow>,
     /// The tables of every scenario (the tuned scenario's are chosen by pilot runs).
     pub designs: Vec<Design>,
+    /// Whole-curve mode (zCDP kinds, `curve`): the (scenario, delta, event) where the lower bound
+    /// is largest relative to the claim.
+    pub curve: Option<CurveRow>,
+}
+
+/// The deltas of the whole-curve mode: 61 points log-spaced in `[1e-6, 0.5]`.
+pub const CURVE_DELTAS: (f64, f64, usize) = (1e-6, 0.5, 61);
+
+/// The strongest point of the whole-curve mode.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct CurveRow {
+    /// Scenario of the point.
+    pub scenario: Scenario,
+    /// The point (delta, claim, bound, ratio, event).
+    #[serde(flatten)]
+    pub point: stats::CurvePoint,
 }
 
 /// The claimed epsilon of `g` at `delta`.
@@ -661,6 +682,14 @@ pub fn audit(kind: &str, params: &toml::Table, opts: &AuditOptions) -> Result<Au
     let base_label = label(&honest);
     let mut rows = vec![];
     let min_delta = deltas.iter().copied().fold(f64::INFINITY, f64::min);
+    let curve = match g.budget {
+        Budget::Zcdp { .. } if opts.curve => {
+            let (lo, hi, n) = CURVE_DELTAS;
+            Some(stats::Curve::new(lo, hi, n, |d| claimed_epsilon(&g, d))?)
+        }
+        _ => None,
+    };
+    let mut curve_row: Option<CurveRow> = None;
     let runner = Runner {
         audited: &audited,
         shape: &shape,
@@ -697,8 +726,22 @@ pub fn audit(kind: &str, params: &toml::Table, opts: &AuditOptions) -> Result<Au
         let half = (opts.runs / 2) as usize;
         let (sel_d, ev_d) = sides[0].split_at(half);
         let (sel_d2, ev_d2) = sides[1].split_at(half);
-        let events = stats::select(sel_d, sel_d2, min_delta, opts.events);
+        let events = match &curve {
+            Some(c) => stats::select_on_curve(sel_d, sel_d2, c, opts.events),
+            None => stats::select(sel_d, sel_d2, min_delta, opts.events),
+        };
         let bounds = stats::evaluate(&events, ev_d, ev_d2, &deltas, alpha, &names);
+        if let Some(c) = &curve
+            && let Some(point) = stats::evaluate_on_curve(&events, ev_d, ev_d2, c, alpha, &names)
+            && curve_row
+                .as_ref()
+                .is_none_or(|r| point.ratio > r.point.ratio)
+        {
+            curve_row = Some(CurveRow {
+                scenario: sc,
+                point,
+            });
+        }
         for ((&delta, &claimed), b) in deltas.iter().zip(&claims).zip(bounds) {
             let eps = b.as_ref().map_or(0.0, |b| b.eps_lower_bound);
             rows.push(AuditRow {
@@ -720,7 +763,9 @@ pub fn audit(kind: &str, params: &toml::Table, opts: &AuditOptions) -> Result<Au
         .max_by(|a, b| (a.eps_lower_bound - a.claimed).total_cmp(&(b.eps_lower_bound - b.claimed)))
         .expect("at least one row")
         .clone();
-    let verdict = if rows.iter().all(|r| r.verdict == Verdict::Pass) {
+    let verdict = if rows.iter().all(|r| r.verdict == Verdict::Pass)
+        && curve_row.as_ref().is_none_or(|c| c.point.ratio <= 1.0)
+    {
         Verdict::Pass
     } else {
         Verdict::Fail
@@ -746,6 +791,7 @@ pub fn audit(kind: &str, params: &toml::Table, opts: &AuditOptions) -> Result<Au
         seconds: start.elapsed().as_secs_f64(),
         results: rows,
         designs,
+        curve: curve_row,
     })
 }
 
@@ -959,6 +1005,17 @@ impl AuditReport {
                 ))
             );
         }
+        if let Some(c) = &self.curve {
+            s += &format!(
+                "curve: strongest at {} delta {:.3e}: bound {:.4} against {:.4}, ratio {:.4} ({})\n",
+                c.scenario.name(),
+                c.point.delta,
+                c.point.eps_lower_bound,
+                c.point.claimed,
+                c.point.ratio,
+                c.point.event.event
+            );
+        }
         s += &format!(
             "verdict: {} ({:.2} s)\n",
             match self.verdict {
@@ -968,23 +1025,6 @@ impl AuditReport {
             self.seconds
         );
         s
-    }
-}
-
-#[cfg(test)]
-mod tests;
-
-/// What the test modules of the audit share.
-#[cfg(test)]
-pub(crate) mod tests_support {
-    use super::*;
-
-    /// Every private kind of the registry.
-    pub(crate) fn private_kinds() -> Vec<&'static registry::PolicyEntry> {
-        registry::POLICIES
-            .iter()
-            .filter(|e| e.example().is_ok_and(|b| guarantee(&b).is_private()))
-            .collect()
     }
 }
 
@@ -1014,4 +1054,21 @@ fn build_mutant(kind: &str, params: toml::Table, m: AuditMutant) -> Result<Built
             ));
         };
     Ok(Built::Finite(cfg))
+}
+
+#[cfg(test)]
+mod tests;
+
+/// What the test modules of the audit share.
+#[cfg(test)]
+pub(crate) mod tests_support {
+    use super::*;
+
+    /// Every private kind of the registry.
+    pub(crate) fn private_kinds() -> Vec<&'static registry::PolicyEntry> {
+        registry::POLICIES
+            .iter()
+            .filter(|e| e.example().is_ok_and(|b| guarantee(&b).is_private()))
+            .collect()
+    }
 }

@@ -49,7 +49,7 @@
 //! crate's mechanisms) is invisible to it; the black-box mode covers that. The estimators assume
 //! the mechanism's noise family (a location shift of a Gaussian or Laplace, a bit).
 
-use super::{AuditOptions, build_mutant, guarantee, label, scaled_params};
+use super::{AuditOptions, Audited, build_mutant, guarantee, label, prepare, scaled_params};
 use crate::bai::{BaiAlgorithm, BaiEnvironment, BaiStep, simulate_bai};
 use crate::contextual::{ActionSet, ContextualEnvironment};
 use crate::error::{Error, Result};
@@ -412,33 +412,25 @@ impl ContextualEnvironment for NeighbourContextual {
 
 /// One run of `built` on `table`: its tapped releases.
 fn run_tapped(
-    built: &Built,
-    engine: Option<&std::sync::Arc<dyn crate::bai::BaiEngine>>,
+    audited: &Audited,
     table: Neighbour,
     k: usize,
     horizon: u64,
     seed: u64,
 ) -> Result<Vec<Tapped>> {
     tap::open();
-    let out = drive(built, engine, table, k, horizon, seed);
+    let out = drive(audited, table, k, horizon, seed);
     let releases = tap::close();
     out.map(|()| releases)
 }
 
-fn drive(
-    built: &Built,
-    engine: Option<&std::sync::Arc<dyn crate::bai::BaiEngine>>,
-    table: Neighbour,
-    k: usize,
-    horizon: u64,
-    seed: u64,
-) -> Result<()> {
+fn drive(audited: &Audited, table: Neighbour, k: usize, horizon: u64, seed: u64) -> Result<()> {
     let mut env = NeighbourEnv {
         table,
         counts: vec![0; k],
     };
-    match built {
-        Built::Finite(cfg) => {
+    match audited {
+        Audited::Finite(cfg) => {
             let mut policy = cfg.build(k, seed)?;
             let mut t = 0;
             while t < horizon {
@@ -451,7 +443,7 @@ fn drive(
                 t += steps;
             }
         }
-        Built::Linear(cfg) => {
+        Audited::Linear(cfg) => {
             let arms: Vec<nalgebra::DVector<f64>> = (0..k)
                 .map(|i| nalgebra::DVector::from_fn(k, |j, _| if i == j { 1.0 } else { 0.0 }))
                 .collect();
@@ -468,7 +460,7 @@ fn drive(
                 t += steps;
             }
         }
-        Built::Contextual(cfg) => {
+        Audited::Contextual(cfg) => {
             let mut policy = cfg.build(k, horizon, seed)?;
             let mut features = vec![0.0; k * k];
             for i in 0..k {
@@ -490,8 +482,7 @@ fn drive(
                 policy.observe(&actions, a, r)?;
             }
         }
-        Built::Bai(_) => {
-            let engine = engine.expect("prepared engine");
+        Audited::Bai(engine) => {
             let mut alg = engine.clone().start(seed);
             let mut benv = NeighbourBai { env, t: 0 };
             let mut tagged = Tagged {
@@ -503,9 +494,15 @@ fn drive(
     Ok(())
 }
 
+/// A release's family and its values on `D` and `D'`.
+type Samples = (Family, Vec<f64>, Vec<f64>);
+
+/// A release's key `(context, position, count)`, its family and its value.
+type Keyed = ((u32, u32, u32), Family, f64);
+
 /// The key of every release of a run: `(context, position, count of earlier releases with the
 /// same context and position)`.
-fn keyed(releases: &[Tapped]) -> Vec<((u32, u32, u32), Family, f64)> {
+fn keyed(releases: &[Tapped]) -> Vec<Keyed> {
     let mut seen: BTreeMap<(u32, u32), u32> = BTreeMap::new();
     releases
         .iter()
@@ -702,8 +699,13 @@ fn design(kind: &str, b: &Built) -> (u64, Vec<u64>, bool) {
         Built::Bai(_) => (256, vec![0, 1, 3], false),
         Built::Contextual(_) => (64, vec![0], true),
     };
-    // DP-SE's first epoch at beta = 0.001 is 2 x 1239 rounds
-    let horizon = if kind == "dp_se" { 4096 } else { horizon };
+    // DP-SE's first epoch at beta = 0.001 is 2 x 1239 rounds; DP-SE (BAI) at the audit's risk
+    // 0.1 and 2 arms: R_1 = floor(32 ln(160) 4) + 1 = 650 samples per arm, 1300 in all
+    let horizon = match kind {
+        "dp_se" => 4096,
+        "dp_se_bai" => 2048,
+        _ => horizon,
+    };
     (horizon, targets, by_row)
 }
 
@@ -753,10 +755,7 @@ pub fn audit_white_box(
     let (default_h, default_targets, by_row) = design(kind, &honest);
     let horizon = opts.horizon.unwrap_or(default_h);
     let k = opts.arms;
-    let engine = match &audited {
-        Built::Bai(c) => Some(c.prepare(k, super::BAI_RISK)?),
-        _ => None,
-    };
+    let audited = prepare(audited, k)?;
     let targets = if wopts.targets.is_empty() {
         default_targets
     } else {
@@ -767,7 +766,7 @@ pub fn audit_white_box(
     let mut results = vec![];
     for &target in &targets {
         let run_label = format!("{base_label}/target{target}");
-        let sides: Vec<Vec<Vec<((u32, u32, u32), Family, f64)>>> = [(hi, false), (lo, true)]
+        let sides: Vec<Vec<Vec<Keyed>>> = [(hi, false), (lo, true)]
             .into_iter()
             .map(|(value, neighbour)| {
                 let table = Neighbour {
@@ -780,8 +779,7 @@ pub fn audit_white_box(
                     .into_par_iter()
                     .map(|r| {
                         let seed = rng::audit_seed(opts.seed, &run_label, neighbour, r);
-                        run_tapped(&audited, engine.as_ref(), table, k, horizon, seed)
-                            .map(|rel| keyed(&rel))
+                        run_tapped(&audited, table, k, horizon, seed).map(|rel| keyed(&rel))
                     })
                     .collect::<Result<Vec<_>>>()
             })
@@ -789,7 +787,7 @@ pub fn audit_white_box(
         let total: usize = sides.iter().flatten().map(Vec::len).sum();
         let releases_per_run = total as f64 / (2 * wopts.samples) as f64;
         // key -> (family, values on D, values on D')
-        let mut by_key: BTreeMap<(u32, u32, u32), (Family, Vec<f64>, Vec<f64>)> = BTreeMap::new();
+        let mut by_key: BTreeMap<(u32, u32, u32), Samples> = BTreeMap::new();
         for (side, runs) in sides.into_iter().enumerate() {
             for run in runs {
                 for (key, fam, v) in run {
