@@ -707,7 +707,15 @@ pub fn audit(kind: &str, params: &toml::Table, opts: &AuditOptions) -> Result<Au
             Scenario::Late => (vec![hi; opts.arms], horizon / 2),
             Scenario::FirstTie => (vec![hi; opts.arms], 0),
             Scenario::MidTie => (vec![0.5 * (lo + hi); opts.arms], 0),
-            Scenario::Tuned => runner.tune(&names, lo, hi, &run_label, opts.runs, min_delta)?,
+            Scenario::Tuned => runner.tune(
+                &names,
+                lo,
+                hi,
+                &run_label,
+                opts.runs,
+                min_delta,
+                curve.as_ref(),
+            )?,
         };
         designs.push(Design {
             scenario: sc,
@@ -852,6 +860,7 @@ impl Runner<'_> {
         label: &str,
         runs: u64,
         delta: f64,
+        curve: Option<&stats::Curve>,
     ) -> Result<(Vec<f64>, u64)> {
         let pilot = (runs / 4).clamp(100, 1000);
         let k = self.shape.arms;
@@ -938,7 +947,10 @@ impl Runner<'_> {
             let pl = format!("{label}/pilot-row{row}");
             let d = self.runs(&tables[0], &pl, false, pilot)?;
             let d2 = self.runs(&tables[1], &pl, true, pilot)?;
-            let score = stats::best_score(&d, &d2, delta);
+            let score = match curve {
+                Some(c) => stats::best_score_on_curve(&d, &d2, c),
+                None => stats::best_score(&d, &d2, delta),
+            };
             if score > best.0 {
                 best = (score, row);
             }

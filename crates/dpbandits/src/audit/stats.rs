@@ -265,6 +265,13 @@ impl Curve {
     }
 }
 
+/// The best selection score along `curve` over every candidate event on `(d, d2)`.
+pub fn best_score_on_curve(d: &[Vec<i64>], d2: &[Vec<i64>], curve: &Curve) -> f64 {
+    scored_by(d, d2, |p, q| curve.best(p, q).0)
+        .first()
+        .map_or(0.0, |s| s.0)
+}
+
 /// The `m` events with the best selection score along `curve` (the largest ratio of the
 /// bound to the claim over its deltas) on `(d, d2)`.
 pub fn select_on_curve(d: &[Vec<i64>], d2: &[Vec<i64>], curve: &Curve, m: usize) -> Vec<Event> {
