@@ -707,15 +707,14 @@ pub fn audit(kind: &str, params: &toml::Table, opts: &AuditOptions) -> Result<Au
             Scenario::Late => (vec![hi; opts.arms], horizon / 2),
             Scenario::FirstTie => (vec![hi; opts.arms], 0),
             Scenario::MidTie => (vec![0.5 * (lo + hi); opts.arms], 0),
-            Scenario::Tuned => runner.tune(
-                &names,
-                lo,
-                hi,
-                &run_label,
-                opts.runs,
-                min_delta,
-                curve.as_ref(),
-            )?,
+            Scenario::Tuned => {
+                // pilot tables are scored as the audit will select its events
+                let score = |d: &[Vec<i64>], d2: &[Vec<i64>]| match &curve {
+                    Some(c) => stats::best_score_on_curve(d, d2, c),
+                    None => stats::best_score(d, d2, min_delta),
+                };
+                runner.tune(&names, lo, hi, &run_label, opts.runs, &score)?
+            }
         };
         designs.push(Design {
             scenario: sc,
@@ -821,6 +820,9 @@ struct Runner<'a> {
     seed: u64,
 }
 
+/// How the tuned scenario scores a pair of pilot samples (runs x features on `D` and `D'`).
+type PilotScore<'a> = dyn Fn(&[Vec<i64>], &[Vec<i64>]) -> f64 + 'a;
+
 /// Steps of the bisection of the tuned scenario's background level.
 const TUNE_STEPS: usize = 20;
 
@@ -859,8 +861,7 @@ impl Runner<'_> {
         hi: f64,
         label: &str,
         runs: u64,
-        delta: f64,
-        curve: Option<&stats::Curve>,
+        score: &PilotScore<'_>,
     ) -> Result<(Vec<f64>, u64)> {
         let pilot = (runs / 4).clamp(100, 1000);
         let k = self.shape.arms;
@@ -947,10 +948,7 @@ impl Runner<'_> {
             let pl = format!("{label}/pilot-row{row}");
             let d = self.runs(&tables[0], &pl, false, pilot)?;
             let d2 = self.runs(&tables[1], &pl, true, pilot)?;
-            let score = match curve {
-                Some(c) => stats::best_score_on_curve(&d, &d2, c),
-                None => stats::best_score(&d, &d2, delta),
-            };
+            let score = score(&d, &d2);
             if score > best.0 {
                 best = (score, row);
             }
