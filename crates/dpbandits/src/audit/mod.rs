@@ -148,8 +148,8 @@ pub struct AuditOptions {
     /// Events evaluated per scenario.
     pub events: usize,
     /// zCDP kinds: select the events along the whole (epsilon, delta) curve the claim implies
-    /// ([`CURVE_DELTAS`]) and report the point where the evidence is strongest ([`AuditReport::
-    /// curve`]); the rows at `deltas` use the same events and intervals.
+    /// ([`CURVE_DELTAS`]) and report the point where the evidence is strongest
+    /// ([`AuditReport::curve`]); the rows at `deltas` use the same events and intervals.
     pub curve: bool,
     /// A deliberately broken policy (crate-internal mutation tests only).
     pub(crate) mutant: Option<AuditMutant>,
