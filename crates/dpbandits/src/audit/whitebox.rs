@@ -6,7 +6,7 @@
 //! calibration and its [`crate::privacy::NoiseSource`]. Every release the policy makes through
 //! the crate's mechanisms (Gaussian, Laplace, their deployment-grade discrete versions,
 //! randomized response, GOPE's phase estimate) is recorded by a thread-local tap
-//! ([`crate::privacy::tap`]) with the context the driver is in: the arm whose rewards it is
+//! (`privacy/tap.rs`, crate-private) with the context the driver is in: the arm whose rewards it is
 //! feeding (`observe`), or the decision step (`choose`). A release is keyed by
 //! `(context, position within the call, how many such releases came before)`: for an episodic
 //! policy, key `(arm 0, 0, k)` is arm 0's `k`-th release, in every run.
