@@ -1,7 +1,7 @@
 //! `dpbandits audit`: argument parsing and printing around `dpbandits::audit`.
 
 use anyhow::{Context, Result};
-use dpbandits::audit::{self, AuditOptions, Scenario, Verdict};
+use dpbandits::audit::{self, AuditOptions, Scenario, Verdict, WhiteBoxOptions, WhiteVerdict};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -37,6 +37,25 @@ pub(crate) struct AuditArgs {
     /// (a design picked by pilot runs; give a horizon long enough for the decision to tune).
     #[arg(long = "scenario")]
     scenarios: Vec<String>,
+    /// Audit mode: `black-box` (default: a lower bound on epsilon from the public actions) or
+    /// `white-box` (the releases' privacy loss in the claim's currency, and its ratio to the
+    /// claim).
+    #[arg(long, default_value = "black-box", value_parser = ["black-box", "white-box"])]
+    mode: String,
+    /// Shorthand for `--mode white-box`.
+    #[arg(long)]
+    white_box: bool,
+    /// White-box: runs per table and target (the samples of every release). `1e5` allowed.
+    #[arg(long, default_value_t = 20_000, value_parser = dpbandits::experiment::parse_count)]
+    samples: u64,
+    /// White-box: a target, arm 0's `j`-th reward (contextual kinds: round `j`) (repeatable;
+    /// default: the setting's).
+    #[arg(long = "target")]
+    targets: Vec<u64>,
+    /// Black-box, zCDP kinds: select events along the whole (epsilon, delta) curve the claim
+    /// implies (61 deltas in [1e-6, 0.5]) and report the point where the evidence is strongest.
+    #[arg(long)]
+    curve: bool,
     /// Worker threads (default: all cores). Results do not depend on it.
     #[arg(long)]
     threads: Option<usize>,
@@ -55,6 +74,7 @@ pub(crate) fn audit(a: AuditArgs) -> Result<ExitCode> {
     opts.confidence = a.confidence;
     opts.horizon = a.horizon;
     opts.arms = a.arms;
+    opts.curve = a.curve;
     if !a.scenarios.is_empty() {
         opts.scenarios = a
             .scenarios
@@ -63,16 +83,38 @@ pub(crate) fn audit(a: AuditArgs) -> Result<ExitCode> {
             .collect::<dpbandits::error::Result<_>>()?;
     }
     let pool = crate::thread_pool(a.threads)?;
+    if a.white_box || a.mode == "white-box" {
+        let w = WhiteBoxOptions {
+            samples: a.samples,
+            targets: a.targets,
+        };
+        let report = pool.install(|| audit::audit_white_box(&a.kind, &params, &opts, &w))?;
+        print!("{}", report.table());
+        if let Some(path) = a.json {
+            write_json(&path, &serde_json::to_value(&report)?)?;
+        }
+        // 0: tight; 1: a leak; 3: over-noised (wasted utility, not a privacy failure)
+        return Ok(match report.verdict {
+            WhiteVerdict::Tight => ExitCode::SUCCESS,
+            WhiteVerdict::Leak => ExitCode::from(1),
+            WhiteVerdict::OverNoised => ExitCode::from(3),
+        });
+    }
     let report = pool.install(|| audit::audit(&a.kind, &params, &opts))?;
     print!("{}", report.table());
     if let Some(path) = a.json {
-        let text = serde_json::to_string_pretty(&report)? + "\n";
-        let tmp = path.with_extension("json.tmp");
-        std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
-        std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))?;
+        write_json(&path, &serde_json::to_value(&report)?)?;
     }
     Ok(match report.verdict {
         Verdict::Pass => ExitCode::SUCCESS,
         Verdict::Fail => ExitCode::from(1),
     })
+}
+
+fn write_json(path: &std::path::Path, report: &serde_json::Value) -> Result<()> {
+    let text = serde_json::to_string_pretty(report)? + "\n";
+    let tmp = path.with_extension("json.tmp");
+    std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
 }

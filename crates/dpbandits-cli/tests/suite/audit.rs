@@ -138,3 +138,61 @@ fn audit_errors_name_the_field() {
         assert!(err.contains(want), "{args:?}: {err}");
     }
 }
+
+/// `--mode white-box` (and `--white-box`): the ratio to the claim, exit 0 when tight, 1 on a
+/// leak (noise x0.1), 3 when over-noised (noise x2); the black-box default is unchanged.
+#[test]
+fn white_box_mode_reports_the_ratio() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("white.json");
+    let run = |extra: &[&str], json: Option<&std::path::Path>| {
+        let mut c = bin();
+        c.args([
+            "audit",
+            "adap_ucb",
+            "--param",
+            "epsilon=1",
+            "--samples",
+            "2000",
+        ])
+        .args(["--threads", "1"])
+        .args(extra);
+        if let Some(j) = json {
+            c.arg("--json").arg(j);
+        }
+        c.output().unwrap()
+    };
+    let out = run(&["--mode", "white-box"], Some(&json));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("white-box") && stdout.contains("tight"),
+        "{stdout}"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["mode"], "white-box");
+    assert_eq!(v["currency"], "epsilon");
+    assert_eq!(v["samples"], 2000);
+    let ratio = v["ratio"].as_f64().unwrap();
+    assert!((0.85..=1.15).contains(&ratio), "{ratio}");
+    assert_eq!(
+        run(&["--white-box", "--noise-multiplier", "0.1"], None)
+            .status
+            .code(),
+        Some(1)
+    );
+    assert_eq!(
+        run(&["--white-box", "--noise-multiplier", "2"], None)
+            .status
+            .code(),
+        Some(3)
+    );
+    let out = run(&["--mode", "grey-box"], None);
+    assert_eq!(out.status.code(), Some(2));
+}

@@ -50,6 +50,9 @@
 
 pub mod stats;
 pub mod table;
+pub mod whitebox;
+
+pub use whitebox::{WhiteBoxOptions, WhiteBoxReport, WhiteVerdict, audit_white_box};
 
 use crate::bai::{BaiEngine, BaiStep, simulate_bai};
 use crate::config::{BySetting, Setting};
@@ -144,6 +147,10 @@ pub struct AuditOptions {
     pub scenarios: Vec<Scenario>,
     /// Events evaluated per scenario.
     pub events: usize,
+    /// zCDP kinds: select the events along the whole (epsilon, delta) curve the claim implies
+    /// ([`CURVE_DELTAS`]) and report the point where the evidence is strongest
+    /// ([`AuditReport::curve`]); the rows at `deltas` use the same events and intervals.
+    pub curve: bool,
     /// A deliberately broken policy (crate-internal mutation tests only).
     pub(crate) mutant: Option<AuditMutant>,
 }
@@ -160,6 +167,7 @@ impl Default for AuditOptions {
             arms: 2,
             scenarios: vec![Scenario::First, Scenario::Late, Scenario::FirstTie],
             events: 3,
+            curve: false,
             mutant: None,
         }
     }
@@ -281,6 +289,22 @@ pub struct AuditReport {
     pub results: Vec<AuditRow>,
     /// The tables of every scenario (the tuned scenario's are chosen by pilot runs).
     pub designs: Vec<Design>,
+    /// Whole-curve mode (zCDP kinds, `curve`): the (scenario, delta, event) where the lower bound
+    /// is largest relative to the claim.
+    pub curve: Option<CurveRow>,
+}
+
+/// The deltas of the whole-curve mode: 61 points log-spaced in `[1e-6, 0.5]`.
+pub const CURVE_DELTAS: (f64, f64, usize) = (1e-6, 0.5, 61);
+
+/// The strongest point of the whole-curve mode.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct CurveRow {
+    /// Scenario of the point.
+    pub scenario: Scenario,
+    /// The point (delta, claim, bound, ratio, event).
+    #[serde(flatten)]
+    pub point: stats::CurvePoint,
 }
 
 /// The claimed epsilon of `g` at `delta`.
@@ -763,6 +787,14 @@ fn audit_built(
     let base_label = label(honest);
     let mut rows = vec![];
     let min_delta = deltas.iter().copied().fold(f64::INFINITY, f64::min);
+    let curve = match g.budget {
+        Budget::Zcdp { .. } if opts.curve => {
+            let (lo, hi, n) = CURVE_DELTAS;
+            Some(stats::Curve::new(lo, hi, n, |d| claimed_epsilon(&g, d))?)
+        }
+        _ => None,
+    };
+    let mut curve_row: Option<CurveRow> = None;
     let runner = Runner {
         audited: &audited,
         shape: &shape,
@@ -780,7 +812,14 @@ fn audit_built(
             Scenario::Late => (vec![hi; opts.arms], horizon / 2),
             Scenario::FirstTie => (vec![hi; opts.arms], 0),
             Scenario::MidTie => (vec![0.5 * (lo + hi); opts.arms], 0),
-            Scenario::Tuned => runner.tune(&names, lo, hi, &run_label, opts.runs, min_delta)?,
+            Scenario::Tuned => {
+                // pilot tables are scored as the audit will select its events
+                let score = |d: &[Vec<i64>], d2: &[Vec<i64>]| match &curve {
+                    Some(c) => stats::best_score_on_curve(d, d2, c),
+                    None => stats::best_score(d, d2, min_delta),
+                };
+                runner.tune(&names, lo, hi, &run_label, opts.runs, &score)?
+            }
         };
         designs.push(Design {
             scenario: sc,
@@ -799,8 +838,22 @@ fn audit_built(
         let half = (opts.runs / 2) as usize;
         let (sel_d, ev_d) = sides[0].split_at(half);
         let (sel_d2, ev_d2) = sides[1].split_at(half);
-        let events = stats::select(sel_d, sel_d2, min_delta, opts.events);
+        let events = match &curve {
+            Some(c) => stats::select_on_curve(sel_d, sel_d2, c, opts.events),
+            None => stats::select(sel_d, sel_d2, min_delta, opts.events),
+        };
         let bounds = stats::evaluate(&events, ev_d, ev_d2, &deltas, alpha, &names);
+        if let Some(c) = &curve
+            && let Some(point) = stats::evaluate_on_curve(&events, ev_d, ev_d2, c, alpha, &names)
+            && curve_row
+                .as_ref()
+                .is_none_or(|r| point.ratio > r.point.ratio)
+        {
+            curve_row = Some(CurveRow {
+                scenario: sc,
+                point,
+            });
+        }
         for ((&delta, &claimed), b) in deltas.iter().zip(&claims).zip(bounds) {
             let eps = b.as_ref().map_or(0.0, |b| b.eps_lower_bound);
             rows.push(AuditRow {
@@ -822,7 +875,9 @@ fn audit_built(
         .max_by(|a, b| (a.eps_lower_bound - a.claimed).total_cmp(&(b.eps_lower_bound - b.claimed)))
         .expect("at least one row")
         .clone();
-    let verdict = if rows.iter().all(|r| r.verdict == Verdict::Pass) {
+    let verdict = if rows.iter().all(|r| r.verdict == Verdict::Pass)
+        && curve_row.as_ref().is_none_or(|c| c.point.ratio <= 1.0)
+    {
         Verdict::Pass
     } else {
         Verdict::Fail
@@ -848,6 +903,7 @@ fn audit_built(
         seconds: start.elapsed().as_secs_f64(),
         results: rows,
         designs,
+        curve: curve_row,
     })
 }
 
@@ -868,6 +924,9 @@ struct Runner<'a> {
     shape: &'a Shape,
     seed: u64,
 }
+
+/// How the tuned scenario scores a pair of pilot samples (runs x features on `D` and `D'`).
+type PilotScore<'a> = dyn Fn(&[Vec<i64>], &[Vec<i64>]) -> f64 + 'a;
 
 /// Steps of the bisection of the tuned scenario's background level.
 const TUNE_STEPS: usize = 20;
@@ -907,7 +966,7 @@ impl Runner<'_> {
         hi: f64,
         label: &str,
         runs: u64,
-        delta: f64,
+        score: &PilotScore<'_>,
     ) -> Result<(Vec<f64>, u64)> {
         let pilot = (runs / 4).clamp(100, 1000);
         let k = self.shape.arms;
@@ -994,7 +1053,7 @@ impl Runner<'_> {
             let pl = format!("{label}/pilot-row{row}");
             let d = self.runs(&tables[0], &pl, false, pilot)?;
             let d2 = self.runs(&tables[1], &pl, true, pilot)?;
-            let score = stats::best_score(&d, &d2, delta);
+            let score = score(&d, &d2);
             if score > best.0 {
                 best = (score, row);
             }
@@ -1061,6 +1120,17 @@ impl AuditReport {
                 ))
             );
         }
+        if let Some(c) = &self.curve {
+            s += &format!(
+                "curve: strongest at {} delta {:.3e}: bound {:.4} against {:.4}, ratio {:.4} ({})\n",
+                c.scenario.name(),
+                c.point.delta,
+                c.point.eps_lower_bound,
+                c.point.claimed,
+                c.point.ratio,
+                c.point.event.event
+            );
+        }
         s += &format!(
             "verdict: {} ({:.2} s)\n",
             match self.verdict {
@@ -1072,9 +1142,6 @@ impl AuditReport {
         s
     }
 }
-
-#[cfg(test)]
-mod tests;
 
 /// Build the code mutant `m` of `kind` (AdaC-UCB, AdaP-UCB, AdaP-KLUCB) from its parameters.
 fn build_mutant(kind: &str, params: toml::Table, m: AuditMutant) -> Result<Built> {
@@ -1102,4 +1169,21 @@ fn build_mutant(kind: &str, params: toml::Table, m: AuditMutant) -> Result<Built
             ));
         };
     Ok(Built::Finite(cfg))
+}
+
+#[cfg(test)]
+mod tests;
+
+/// What the test modules of the audit share.
+#[cfg(test)]
+pub(crate) mod tests_support {
+    use super::*;
+
+    /// Every private kind of the registry.
+    pub(crate) fn private_kinds() -> Vec<&'static registry::PolicyEntry> {
+        registry::POLICIES
+            .iter()
+            .filter(|e| e.example().is_ok_and(|b| guarantee(&b).is_private()))
+            .collect()
+    }
 }

@@ -122,13 +122,20 @@ pub fn select(d: &[Vec<i64>], d2: &[Vec<i64>], delta: f64, m: usize) -> Vec<Even
 
 /// Every candidate event with a positive selection score, best first (ties: by position).
 fn scored(d: &[Vec<i64>], d2: &[Vec<i64>], delta: f64) -> Vec<(f64, Event)> {
+    scored_by(d, d2, |p, q| eps_bound(p, q, delta))
+}
+
+/// Every candidate event with a positive score `f(p, q)`, best first (ties: by position), where
+/// `p` and `q` are the event's frequencies on the two tables moved by `3 sqrt(count)` against
+/// the event (a cheap stand-in for the evaluation's intervals).
+fn scored_by(d: &[Vec<i64>], d2: &[Vec<i64>], f: impl Fn(f64, f64) -> f64) -> Vec<(f64, Event)> {
     let nf = d.first().map_or(0, Vec::len);
     let (n, n2) = (d.len() as f64, d2.len() as f64);
     let score = |x: u64, y: u64, xn: f64, yn: f64| {
         let (x, y) = (x as f64, y as f64);
         let p = ((x - 3.0 * x.sqrt()) / xn).max(0.0);
         let q = (y + 3.0 * y.sqrt() + 9.0) / yn;
-        eps_bound(p, q, delta)
+        f(p, q)
     };
     let mut scored: Vec<(f64, Event)> = vec![];
     for f in 0..nf {
@@ -213,6 +220,134 @@ pub fn evaluate(
     best
 }
 
+/// The privacy curve a claim implies: the claimed `epsilon(delta)` on a grid of deltas (the
+/// whole-curve mode of the black-box audit, for zCDP kinds: Delta-Siege's idea of attacking the
+/// (epsilon, delta) curve where the test is most powerful instead of at one delta).
+#[derive(Debug, Clone)]
+pub struct Curve {
+    /// The deltas, increasing.
+    pub deltas: Vec<f64>,
+    /// The claimed epsilon at each delta.
+    pub claims: Vec<f64>,
+}
+
+impl Curve {
+    /// `points` deltas log-spaced in `[lo, hi]`, with the claim `claim(delta)`.
+    ///
+    /// # Errors
+    /// The claim's errors.
+    pub fn new(
+        lo: f64,
+        hi: f64,
+        points: usize,
+        claim: impl Fn(f64) -> crate::error::Result<f64>,
+    ) -> crate::error::Result<Curve> {
+        let deltas: Vec<f64> = (0..points)
+            .map(|i| lo * (hi / lo).powf(i as f64 / (points - 1).max(1) as f64))
+            .collect();
+        let claims = deltas
+            .iter()
+            .map(|&d| claim(d))
+            .collect::<crate::error::Result<_>>()?;
+        Ok(Curve { deltas, claims })
+    }
+
+    /// The largest `eps_bound(p, q, delta) / claim(delta)` over the grid, and its index.
+    pub fn best(&self, p: f64, q: f64) -> (f64, usize) {
+        let mut best = (0.0, 0);
+        for (i, (&d, &c)) in self.deltas.iter().zip(&self.claims).enumerate() {
+            let r = eps_bound(p, q, d) / c;
+            if r > best.0 {
+                best = (r, i);
+            }
+        }
+        best
+    }
+}
+
+/// The best selection score along `curve` over every candidate event on `(d, d2)`.
+pub fn best_score_on_curve(d: &[Vec<i64>], d2: &[Vec<i64>], curve: &Curve) -> f64 {
+    scored_by(d, d2, |p, q| curve.best(p, q).0)
+        .first()
+        .map_or(0.0, |s| s.0)
+}
+
+/// The `m` events with the best selection score along `curve` (the largest ratio of the
+/// bound to the claim over its deltas) on `(d, d2)`.
+pub fn select_on_curve(d: &[Vec<i64>], d2: &[Vec<i64>], curve: &Curve, m: usize) -> Vec<Event> {
+    let mut out: Vec<Event> = vec![];
+    for (_, e) in scored_by(d, d2, |p, q| curve.best(p, q).0) {
+        if out.len() == m {
+            break;
+        }
+        if !out.contains(&e) {
+            out.push(e);
+        }
+    }
+    out
+}
+
+/// The point of a curve where the evidence is strongest.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct CurvePoint {
+    /// The delta of the point.
+    pub delta: f64,
+    /// The claimed epsilon there.
+    pub claimed: f64,
+    /// The lower bound there.
+    pub eps_lower_bound: f64,
+    /// `eps_lower_bound / claimed`.
+    pub ratio: f64,
+    /// The event and its intervals.
+    pub event: EventBound,
+}
+
+/// Evaluate `events` on `(d, d2)` along `curve`: the point (event, delta) with the largest ratio
+/// of the lower bound to the claim. Each interval at level `alpha / (2 * events.len())`, the
+/// same as [`evaluate`]'s, so with the same events both hold at once (the deltas share the
+/// intervals).
+pub fn evaluate_on_curve(
+    events: &[Event],
+    d: &[Vec<i64>],
+    d2: &[Vec<i64>],
+    curve: &Curve,
+    alpha: f64,
+    names: &[String],
+) -> Option<CurvePoint> {
+    let a = alpha / (2.0 * events.len().max(1) as f64);
+    let mut best: Option<CurvePoint> = None;
+    for ev in events {
+        let (x, y) = counts(ev, d, d2);
+        let (nx, ny) = if ev.swapped {
+            (d2.len() as u64, d.len() as u64)
+        } else {
+            (d.len() as u64, d2.len() as u64)
+        };
+        let p_lo = clopper_pearson_lower(x, nx, a);
+        let q_hi = clopper_pearson_upper(y, ny, a);
+        let (ratio, i) = curve.best(p_lo, q_hi);
+        if best.as_ref().is_none_or(|b| ratio > b.ratio) {
+            let delta = curve.deltas[i];
+            let eps = eps_bound(p_lo, q_hi, delta);
+            best = Some(CurvePoint {
+                delta,
+                claimed: curve.claims[i],
+                eps_lower_bound: eps,
+                ratio,
+                event: EventBound {
+                    event: ev.describe(names),
+                    p_hat: x as f64 / nx as f64,
+                    q_hat: y as f64 / ny as f64,
+                    p_lo,
+                    q_hi,
+                    eps_lower_bound: eps,
+                },
+            });
+        }
+    }
+    best
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -259,5 +394,25 @@ mod tests {
         let names = vec!["x".to_string()];
         let b = evaluate(&ev, &d, &d, &[0.0], 0.05, &names);
         assert!(b[0].as_ref().is_none_or(|b| b.eps_lower_bound == 0.0));
+    }
+
+    /// The curve point: on separated tables the best ratio is found at a delta inside the grid
+    /// and equals the bound there over the claim; identical tables give no point above 0.
+    #[test]
+    fn curve_point_is_the_best_ratio() {
+        let curve = Curve::new(1e-6, 0.5, 41, |d| Ok(1.0 + (1.0 / d).ln().sqrt())).unwrap();
+        assert_eq!(curve.deltas.len(), 41);
+        assert!((curve.deltas[0] - 1e-6).abs() < 1e-18 && (curve.deltas[40] - 0.5).abs() < 1e-12);
+        let d = runs(&[(1, 900), (0, 100)]);
+        let d2 = runs(&[(1, 100), (0, 900)]);
+        let names = vec!["x".to_string()];
+        let ev = select_on_curve(&d, &d2, &curve, 3);
+        let c = evaluate_on_curve(&ev, &d, &d2, &curve, 0.05, &names).unwrap();
+        assert!(c.ratio > 0.0 && (c.ratio - c.eps_lower_bound / c.claimed).abs() < 1e-12);
+        for (&dd, &cl) in curve.deltas.iter().zip(&curve.claims) {
+            assert!(eps_bound(c.event.p_lo, c.event.q_hi, dd) / cl <= c.ratio + 1e-12);
+        }
+        let same = evaluate_on_curve(&ev, &d, &d, &curve, 0.05, &names).unwrap();
+        assert!(same.ratio < 0.2, "{same:?}");
     }
 }

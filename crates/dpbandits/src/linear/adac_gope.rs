@@ -957,6 +957,10 @@ impl PhasedElimination {
             .filter(|&(_, &v)| best - v <= 2.0 * cur.plan.beta)
             .map(|(&a, _)| a)
             .collect();
+        let released: Vec<f64> = (&cur.basis * &theta).iter().copied().collect();
+        for &x in &released {
+            crate::privacy::tap::record(crate::privacy::tap::Family::Gaussian, x);
+        }
         self.releases.push(PhaseRelease {
             phase: cur.plan.phase,
             samples: cur.plan.len(),
@@ -967,7 +971,7 @@ impl PhasedElimination {
             true_sensitivity: true_s,
             zcdp_loss,
             g2,
-            theta: (&cur.basis * &theta).iter().copied().collect(),
+            theta: released,
             survivors: survivors.clone(),
         });
         self.active = survivors;

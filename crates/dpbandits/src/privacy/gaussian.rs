@@ -102,11 +102,14 @@ impl GaussianMechanism {
     /// Release `value + N(0, sigma^2)`.
     #[inline]
     pub fn release(&self, value: f64, rng: &mut (impl Rng + ?Sized)) -> f64 {
-        if self.sigma == 0.0 {
-            return value;
-        }
-        let z: f64 = StandardNormal.sample(rng);
-        value + self.sigma * z
+        let out = if self.sigma == 0.0 {
+            value
+        } else {
+            let z: f64 = StandardNormal.sample(rng);
+            value + self.sigma * z
+        };
+        super::tap::record(super::tap::Family::Gaussian, out);
+        out
     }
 
     /// Release the mean of the rewards of `sum` (a [`RewardSum`]: every reward already admitted

@@ -116,10 +116,13 @@ impl LaplaceMechanism {
     /// Release `value + Lap(b)` (inverse-CDF sampling from one uniform).
     #[inline]
     pub fn release(&self, value: f64, rng: &mut (impl Rng + ?Sized)) -> f64 {
-        if self.scale == 0.0 {
-            return value;
-        }
-        value + self.scale * sample_standard_laplace(rng)
+        let out = if self.scale == 0.0 {
+            value
+        } else {
+            value + self.scale * sample_standard_laplace(rng)
+        };
+        super::tap::record(super::tap::Family::Laplace, out);
+        out
     }
 }
 

@@ -23,6 +23,7 @@ mod gaussian;
 mod laplace;
 mod noise;
 mod randomized_response;
+pub(crate) mod tap;
 
 pub use boundary::{BoundaryMode, MAX_ABS_REWARD, RewardBoundary, RewardSum};
 pub use conversion::{

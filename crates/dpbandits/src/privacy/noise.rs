@@ -414,11 +414,9 @@ impl NoiseSource {
                 };
                 let y = discrete_gaussian(&sigma2, &mut d.rng);
                 let sigma = sigma2.to_f64().sqrt() / (grid.scale() * n as f64);
-                Ok(NoisyMean::released(
-                    Deployment::mean(grid, s, &y, n),
-                    n,
-                    sigma,
-                ))
+                let value = Deployment::mean(grid, s, &y, n);
+                super::tap::record(super::tap::Family::Gaussian, value);
+                Ok(NoisyMean::released(value, n, sigma))
             }
         }
     }
@@ -570,7 +568,9 @@ impl NoiseSource {
                 };
                 let y = discrete_laplace(&scale, &mut d.rng);
                 let b = scale.to_f64() / (grid.scale() * n as f64);
-                Ok((Deployment::mean(grid, s, &y, n), b))
+                let value = Deployment::mean(grid, s, &y, n);
+                super::tap::record(super::tap::Family::Laplace, value);
+                Ok((value, b))
             }
         }
     }

@@ -143,11 +143,14 @@ impl RandomizedResponse {
     #[inline]
     pub fn respond(&self, bit: bool, rng: &mut SimRng) -> bool {
         let keep = if bit { self.p11 } else { self.p00 };
-        if keep >= 1.0 {
-            return bit;
-        }
-        let u: f64 = rng.random();
-        if u < keep { bit } else { !bit }
+        let out = if keep >= 1.0 {
+            bit
+        } else {
+            let u: f64 = rng.random();
+            if u < keep { bit } else { !bit }
+        };
+        super::tap::record(super::tap::Family::Bit, f64::from(u8::from(out)));
+        out
     }
 
     /// Report one reward in [0, 1] (clipped, NaN -> 0): Bernoulli trick, then RR.
