@@ -136,6 +136,15 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// The admin token is required: anything else is a 401 naming it.
+fn admin(s: &Service, token: Option<&str>) -> ApiResult<()> {
+    if s.authenticate(token, None)? == Caller::Admin {
+        Ok(())
+    } else {
+        Err(ServiceError::Unauthorized { admin: true }.into())
+    }
+}
+
 fn bearer(headers: &HeaderMap) -> Option<String> {
     let v = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
     let t = v.strip_prefix("Bearer ")?.trim();
@@ -311,9 +320,7 @@ async fn create(State(state): State<Shared>, headers: HeaderMap, body: Bytes) ->
     let t = Instant::now();
     let token = bearer(&headers);
     let r = with_service(&state, move |s| {
-        if s.authenticate(token.as_deref(), None)? != Caller::Admin {
-            return Err(ServiceError::Unauthorized { admin: true }.into());
-        }
+        admin(s, token.as_deref())?;
         let req = create_request(&body)?;
         Ok(s.create(req)?)
     })
@@ -341,9 +348,7 @@ async fn list(State(state): State<Shared>, headers: HeaderMap) -> Response {
     let t = Instant::now();
     let token = bearer(&headers);
     let r = with_service(&state, move |s| {
-        if s.authenticate(token.as_deref(), None)? != Caller::Admin {
-            return Err(ServiceError::Unauthorized { admin: true }.into());
-        }
+        admin(s, token.as_deref())?;
         Ok(s.list()?)
     })
     .await;
@@ -360,9 +365,7 @@ async fn rotate(
     let token = bearer(&headers);
     let n = name.clone();
     let r = with_service(&state, move |s| {
-        if s.authenticate(token.as_deref(), None)? != Caller::Admin {
-            return Err(ServiceError::Unauthorized { admin: true }.into());
-        }
+        admin(s, token.as_deref())?;
         object(&body, &[])?;
         Ok(s.rotate_token(&n, "admin request")?)
     })
@@ -420,9 +423,7 @@ async fn export(
     let token = bearer(&headers);
     let n = name.clone();
     let r = with_service(&state, move |s| {
-        if s.authenticate(token.as_deref(), None)? != Caller::Admin {
-            return Err(ServiceError::Unauthorized { admin: true }.into());
-        }
+        admin(s, token.as_deref())?;
         let (after, limit, format) = page(q)?;
         let format = format.unwrap_or_else(|| "jsonl".into());
         if format != "jsonl" && format != "csv" {
@@ -655,9 +656,7 @@ async fn audit(
     let t = Instant::now();
     let token = bearer(&headers);
     let r = with_service(&state, move |s| {
-        if s.authenticate(token.as_deref(), None)? != Caller::Admin {
-            return Err(ServiceError::Unauthorized { admin: true }.into());
-        }
+        admin(s, token.as_deref())?;
         let Query(q) = q.map_err(|e| {
             ApiError::bad(format!(
                 "query: {e}; expected experiment=NAME, after=SEQ (integer), limit=N (1..=10000)"

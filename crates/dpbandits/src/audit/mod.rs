@@ -790,7 +790,7 @@ fn audit_built(
     let curve = match g.budget {
         Budget::Zcdp { .. } if opts.curve => {
             let (lo, hi, n) = CURVE_DELTAS;
-            Some(stats::Curve::new(lo, hi, n, |d| claimed_epsilon(&g, d))?)
+            Some(stats::Curve::new(lo, hi, n, |d| claimed_epsilon(g, d))?)
         }
         _ => None,
     };
