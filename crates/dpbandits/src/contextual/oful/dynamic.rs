@@ -33,7 +33,7 @@
 
 use super::{
     OFUL_BOUNDARY, OFUL_MAX_ACTION_NORM, OfulConfig, OfulConfigSnap, OfulKind, OfulSnap,
-    PrivacyMode, RadiusMode, chi2_tail, guarantee, lambda_min_lower_bound,
+    PrivacyMode, chi2_tail, guarantee, privacy_radius,
 };
 use crate::config::Setting;
 use crate::contextual::{ActionSet, ContextualPolicy, ContextualPolicyConfig};
@@ -225,24 +225,15 @@ impl OfulDyn {
         }
         self.beta = (self.two_log_inv_delta + (logdet - self.d_log_lambda).max(0.0)).sqrt()
             + self.sqrt_lambda_s;
-        self.gamma = if self.mech.sigma() > 0.0 {
-            let denom = match self.cfg.radius {
-                RadiusMode::Empirical => v.symmetric_eigenvalues().min(),
-                RadiusMode::Theory => {
-                    self.cfg.lambda
-                        + lambda_min_lower_bound(
-                            self.tau as f64,
-                            self.cfg.lambda0.unwrap_or(0.0),
-                            self.cfg.delta,
-                            d,
-                        )
-                        .max(0.0)
-                }
-            };
-            (self.releases as f64 * self.mech.variance() * self.ff / denom).sqrt()
-        } else {
-            0.0
-        };
+        self.gamma = privacy_radius(
+            &self.cfg,
+            &self.mech,
+            self.releases,
+            self.tau,
+            self.ff,
+            d,
+            || v.symmetric_eigenvalues().min(),
+        );
         let bt = self.beta + self.gamma;
         let b2 = bt * bt;
         for i in 0..d {

@@ -344,6 +344,33 @@ pub const OFUL_BOUNDARY: RewardBoundary = RewardBoundary {
     mode: BoundaryMode::Clip,
 };
 
+/// AdaC-OFUL's privacy radius `gamma` in the index, one formula for both engines (this file's
+/// fixed-size one and `dynamic.rs`): 0 without noise, else
+/// `sqrt(releases * variance * ff / lambda)` with `lambda` the smallest eigenvalue of `V`
+/// (`RadiusMode::Empirical`, computed only then) or its theory lower bound after `tau` rounds.
+fn privacy_radius(
+    cfg: &OfulConfig,
+    mech: &GaussianMechanism,
+    releases: u64,
+    tau: u64,
+    ff: f64,
+    d: usize,
+    lambda_min: impl FnOnce() -> f64,
+) -> f64 {
+    if mech.sigma() <= 0.0 {
+        return 0.0;
+    }
+    let denom = match cfg.radius {
+        RadiusMode::Empirical => lambda_min(),
+        RadiusMode::Theory => {
+            cfg.lambda
+                + lambda_min_lower_bound(tau as f64, cfg.lambda0.unwrap_or(0.0), cfg.delta, d)
+                    .max(0.0)
+        }
+    };
+    (releases as f64 * mech.variance() * ff / denom).sqrt()
+}
+
 fn guarantee(cfg: &OfulConfig) -> PrivacyGuarantee {
     if !cfg.private() {
         return PrivacyGuarantee::non_private();
@@ -669,24 +696,16 @@ where
         self.theta = vinv * self.released;
         self.beta = (self.two_log_inv_delta + (det.ln() - self.d_log_lambda).max(0.0)).sqrt()
             + self.sqrt_lambda_s;
-        self.gamma = if self.mech.sigma() > 0.0 {
-            let denom = match self.cfg.radius {
-                RadiusMode::Empirical => self.v.lambda_min(),
-                RadiusMode::Theory => {
-                    self.cfg.lambda
-                        + lambda_min_lower_bound(
-                            self.tau as f64,
-                            self.cfg.lambda0.unwrap_or(0.0),
-                            self.cfg.delta,
-                            D,
-                        )
-                        .max(0.0)
-                }
-            };
-            (self.releases as f64 * self.mech.variance() * self.ff / denom).sqrt()
-        } else {
-            0.0
-        };
+        let v = &self.v;
+        self.gamma = privacy_radius(
+            &self.cfg,
+            &self.mech,
+            self.releases,
+            self.tau,
+            self.ff,
+            D,
+            || v.lambda_min(),
+        );
         let bt = self.beta + self.gamma;
         self.m = vinv * (bt * bt);
         self.refresh_hot_copies();
