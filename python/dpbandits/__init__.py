@@ -2,6 +2,9 @@
 
 * ``Policy(kind, *, seed=0, **params)``: any registry kind, one decision at a time
   (``choose`` / ``observe``; BAI ``recommend`` / ``stopped``), ``snapshot`` / ``restore``, pickling.
+* ``Environment(kind, *, master_seed=0, run=0, horizon=None, seed=None, **params)``: a built-in
+  environment of any setting drawing exactly the CLI's random streams of run ``run``
+  (``Environment.from_spec(spec, run)``).
 * ``run(spec, runs=, horizon=, threads=, executor=, env=, progress=)``: an experiment file (path,
   TOML text or dict) run locally or sharded on a Ray / Dask / ``concurrent.futures`` executor,
   returned as a :class:`Result` (``summary`` DataFrame, ``runs`` arrays, ``manifest``, ``save``).
@@ -20,9 +23,9 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 import numpy as np
 
 from . import _native
-from ._native import Policy
+from ._native import Environment, Policy
 
-__all__ = ["Policy", "Result", "Saved", "load", "CellError", "policy_generator", "run", "kinds", "RayExecutor", "__version__"]
+__all__ = ["Policy", "Environment", "Result", "Saved", "load", "CellError", "policy_generator", "run", "kinds", "environments", "RayExecutor", "__version__"]
 __version__ = _native.version()
 
 
@@ -42,6 +45,15 @@ def kinds() -> List[Dict[str, str]]:
             "table": f'kind = "{k}"\n' + e.strip() + ("\n" if e.strip() else ""),
         }
         for (k, s, n, e, p) in _native.kinds()
+    ]
+
+
+def environments() -> List[Dict[str, str]]:
+    """Every registry environment (the ``[env]`` kinds, :class:`Environment`'s ``kind``):
+    ``kind``, ``setting``, ``description`` and ``source`` (the Rust file that implements it)."""
+    return [
+        {"kind": k, "setting": s, "description": d, "source": f}
+        for (k, s, d, f) in _native.environments()
     ]
 
 

@@ -30,6 +30,7 @@ use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyT
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+mod env;
 mod replay;
 mod user;
 
@@ -543,7 +544,12 @@ fn env_attrs(obj: &Bound<'_, PyAny>) -> PyResult<(Vec<f64>, (f64, f64), bool)> {
             "env: expected an object with pull(arm, t) and means (or a callable make(seed) returning one)",
         ));
     }
-    let dynamic = obj.hasattr("means_at")?;
+    // A built-in environment (`dpbandits.Environment`) that is stationary is run on its static
+    // means, as the file's `[env]` would be (the same regret, byte for byte).
+    let native_static = obj
+        .cast::<env::BuiltinEnv>()
+        .is_ok_and(|e| e.borrow().stationary());
+    let dynamic = obj.hasattr("means_at")? && !native_static;
     let means = if dynamic {
         obj.call_method1("means_at", (0u64,))
             .ok()
@@ -1271,6 +1277,22 @@ impl Outcome {
     }
 }
 
+/// Every registry environment: `[(kind, setting, description, source file)]`.
+#[pyfunction]
+fn environments() -> Vec<(String, String, String, String)> {
+    registry::ENVIRONMENTS
+        .iter()
+        .map(|e| {
+            (
+                e.info.kind.to_string(),
+                setting_id(e.info.setting),
+                e.info.description.to_string(),
+                e.info.source.to_string(),
+            )
+        })
+        .collect()
+}
+
 /// Every registry kind: `[(kind, setting, paper name, example parameters as TOML, parameters)]`
 /// (`parameters`: the `# Parameters` section of its module documentation, as `dpbandits list`
 /// prints it: each parameter with its range and default).
@@ -1388,9 +1410,11 @@ fn version() -> &'static str {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     replay::register(m)?;
     m.add_class::<Policy>()?;
+    m.add_class::<env::BuiltinEnv>()?;
     m.add_class::<Experiment>()?;
     m.add_class::<Outcome>()?;
     m.add_function(wrap_pyfunction!(kinds, m)?)?;
+    m.add_function(wrap_pyfunction!(environments, m)?)?;
     m.add_function(wrap_pyfunction!(version, m)?)?;
     m.add_function(wrap_pyfunction!(policy_count, m)?)?;
     m.add_function(wrap_pyfunction!(user_policy_seed, m)?)?;
