@@ -261,6 +261,25 @@ def _user_policies(spec: Dict[str, Any], policies: Any) -> List[Tuple[int, str, 
 _DEFAULTS = {"name": "experiment", "master_seed": 0}
 
 
+def _count_problem(v: Any) -> Optional[str]:
+    """Why ``v`` is not a count >= 1 (an int, a numpy integer or an integral float), or None."""
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+        return "expected an integer >= 1 (an integral float such as 1e5 is accepted)"
+    if not float(v).is_integer() or v < 1:
+        return "expected an integer >= 1 (an integral float such as 1e5 is accepted)"
+    return None
+
+
+def _seed_problem(v: Any) -> Optional[str]:
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 0 <= int(v) < 2**64:
+        return "expected an integer in [0, 2^64 - 1]"
+    return None
+
+
+def _name_problem(v: Any) -> Optional[str]:
+    return None if isinstance(v, str) and v else "expected a non-empty string"
+
+
 def _with_defaults(
     spec: Dict[str, Any], runs: Any, horizon: Any
 ) -> Dict[str, Any]:
@@ -276,12 +295,33 @@ def _with_defaults(
     for k in ("horizon", "runs"):
         if k not in spec:
             problems.append(f"{k}: missing (give it in the spec or as run({k}=...))")
+    # Wrong values of the top-level fields, all at once (the Rust parser would stop at the first).
+    checks = [("name", spec.get("name"), _name_problem), ("master_seed", spec.get("master_seed"), _seed_problem)]
+    for k, kw in (("horizon", horizon), ("runs", runs)):
+        if k in spec:
+            checks.append((k, spec[k], _count_problem))
+        if kw is not None:
+            checks.append((k, kw, _count_problem))
+    if "env" in spec and not isinstance(spec["env"], Mapping):
+        problems.append(f"env = {spec['env']!r}: expected a dict (the [env] table)")
+    if spec.get("policy") is not None and not isinstance(spec["policy"], (list, tuple, Mapping)):
+        problems.append(f"policy = {spec['policy']!r}: expected a list of [[policy]] tables")
+    wrong_types = 0
+    for field, value, check in checks:
+        msg = check(value)
+        if msg:
+            problems.append(f"{field} = {value!r}: {msg}")
+            wrong_types += not isinstance(value, (int, float, str, np.integer, np.floating)) or (
+                isinstance(value, str) != (field == "name")
+            )
     if "env" not in spec:
         problems.append("env: missing (an [env] table, or run(env=...) with a Python environment)")
     if not spec.get("policy"):
         problems.append("policy: missing (a list of tables with kind = ..., or user policies)")
     if problems:
-        raise ValueError("spec: " + "; ".join(problems))
+        # Only wrong types: a TypeError (as Python's own conversions raise), else a ValueError.
+        kind = TypeError if wrong_types == len(problems) else ValueError
+        raise kind("spec: " + "; ".join(problems))
     return spec
 
 

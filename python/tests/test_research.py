@@ -391,6 +391,11 @@ def test_spec_defaults_counts_and_all_missing_fields_at_once():
         dpbandits.run({"env": env, "policy": [{"kind": "ucb1"}]}, horizon=10, runs="a")
     with pytest.raises(ValueError, match=r"horizon: missing.*runs: missing.*env: missing.*policy: missing"):
         dpbandits.run({})
+    # Every wrong top-level value at once, each naming its field (the TOML parser stops at one).
+    with pytest.raises(ValueError, match=r"master_seed = 'a'.*horizon = 0.*runs = -1"):
+        dpbandits.run({"env": env, "policy": [{"kind": "ucb1"}], "horizon": 0, "runs": -1, "master_seed": "a"})
+    with pytest.raises(TypeError, match=r"horizon = 'x'.*runs = \[2\]"):
+        dpbandits.run({"env": env, "policy": [{"kind": "ucb1"}]}, horizon="x", runs=[2])
 
 
 def test_result_views_load_plot_and_module_cli(tmp_path):
