@@ -82,7 +82,7 @@ pub fn estimates(released: &Released, level: f64) -> Vec<Option<ArmEstimate>> {
     // Union bound over the (at most `releases_bound`) releases of the arm: each at level
     // 1 - (1 - level) / R, so the latest one, whichever it is, at `level`.
     let r = released.releases_bound.max(1) as f64;
-    let z = crate::offline::normal_quantile(1.0 - (1.0 - level) / (2.0 * r));
+    let z = crate::math::stats::normal_quantile(1.0 - (1.0 - level) / (2.0 * r));
     let width = released.range.1 - released.range.0;
     released
         .means
@@ -229,7 +229,8 @@ mod tests {
                     s.observe(arm, late).unwrap();
                     return s.report(0.95).unwrap();
                 }
-                s.observe(arm, ((t * 7 + arm as u64) % 3) as f64 / 2.0).unwrap();
+                s.observe(arm, ((t * 7 + arm as u64) % 3) as f64 / 2.0)
+                    .unwrap();
                 t += 1;
                 assert!(t < 10_000);
             }
