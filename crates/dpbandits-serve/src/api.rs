@@ -30,6 +30,8 @@ pub fn router(state: Shared) -> Router {
             post(abandon),
         )
         .route("/v1/experiments/{name}/ledger", get(ledger))
+        .route("/v1/experiments/{name}/close", post(close))
+        .route("/v1/experiments/{name}/report", get(report))
         .route("/v1/audit", get(audit))
         .fallback(not_found)
         .with_state(state)
@@ -105,6 +107,12 @@ impl From<ServiceError> for ApiError {
                 retry_after: None,
             },
             ServiceError::Exists { .. } => ApiError::new(409, message),
+            ServiceError::Closed { .. } => ApiError {
+                status: 409,
+                message,
+                extra: Some(json!({"closed": true})),
+                retry_after: None,
+            },
             ServiceError::Unauthorized { .. } => ApiError::new(401, message),
             ServiceError::Internal(_) => ApiError::new(500, message),
         }
@@ -410,6 +418,80 @@ fn csv_field(s: &str) -> String {
         format!("\"{}\"", s.replace('"', "\"\""))
     } else {
         s.to_string()
+    }
+}
+
+/// `POST /v1/experiments/{name}/close` (admin), body `{"level": 0.95}` (optional): close and
+/// publish the report.
+async fn close(
+    State(state): State<Shared>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let t = Instant::now();
+    let token = bearer(&headers);
+    let n = name.clone();
+    let r = with_service(&state, move |s| {
+        admin(s, token.as_deref())?;
+        let m = object(&body, &["level"])?;
+        let level = match m.get("level") {
+            None | Some(Value::Null) => None,
+            Some(v) => match v.as_f64() {
+                Some(x) if x > 0.0 && x < 1.0 => Some(x),
+                _ => {
+                    return Err(ApiError::invalid(format!(
+                        "level = {}: expected a confidence level in (0, 1), e.g. 0.95",
+                        short(v)
+                    )));
+                }
+            },
+        };
+        Ok(s.close(&n, level)?)
+    })
+    .await;
+    done("close", t, r, json!({"experiment": name}))
+}
+
+/// `GET /v1/experiments/{name}/report[?format=html]`: the report of a closed experiment (any
+/// valid token of the experiment: the report is public output).
+async fn report(
+    State(state): State<Shared>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    q: Result<Query<PageQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let t = Instant::now();
+    let token = bearer(&headers);
+    let n = name.clone();
+    let r = with_service(&state, move |s| {
+        s.authenticate(token.as_deref(), Some(&n))?;
+        let format = match q {
+            Ok(Query(p)) => p.format,
+            Err(e) => return Err(ApiError::invalid(format!("query: {e}"))),
+        };
+        let format = format.unwrap_or_else(|| "json".into());
+        if format != "json" && format != "html" {
+            return Err(ApiError::invalid(format!(
+                "format = {format:?}: expected json or html"
+            )));
+        }
+        Ok((format, s.report(&n)?))
+    })
+    .await;
+    log(
+        "request",
+        json!({"route": "report", "experiment": name, "status": r.as_ref().map_or_else(|e| e.status, |_| 200),
+               "micros": t.elapsed().as_micros() as u64}),
+    );
+    match r {
+        Ok((f, v)) if f == "html" => (
+            [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+            crate::report_html::render(&v),
+        )
+            .into_response(),
+        Ok((_, v)) => axum::Json(v).into_response(),
+        Err(e) => e.into_response(),
     }
 }
 

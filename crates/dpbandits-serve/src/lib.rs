@@ -14,6 +14,7 @@
 
 pub mod api;
 pub mod client;
+pub mod report_html;
 pub mod service;
 pub mod store;
 

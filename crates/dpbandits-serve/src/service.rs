@@ -48,6 +48,11 @@ pub enum ServiceError {
         /// The recommended arm.
         recommendation: usize,
     },
+    /// A closed experiment: no further decisions or rewards; its report is published.
+    Closed {
+        /// The experiment.
+        name: String,
+    },
     /// An experiment of that name exists.
     Exists {
         /// The name.
@@ -97,6 +102,10 @@ impl std::fmt::Display for ServiceError {
             ServiceError::Exists { name } => {
                 write!(f, "name = {name:?}: an experiment of that name exists")
             }
+            ServiceError::Closed { name } => write!(
+                f,
+                "experiment {name:?} is closed: it takes no further decisions or rewards; its report is at GET /v1/experiments/{name}/report"
+            ),
             ServiceError::Unauthorized { admin: true } => {
                 f.write_str("authorization: the admin token is required")
             }
@@ -304,6 +313,8 @@ struct Experiment {
     guarantee: PrivacyGuarantee,
     /// Completed commitments (releases): the ledger's release numbers.
     releases: u64,
+    /// The closing report, once closed (the body of the audit log's `close` entry).
+    closed: Option<Value>,
 }
 
 impl Experiment {
@@ -592,6 +603,7 @@ impl Service {
         let mut experiments = HashMap::new();
         for row in store::load_experiments(&conn)? {
             let name = row.name;
+            let closed = store::close_entry(&conn, &name)?;
             let session = Session::restore(&row.snapshot)
                 .with_context(|| format!("experiment {name:?}: its snapshot does not restore"))?;
             let restored = counters_of(&session, row.counters.releases);
@@ -624,6 +636,7 @@ impl Service {
                     token_hash: row.token_hash,
                     guarantee,
                     releases: row.counters.releases,
+                    closed,
                 },
             );
         }
@@ -792,6 +805,7 @@ impl Service {
                 token_hash,
                 guarantee,
                 releases: 0,
+                closed: None,
             },
         );
         Ok(
@@ -858,6 +872,9 @@ impl Service {
             if let Some((id, arm)) = store::find_request(&self.conn, name, rid)? {
                 return Ok(json!({"decision_id": id, "arm": arm, "repeat": true}));
             }
+        }
+        if self.experiment(name)?.closed.is_some() {
+            return Err(ServiceError::Closed { name: name.into() });
         }
         let actions = actions.map(action_set).transpose()?;
         self.expire(name)?;
@@ -1048,7 +1065,9 @@ impl Service {
         reward: f64,
         abandoned: Option<&str>,
     ) -> ServiceResult<Value> {
-        self.experiment(name)?;
+        if self.experiment(name)?.closed.is_some() {
+            return Err(ServiceError::Closed { name: name.into() });
+        }
         let Some((arm, previous, outcome)) = store::decision(&self.conn, name, decision_id)? else {
             return Err(ServiceError::NotFound(format!(
                 "decision_id = {decision_id}: no such decision in experiment {name:?}"
@@ -1209,7 +1228,93 @@ impl Service {
             "reward_deadline": e.deadline,
             "guarantee": e.guarantee,
             "ledger": ledger,
+            "closed": e.closed.as_ref().map(|r| json!({"at_round": r["rounds"], "recommended_arm": r["recommended_arm"], "audit_seq": r["audit_seq"]})),
         }))
+    }
+
+    /// Close an experiment (admin): no further decisions or rewards, and the report — per-arm
+    /// pulls (public counts of completed decisions), the private estimates and intervals at
+    /// `level` computed from released statistics only (`dpbandits::report`), the recommended
+    /// arm, the guarantee and the ledger — recorded once in the audit log (`close`) and
+    /// returned. Refused while decisions are pending (abandon them or wait for their rewards or
+    /// their deadline). Closing again returns the same report (`"repeat": true`).
+    pub fn close(&mut self, name: &str, level: Option<f64>) -> ServiceResult<Value> {
+        let e = self.experiment(name)?;
+        if let Some(r) = &e.closed {
+            let mut r = r.clone();
+            r["repeat"] = json!(true);
+            return Ok(r);
+        }
+        let level = level.unwrap_or(0.95);
+        let report = e
+            .session
+            .report(level)
+            .map_err(|err| core_error(err, "level"))?;
+        let pending = e.session.pending();
+        if pending > 0 {
+            return Err(ServiceError::invalid(
+                "pending",
+                format!(
+                    "pending = {pending}: decisions wait for their rewards; report them, abandon them \
+                     (POST /v1/experiments/{name}/decisions/{{id}}/abandon) or wait for their reward_deadline, then close"
+                ),
+            ));
+        }
+        let pulls = store::completed_by_arm(&self.conn, name, e.arms)?;
+        // The recommended arm: BAI's stopping-rule recommendation, else the most-pulled arm
+        // (ties: the lowest index); both are post-processing of the published decisions.
+        let (recommended, rule) = match report.recommendation {
+            Some(r) => (Some(r), "the stopping rule's recommendation"),
+            None if pulls.iter().any(|&p| p > 0) => {
+                let best = pulls
+                    .iter()
+                    .enumerate()
+                    .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(&a.0)))
+                    .map(|(a, _)| a);
+                (best, "the most-pulled arm (ties: the lowest index)")
+            }
+            None => (None, "no completed decision"),
+        };
+        let ledger = self.ledger_summary(name)?;
+        let e = self.experiment(name)?;
+        let mut body = json!({
+            "experiment": name,
+            "kind": report.kind,
+            "problem": e.problem,
+            "rounds": report.rounds,
+            "decisions": e.session.issued(),
+            "pulls": pulls,
+            "recommended_arm": recommended,
+            "recommendation_rule": rule,
+            "level": level,
+            "estimates": report.estimates,
+            "method": report.method,
+            "why_no_estimates": report.why_no_estimates,
+            "guarantee": e.guarantee,
+            "ledger": ledger,
+            "cost": "none: the report is post-processing of released statistics and public counts",
+        });
+        let tx = self.conn.transaction()?;
+        let seq = store::audit(&tx, name, "close", &body)?;
+        tx.commit()?;
+        let head = store::audit_hash(&self.conn, seq)?;
+        body["audit_seq"] = json!(seq);
+        body["audit_hash"] = json!(head);
+        self.experiments
+            .get_mut(name)
+            .expect("checked above")
+            .closed = Some(body.clone());
+        Ok(body)
+    }
+
+    /// The report of a closed experiment.
+    pub fn report(&self, name: &str) -> ServiceResult<Value> {
+        let e = self.experiment(name)?;
+        e.closed.clone().ok_or_else(|| {
+            ServiceError::NotFound(format!(
+                "experiment {name:?} is not closed: POST /v1/experiments/{name}/close (admin) publishes its report"
+            ))
+        })
     }
 
     /// The ledger summary and its rows with `id > after`, at most `limit` (`next_after`: the
@@ -1902,6 +2007,103 @@ noise = "simulation""#,
     /// session fed the dropout reward for the abandoned rounds, every abandonment is in the
     /// decisions table and the audit log, the ledger charges every completed commitment, and the
     /// guarantee is the one stated at creation.
+    #[test]
+    fn closing_publishes_the_report_once() {
+        let dir = shm_dir();
+        let db = dir.path().join("s.sqlite");
+        let table = "rho = 1\nnoise = \"simulation\"";
+        let mut core = core_session("adac_ucb", table, &Problem::Finite { arms: 3 }, 4);
+        {
+            let mut s = Service::open(&db, ADMIN).unwrap();
+            s.create(req(json!({"name": "t", "arms": 3, "seed": 4,
+                                "policy": policy_json("adac_ucb", table)})))
+                .unwrap();
+            for round in 0..300u64 {
+                let d = s.decide("t", None, None).unwrap();
+                let arm = d["arm"].as_u64().unwrap() as usize;
+                assert_eq!(core.decide().unwrap().arm(), Some(arm));
+                let r = coin(round, arm, [0.2, 0.5, 0.7][arm]);
+                s.reward("t", d["decision_id"].as_u64().unwrap(), r)
+                    .unwrap();
+                core.observe(arm, r).unwrap();
+                if round == 150 {
+                    // One pending decision: closing is refused, naming `pending`.
+                    let d = s.decide("t", None, None).unwrap();
+                    let err = s.close("t", None).unwrap_err();
+                    assert!(
+                        matches!(&err, ServiceError::Invalid { field, .. } if field == "pending"),
+                        "{err:?}"
+                    );
+                    let arm = d["arm"].as_u64().unwrap() as usize;
+                    assert_eq!(core.decide().unwrap().arm(), Some(arm));
+                    s.reward("t", d["decision_id"].as_u64().unwrap(), 0.5)
+                        .unwrap();
+                    core.observe(arm, 0.5).unwrap();
+                }
+            }
+            assert!(matches!(
+                s.close("t", Some(1.5)).unwrap_err(),
+                ServiceError::Invalid { .. }
+            ));
+            let r = s.close("t", Some(0.9)).unwrap();
+            // The estimates are the core session's report from the same released statistics.
+            let expected = core.report(0.9).unwrap();
+            assert_eq!(r["estimates"], json!(expected.estimates));
+            let est = r["estimates"].as_array().unwrap();
+            assert_eq!(est.len(), 3);
+            for e in est {
+                let (lo, x, hi) = (
+                    e["low"].as_f64().unwrap(),
+                    e["estimate"].as_f64().unwrap(),
+                    e["high"].as_f64().unwrap(),
+                );
+                assert!(lo < x && x < hi);
+            }
+            let pulls: Vec<u64> = serde_json::from_value(r["pulls"].clone()).unwrap();
+            assert_eq!(pulls.iter().sum::<u64>(), 301);
+            let most = (0..3)
+                .max_by_key(|&a| (pulls[a], std::cmp::Reverse(a)))
+                .unwrap();
+            assert_eq!(r["recommended_arm"], json!(most));
+            // Closed: no decisions or rewards; closing again returns the same report.
+            assert!(matches!(
+                s.decide("t", None, None).unwrap_err(),
+                ServiceError::Closed { .. }
+            ));
+            assert!(matches!(
+                s.reward("t", 1, 1.0).unwrap_err(),
+                ServiceError::Closed { .. }
+            ));
+            let again = s.close("t", None).unwrap();
+            assert_eq!(again["repeat"], json!(true));
+            assert_eq!(again["audit_hash"], r["audit_hash"]);
+            assert_eq!(s.report("t").unwrap()["estimates"], r["estimates"]);
+            let html = crate::report_html::render(&r);
+            assert!(
+                html.contains("Closing report") && html.contains(r["audit_hash"].as_str().unwrap())
+            );
+        }
+        // After a restart: still closed, the same report (read back from the audit log).
+        let s = Service::open(&db, ADMIN).unwrap();
+        let back = s.report("t").unwrap();
+        assert_eq!(
+            back["estimates"],
+            json!(core.report(0.9).unwrap().estimates)
+        );
+        assert_eq!(
+            s.status("t").unwrap()["closed"]["audit_seq"],
+            back["audit_seq"]
+        );
+        let log = s.audit_export(Some("t"), 0, 100_000).unwrap();
+        let closes = log["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["event"] == "close")
+            .count();
+        assert_eq!(closes, 1);
+    }
+
     #[test]
     fn delayed_outcomes_are_abandoned_at_the_deadline() {
         let dir = shm_dir();

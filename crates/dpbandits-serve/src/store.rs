@@ -822,7 +822,7 @@ pub fn audit(
     experiment: &str,
     event: &str,
     body: &serde_json::Value,
-) -> Result<()> {
+) -> Result<i64> {
     let last: Option<(i64, String)> = tx
         .query_row(
             "SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1",
@@ -841,7 +841,59 @@ pub fn audit(
         "INSERT INTO audit (seq, ts, experiment, event, body, prev, hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
         params![seq, ts, experiment, event, body, prev, hash],
     )?;
-    Ok(())
+    Ok(seq)
+}
+
+/// The hash of audit entry `seq`.
+///
+/// # Errors
+/// No such entry, or a database error.
+pub fn audit_hash(conn: &Connection, seq: i64) -> Result<String> {
+    Ok(conn.query_row("SELECT hash FROM audit WHERE seq = ?1", [seq], |r| r.get(0))?)
+}
+
+/// The report of a closed experiment: the body of its audit log's `close` entry with that
+/// entry's `audit_seq` and `audit_hash` (`None`: not closed).
+///
+/// # Errors
+/// A database error, or a `close` entry whose body is not JSON.
+pub fn close_entry(conn: &Connection, experiment: &str) -> Result<Option<serde_json::Value>> {
+    let row: Option<(i64, String, String)> = conn
+        .query_row(
+            "SELECT seq, body, hash FROM audit WHERE experiment = ?1 AND event = 'close' ORDER BY seq LIMIT 1",
+            [experiment],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .optional()?;
+    let Some((seq, body, hash)) = row else {
+        return Ok(None);
+    };
+    let mut v: serde_json::Value = serde_json::from_str(&body)
+        .with_context(|| format!("experiment {experiment:?}: audit entry {seq} (close)"))?;
+    v["audit_seq"] = serde_json::json!(seq);
+    v["audit_hash"] = serde_json::json!(hash);
+    Ok(Some(v))
+}
+
+/// Completed decisions (with a recorded reward, abandoned ones included) per arm `0..arms`.
+///
+/// # Errors
+/// A database error.
+pub fn completed_by_arm(conn: &Connection, experiment: &str, arms: usize) -> Result<Vec<u64>> {
+    let mut out = vec![0u64; arms];
+    let mut stmt = conn.prepare(
+        "SELECT arm, COUNT(*) FROM decisions WHERE experiment = ?1 AND reward IS NOT NULL GROUP BY arm",
+    )?;
+    let rows = stmt.query_map([experiment], |r| {
+        Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))
+    })?;
+    for row in rows {
+        let (arm, n) = row?;
+        if let Some(slot) = usize::try_from(arm).ok().and_then(|a| out.get_mut(a)) {
+            *slot = n as u64;
+        }
+    }
+    Ok(out)
 }
 
 /// What `dpbandits audit-log verify` reports.

@@ -106,6 +106,7 @@ pub mod privacy;
 pub mod protocol;
 #[cfg(feature = "experiment")]
 pub mod registry;
+pub mod report;
 pub mod rng;
 #[cfg(feature = "experiment")]
 pub mod session;

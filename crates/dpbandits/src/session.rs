@@ -524,6 +524,51 @@ impl Session {
         })
     }
 
+    /// The closing report: per-arm estimates and intervals at confidence `level` from the
+    /// policy's released statistics only ([`crate::report`]; post-processing, no budget).
+    ///
+    /// # Errors
+    /// `level` outside `(0, 1)`.
+    pub fn report(&self, level: f64) -> Result<crate::report::Report> {
+        if !(level > 0.0 && level < 1.0) {
+            return Err(Error::param(
+                "level",
+                level,
+                "a confidence level in (0, 1), e.g. 0.95",
+            ));
+        }
+        let released = match &self.policy {
+            Restored::Finite(p) => p.released_estimates(),
+            _ => None,
+        };
+        let (estimates, method, why) = match released {
+            Some(r) => (
+                Some(crate::report::estimates(&r, level)),
+                Some(crate::report::METHOD),
+                None,
+            ),
+            None => (
+                None,
+                None,
+                Some(format!(
+                    "{} ({}) keeps no per-arm released mean with a known noise law; the report \
+                     gives the public counts and the recommendation only",
+                    self.kind(),
+                    self.setting()
+                )),
+            ),
+        };
+        Ok(crate::report::Report {
+            kind: self.kind().to_string(),
+            rounds: self.t(),
+            level,
+            estimates,
+            method,
+            why_no_estimates: why,
+            recommendation: self.recommendation(),
+        })
+    }
+
     /// The boundary every reward passes.
     pub fn boundary(&self) -> RewardBoundary {
         match &self.policy {

@@ -427,6 +427,33 @@ impl Policy for AdaCUcb {
         self.gate.commit(arm, len);
         Pull { arm, steps: len }
     }
+    fn released_estimates(&self) -> Option<crate::report::Released> {
+        // The cached releases (the last finished episode of each arm), never re-sampled. On
+        // the deployment path the episode sum is rounded to a grid of at most 2^-grid_bits
+        // (finer for large episodes, `privacy/noise.rs` `Grid::for_release`): a mean moves by at
+        // most half a grid step (plus the f64 rounding of the division).
+        let range = (self.boundary.lo, self.boundary.hi);
+        if !(range.0.is_finite() && range.1.is_finite()) {
+            // The non-private counterpart neither clips nor bounds its rewards: no interval.
+            return None;
+        }
+        let rounding = match self.cfg.noise {
+            NoiseKind::Simulation => 0.0,
+            NoiseKind::Deployment => {
+                0.5f64.powi(self.cfg.grid_bits as i32 + 1)
+                    + f64::EPSILON * range.0.abs().max(range.1.abs())
+            }
+        };
+        // Episodes of an arm double (1, 1, 2, 4, ...), so after t rounds an arm has made at most
+        // floor(log2 t) + 2 releases.
+        let t: u64 = self.pulls.iter().sum::<u64>().max(1);
+        Some(crate::report::Released {
+            means: self.released.clone(),
+            range,
+            rounding,
+            releases_bound: u64::from(t.ilog2()) + 2,
+        })
+    }
     fn observe(&mut self, arm: usize, reward: f64) -> Result<()> {
         let one = self.gate.boundary().single(reward)?;
         self.observe_batch(arm, &one)

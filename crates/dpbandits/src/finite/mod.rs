@@ -220,6 +220,14 @@ pub trait Policy: Send + Debug {
     /// nothing (the policy keeps committing as before).
     fn enable_blocks(&mut self, _reward_range: (f64, f64)) {}
 
+    /// The latest released mean of every arm with its sample count and noise scale (`None` for
+    /// an arm with no release yet), for a closing report computed from released statistics
+    /// only ([`crate::report`]). `None` (the default): the kind keeps no per-arm released mean
+    /// with a known noise law, so a report gives no estimates for it.
+    fn released_estimates(&self) -> Option<crate::report::Released> {
+        None
+    }
+
     /// Save the complete state (statistics, generators, the episode in progress) for a
     /// bit-identical restore ([`crate::snapshot`]; restore with `registry::restore_finite`).
     /// The snapshot is sensitive data: it holds raw reward sums and the noise generators' state.

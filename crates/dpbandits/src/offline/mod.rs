@@ -475,57 +475,7 @@ impl Report {
     }
 }
 
-/// `Phi^-1(p)`, the standard normal quantile (Acklam's rational approximation: relative error
-/// below `1.2e-9` on (0, 1), ample for an interval's `z`).
-pub fn normal_quantile(p: f64) -> f64 {
-    if !(p > 0.0 && p < 1.0) {
-        return f64::NAN;
-    }
-    const A: [f64; 6] = [
-        -3.969683028665376e1,
-        2.209460984245205e2,
-        -2.759285104469687e2,
-        1.383_577_518_672_69e2,
-        -3.066479806614716e1,
-        2.506628277459239,
-    ];
-    const B: [f64; 5] = [
-        -5.447609879822406e1,
-        1.615858368580409e2,
-        -1.556989798598866e2,
-        6.680131188771972e1,
-        -1.328068155288572e1,
-    ];
-    const C: [f64; 6] = [
-        -7.784894002430293e-3,
-        -3.223964580411365e-1,
-        -2.400758277161838,
-        -2.549732539343734,
-        4.374664141464968,
-        2.938163982698783,
-    ];
-    const D: [f64; 4] = [
-        7.784695709041462e-3,
-        3.224671290700398e-1,
-        2.445134137142996,
-        3.754408661907416,
-    ];
-    let lo = 0.02425;
-    if p < lo {
-        let q = (-2.0 * p.ln()).sqrt();
-        (((((C[0] * q + C[1]) * q + C[2]) * q + C[3]) * q + C[4]) * q + C[5])
-            / ((((D[0] * q + D[1]) * q + D[2]) * q + D[3]) * q + 1.0)
-    } else if p <= 1.0 - lo {
-        let q = p - 0.5;
-        let r = q * q;
-        (((((A[0] * r + A[1]) * r + A[2]) * r + A[3]) * r + A[4]) * r + A[5]) * q
-            / (((((B[0] * r + B[1]) * r + B[2]) * r + B[3]) * r + B[4]) * r + 1.0)
-    } else {
-        let q = (-2.0 * (1.0 - p).ln()).sqrt();
-        -(((((C[0] * q + C[1]) * q + C[2]) * q + C[3]) * q + C[4]) * q + C[5])
-            / ((((D[0] * q + D[1]) * q + D[2]) * q + D[3]) * q + 1.0)
-    }
-}
+pub use crate::math::stats::normal_quantile;
 
 /// Mean and normal-approximation interval of `terms`.
 fn clt(name: &str, terms: &[f64], z: f64) -> Estimate {
