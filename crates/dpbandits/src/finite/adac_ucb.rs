@@ -448,7 +448,7 @@ impl Policy for AdaCUcb {
         // floor(log2 t) + 2 releases.
         let t: u64 = self.pulls.iter().sum::<u64>().max(1);
         Some(crate::report::Released {
-            means: self.released.clone(),
+            means: self.released.iter().map(|m| m.map(Into::into)).collect(),
             range,
             rounding,
             releases_bound: u64::from(t.ilog2()) + 2,

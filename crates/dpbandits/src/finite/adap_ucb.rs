@@ -363,6 +363,37 @@ impl AdaP {
 }
 
 impl Policy for AdaP {
+    fn released_estimates(&self) -> Option<crate::report::Released> {
+        // The cached releases (each arm's last finished episode, never re-sampled) with their
+        // episode length and Laplace scale. Rounding on the deployment path: as AdaC-UCB's.
+        let range = (self.boundary.lo, self.boundary.hi);
+        let rounding = match self.cfg.noise {
+            crate::privacy::NoiseKind::Simulation => 0.0,
+            crate::privacy::NoiseKind::Deployment => {
+                0.5f64.powi(self.cfg.grid_bits as i32 + 1)
+                    + f64::EPSILON * range.0.abs().max(range.1.abs())
+            }
+        };
+        let means = (0..self.released.len())
+            .map(|a| {
+                self.released[a].map(|value| crate::report::Release {
+                    value,
+                    rewards: self.last_len[a],
+                    noise: crate::report::NoiseLaw::Laplace {
+                        scale: self.last_scale[a],
+                    },
+                })
+            })
+            .collect();
+        // Episodes double, as AdaC-UCB's: at most floor(log2 t) + 2 releases per arm.
+        let t: u64 = self.pulls.iter().sum::<u64>().max(1);
+        Some(crate::report::Released {
+            means,
+            range,
+            rounding,
+            releases_bound: u64::from(t.ilog2()) + 2,
+        })
+    }
     fn snapshot(&self) -> Result<crate::snapshot::Snapshot> {
         crate::snapshot::Snapshot::new(Setting::FiniteArmed, self.cfg.kind(), self)
     }
