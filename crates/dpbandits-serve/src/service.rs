@@ -1111,7 +1111,7 @@ impl Service {
         // draw and the state change leaves a charged (`lost`) row, and a redo is charged again.
         let intent = match (completes, cost) {
             (true, Some((measure, c))) => Some((
-                store::insert_intent(&mut self.conn, name, release_no, arm, measure, c)?,
+                store::insert_intent(&mut self.conn, name, release_no, arm, rounds, measure, c)?,
                 measure,
                 c,
             )),

@@ -588,14 +588,23 @@ pub fn insert_intent(
     name: &str,
     release: u64,
     arm: usize,
+    rewards: u64,
     measure: &str,
     cost: f64,
 ) -> Result<i64> {
     let tx = conn.transaction()?;
     tx.execute(
         "INSERT INTO ledger (experiment, release, arm, rewards, measure, cost, status, created)
-         VALUES (?1, ?2, ?3, 0, ?4, ?5, 'intent', ?6)",
-        params![name, release as i64, arm as i64, measure, cost, now()],
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'intent', ?7)",
+        params![
+            name,
+            release as i64,
+            arm as i64,
+            rewards as i64,
+            measure,
+            cost,
+            now()
+        ],
     )?;
     let id = tx.last_insert_rowid();
     tx.commit()?;
@@ -645,6 +654,8 @@ pub struct LedgerRow {
     pub release: i64,
     /// Arm.
     pub arm: i64,
+    /// Rewards the release covers (a public count: the commitment's length).
+    pub rewards: i64,
     /// `rho` or `epsilon`.
     pub measure: String,
     /// Cost.
@@ -666,7 +677,7 @@ pub fn ledger_rows(
     limit: u64,
 ) -> Result<Vec<LedgerRow>> {
     let mut stmt = conn.prepare(
-        "SELECT id, release, arm, measure, cost, status, created FROM ledger
+        "SELECT id, release, arm, rewards, measure, cost, status, created FROM ledger
          WHERE experiment = ?1 AND id > ?2 ORDER BY id LIMIT ?3",
     )?;
     let rows = stmt
@@ -675,10 +686,11 @@ pub fn ledger_rows(
                 id: r.get(0)?,
                 release: r.get(1)?,
                 arm: r.get(2)?,
-                measure: r.get(3)?,
-                cost: r.get(4)?,
-                status: r.get(5)?,
-                created: r.get(6)?,
+                rewards: r.get(3)?,
+                measure: r.get(4)?,
+                cost: r.get(5)?,
+                status: r.get(6)?,
+                created: r.get(7)?,
             })
         })?
         .collect::<rusqlite::Result<_>>()?;
