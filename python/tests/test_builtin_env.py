@@ -187,3 +187,19 @@ def test_every_registry_environment_builds_from_its_listing():
     }.items():
         e = dpbandits.Environment(kind, **params)
         assert e.kind == kind and e.setting == envs[kind]["setting"]
+
+
+def test_policy_report_from_released_statistics():
+    env = dpbandits.Environment("bernoulli", means=[0.3, 0.7], master_seed=2)
+    p = dpbandits.Policy("adac_ucb", arms=2, rho=1.0, seed=3)
+    for t in range(500):
+        arm = p.choose()
+        assert arm is not None
+        p.observe(arm, env.pull(arm, t))
+    r = p.report(0.9)
+    assert r["kind"] == "adac_ucb" and r["level"] == 0.9 and r["rounds"] == 500
+    for e in r["estimates"]:
+        assert e["low"] < e["estimate"] < e["high"]
+    assert dpbandits.Policy("ucb1", arms=2).report()["estimates"] is None
+    with pytest.raises(ValueError, match="level"):
+        p.report(1.5)

@@ -281,6 +281,16 @@ impl Policy {
         self.session().observe(arm, reward).map_err(err)
     }
 
+    /// The closing report as a dict: per-arm estimates and intervals at confidence `level` from
+    /// the policy's released statistics only (no budget spent; `estimates` is `None` for a kind
+    /// that keeps no released means, `why_no_estimates` says so). docs/service.md "Closing and
+    /// the report" gives the method.
+    #[pyo3(signature = (level = 0.95))]
+    fn report<'py>(&self, py: Python<'py>, level: f64) -> PyResult<Bound<'py, PyAny>> {
+        let r = self.session().report(level).map_err(err)?;
+        json_to_py(py, &r)
+    }
+
     /// BAI: the current recommendation (the best arm once `stopped`).
     fn recommend(&self) -> PyResult<usize> {
         let s = self.session();
