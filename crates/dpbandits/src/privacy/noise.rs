@@ -358,6 +358,24 @@ impl NoiseSource {
         }
     }
 
+    /// The configured grid `2^-grid_bits` of the deployment path (the default for simulation).
+    pub fn grid_bits(&self) -> u32 {
+        match &self.inner {
+            Inner::Simulation(_) => DEFAULT_GRID_BITS,
+            Inner::Deployment(d) => d.grid_bits,
+        }
+    }
+
+    /// The seeded generator of the simulation path (`None` on the deployment path), for a
+    /// policy whose simulation path draws from it directly (hot loops that keep their float
+    /// mechanisms and streams unchanged).
+    pub(crate) fn simulation_rng(&mut self) -> Option<&mut SimRng> {
+        match &mut self.inner {
+            Inner::Simulation(rng) => Some(rng),
+            Inner::Deployment(_) => None,
+        }
+    }
+
     /// The grade of this source's noise.
     pub fn grade(&self) -> NoiseGrade {
         match self.inner {
@@ -463,7 +481,9 @@ impl NoiseSource {
                 };
                 let y = discrete_laplace(&scale, &mut d.rng);
                 let b = scale.to_f64() / grid.scale();
-                Ok((Deployment::mean(grid, s, &y, 1), b))
+                let value = Deployment::mean(grid, s, &y, 1);
+                super::tap::record(super::tap::Family::Laplace, value);
+                Ok((value, b))
             }
         }
     }
@@ -528,6 +548,26 @@ impl NoiseSource {
                 Ok(super::discrete::bernoulli_ratio(&r, &mut d.rng))
             }
         }
+    }
+
+    /// The Bernoulli response of one reward `r` in [0, 1] (Ren et al. 2020's CTB; the Bernoulli
+    /// trick followed by optimal randomized response, Gajane 2023 Cor. 2): a bit `b` that is 1
+    /// with probability `r` ([`Self::bernoulli`], exact for the dyadic value of the `f64` `r`),
+    /// kept with probability `e^eps/(1+e^eps)` and flipped otherwise ([`Self::keep_coin`], exact
+    /// for the rational value of `eps`). So `P[1 | r] = (1 + (e^eps - 1) r) / (e^eps + 1)` exactly
+    /// on the deployment path: affine in `r`, its likelihood ratio over any two rewards is at most
+    /// its value at `r in {0, 1}`, which is `e^eps` exactly (the budget is unchanged; no grid).
+    /// On the simulation path the same two coins come from seeded uniforms (reproducible;
+    /// existing kinds keep their own, older float coins).
+    ///
+    /// # Errors
+    /// `r` outside [0, 1] or NaN; `eps` negative or NaN.
+    pub fn local_bit(&mut self, eps: f64, r: f64) -> Result<bool> {
+        let bit = self.bernoulli(r)?;
+        let keep = self.keep_coin(eps)?;
+        let out = if keep { bit } else { !bit };
+        super::tap::record(super::tap::Family::Bit, f64::from(u8::from(out)));
+        Ok(out)
     }
 
     /// Release the mean of `n` rewards whose clipped sum is `sum`, with Laplace noise calibrated

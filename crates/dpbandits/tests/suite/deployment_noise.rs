@@ -266,6 +266,10 @@ const DEPLOYABLE: &[&str] = &[
     "adap_tt",
     "adap_tt_star",
     "dp_se_bai",
+    "ldp_ucb",
+    "kl_ucb_cf",
+    "sw_klucb_cf",
+    "ldp",
 ];
 
 fn session_problem(setting: dpbandits::config::Setting) -> dpbandits::session::Problem {
