@@ -1337,7 +1337,10 @@ mod tests {
                 "dp_tt",
                 "adap_tt",
                 "adap_tt_star",
-                "dp_se_bai"
+                "dp_se_bai",
+                "adac_gope",
+                "adar_gope_var",
+                "gope_output_perturbation"
             ],
             "kinds served with deployment noise by default"
         );

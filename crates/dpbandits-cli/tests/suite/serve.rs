@@ -784,7 +784,7 @@ fn refusals_are_401_or_4xx_naming_the_field() {
         (
             "/v1/experiments",
             ADMIN,
-            b"{\"name\": \"ab\", \"arms\": [[1.0, 0.0], [0.0, 1.0]], \"policy\": \"kind = 'adac_gope'\\nrho = 1.0\\ndelta = 0.001\"}"
+            b"{\"name\": \"ab\", \"dim\": 3, \"horizon\": 100, \"policy\": \"kind = 'adac_oful'\\nrho = 1.0\"}"
                 .to_vec(),
             422,
             "noise",
