@@ -59,8 +59,8 @@ use crate::rng::SimRng;
 use num_bigint::BigUint;
 use num_traits::ToPrimitive;
 use rand::SeedableRng;
-use rand_distr::Distribution;
 use rand::rngs::{ChaCha20Rng, SysRng};
+use rand_distr::Distribution;
 use serde::{Deserialize, Serialize};
 
 /// The default grid: rewards are rounded to multiples of `2^-20`.
@@ -687,7 +687,9 @@ impl NoiseSource {
                         w2max = w2;
                     }
                 }
-                let scale = grid.scale_ratio().mul(&Ratio::from_f64(wscale).expect("2^m"));
+                let scale = grid
+                    .scale_ratio()
+                    .mul(&Ratio::from_f64(wscale).expect("2^m"));
                 let delta_unit = (boundary.width() * grid.scale()).ceil();
                 let dz = Ratio::from_f64(delta_unit * delta_unit)
                     .expect("finite")
@@ -1059,7 +1061,10 @@ mod tests {
             })
             .collect();
         standard_normal_moments(&z).unwrap();
-        let bad = vec![(b.drawn_sum(0.0, 1), vec![1.0]), (b.drawn_sum(0.0, 1), vec![])];
+        let bad = vec![
+            (b.drawn_sum(0.0, 1), vec![1.0]),
+            (b.drawn_sum(0.0, 1), vec![]),
+        ];
         assert!(sim.gaussian_linear(0.5, 1.0, &bad, &b).is_err());
     }
 

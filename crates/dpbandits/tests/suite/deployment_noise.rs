@@ -480,7 +480,10 @@ fn ldp_e1_sw_klucb_cf_runs_in_deployment_mode() {
     let se = ((var(&finals[0]) + var(&finals[1])) / 12.0).sqrt();
     eprintln!("ldp_e1 SW-KLUCB-CF eps=1 T=4e4: simulation {m0:.0}, deployment {m1:.0}, se {se:.0}");
     assert!(m0 < 7000.0 && m1 < 7000.0, "{m0} {m1}");
-    assert!((m0 - m1).abs() < 5.0 * se, "simulation {m0}, deployment {m1}, se {se}");
+    assert!(
+        (m0 - m1).abs() < 5.0 * se,
+        "simulation {m0}, deployment {m1}, se {se}"
+    );
 }
 
 /// The GOPE family's deployment releases follow the stated law: on the unit arms e1, e2 with
@@ -496,7 +499,10 @@ fn ldp_e1_sw_klucb_cf_runs_in_deployment_mode() {
 fn gope_family_deployment_releases_follow_the_stated_law() {
     use dpbandits::linear::{GopeConfig, LinearPolicy, NoisePlacement};
     use nalgebra::DVector;
-    let arms = vec![DVector::from_vec(vec![1.0, 0.0]), DVector::from_vec(vec![0.0, 1.0])];
+    let arms = vec![
+        DVector::from_vec(vec![1.0, 0.0]),
+        DVector::from_vec(vec![0.0, 1.0]),
+    ];
     let truth = [0.5, -0.25];
     let moments = |z: &[f64]| -> bool {
         let n = z.len() as f64;
@@ -526,7 +532,11 @@ fn gope_family_deployment_releases_follow_the_stated_law() {
                 p.observe_batch(pull.arm, &sum).unwrap();
             }
             let rel = &p.releases()[0];
-            assert!(rel.zcdp_loss <= 0.5 * (1.0 + 1e-12), "{placement:?}: {}", rel.zcdp_loss);
+            assert!(
+                rel.zcdp_loss <= 0.5 * (1.0 + 1e-12),
+                "{placement:?}: {}",
+                rel.zcdp_loss
+            );
             if run == 0 {
                 let mut q = sim_cfg.build(&arms, run).unwrap();
                 while q.releases().is_empty() {
@@ -535,8 +545,16 @@ fn gope_family_deployment_releases_follow_the_stated_law() {
                     q.observe_batch(pull.arm, &sum).unwrap();
                 }
                 let s = q.releases()[0].sigma;
-                assert!(rel.sigma >= s * (1.0 - 1e-12), "{placement:?}: {} < {s}", rel.sigma);
-                assert!(rel.sigma <= s * 1.001, "{placement:?}: {} vs {s}", rel.sigma);
+                assert!(
+                    rel.sigma >= s * (1.0 - 1e-12),
+                    "{placement:?}: {} < {s}",
+                    rel.sigma
+                );
+                assert!(
+                    rel.sigma <= s * 1.001,
+                    "{placement:?}: {} vs {s}",
+                    rel.sigma
+                );
             }
             for a in 0..2 {
                 let dev = rel.theta[a] - truth[a];
