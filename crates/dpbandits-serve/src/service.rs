@@ -1435,10 +1435,17 @@ mod tests {
                 "adap_klucb",
                 "dp_se",
                 "dp_ts",
+                "ldp_ucb",
+                "kl_ucb_cf",
+                "sw_klucb_cf",
+                "ldp",
                 "dp_tt",
                 "adap_tt",
                 "adap_tt_star",
-                "dp_se_bai"
+                "dp_se_bai",
+                "adac_gope",
+                "adar_gope_var",
+                "gope_output_perturbation"
             ],
             "kinds served with deployment noise by default"
         );

@@ -410,6 +410,29 @@ fn parse_ldp(mut t: toml::Table) -> Result<Box<dyn PolicyConfig>> {
                 .map_err(|e| Error::Config(format!("per_arm: {}", e.message().trim())))?,
         ),
     };
+    let noise = match t.remove("noise") {
+        None => crate::privacy::NoiseKind::Simulation,
+        Some(v) => v
+            .try_into::<crate::privacy::NoiseKind>()
+            .map_err(|e| Error::Config(e.message().trim().to_string()))?,
+    };
+    let grid_bits = match t.remove("grid_bits") {
+        None => crate::privacy::DEFAULT_GRID_BITS,
+        Some(toml::Value::Integer(i)) => u32::try_from(i).map_err(|_| {
+            Error::param(
+                "grid_bits",
+                i,
+                format!("an integer in 1..={}", crate::privacy::MAX_GRID_BITS),
+            )
+        })?,
+        Some(v) => {
+            return Err(Error::param(
+                "grid_bits",
+                v,
+                format!("an integer in 1..={}", crate::privacy::MAX_GRID_BITS),
+            ));
+        }
+    };
     let entry = policy(&inner).at(|| "inner".into())?;
     let Parse::Finite(parse_inner) = entry.parse else {
         return Err(Error::param(
@@ -419,7 +442,9 @@ fn parse_ldp(mut t: toml::Table) -> Result<Box<dyn PolicyConfig>> {
         ));
     };
     let cfg = parse_inner(t).at(|| format!("inner ({inner})"))?;
-    Ok(Box::new(finite::LdpConfig::new(cfg, epsilon, per_arm)?))
+    Ok(Box::new(
+        finite::LdpConfig::new(cfg, epsilon, per_arm)?.with_noise(noise, grid_bits)?,
+    ))
 }
 
 fn gope(

@@ -784,7 +784,7 @@ fn refusals_are_401_or_4xx_naming_the_field() {
         (
             "/v1/experiments",
             ADMIN,
-            b"{\"name\": \"ab\", \"arms\": 2, \"policy\": \"kind = 'ldp_ucb'\\nepsilon = 1.0\"}"
+            b"{\"name\": \"ab\", \"dim\": 3, \"horizon\": 100, \"policy\": \"kind = 'adac_oful'\\nrho = 1.0\"}"
                 .to_vec(),
             422,
             "noise",

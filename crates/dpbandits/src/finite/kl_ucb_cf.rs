@@ -34,16 +34,21 @@
 //! # Parameters
 //! `epsilon` (> 0; inf = identity channel) or `per_arm = { epsilon = [...] }` /
 //! `per_arm = { p00 = [...], p11 = [...] }` (each `p00 + p11 > 1`); `c >= 0` (default 3);
-//! `window >= 1` (SW-KLUCB-CF only; the theory value is [`theory_window`]).
+//! `window >= 1` (SW-KLUCB-CF only; the theory value is [`theory_window`]); `noise`
+//! (`simulation` default | `deployment`: the randomizer's coins are exact discrete coins from an
+//! OS-keyed ChaCha20, flip probability exactly `1/(1+e^eps)`, budget unchanged; needs `epsilon`
+//! or `per_arm.epsilon`), `grid_bits` (1..=32, default 20; recorded, nothing is rounded).
 
-use super::ldp::{Ldp, ldp_guarantee, per_arm_label};
+use super::ldp::{Ldp, check_local_noise, config_guarantee, per_arm_label};
 use super::window::SlidingWindow;
 use super::{Policy, PolicyConfig, Pull, argmax};
 use crate::config::{AlgorithmInfo, Setting};
 use crate::error::{Error, Result, check};
 use crate::math::kl::{kl_lower, kl_upper};
 use crate::privacy::RewardBoundary;
-use crate::privacy::{PerArmChannel, PrivacyGuarantee, RandomizedResponse, channels_for};
+use crate::privacy::{
+    DEFAULT_GRID_BITS, NoiseKind, PerArmChannel, PrivacyGuarantee, RandomizedResponse, channels_for,
+};
 use crate::protocol::Gate;
 use serde::Deserialize;
 
@@ -124,6 +129,17 @@ pub struct CfConfig {
     /// Set by the registry: SW-KLUCB-CF (`true`) or kl-UCB-CF.
     #[serde(skip)]
     pub windowed: bool,
+    /// The randomizer's coins: `simulation` (seeded floats, default) or `deployment` (exact
+    /// discrete coins from an OS-keyed ChaCha20; see [`crate::privacy::LocalRandomizer`]).
+    #[serde(default)]
+    pub noise: NoiseKind,
+    /// Recorded in the deployment marker (default 20); randomized response rounds nothing.
+    #[serde(default = "default_grid_bits")]
+    pub grid_bits: u32,
+}
+
+fn default_grid_bits() -> u32 {
+    DEFAULT_GRID_BITS
 }
 
 fn three() -> f64 {
@@ -139,6 +155,8 @@ impl CfConfig {
             c: 3.0,
             window: None,
             windowed: false,
+            noise: NoiseKind::Simulation,
+            grid_bits: DEFAULT_GRID_BITS,
         }
     }
 
@@ -177,6 +195,12 @@ impl CfConfig {
             (false, None) => {}
         }
         crate::privacy::check_channel_spec(self.epsilon, self.per_arm.as_ref())?;
+        check_local_noise(
+            self.epsilon,
+            self.per_arm.as_ref(),
+            self.noise,
+            self.grid_bits,
+        )?;
         Ok(())
     }
 
@@ -219,24 +243,36 @@ impl PolicyConfig for CfConfig {
         if let Some(pa) = &self.per_arm {
             inner.push_str(&per_arm_label(pa));
         }
-        format!("{}({})", self.kind(), inner.trim_start_matches(','))
+        crate::privacy::noise_label(
+            format!("{}({})", self.kind(), inner.trim_start_matches(',')),
+            self.noise,
+            self.grid_bits,
+        )
     }
     fn guarantee(&self) -> PrivacyGuarantee {
-        let k = self
-            .per_arm
-            .as_ref()
-            .and_then(|pa| pa.epsilon.as_ref().or(pa.p00.as_ref()))
-            .map_or(1, Vec::len);
-        let ch = self.channels_k(k).unwrap_or_default();
-        ldp_guarantee(&ch, self.kind())
+        config_guarantee(
+            self.epsilon,
+            self.per_arm.as_ref(),
+            self.noise,
+            self.grid_bits,
+            self.kind(),
+        )
     }
     fn build(&self, k: usize, seed: u64) -> Result<Box<dyn Policy>> {
         check::arms("K", k)?;
         self.validate()?;
-        let channels = self.channels_k(k)?;
-        let learner = CfLearner::new(channels.clone(), self.window, self.c)?;
+        self.channels_k(k)?;
+        let randomizer = crate::privacy::randomizer_for(
+            k,
+            self.epsilon,
+            self.per_arm.as_ref(),
+            self.noise,
+            self.grid_bits,
+            seed,
+        )?;
+        let learner = CfLearner::new(randomizer.channels().to_vec(), self.window, self.c)?;
         Ok(Box::new(
-            Ldp::new(channels, Box::new(learner), seed)?
+            Ldp::with_randomizer(randomizer, Box::new(learner))?
                 .named(self.kind())
                 .with_kind(self.kind()),
         ))

@@ -30,15 +30,18 @@
 //!
 //! # Parameters
 //! `inner` (a non-private finite-armed kind), `epsilon` (> 0, inf = no privacy) or a `per_arm`
-//! table, and the inner policy's own parameters. The wrapper always commits to single rounds
+//! table, `noise` (`simulation` default | `deployment`: exact discrete coins from an OS-keyed
+//! ChaCha20, flip probability exactly `1/(1+e^eps)`, budget unchanged; needs `epsilon` or
+//! `per_arm.epsilon`), `grid_bits` (1..=32, default 20; recorded, nothing is rounded), and the
+//! inner policy's own parameters. The wrapper always commits to single rounds
 //! (rewards must be privatized one by one), so it runs in the step loop.
 
 use super::{Policy, PolicyConfig, Pull};
 use crate::config::{AlgorithmInfo, Setting};
 use crate::error::{Error, Result};
 use crate::privacy::{
-    BoundaryMode, Budget, LocalRandomizer, PerArmChannel, PrivacyGuarantee, RandomizedResponse,
-    RewardBoundary, TrustModel, channels_for,
+    BoundaryMode, Budget, DEFAULT_GRID_BITS, LocalRandomizer, NoiseKind, PerArmChannel,
+    PrivacyGuarantee, RandomizedResponse, RewardBoundary, TrustModel, channels_for,
 };
 use crate::protocol::Gate;
 use crate::snapshot::Snapshot;
@@ -85,12 +88,62 @@ pub fn ldp_guarantee(channels: &[RandomizedResponse], what: &str) -> PrivacyGuar
     }
 }
 
+/// The eps-LDP guarantee of a learner fed by the exact coins of the deployment path
+/// ([`LocalRandomizer::deployment`]) at the per-arm levels `levels`: the stated budget is the
+/// largest level itself (the coins' likelihood ratio is `e^eps` exactly, no rounding).
+pub fn ldp_guarantee_exact(levels: &[f64], what: &str, grid_bits: u32) -> PrivacyGuarantee {
+    let eps = levels.iter().copied().fold(0.0, f64::max);
+    let per_arm: Vec<String> = levels.iter().map(|e| e.to_string()).collect();
+    PrivacyGuarantee {
+        notion: "epsilon-local DP (Gajane 2023, Sec. 3; Duchi, Jordan & Wainwright 2013)".into(),
+        model: TrustModel::Local,
+        adjacency: "one user's reward: any two rewards in [0, 1] of the same round".into(),
+        budget: Budget::PureDp { epsilon: eps },
+        mechanism: format!(
+            "user-side randomized response (Warner 1965) per arm with exact discrete coins, \
+             eps per arm = [{}]: Bernoulli trick b ~ Bernoulli(r) exact for the f64 reward, kept \
+             with probability e^eps/(1+e^eps) exactly (Bernoulli factory on Canonne, Kamath & \
+             Steinke 2020 Alg. 1 coins; Gajane 2023, Cor. 2), so the likelihood ratio is e^eps \
+             exactly; each reward privatized once; the learner ({what}) sees only the bits \
+             (post-processing); coins from ChaCha20 seeded by the operating system (marker \
+             grid_bits = {grid_bits}, unused: nothing is rounded): outputs are not reproducible",
+            per_arm.join(", ")
+        ),
+        boundary: Some(RewardBoundary::unit(BoundaryMode::Clip)),
+        noise: crate::privacy::NoiseGrade::Deployment,
+    }
+}
+
+/// The guarantee of a local kind's configuration before K is known: the levels are those of
+/// one arm (a common epsilon) or of the per-arm lists.
+pub(crate) fn config_guarantee(
+    epsilon: Option<f64>,
+    per_arm: Option<&PerArmChannel>,
+    noise: NoiseKind,
+    grid_bits: u32,
+    what: &str,
+) -> PrivacyGuarantee {
+    let k = match (epsilon, per_arm) {
+        (Some(_), _) => 1,
+        (None, Some(pa)) => pa.epsilon.as_ref().or(pa.p00.as_ref()).map_or(0, Vec::len),
+        _ => 0,
+    };
+    if noise == NoiseKind::Deployment
+        && let Ok(levels) = crate::privacy::exact_levels_for(k, epsilon, per_arm)
+    {
+        return ldp_guarantee_exact(&levels, what, grid_bits);
+    }
+    ldp_guarantee(&channels_for(k, epsilon, per_arm).unwrap_or_default(), what)
+}
+
 /// `kind = "ldp"`: an inner non-private policy fed with randomized-response bits.
 #[derive(Debug)]
 pub struct LdpConfig {
     inner: Box<dyn PolicyConfig>,
     epsilon: Option<f64>,
     per_arm: Option<PerArmChannel>,
+    noise: NoiseKind,
+    grid_bits: u32,
 }
 
 impl LdpConfig {
@@ -116,8 +169,50 @@ impl LdpConfig {
             inner,
             epsilon,
             per_arm,
+            noise: NoiseKind::Simulation,
+            grid_bits: DEFAULT_GRID_BITS,
         })
     }
+
+    /// The noise path of the randomizer's coins (`noise`, `grid_bits`; see
+    /// [`LocalRandomizer::deployment`]).
+    ///
+    /// # Errors
+    /// `grid_bits` outside its range; deployment noise for a non-private configuration (naming
+    /// `noise`) or for explicit `(p00, p11)` channels (naming `per_arm`).
+    pub fn with_noise(mut self, noise: NoiseKind, grid_bits: u32) -> Result<Self> {
+        check_local_noise(self.epsilon, self.per_arm.as_ref(), noise, grid_bits)?;
+        self.noise = noise;
+        self.grid_bits = grid_bits;
+        Ok(self)
+    }
+}
+
+/// Check a local kind's `noise` / `grid_bits` against its channel specification.
+pub(crate) fn check_local_noise(
+    epsilon: Option<f64>,
+    per_arm: Option<&PerArmChannel>,
+    noise: NoiseKind,
+    grid_bits: u32,
+) -> Result<()> {
+    if noise == NoiseKind::Simulation {
+        return crate::privacy::check_noise(noise, grid_bits, true);
+    }
+    let k = per_arm
+        .and_then(|pa| pa.epsilon.as_ref().or(pa.p00.as_ref()))
+        .map_or(1, Vec::len);
+    let private = match (epsilon, per_arm) {
+        (Some(e), _) => e.is_finite(),
+        (
+            None,
+            Some(PerArmChannel {
+                epsilon: Some(v), ..
+            }),
+        ) => v.iter().all(|e| e.is_finite()),
+        _ => true,
+    };
+    crate::privacy::check_noise(noise, grid_bits, private)?;
+    crate::privacy::exact_levels_for(k, epsilon, per_arm).map(drop)
 }
 
 impl PolicyConfig for LdpConfig {
@@ -150,28 +245,32 @@ impl PolicyConfig for LdpConfig {
             l.push_str(&per_arm_label(pa));
         }
         l.push(')');
-        l
+        crate::privacy::noise_label(l, self.noise, self.grid_bits)
     }
     fn guarantee(&self) -> PrivacyGuarantee {
         // The budget is known without K for a common eps; for per-arm lists use them directly.
-        let ch = match (&self.epsilon, &self.per_arm) {
-            (Some(e), _) => vec![RandomizedResponse::for_ldp(*e).expect("validated")],
-            (None, Some(pa)) => {
-                let k = pa.epsilon.as_ref().or(pa.p00.as_ref()).map_or(0, Vec::len);
-                pa.channels(k).unwrap_or_default()
-            }
-            _ => vec![],
-        };
-        ldp_guarantee(&ch, &format!("{} on the feedback bits", self.inner.kind()))
+        config_guarantee(
+            self.epsilon,
+            self.per_arm.as_ref(),
+            self.noise,
+            self.grid_bits,
+            &format!("{} on the feedback bits", self.inner.kind()),
+        )
     }
     fn build(&self, k: usize, seed: u64) -> Result<Box<dyn Policy>> {
         crate::error::check::arms("K", k)?;
-        let channels = channels_for(k, self.epsilon, self.per_arm.as_ref())?;
+        let randomizer = crate::privacy::randomizer_for(
+            k,
+            self.epsilon,
+            self.per_arm.as_ref(),
+            self.noise,
+            self.grid_bits,
+            seed,
+        )?;
         let inner = self.inner.build(k, crate::rng::inner_policy_seed(seed))?;
-        Ok(Box::new(Ldp::new(channels, inner, seed)?.named(&format!(
-            "{} on the feedback bits",
-            self.inner.kind()
-        ))))
+        Ok(Box::new(Ldp::with_randomizer(randomizer, inner)?.named(
+            &format!("{} on the feedback bits", self.inner.kind()),
+        )))
     }
 }
 
@@ -225,10 +324,15 @@ impl Ldp {
         inner: Box<dyn Policy>,
         seed: u64,
     ) -> Result<Self> {
-        if channels.len() != inner.num_arms() {
+        Self::with_randomizer(LocalRandomizer::new(channels, seed), inner)
+    }
+
+    /// Wrap `inner` behind a given randomizer (simulation or deployment coins).
+    pub fn with_randomizer(randomizer: LocalRandomizer, inner: Box<dyn Policy>) -> Result<Self> {
+        if randomizer.channels().len() != inner.num_arms() {
             return Err(Error::param(
                 "channels",
-                channels.len(),
+                randomizer.channels().len(),
                 format!("one channel per arm (K = {})", inner.num_arms()),
             ));
         }
@@ -236,7 +340,7 @@ impl Ldp {
             gate: Gate::new(RewardBoundary::unit(BoundaryMode::Clip)),
             what: "the inner learner".into(),
             kind: LDP.kind.into(),
-            randomizer: LocalRandomizer::new(channels, seed),
+            randomizer,
             inner,
         })
     }
@@ -313,7 +417,10 @@ impl Policy for Ldp {
         self.inner.num_arms()
     }
     fn guarantee(&self) -> PrivacyGuarantee {
-        ldp_guarantee(self.randomizer.channels(), &self.what)
+        match self.randomizer.exact_epsilon() {
+            Some(levels) => ldp_guarantee_exact(levels, &self.what, self.randomizer.grid_bits()),
+            None => ldp_guarantee(self.randomizer.channels(), &self.what),
+        }
     }
     fn choose(&mut self, t: u64) -> Pull {
         super::gated_choose(self, |p| &mut p.gate, |p| p.decide(t))

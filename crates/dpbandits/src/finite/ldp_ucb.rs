@@ -29,16 +29,19 @@
 //!
 //! # Parameters
 //! `epsilon > 0` (finite), `mechanism` (`laplace` | `bernoulli`, default `laplace`),
-//! `boundary` (`clip` | `reject`).
+//! `boundary` (`clip` | `reject`), `noise` (`simulation` default | `deployment`: Laplace: each
+//! reward rounded to the `2^-grid_bits` grid plus an exact discrete Laplace `Lap_Z(2^k/epsilon)`;
+//! Bernoulli: exact coins, `P(1|r) = ((e^eps-1) r + 1)/(e^eps+1)` exactly; OS-keyed ChaCha20,
+//! not reproducible; budget unchanged), `grid_bits` (1..=32, default 20).
 
 use super::{Policy, PolicyConfig, Pull, argmax};
 use crate::config::{AlgorithmInfo, Setting};
 use crate::error::{Result, check};
 use crate::privacy::{
-    BoundaryMode, Budget, LaplaceMechanism, PrivacyGuarantee, RewardBoundary, TrustModel,
+    BoundaryMode, Budget, DEFAULT_GRID_BITS, LaplaceMechanism, NoiseGrade, NoiseKind, NoiseSource,
+    PrivacyGuarantee, RewardBoundary, TrustModel,
 };
 use crate::protocol::Gate;
-use crate::rng::SimRng;
 use rand::RngExt;
 use serde::Deserialize;
 
@@ -77,6 +80,23 @@ pub struct LdpUcbConfig {
     /// What to do with rewards outside [0, 1].
     #[serde(default)]
     pub boundary: BoundaryMode,
+    /// Noise path (`simulation` default, `deployment`); absent from simulation snapshots.
+    #[serde(default, skip_serializing_if = "is_simulation")]
+    pub noise: NoiseKind,
+    /// Deployment grid `2^-grid_bits` of the Laplace response (default 20; absent from
+    /// snapshots when default).
+    #[serde(default = "default_grid_bits", skip_serializing_if = "is_default_grid")]
+    pub grid_bits: u32,
+}
+
+fn default_grid_bits() -> u32 {
+    DEFAULT_GRID_BITS
+}
+fn is_simulation(k: &NoiseKind) -> bool {
+    *k == NoiseKind::Simulation
+}
+fn is_default_grid(b: &u32) -> bool {
+    *b == DEFAULT_GRID_BITS
 }
 
 impl LdpUcbConfig {
@@ -86,6 +106,8 @@ impl LdpUcbConfig {
             epsilon,
             mechanism,
             boundary: BoundaryMode::Clip,
+            noise: NoiseKind::Simulation,
+            grid_bits: DEFAULT_GRID_BITS,
         }
     }
 
@@ -101,6 +123,7 @@ impl LdpUcbConfig {
                 check::budget("epsilon", self.epsilon)?
             }
         };
+        crate::privacy::check_noise(self.noise, self.grid_bits, self.epsilon.is_finite())?;
         Ok(())
     }
 }
@@ -117,17 +140,48 @@ impl PolicyConfig for LdpUcbConfig {
             LocalMechanism::Laplace => "laplace",
             LocalMechanism::Bernoulli => "bernoulli",
         };
-        format!("ldp_ucb(epsilon={},mechanism={m})", self.epsilon)
+        crate::privacy::noise_label(
+            format!("ldp_ucb(epsilon={},mechanism={m})", self.epsilon),
+            self.noise,
+            self.grid_bits,
+        )
     }
     fn guarantee(&self) -> PrivacyGuarantee {
-        guarantee(self.epsilon, self.mechanism, self.boundary)
+        guarantee(self)
     }
     fn build(&self, k: usize, seed: u64) -> Result<Box<dyn Policy>> {
         Ok(Box::new(LdpUcb::new(k, self.clone(), seed)?))
     }
 }
 
-fn guarantee(epsilon: f64, m: LocalMechanism, mode: BoundaryMode) -> PrivacyGuarantee {
+fn guarantee(cfg: &LdpUcbConfig) -> PrivacyGuarantee {
+    let (epsilon, m, mode) = (cfg.epsilon, cfg.mechanism, cfg.boundary);
+    if cfg.noise == NoiseKind::Deployment {
+        return PrivacyGuarantee {
+            mechanism: match m {
+                LocalMechanism::Laplace => format!(
+                    "CTL with a discrete Laplace (geometric) response (Ghosh, Roughgarden & \
+                     Sundararajan 2009; sampler: Canonne, Kamath & Steinke 2020, Alg. 2): each \
+                     reward clipped to [0,1] and rounded to the 2^-{k} grid (integer sensitivity \
+                     2^{k}), plus Lap_Z(2^{k}/epsilon) exactly, sent once as (units + noise)/2^{k}; \
+                     noise from ChaCha20 seeded by the operating system: outputs are not \
+                     reproducible",
+                    k = cfg.grid_bits
+                ),
+                LocalMechanism::Bernoulli => "CTB with exact discrete coins: each reward clipped \
+                     to [0,1], b ~ Bernoulli(r) exact for the f64 reward, kept with probability \
+                     e^eps/(1+e^eps) exactly (Bernoulli factory on Canonne, Kamath & Steinke \
+                     2020 Alg. 1 coins), i.e. P(1|r) = ((e^eps-1) r + 1)/(e^eps+1) exactly; coins \
+                     from ChaCha20 seeded by the operating system: outputs are not reproducible"
+                    .into(),
+            },
+            noise: NoiseGrade::Deployment,
+            ..guarantee(&LdpUcbConfig {
+                noise: NoiseKind::Simulation,
+                ..cfg.clone()
+            })
+        };
+    }
     PrivacyGuarantee {
         notion: "epsilon-local DP (Ren, Zhou, Liu & Shroff 2020, Def. 1)".into(),
         model: TrustModel::Local,
@@ -145,7 +199,7 @@ fn guarantee(epsilon: f64, m: LocalMechanism, mode: BoundaryMode) -> PrivacyGuar
         }
         .into(),
         boundary: Some(RewardBoundary::unit(mode)),
-        noise: crate::privacy::NoiseGrade::Simulation,
+        noise: NoiseGrade::Simulation,
     }
 }
 
@@ -183,7 +237,9 @@ pub struct LdpUcb {
     p1: f64,
     counts: Vec<u64>,
     sums: Vec<f64>,
-    noise: SimRng,
+    /// Seeded stream (simulation; the same bytes as the former `SimRng` field) or the OS-keyed
+    /// exact path (a marker in snapshots).
+    noise: NoiseSource,
 }
 
 impl LdpUcb {
@@ -193,6 +249,7 @@ impl LdpUcb {
         cfg.validate()?;
         let boundary = RewardBoundary::unit(cfg.boundary);
         let (p0, p1) = bernoulli_response(cfg.epsilon);
+        let noise = NoiseSource::new(cfg.noise, cfg.grid_bits, seed)?;
         Ok(LdpUcb {
             gate: Gate::new(RewardBoundary::unit(cfg.boundary)),
             laplace: LaplaceMechanism::for_pure_dp(boundary.width(), cfg.epsilon)?,
@@ -202,7 +259,7 @@ impl LdpUcb {
             cfg,
             counts: vec![0; k],
             sums: vec![0.0; k],
-            noise: crate::rng::noise_rng(seed),
+            noise,
         })
     }
 
@@ -219,11 +276,40 @@ impl LdpUcb {
     /// The privatised value the learner receives for reward `r` (the user-side randomiser).
     pub fn privatise(&mut self, r: f64) -> f64 {
         let r = self.boundary.clip(r);
+        // r is clipped into the unit boundary and epsilon is validated: the calls below cannot
+        // fail (their errors are for bad parameters only).
+        let p = self.bit_probability(r);
+        if let Some(rng) = self.noise.simulation_rng() {
+            // The simulation path: the float mechanisms on the seeded stream, as before.
+            return match self.cfg.mechanism {
+                LocalMechanism::Laplace => self.laplace.release(r, rng),
+                LocalMechanism::Bernoulli => f64::from(u8::from(rng.random::<f64>() < p)),
+            };
+        }
         match self.cfg.mechanism {
-            LocalMechanism::Laplace => self.laplace.release(r, &mut self.noise),
+            LocalMechanism::Laplace => {
+                let rounded = self.noise.discretise(r, 1, &self.boundary);
+                let sum = self
+                    .boundary
+                    .single(rounded)
+                    .expect("on the grid, in [0, 1]");
+                self.noise
+                    .laplace_sum(
+                        self.boundary.width(),
+                        self.cfg.epsilon,
+                        &sum,
+                        &self.boundary,
+                    )
+                    .expect("validated")
+                    .0
+            }
             LocalMechanism::Bernoulli => {
-                let p = self.bit_probability(r);
-                f64::from(u8::from(self.noise.random::<f64>() < p))
+                let unit = (r - self.boundary.lo) / self.boundary.width();
+                let bit = self
+                    .noise
+                    .local_bit(self.cfg.epsilon, unit)
+                    .expect("validated");
+                f64::from(u8::from(bit))
             }
         }
     }
@@ -242,7 +328,7 @@ impl Policy for LdpUcb {
         self.counts.len()
     }
     fn guarantee(&self) -> PrivacyGuarantee {
-        guarantee(self.cfg.epsilon, self.cfg.mechanism, self.cfg.boundary)
+        guarantee(&self.cfg)
     }
     fn choose(&mut self, t: u64) -> Pull {
         super::gated_choose(self, |p| &mut p.gate, |p| p.decide(t))
@@ -331,6 +417,89 @@ mod tests {
         let g = b.bit_probability(0.3);
         let m = (0..n).map(|_| b.privatise(0.3)).sum::<f64>() / n as f64;
         assert!((m - g).abs() < 6.0 * 0.5 / (n as f64).sqrt(), "{m} vs {g}");
+    }
+
+    fn deployment(eps: f64, m: LocalMechanism, grid_bits: u32) -> LdpUcb {
+        let mut cfg = LdpUcbConfig::new(eps, m);
+        cfg.noise = NoiseKind::Deployment;
+        cfg.grid_bits = grid_bits;
+        LdpUcb::new(1, cfg, 0).unwrap()
+    }
+
+    /// Deployment CTL: the integer noise recovered from 40k OS-seeded responses to r = 0.3 on the
+    /// 2^-4 grid (5 units; sensitivity 16, eps = 1 -> Lap_Z(16)) follows Lap_Z(16) (chi-square +
+    /// KS at alpha = 1e-6 each: not seedable, false-failure rate <= 2e-6 per run); the same draws
+    /// are rejected as Lap_Z(14.4) (a 10% wrong scale).
+    #[test]
+    fn deployment_laplace_response_is_calibrated() {
+        use crate::privacy::discrete::tests::check_pmf;
+        let mut p = deployment(1.0, LocalMechanism::Laplace, 4);
+        assert_eq!(p.guarantee().noise, NoiseGrade::Deployment);
+        assert_eq!(p.guarantee().budget, Budget::PureDp { epsilon: 1.0 });
+        let draws: Vec<i128> = (0..40_000)
+            .map(|_| {
+                let y = p.privatise(0.3) * 16.0 - 5.0;
+                assert_eq!(y, y.round());
+                y as i128
+            })
+            .collect();
+        check_pmf(
+            &draws,
+            |y| (-(y.abs() as f64) / 16.0).exp(),
+            700,
+            "CTL Lap_Z(16)",
+        );
+        let r = std::panic::catch_unwind(|| {
+            check_pmf(&draws, |y| (-(y.abs() as f64) / 14.4).exp(), 700, "x")
+        });
+        assert!(r.is_err(), "Lap_Z(16) passed as Lap_Z(14.4)");
+    }
+
+    /// Deployment CTB: the bits follow `((e^eps - 1) r + 1)/(e^eps + 1)` (Wilson interval at
+    /// 1 - 1e-6 of 200k OS-seeded bits per case: false-failure rate <= 1e-6 per case, <= 6e-6
+    /// per run) for eps in {0.5, 2} and r in {0, 0.3, 1}; at r in {0, 1} an eps 10% too large
+    /// is excluded (power).
+    #[test]
+    fn deployment_bernoulli_response_is_exact() {
+        use crate::privacy::discrete::tests::wilson;
+        let law = |eps: f64, r: f64| ((eps.exp() - 1.0) * r + 1.0) / (eps.exp() + 1.0);
+        let n = 200_000u64;
+        for eps in [0.5, 2.0] {
+            let mut p = deployment(eps, LocalMechanism::Bernoulli, 20);
+            for r in [0.0, 0.3, 1.0] {
+                let k = (0..n).filter(|_| p.privatise(r) == 1.0).count() as u64;
+                let (lo, hi) = wilson(k, n, 4.891_638_475_699);
+                assert!(
+                    lo <= law(eps, r) && law(eps, r) <= hi,
+                    "eps {eps} r {r}: {k}"
+                );
+                if r != 0.3 {
+                    let wrong = law(1.1 * eps, r);
+                    assert!(!(lo <= wrong && wrong <= hi), "eps {eps} r {r}: power");
+                }
+            }
+        }
+    }
+
+    /// The simulation path is the old one draw for draw (same stream, same mechanisms).
+    #[test]
+    fn simulation_path_is_unchanged() {
+        for m in [LocalMechanism::Laplace, LocalMechanism::Bernoulli] {
+            let mut p = LdpUcb::new(2, LdpUcbConfig::new(0.7, m), 11).unwrap();
+            let mut rng = crate::rng::noise_rng(11);
+            let lap = LaplaceMechanism::for_pure_dp(1.0, 0.7).unwrap();
+            for i in 0..50 {
+                let r = (i % 7) as f64 / 6.0;
+                let want = match m {
+                    LocalMechanism::Laplace => lap.release(r, &mut rng),
+                    LocalMechanism::Bernoulli => {
+                        let q = p.bit_probability(r);
+                        f64::from(u8::from(rng.random::<f64>() < q))
+                    }
+                };
+                assert_eq!(p.privatise(r), want);
+            }
+        }
     }
 
     proptest::proptest! {

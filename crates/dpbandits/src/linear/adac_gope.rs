@@ -91,8 +91,8 @@ use crate::config::{AlgorithmInfo, Setting};
 use crate::error::{Error, Result, check};
 use crate::finite::Pull;
 use crate::privacy::{
-    BoundaryMode, Budget, GaussianMechanism, PrivacyGuarantee, REWARD_ADJACENCY, RewardBoundary,
-    RewardSum, TrustModel,
+    BoundaryMode, Budget, DEFAULT_GRID_BITS, GaussianMechanism, NoiseGrade, NoiseKind, NoiseSource,
+    PrivacyGuarantee, REWARD_ADJACENCY, RewardBoundary, RewardSum, TrustModel,
 };
 use crate::protocol::Gate;
 use crate::rng::SimRng;
@@ -243,6 +243,23 @@ pub struct GopeConfig {
     /// Set by the registry.
     #[serde(skip)]
     pub placement: NoisePlacement,
+    /// Noise path (`simulation` default, `deployment`: exact multivariate discrete Gaussian on
+    /// the discretised phase statistic, `docs/privacy.md`, "Vector Gaussian family").
+    #[serde(default)]
+    pub noise: NoiseKind,
+    /// Deployment grid `2^-grid_bits` of the rewards (default 20).
+    #[serde(default = "default_grid_bits")]
+    pub grid_bits: u32,
+}
+
+fn default_grid_bits() -> u32 {
+    DEFAULT_GRID_BITS
+}
+fn is_simulation(k: &NoiseKind) -> bool {
+    *k == NoiseKind::Simulation
+}
+fn is_default_grid(b: &u32) -> bool {
+    *b == DEFAULT_GRID_BITS
 }
 
 fn default_delta() -> f64 {
@@ -272,6 +289,8 @@ impl GopeConfig {
             design_solver: super::design::DesignSolver::AwaySteps,
             phase_length: PhaseLength::Own,
             placement,
+            noise: NoiseKind::Simulation,
+            grid_bits: DEFAULT_GRID_BITS,
         }
     }
 
@@ -284,6 +303,14 @@ impl GopeConfig {
     pub fn validate(&self) -> Result<()> {
         check::budget("rho", self.rho)?;
         check::open_unit("delta", self.delta)?;
+        crate::privacy::check_noise(self.noise, self.grid_bits, self.is_private())?;
+        if self.noise == NoiseKind::Deployment && !self.clip_rewards {
+            return Err(Error::param(
+                "clip_rewards",
+                false,
+                "true with noise = \"deployment\" (the integer sensitivity needs rewards in [-1, 1])",
+            ));
+        }
         self.design_options().validate()?;
         if self.placement == NoisePlacement::None && self.rho.is_finite() {
             return Err(Error::param(
@@ -356,7 +383,11 @@ impl GopeConfig {
         if self.phase_length == PhaseLength::Eq4 {
             kind.push_str("-eq4");
         }
-        crate::config::label(&kind, &self.params())
+        crate::privacy::noise_label(
+            crate::config::label(&kind, &self.params()),
+            self.noise,
+            self.grid_bits,
+        )
     }
 
     /// Whether any noise is added.
@@ -404,6 +435,19 @@ impl GopeConfig {
              (reproduction mode, clip_rewards = false); the guarantee holds only if every reward lies in [-1, 1]"
                 .to_string()
         };
+        let mechanism = match self.noise {
+            NoiseKind::Simulation => mechanism,
+            NoiseKind::Deployment => format!(
+                "multivariate discrete Gaussian (independent N_Z(0, sigma^2) coordinates; Canonne, \
+                 Kamath & Steinke 2020, Alg. 3) on the same phase statistic as the Gaussian \
+                 mechanism below, made of integers: each block's reward sum on the 2^-{k} grid \
+                 times its public weight vector on its own grid, sigma^2 = max(integer L2 \
+                 sensitivity, the calibration below)^2/(2 rho), an exact rational (the same rho); \
+                 noise from ChaCha20 seeded by the operating system: outputs are not \
+                 reproducible. Calibration as in simulation: {mechanism}",
+                k = self.grid_bits
+            ),
+        };
         PrivacyGuarantee {
             notion,
             model: TrustModel::Central,
@@ -411,7 +455,7 @@ impl GopeConfig {
             budget: Budget::Zcdp { rho: self.rho },
             mechanism,
             boundary: self.boundary(),
-            noise: crate::privacy::NoiseGrade::Simulation,
+            noise: NoiseGrade::of(self.noise),
         }
     }
 
@@ -519,6 +563,15 @@ impl LinearPolicy for PhasedElimination {
         };
         let (_, len) = cur.plan.blocks[self.cursor.0];
         let blocks = cur.plan.blocks.len();
+        let rounded;
+        let sum = if self.noise.grade() == NoiseGrade::Deployment {
+            // Onto the block's 2^-k grid (a sum of grid points stays one).
+            let bd = gate.boundary();
+            rounded = bd.drawn_sum(self.noise.discretise(sum.sum(), len, &bd), sum.n());
+            &rounded
+        } else {
+            sum
+        };
         self.cursor.1.add(sum)?;
         self.gate = gate;
         if self.cursor.1.n() >= len {
@@ -679,6 +732,10 @@ struct GopeConfigSnap {
     design_solver: super::design::DesignSolver,
     phase_length: PhaseLength,
     placement: NoisePlacement,
+    #[serde(default, skip_serializing_if = "is_simulation")]
+    noise: NoiseKind,
+    #[serde(default = "default_grid_bits", skip_serializing_if = "is_default_grid")]
+    grid_bits: u32,
 }
 
 /// One run of a GOPE variant.
@@ -692,7 +749,9 @@ pub struct PhasedElimination {
     phase: u32,
     current: Option<Current>,
     releases: Vec<PhaseRelease>,
-    noise: SimRng,
+    /// Seeded stream (simulation; the same snapshot bytes as the former `SimRng`) or the OS-keyed
+    /// exact path (a marker in snapshots).
+    noise: NoiseSource,
     gate: Gate,
     /// Position in the current phase: block index and the rewards of that block seen so far, and
     /// the sums of the finished blocks (the [`LinearPolicy`] interface).
@@ -727,6 +786,7 @@ impl PhasedElimination {
         }
         crate::error::check::arms("K", arms.len())?;
         let boundary = cfg.boundary().unwrap_or_else(RewardBoundary::numeric);
+        let noise = NoiseSource::new(cfg.noise, cfg.grid_bits, seed)?;
         Ok(PhasedElimination {
             cfg,
             arms: arms.to_vec(),
@@ -734,7 +794,7 @@ impl PhasedElimination {
             phase: 0,
             current: None,
             releases: vec![],
-            noise: crate::rng::noise_rng(seed),
+            noise,
             gate: Gate::new(boundary),
             cursor: (0, boundary.empty_sum()),
             sums: vec![],
@@ -894,8 +954,20 @@ impl PhasedElimination {
             .map(|x| x.dot(&chol.solve(x)))
             .fold(0.0, f64::max);
         let rho = self.cfg.rho;
+        let deployment = self.noise.grade() == NoiseGrade::Deployment;
         let (sigma, cal_s, true_s) = match self.cfg.placement {
             _ if !self.cfg.is_private() => (0.0, 0.0, 0.0),
+            placement if deployment => {
+                let blocks: Vec<(RewardSum, DVector<f64>)> = sums
+                    .iter()
+                    .zip(&support)
+                    .map(|(s, x)| (*s, (*x).clone()))
+                    .collect();
+                let (t, sigma, cal, true_s) =
+                    self.deployment_release(placement, &cur, &v, &chol, g2, &blocks)?;
+                theta = t;
+                (sigma, cal, true_s)
+            }
             NoisePlacement::Intermediate => {
                 let lit = r as f64 / cur.plan.c;
                 let s2 = match self.cfg.noise_calibration {
@@ -924,7 +996,7 @@ impl PhasedElimination {
                 let mech = GaussianMechanism::for_zcdp(2.0, rho)?;
                 let mut w = DVector::<f64>::zeros(r);
                 for x in &support {
-                    let xi: f64 = StandardNormal.sample(&mut self.noise);
+                    let xi: f64 = StandardNormal.sample(self.sim_rng());
                     w.axpy(mech.sigma() * xi, x, 1.0);
                 }
                 theta += chol.solve(&w);
@@ -983,10 +1055,99 @@ impl PhasedElimination {
         if sigma == 0.0 {
             return DVector::zeros(r);
         }
+        let rng = self.sim_rng();
         DVector::from_fn(r, |_, _| {
-            let z: f64 = StandardNormal.sample(&mut self.noise);
+            let z: f64 = StandardNormal.sample(rng);
             sigma * z
         })
+    }
+
+    /// The seeded generator of the simulation path (only called on that path).
+    fn sim_rng(&mut self) -> &mut SimRng {
+        self.noise
+            .simulation_rng()
+            .expect("the float mechanisms run on the simulation path only")
+    }
+
+    /// The deployment path of a phase release (`docs/privacy.md`, "Vector Gaussian family"):
+    /// the placement's statistic as `sum_b S_b w_b` with public weights, released through
+    /// [`NoiseSource::gaussian_linear`] at least at the simulation path's calibrated sensitivity.
+    /// Returns `(theta~, sigma, calibrated sensitivity, true sensitivity)` at the statistic's
+    /// scale.
+    fn deployment_release(
+        &mut self,
+        placement: NoisePlacement,
+        cur: &Current,
+        v: &DMatrix<f64>,
+        chol: &nalgebra::Cholesky<f64, nalgebra::Dyn>,
+        g2: f64,
+        blocks: &[(RewardSum, DVector<f64>)],
+    ) -> Result<(DVector<f64>, f64, f64, f64)> {
+        let r = cur.plan.rank;
+        let rho = self.cfg.rho;
+        let bd = self.gate.boundary();
+        let weighted = |w: &dyn Fn(&DVector<f64>) -> DVector<f64>| -> Vec<(RewardSum, Vec<f64>)> {
+            blocks
+                .iter()
+                .map(|(s, x)| (*s, w(x).iter().copied().collect()))
+                .collect()
+        };
+        match placement {
+            NoisePlacement::Intermediate => {
+                // phi = V^{-1/2} b = sum_b S_b V^{-1/2} x_b; theta~ = V^{-1/2} phi~.
+                let lit = r as f64 / cur.plan.c;
+                let s2 = match self.cfg.noise_calibration {
+                    NoiseCalibration::Safe => lit.max(g2),
+                    NoiseCalibration::Literal => lit,
+                };
+                let cal = 2.0 * s2.sqrt();
+                let eig = v.clone().symmetric_eigen();
+                let mut inv_sqrt = eig.eigenvectors.clone();
+                for (j, &lam) in eig.eigenvalues.iter().enumerate() {
+                    inv_sqrt.column_mut(j).scale_mut(1.0 / lam.sqrt());
+                }
+                let inv_sqrt = &inv_sqrt * eig.eigenvectors.transpose();
+                let b = weighted(&|x| &inv_sqrt * x);
+                let (phi, sigma) = self.noise.gaussian_linear(rho, cal, &b, &bd)?;
+                let true_s = 2.0
+                    * blocks
+                        .iter()
+                        .map(|(_, x)| x.dot(&chol.solve(x)).sqrt())
+                        .fold(0.0, f64::max);
+                Ok((&inv_sqrt * DVector::from_vec(phi), sigma, cal, true_s))
+            }
+            NoisePlacement::PerArmSums => {
+                // The vector of per-arm sums (weights e_b); theta~ = V^{-1} sum_b s~_b x_b.
+                let m = blocks.len();
+                let b: Vec<(RewardSum, Vec<f64>)> = blocks
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (s, _))| {
+                        let mut e = vec![0.0; m];
+                        e[i] = 1.0;
+                        (*s, e)
+                    })
+                    .collect();
+                let (noisy, sigma) = self.noise.gaussian_linear(rho, 2.0, &b, &bd)?;
+                let mut w = DVector::<f64>::zeros(r);
+                for ((_, x), s) in blocks.iter().zip(&noisy) {
+                    w.axpy(*s, x, 1.0);
+                }
+                Ok((chol.solve(&w), sigma, 2.0, 2.0))
+            }
+            NoisePlacement::Output => {
+                // theta^ = sum_b S_b V^{-1} x_b.
+                let s = 2.0
+                    * blocks
+                        .iter()
+                        .map(|(_, x)| chol.solve(x).norm())
+                        .fold(0.0, f64::max);
+                let b = weighted(&|x| chol.solve(x));
+                let (theta, sigma) = self.noise.gaussian_linear(rho, s, &b, &bd)?;
+                Ok((DVector::from_vec(theta), sigma, s, s))
+            }
+            NoisePlacement::None => Err(Error::Config("no noise placement".into())),
+        }
     }
 }
 

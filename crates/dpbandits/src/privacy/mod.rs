@@ -35,7 +35,9 @@ pub use noise::{
     DEFAULT_GRID_BITS, MAX_GRID_BITS, NoiseGrade, NoiseKind, NoiseSource, check_noise, noise_label,
 };
 pub use randomized_response::{LocalRandomizer, PerArmChannel, RandomizedResponse};
-pub(crate) use randomized_response::{channels_for, check_channel_spec};
+pub(crate) use randomized_response::{
+    channels_for, check_channel_spec, exact_levels_for, randomizer_for,
+};
 
 use serde::Serialize;
 

@@ -192,10 +192,29 @@ fn sym_loss(p: f64) -> f64 {
 /// Coins of arm `a` come from `stream_rng(seed, Noise, [0x5252, a])`, so two learners built with
 /// the same seed that see the same per-arm reward sequences receive the same feedback bits (common
 /// random numbers for the equivalence tests of spec ldp §7.4).
+///
+/// **Deployment path** ([`LocalRandomizer::deployment`]): no per-arm coin streams; every reward of
+/// arm `a` goes through [`super::NoiseSource::local_bit`] at that arm's `epsilon_a` on one
+/// OS-keyed ChaCha20 source, so the flip probabilities are exactly `e^eps_a/(1+e^eps_a)` and the
+/// Bernoulli trick is exact for the `f64` reward (see `docs/privacy.md`, "Local randomizers").
+/// The channels kept beside it are the float ones of [`RandomizedResponse::for_ldp`] (rounded
+/// down by a few ulps), used only by the learner's debiasing (post-processing).
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct LocalRandomizer {
     channels: Vec<RandomizedResponse>,
     coins: Vec<SimRng>,
+    /// The exact coins of the deployment path (absent from simulation snapshots).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    exact: Option<ExactCoins>,
+}
+
+/// The deployment path of a [`LocalRandomizer`]: each arm's exact `epsilon` and the OS-keyed
+/// source (a marker in snapshots, restored with a fresh key).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExactCoins {
+    epsilon: Vec<f64>,
+    noise: super::NoiseSource,
 }
 
 impl LocalRandomizer {
@@ -204,7 +223,57 @@ impl LocalRandomizer {
         let coins = (0..channels.len() as u64)
             .map(|a| crate::rng::response_rng(seed, a))
             .collect();
-        LocalRandomizer { channels, coins }
+        LocalRandomizer {
+            channels,
+            coins,
+            exact: None,
+        }
+    }
+
+    /// The deployment path: one level `epsilon[a]` per arm (each finite, in the range of
+    /// [`RandomizedResponse::for_ldp`]), exact coins from an OS-keyed source whose snapshot marker
+    /// records `grid_bits` (randomized response rounds nothing: the Bernoulli trick is exact for
+    /// the `f64` reward itself).
+    ///
+    /// # Errors
+    /// A level outside the allowed range or infinite (naming `epsilon`); `grid_bits` outside
+    /// `1..=MAX_GRID_BITS`; the OS entropy source fails.
+    pub fn deployment(epsilon: Vec<f64>, grid_bits: u32) -> Result<Self> {
+        let channels = epsilon
+            .iter()
+            .map(|&e| {
+                crate::error::check::local_epsilon("epsilon", e, false)?;
+                RandomizedResponse::for_ldp(e)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(LocalRandomizer {
+            channels,
+            coins: Vec::new(),
+            exact: Some(ExactCoins {
+                epsilon,
+                noise: super::NoiseSource::deployment(grid_bits)?,
+            }),
+        })
+    }
+
+    /// The grade of the randomizer's coins.
+    pub fn grade(&self) -> super::NoiseGrade {
+        match self.exact {
+            Some(_) => super::NoiseGrade::Deployment,
+            None => super::NoiseGrade::Simulation,
+        }
+    }
+
+    /// The grid recorded in the deployment marker (the default on the simulation path).
+    pub fn grid_bits(&self) -> u32 {
+        self.exact
+            .as_ref()
+            .map_or(super::DEFAULT_GRID_BITS, |x| x.noise.grid_bits())
+    }
+
+    /// The exact per-arm levels of the deployment path (`None` on the simulation path).
+    pub fn exact_epsilon(&self) -> Option<&[f64]> {
+        self.exact.as_ref().map(|x| x.epsilon.as_slice())
     }
 
     /// The channel of each arm.
@@ -214,6 +283,9 @@ impl LocalRandomizer {
 
     /// The largest per-arm privacy level (the guarantee every user gets).
     pub fn epsilon(&self) -> f64 {
+        if let Some(x) = &self.exact {
+            return x.epsilon.iter().copied().fold(0.0, f64::max);
+        }
         self.channels
             .iter()
             .map(RandomizedResponse::epsilon)
@@ -223,6 +295,19 @@ impl LocalRandomizer {
     /// Privatize one reward of `arm`: the feedback bit (as 0.0 or 1.0).
     #[inline]
     pub fn privatize(&mut self, arm: usize, reward: f64) -> f64 {
+        if let Some(x) = &mut self.exact {
+            let r = if reward.is_nan() {
+                0.0
+            } else {
+                reward.clamp(0.0, 1.0)
+            };
+            // r in [0, 1] and epsilon[arm] finite and > 0 (checked when built): no error.
+            let bit = x
+                .noise
+                .local_bit(x.epsilon[arm], r)
+                .expect("reward clipped to [0, 1], epsilon checked");
+            return f64::from(u8::from(bit));
+        }
         if self.channels[arm].respond_reward(reward, &mut self.coins[arm]) {
             1.0
         } else {
@@ -250,6 +335,59 @@ pub(crate) fn channels_for(
             "(missing)",
             "a number > 0 (inf gives the non-private limit), or a per_arm table",
         )),
+    }
+}
+
+/// The exact per-arm levels of the deployment path from either one eps or `per_arm.epsilon`
+/// (`k` arms). Explicit `(p00, p11)` channels are refused naming `per_arm`: their level is a
+/// floating-point evaluation of `ln(p00/(1-p11))`, which the exact coins could exceed in the last
+/// bits, and the deployment path states no budget it cannot prove.
+pub(crate) fn exact_levels_for(
+    k: usize,
+    epsilon: Option<f64>,
+    per_arm: Option<&PerArmChannel>,
+) -> Result<Vec<f64>> {
+    channels_for(k, epsilon, per_arm)?;
+    match (epsilon, per_arm) {
+        (Some(e), _) => Ok(vec![e; k]),
+        (
+            None,
+            Some(PerArmChannel {
+                epsilon: Some(e), ..
+            }),
+        ) => Ok(e.clone()),
+        _ => Err(Error::param(
+            "per_arm",
+            "(p00, p11 lists)",
+            "epsilon or per_arm.epsilon with noise = \"deployment\" (the exact coins implement \
+             the optimal symmetric channel of each level; explicit (p00, p11) channels are \
+             simulation only)",
+        )),
+    }
+}
+
+/// The user-side randomizer a local kind asks for: the seeded float coins of `channels_for`
+/// (simulation, keyed by `seed`) or the exact coins of [`LocalRandomizer::deployment`].
+/// Deployment needs every level finite (a finite budget), else it is refused naming `noise`.
+pub(crate) fn randomizer_for(
+    k: usize,
+    epsilon: Option<f64>,
+    per_arm: Option<&PerArmChannel>,
+    noise: super::NoiseKind,
+    grid_bits: u32,
+    seed: u64,
+) -> Result<LocalRandomizer> {
+    match noise {
+        super::NoiseKind::Simulation => Ok(LocalRandomizer::new(
+            channels_for(k, epsilon, per_arm)?,
+            seed,
+        )),
+        super::NoiseKind::Deployment => {
+            let levels = exact_levels_for(k, epsilon, per_arm)?;
+            let finite = levels.iter().all(|e| e.is_finite());
+            super::check_noise(noise, grid_bits, finite)?;
+            LocalRandomizer::deployment(levels, grid_bits)
+        }
     }
 }
 
@@ -462,6 +600,55 @@ mod tests {
         };
         let e = pa.channels(3).unwrap_err().to_string();
         assert!(e.contains("per_arm.epsilon") && e.contains("K = 3"), "{e}");
+    }
+
+    /// The deployment randomizer's releases (the feedback bits themselves) follow the stated law:
+    /// for each arm's level eps in {0.5, 1, 3} and rewards r in {0, 0.3, 1}, the two-sided
+    /// 1 - 1e-6 Wilson interval of 200k OS-seeded bits contains `(1 + (e^eps - 1) r)/(e^eps + 1)`
+    /// (not seedable: false-failure rate <= 1e-6 per case, <= 9e-6 per run), and for r in {0, 1}
+    /// it excludes the law of an eps 10% too large (power). The snapshot is the marker and a
+    /// restore is again deployment-grade with the same levels.
+    #[test]
+    fn deployment_randomizer_bits_follow_the_stated_law() {
+        use crate::privacy::discrete::tests::wilson;
+        let levels = vec![0.5, 1.0, 3.0];
+        let mut lr = LocalRandomizer::deployment(levels.clone(), 20).unwrap();
+        assert_eq!(lr.grade(), crate::privacy::NoiseGrade::Deployment);
+        assert_eq!(lr.epsilon(), 3.0);
+        let law = |eps: f64, r: f64| (1.0 + (eps.exp() - 1.0) * r) / (eps.exp() + 1.0);
+        let n = 200_000u64;
+        for (arm, &eps) in levels.iter().enumerate() {
+            for r in [0.0, 0.3, 1.0] {
+                let k = (0..n).filter(|_| lr.privatize(arm, r) == 1.0).count() as u64;
+                let (lo, hi) = wilson(k, n, 4.891_638_475_699);
+                let want = law(eps, r);
+                assert!(lo <= want && want <= hi, "eps {eps}, r {r}: {k}/{n}");
+                if r != 0.3 {
+                    let wrong = law(1.1 * eps, r);
+                    assert!(!(lo <= wrong && wrong <= hi), "eps {eps}, r {r}: power");
+                }
+            }
+        }
+        let json = serde_json::to_string(&lr).unwrap();
+        assert!(json.contains(r#""deployment":{"grid_bits":20}"#), "{json}");
+        let back: LocalRandomizer = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.exact_epsilon(), Some(&levels[..]));
+        assert_eq!(back.grade(), crate::privacy::NoiseGrade::Deployment);
+        // The simulation randomizer snapshots exactly as before (no `exact` key).
+        let sim = LocalRandomizer::new(vec![RandomizedResponse::for_ldp(1.0).unwrap()], 3);
+        assert!(!serde_json::to_string(&sim).unwrap().contains("exact"));
+        // Bad levels and explicit channels are refused on the deployment path.
+        assert!(LocalRandomizer::deployment(vec![f64::INFINITY], 20).is_err());
+        assert!(LocalRandomizer::deployment(vec![1.0], 0).is_err());
+        let pa = PerArmChannel {
+            p00: Some(vec![0.8]),
+            p11: Some(vec![0.7]),
+            epsilon: None,
+        };
+        let e = exact_levels_for(1, None, Some(&pa))
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("per_arm = "), "{e}");
     }
 
     /// Spec ldp §7.1.4: the feedback mean is g(mu), also for non-binary rewards (Bernoulli trick).
