@@ -463,7 +463,9 @@ impl NoiseSource {
                 };
                 let y = discrete_laplace(&scale, &mut d.rng);
                 let b = scale.to_f64() / grid.scale();
-                Ok((Deployment::mean(grid, s, &y, 1), b))
+                let value = Deployment::mean(grid, s, &y, 1);
+                super::tap::record(super::tap::Family::Laplace, value);
+                Ok((value, b))
             }
         }
     }
