@@ -24,6 +24,11 @@ pub(crate) struct AuditArgs {
     /// Noise relative to the claimed one (< 1 under-noises: only to show the auditor's power).
     #[arg(long, default_value_t = 1.0, allow_hyphen_values = true)]
     noise_multiplier: f64,
+    /// The audited policy's noise: `simulation` (seeded floating-point noise, reproducible) or
+    /// `deployment` (exact discrete noise keyed by the operating system: the report is not
+    /// reproducible from the seed). Shorthand for `--param noise=...`; default: the kind's.
+    #[arg(long, value_parser = ["simulation", "deployment"])]
+    noise: Option<String>,
     /// Confidence of the lower bound.
     #[arg(long, default_value_t = 0.95, allow_hyphen_values = true)]
     confidence: f64,
@@ -65,7 +70,18 @@ pub(crate) struct AuditArgs {
 }
 
 pub(crate) fn audit(a: AuditArgs) -> Result<ExitCode> {
-    let params = audit::parse_params(a.params.iter().map(String::as_str))?;
+    let mut params = audit::parse_params(a.params.iter().map(String::as_str))?;
+    if let Some(noise) = &a.noise {
+        match params.get("noise").and_then(|v| v.as_str()) {
+            Some(given) if given != noise => anyhow::bail!(
+                "--noise {noise} contradicts --param noise={given}: give the noise once"
+            ),
+            _ => {
+                let given = format!("noise={noise}");
+                params.extend(audit::parse_params([given.as_str()])?);
+            }
+        }
+    }
     let mut opts = AuditOptions::default();
     opts.runs = a.runs;
     opts.seed = a.seed;

@@ -131,6 +131,30 @@ fn audit_errors_name_the_field() {
             "scenario",
         ),
         (vec!["audit", "adap_ucb", "--param", "epsilon"], "param"),
+        (
+            vec![
+                "audit",
+                "adap_ucb",
+                "--param",
+                "epsilon=1",
+                "--param",
+                "noise=simulation",
+                "--noise",
+                "deployment",
+            ],
+            "contradicts",
+        ),
+        (
+            vec![
+                "audit",
+                "ldp_ucb",
+                "--param",
+                "epsilon=1",
+                "--noise",
+                "deployment",
+            ],
+            "noise",
+        ),
     ] {
         let out = bin().args(&args).output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
@@ -195,4 +219,33 @@ fn white_box_mode_reports_the_ratio() {
     );
     let out = run(&["--mode", "grey-box"], None);
     assert_eq!(out.status.code(), Some(2));
+}
+
+/// `--noise deployment`: the audit runs on exact OS-keyed noise and says it is not reproducible
+/// (text and JSON). The correct policy passes (false failure <= 1e-3, confidence 0.999; the
+/// outcome is random: OS entropy).
+#[test]
+fn deployment_noise_is_audited_and_not_reproducible() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("a.json");
+    let out = bin()
+        .args([
+            "audit",
+            "adap_ucb",
+            "--param",
+            "epsilon=1",
+            "--noise",
+            "deployment",
+        ])
+        .args(["--runs", "400", "--confidence", "0.999", "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("not reproducible"), "{text}");
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(r["noise"], "deployment-grade");
+    assert_eq!(r["reproducible"], false);
 }

@@ -58,7 +58,9 @@ use crate::bai::{BaiEngine, BaiStep, simulate_bai};
 use crate::config::{BySetting, Setting};
 use crate::contextual::ContextualEnvironment;
 use crate::error::{Error, Result};
-use crate::privacy::{AuditMutant, Budget, PrivacyGuarantee, ZcdpConversion, zcdp_to_approx_dp};
+use crate::privacy::{
+    AuditMutant, Budget, NoiseGrade, PrivacyGuarantee, ZcdpConversion, zcdp_to_approx_dp,
+};
 use crate::registry::{self, Built};
 use crate::rng;
 use rayon::prelude::*;
@@ -259,6 +261,12 @@ pub struct AuditReport {
     pub notion: String,
     /// Noise relative to the claimed one.
     pub noise_multiplier: f64,
+    /// The audited policy's noise grade (`simulation-grade` or `deployment-grade`).
+    pub noise: NoiseGrade,
+    /// Whether the report is a function of the seed: false for deployment-grade noise, whose
+    /// draws are keyed by the operating system (everything else, the tables, the runs' reward
+    /// streams and the event selection's split, stays derived from the seed).
+    pub reproducible: bool,
     /// The code mutant audited, if any (tests only).
     pub mutant: Option<String>,
     /// Delta of the row closest to failing (largest bound minus claim).
@@ -888,6 +896,8 @@ fn audit_built(
         budget: g.budget.to_string(),
         notion: g.notion.clone(),
         noise_multiplier: opts.noise_multiplier,
+        noise: g.noise,
+        reproducible: g.noise != NoiseGrade::Deployment,
         mutant: opts.mutant.map(|m| format!("{m:?}")),
         delta: worst.delta,
         claimed: worst.claimed,
@@ -905,6 +915,18 @@ fn audit_built(
         designs,
         curve: curve_row,
     })
+}
+
+/// The line a report prints for deployment-grade noise (empty otherwise).
+pub(crate) fn deployment_note(noise: NoiseGrade) -> String {
+    if noise == NoiseGrade::Deployment {
+        "deployment-grade noise: every run draws exact noise from an OS-keyed generator, so this \
+         report is not reproducible from the seed (the tables, reward streams and selection \
+         split still are)\n"
+            .into()
+    } else {
+        String::new()
+    }
 }
 
 /// The tables of one scenario: arm backgrounds and the target row.
@@ -1099,6 +1121,7 @@ impl AuditReport {
             self.arms,
             self.confidence
         );
+        s += &deployment_note(self.noise);
         s += &format!(
             "{:<8} {:>9} {:>10} {:>15} {:>7}  event\n",
             "scenario", "delta", "claimed", "eps_lower_bound", "verdict"

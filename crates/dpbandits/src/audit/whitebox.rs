@@ -208,6 +208,11 @@ pub struct WhiteBoxReport {
     pub background: f64,
     /// Master seed.
     pub seed: u64,
+    /// The audited policy's noise grade (`simulation-grade` or `deployment-grade`).
+    pub noise: crate::privacy::NoiseGrade,
+    /// Whether the report is a function of the seed (false for deployment-grade noise: its
+    /// draws are keyed by the operating system).
+    pub reproducible: bool,
     /// Wall-clock seconds.
     pub seconds: f64,
     /// Every target.
@@ -231,6 +236,7 @@ impl WhiteBoxReport {
             self.arms,
             self.confidence
         );
+        s += &super::deployment_note(self.noise);
         s += &format!(
             "{:<7} {:>9} {:>11} {:>11} {:>9} {:>21}  carrying releases\n",
             "target", "claimed", "per_release", "composed", "ratio", "ratio interval"
@@ -892,6 +898,8 @@ pub fn audit_white_box(
         arms: k,
         background,
         seed: opts.seed,
+        noise: g.noise,
+        reproducible: g.noise != crate::privacy::NoiseGrade::Deployment,
         seconds: start.elapsed().as_secs_f64(),
         targets: results,
     })
