@@ -70,13 +70,15 @@ impl LabelledData {
         };
         let h: Vec<&str> = header.split(',').map(str::trim).collect();
         let num = |i: usize, what: &str| -> Result<usize> {
-            h.get(i).and_then(|s| s.parse::<usize>().ok()).ok_or_else(|| {
-                Error::param(
-                    format!("{src}: line {hl}, {what}"),
-                    format!("\"{}\"", h.get(i).copied().unwrap_or("")),
-                    "a positive integer (header 'n_samples,n_features,class names...')",
-                )
-            })
+            h.get(i)
+                .and_then(|s| s.parse::<usize>().ok())
+                .ok_or_else(|| {
+                    Error::param(
+                        format!("{src}: line {hl}, {what}"),
+                        format!("\"{}\"", h.get(i).copied().unwrap_or("")),
+                        "a positive integer (header 'n_samples,n_features,class names...')",
+                    )
+                })
         };
         let n = num(0, "n_samples")?;
         let p = num(1, "n_features")?;
@@ -96,30 +98,33 @@ impl LabelledData {
                 return Err(Error::param(
                     format!("{src}: line {ln}"),
                     format!("{} fields", f.len()),
-                    format!("{} fields (n_features = {p} features, then the label)", p + 1),
+                    format!(
+                        "{} fields (n_features = {p} features, then the label)",
+                        p + 1
+                    ),
                 ));
             }
             for (j, s) in f[..p].iter().enumerate() {
-                let x: f64 = s.parse().ok().filter(|x: &f64| x.is_finite()).ok_or_else(|| {
-                    Error::param(
-                        format!("{src}: line {ln}, feature {j}"),
-                        format!("\"{s}\""),
-                        "a finite number",
-                    )
-                })?;
+                let x: f64 = s
+                    .parse()
+                    .ok()
+                    .filter(|x: &f64| x.is_finite())
+                    .ok_or_else(|| {
+                        Error::param(
+                            format!("{src}: line {ln}, feature {j}"),
+                            format!("\"{s}\""),
+                            "a finite number",
+                        )
+                    })?;
                 raw.push(x);
             }
-            let y: usize = f[p]
-                .parse()
-                .ok()
-                .filter(|&y| y < classes)
-                .ok_or_else(|| {
-                    Error::param(
-                        format!("{src}: line {ln}, label"),
-                        format!("\"{}\"", f[p]),
-                        format!("an integer class index in 0..{classes}"),
-                    )
-                })?;
+            let y: usize = f[p].parse().ok().filter(|&y| y < classes).ok_or_else(|| {
+                Error::param(
+                    format!("{src}: line {ln}, label"),
+                    format!("\"{}\"", f[p]),
+                    format!("an integer class index in 0..{classes}"),
+                )
+            })?;
             labels.push(y);
         }
         if labels.len() != n {
@@ -343,7 +348,11 @@ mod tests {
             for i in 0..2 {
                 let norm: f64 = a.action(i).iter().map(|x| x * x).sum();
                 assert!((norm - 1.0).abs() < 1e-12);
-                assert!(a.action(i)[(1 - i) * 3..(2 - i) * 3].iter().all(|&x| x == 0.0));
+                assert!(
+                    a.action(i)[(1 - i) * 3..(2 - i) * 3]
+                        .iter()
+                        .all(|&x| x == 0.0)
+                );
             }
             assert_eq!(env.means().iter().sum::<f64>(), 1.0);
         }

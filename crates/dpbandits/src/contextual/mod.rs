@@ -42,7 +42,8 @@ mod oful;
 mod sim;
 
 pub use classification::{
-    CONTEXTUAL_CLASSIFICATION, ContextualClassification, ContextualClassificationConfig, LabelledData,
+    CONTEXTUAL_CLASSIFICATION, ContextualClassification, ContextualClassificationConfig,
+    LabelledData,
 };
 pub use file::{CONTEXTUAL_FILE, ContextOrder, ContextualFile, ContextualFileConfig, FeatureTable};
 pub use gaussian::{CONTEXTUAL_GAUSSIAN, ContextualGaussian, ContextualGaussianConfig};
