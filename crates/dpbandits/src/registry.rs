@@ -772,6 +772,10 @@ pub static ENVIRONMENTS: &[EnvEntry] = &[
         parse: EnvParse::Contextual(contextual_env::<contextual::ContextualFileConfig>),
     },
     EnvEntry {
+        info: &contextual::CONTEXTUAL_CLASSIFICATION,
+        parse: EnvParse::Contextual(contextual_env::<contextual::ContextualClassificationConfig>),
+    },
+    EnvEntry {
         info: &bai::BAI_BERNOULLI,
         parse: EnvParse::Bai(bai_env::<bai::BaiBernoulliConfig>),
     },

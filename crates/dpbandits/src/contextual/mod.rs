@@ -34,12 +34,17 @@
 //! stream, keyed by its label, so its trajectory does not depend on which other policies are
 //! simulated with it. Nothing in the step loop allocates.
 
+mod classification;
 mod file;
 mod gaussian;
 mod lanes;
 mod oful;
 mod sim;
 
+pub use classification::{
+    CONTEXTUAL_CLASSIFICATION, ContextualClassification, ContextualClassificationConfig,
+    LabelledData,
+};
 pub use file::{CONTEXTUAL_FILE, ContextOrder, ContextualFile, ContextualFileConfig, FeatureTable};
 pub use gaussian::{CONTEXTUAL_GAUSSIAN, ContextualGaussian, ContextualGaussianConfig};
 pub use lanes::{ActionLanes, BatchDriver, BatchFamily, LaneSource};
