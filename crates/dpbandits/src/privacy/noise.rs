@@ -719,9 +719,10 @@ impl NoiseSource {
                     let v = uj
                         .checked_add(y)
                         .ok_or_else(|| Error::param("rho", rho, "a smaller noise scale"))?;
-                    let value = v as f64 / total;
-                    super::tap::record(super::tap::Family::Gaussian, value);
-                    q.push(value);
+                    // Not recorded to the audit tap here: the caller records the released
+                    // estimate (GOPE: `basis * theta`, as on its simulation path), so each
+                    // release is seen once.
+                    q.push(v as f64 / total);
                 }
                 Ok((q, sigma2.to_f64().sqrt() / total))
             }
