@@ -108,6 +108,19 @@ pub struct Released {
     pub releases_bound: u64,
 }
 
+/// The largest error the deployment grid's rounding can add to a released mean: the episode sum
+/// is rounded to a grid of at most `2^-grid_bits` (finer for large episodes, `Grid::for_release`
+/// in `privacy/noise.rs`), so a mean moves by at most half a step, plus the `f64` rounding of the
+/// division; 0 on simulation noise.
+pub fn grid_rounding(noise: crate::privacy::NoiseKind, grid_bits: u32, range: (f64, f64)) -> f64 {
+    match noise {
+        crate::privacy::NoiseKind::Simulation => 0.0,
+        crate::privacy::NoiseKind::Deployment => {
+            0.5f64.powi(grid_bits as i32 + 1) + f64::EPSILON * range.0.abs().max(range.1.abs())
+        }
+    }
+}
+
 /// One arm's estimate.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ArmEstimate {

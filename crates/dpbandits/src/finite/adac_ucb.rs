@@ -437,13 +437,7 @@ impl Policy for AdaCUcb {
             // The non-private counterpart neither clips nor bounds its rewards: no interval.
             return None;
         }
-        let rounding = match self.cfg.noise {
-            NoiseKind::Simulation => 0.0,
-            NoiseKind::Deployment => {
-                0.5f64.powi(self.cfg.grid_bits as i32 + 1)
-                    + f64::EPSILON * range.0.abs().max(range.1.abs())
-            }
-        };
+        let rounding = crate::report::grid_rounding(self.cfg.noise, self.cfg.grid_bits, range);
         // Episodes of an arm double (1, 1, 2, 4, ...), so after t rounds an arm has made at most
         // floor(log2 t) + 2 releases.
         let t: u64 = self.pulls.iter().sum::<u64>().max(1);

@@ -367,13 +367,7 @@ impl Policy for AdaP {
         // The cached releases (each arm's last finished episode, never re-sampled) with their
         // episode length and Laplace scale. Rounding on the deployment path: as AdaC-UCB's.
         let range = (self.boundary.lo, self.boundary.hi);
-        let rounding = match self.cfg.noise {
-            crate::privacy::NoiseKind::Simulation => 0.0,
-            crate::privacy::NoiseKind::Deployment => {
-                0.5f64.powi(self.cfg.grid_bits as i32 + 1)
-                    + f64::EPSILON * range.0.abs().max(range.1.abs())
-            }
-        };
+        let rounding = crate::report::grid_rounding(self.cfg.noise, self.cfg.grid_bits, range);
         let means = (0..self.released.len())
             .map(|a| {
                 self.released[a].map(|value| crate::report::Release {
