@@ -1295,9 +1295,8 @@ impl Service {
             "cost": "none: the report is post-processing of released statistics and public counts",
         });
         let tx = self.conn.transaction()?;
-        let seq = store::audit(&tx, name, "close", &body)?;
+        let (seq, head) = store::audit(&tx, name, "close", &body)?;
         tx.commit()?;
-        let head = store::audit_hash(&self.conn, seq)?;
         body["audit_seq"] = json!(seq);
         body["audit_hash"] = json!(head);
         self.experiments

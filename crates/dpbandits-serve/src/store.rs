@@ -825,7 +825,7 @@ pub fn now() -> String {
     )
 }
 
-/// Append one entry to the audit chain inside `tx`.
+/// Append one entry to the audit chain inside `tx`; returns its `(seq, hash)`.
 ///
 /// # Errors
 /// SQLite errors.
@@ -834,7 +834,7 @@ pub fn audit(
     experiment: &str,
     event: &str,
     body: &serde_json::Value,
-) -> Result<i64> {
+) -> Result<(i64, String)> {
     let last: Option<(i64, String)> = tx
         .query_row(
             "SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1",
@@ -853,15 +853,7 @@ pub fn audit(
         "INSERT INTO audit (seq, ts, experiment, event, body, prev, hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
         params![seq, ts, experiment, event, body, prev, hash],
     )?;
-    Ok(seq)
-}
-
-/// The hash of audit entry `seq`.
-///
-/// # Errors
-/// No such entry, or a database error.
-pub fn audit_hash(conn: &Connection, seq: i64) -> Result<String> {
-    Ok(conn.query_row("SELECT hash FROM audit WHERE seq = ?1", [seq], |r| r.get(0))?)
+    Ok((seq, hash))
 }
 
 /// The report of a closed experiment: the body of its audit log's `close` entry with that
