@@ -96,8 +96,8 @@ impl BuiltinEnv {
                     })?;
                 let env = cfg.build(env_seed).map_err(err)?;
                 // Piecewise environments change their means at breakpoints; the others never.
-                let stationary = cfg
-                    .describe()
+                let describe = cfg.describe();
+                let stationary = describe
                     .get("breakpoints")
                     .and_then(|b| b.as_array())
                     .is_none_or(|b| b.is_empty());
@@ -107,7 +107,7 @@ impl BuiltinEnv {
                         arms: None,
                         stationary,
                     },
-                    cfg.describe(),
+                    describe,
                 )
             }
             EnvBuilt::Linear(mut cfg) => {
