@@ -136,6 +136,9 @@ enum Command {
     /// Audit log of a service database.
     #[command(name = "audit-log", subcommand)]
     AuditLog(serve::AuditLogCommand),
+    /// A consistent copy of a service database, under load (`VACUUM INTO`), verified before it
+    /// is renamed into place (docs/service.md, "Backup and restore").
+    Backup(serve::BackupArgs),
     /// Characteristic times and the lower bound of fixed-confidence BAI under eps-global DP.
     Bounds {
         /// Bernoulli means, comma-separated, each in (0, 1), unique best arm.
@@ -177,6 +180,7 @@ fn real_main() -> Result<ExitCode> {
         Command::Serve(args) => serve::serve(args),
         Command::Replay(args) => replay::replay(args),
         Command::AuditLog(cmd) => serve::audit_log(cmd),
+        Command::Backup(args) => serve::backup(args),
         Command::Completions { shell } => {
             use clap::CommandFactory;
             clap_complete::generate(

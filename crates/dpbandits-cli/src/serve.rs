@@ -1,11 +1,13 @@
-//! `dpbandits serve` and `dpbandits audit-log verify`: thin wrappers over `dpbandits-serve`
-//! (docs/service.md).
+//! `dpbandits serve`, `dpbandits audit-log verify` and `dpbandits backup`: thin wrappers over
+//! `dpbandits-serve` (docs/service.md).
 
 use anyhow::{Result, bail};
 use clap::{Args, Subcommand};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+
+use dpbandits_serve::verify::Expect;
 
 /// `dpbandits serve`.
 #[derive(Args, Debug)]
@@ -24,16 +26,50 @@ pub struct ServeArgs {
     /// Allow a non-loopback --listen address (the service has no TLS: put it behind one).
     #[arg(long)]
     allow_remote: bool,
+    /// The audit chain's key file (default: `<db>.audit-key`, created 0600 with a fresh key for
+    /// a database whose chain is not keyed yet). Keep it away from the database's storage.
+    #[arg(long)]
+    audit_key_file: Option<PathBuf>,
+}
+
+/// `dpbandits backup`.
+#[derive(Args, Debug)]
+pub struct BackupArgs {
+    /// The service database (may be in use by a running `serve`).
+    #[arg(long)]
+    db: PathBuf,
+    /// The copy to write (must not exist).
+    #[arg(long)]
+    out: PathBuf,
+    /// The audit chain's key file, to verify the copy (default: `<db>.audit-key`).
+    #[arg(long)]
+    audit_key_file: Option<PathBuf>,
 }
 
 /// `dpbandits audit-log ...`.
 #[derive(Subcommand, Debug)]
 pub enum AuditLogCommand {
-    /// Verify the hash chain of the audit log of a service database.
+    /// Verify the audit log of a service database: its chain (keyed: needs the key), a
+    /// published head, and every decision, reward, ledger row, counter and token hash of the
+    /// tables against it. Exit status 1 when it does not verify, naming what is wrong.
     Verify {
         /// The service database.
         #[arg(long)]
         db: PathBuf,
+        /// The audit chain's key file (default: `<db>.audit-key`).
+        #[arg(long)]
+        audit_key_file: Option<PathBuf>,
+        /// A head published earlier (the `head` this command printed): the log must contain it
+        /// (at entry --expect-entries when given).
+        #[arg(long)]
+        expect_head: Option<String>,
+        /// The number of entries the log had when --expect-head was published (alone: the
+        /// least number of entries the log must have).
+        #[arg(long)]
+        expect_entries: Option<u64>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -49,21 +85,76 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
         db: args.db,
         listen: args.listen,
         admin_token,
+        audit_key_file: args.audit_key_file,
     })?;
     Ok(ExitCode::SUCCESS)
 }
 
 pub fn audit_log(cmd: AuditLogCommand) -> Result<ExitCode> {
     match cmd {
-        AuditLogCommand::Verify { db } => match dpbandits_serve::store::verify_chain(&db) {
-            Ok(r) => {
-                println!("audit log verified: {} entries, head {}", r.entries, r.head);
-                Ok(ExitCode::SUCCESS)
+        AuditLogCommand::Verify {
+            db,
+            audit_key_file,
+            expect_head,
+            expect_entries,
+            json,
+        } => {
+            if let Some(h) = &expect_head
+                && (h.len() != 64 || !h.bytes().all(|b| b.is_ascii_hexdigit()))
+            {
+                bail!("--expect-head {h:?}: expected 64 hexadecimal digits (a head printed by verify)");
             }
-            Err(e) => {
-                eprintln!("audit log does NOT verify: {e:#}");
-                Ok(ExitCode::from(1))
+            let key = dpbandits_serve::verify::key_for(&db, audit_key_file.as_deref())?;
+            let expect = Expect {
+                head: expect_head.map(|h| h.to_ascii_lowercase()),
+                entries: expect_entries,
+            };
+            match dpbandits_serve::verify::verify(&db, key.as_ref(), &expect) {
+                Ok(r) => {
+                    if json {
+                        println!("{}", serde_json::to_string(&r)?);
+                    } else {
+                        println!(
+                            "audit log verified: {} entries, head {}{}",
+                            r.entries,
+                            r.head,
+                            match (&r.key_fingerprint, r.keyed_from) {
+                                (Some(f), Some(from)) => format!(
+                                    " (keyed from entry {from}, key fingerprint {f})"
+                                ),
+                                _ => " (not keyed: SHA-256 only)".into(),
+                            }
+                        );
+                        println!(
+                            "tables agree with the log: {} experiments, {} decisions, {} rewards, {} ledger charges, {} open release intents",
+                            r.experiments, r.decisions, r.rewards, r.charges, r.open_intents
+                        );
+                        if !r.tokens_unchecked.is_empty() {
+                            println!(
+                                "client-token hashes not recorded in the log (created before it recorded them): {}",
+                                r.tokens_unchecked.join(", ")
+                            );
+                        }
+                    }
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(e) => {
+                    eprintln!("audit log does NOT verify: {e:#}");
+                    Ok(ExitCode::from(1))
+                }
             }
-        },
+        }
     }
+}
+
+pub fn backup(args: BackupArgs) -> Result<ExitCode> {
+    let key = dpbandits_serve::verify::key_for(&args.db, args.audit_key_file.as_deref())?;
+    let r = dpbandits_serve::store::backup(&args.db, &args.out, key.as_ref())?;
+    println!(
+        "backup written: {} ({} audit entries, head {}); verified",
+        args.out.display(),
+        r.entries,
+        r.head
+    );
+    Ok(ExitCode::SUCCESS)
 }

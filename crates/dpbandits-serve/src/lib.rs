@@ -1,8 +1,11 @@
 //! `dpbandits serve`: a durable HTTP/JSON decision service for differentially private
 //! finite-armed bandit policies (`docs/service.md`).
 //!
-//! * [`store`]: the SQLite database (WAL, full synchronous commits), the hash-chained audit log
-//!   ([`store::verify_chain`], behind `dpbandits audit-log verify`) and read-only inspection.
+//! * [`store`]: the SQLite database (WAL, full synchronous commits), the audit log chained with
+//!   HMAC-SHA256 under a key kept outside the database ([`store::AuditKey`]) and read-only
+//!   inspection.
+//! * [`verify`]: `dpbandits audit-log verify` and the start-up self-check: the chain, a published
+//!   head, and every decision, reward, ledger row, counter and token hash against the log.
 //! * [`service`]: the state machine (experiments, decisions, rewards, the budget ledger); every
 //!   state change is one transaction committed before the response leaves.
 //! * [`api`]: the axum routes (`/v1/...`), authentication, field-naming errors, structured logs.
@@ -17,6 +20,7 @@ pub mod client;
 pub mod report_html;
 pub mod service;
 pub mod store;
+pub mod verify;
 
 use anyhow::{Context, Result, bail};
 use std::net::SocketAddr;
@@ -35,6 +39,10 @@ pub struct ServeOptions {
     pub listen: SocketAddr,
     /// The admin token (read from a file or the environment, never from the command line).
     pub admin_token: String,
+    /// The audit chain's key file (default `<db>.audit-key`, created 0600 for a database whose
+    /// chain is not keyed yet). Keep it (or a copy) away from the database's storage: someone who
+    /// can write the database but not read the key cannot rewrite the log undetected.
+    pub audit_key_file: Option<PathBuf>,
 }
 
 /// Read the admin token: from `file` if given (first line, trimmed), else from the environment
@@ -112,7 +120,11 @@ pub async fn serve_until(
             lock_path.display()
         );
     }
-    let service = service::Service::open(&opts.db, &opts.admin_token)?;
+    let service = service::Service::open_keyed(
+        &opts.db,
+        &opts.admin_token,
+        opts.audit_key_file.as_deref(),
+    )?;
     let experiments = service.experiment_count();
     let state = Arc::new(Mutex::new(service));
     let listener = tokio::net::TcpListener::bind(opts.listen)

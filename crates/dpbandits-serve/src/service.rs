@@ -564,7 +564,47 @@ impl Service {
     /// The database cannot be opened, a stored snapshot does not restore or migrate, or an
     /// experiment's counters disagree with its session.
     pub fn open(db: &Path, admin_token: &str) -> anyhow::Result<Self> {
+        Service::open_keyed(db, admin_token, None)
+    }
+
+    /// [`Service::open`] with the audit chain's key file `key_file` (default
+    /// [`store::default_key_path`]: `<db>.audit-key`). The key file is created (0600, a fresh
+    /// key) only for a database whose chain is not keyed yet; a keyed database without its key
+    /// is refused. Before anything is written, the database must verify
+    /// ([`crate::verify::verify_conn`]: the chain, and the tables against the log); a database
+    /// that does not is refused, naming what is inconsistent.
+    ///
+    /// # Errors
+    /// As [`Service::open`], a missing or wrong key, or a database that does not verify.
+    pub fn open_keyed(
+        db: &Path,
+        admin_token: &str,
+        key_file: Option<&Path>,
+    ) -> anyhow::Result<Self> {
         let mut conn = store::open(db)?;
+        let key_path = key_file.map_or_else(|| store::default_key_path(db), Path::to_path_buf);
+        let keying = store::audit_keying(&conn)?;
+        let key = match &keying {
+            Some((f, from)) if !key_path.exists() => bail!(
+                "--audit-key-file {}: no such file; the audit log of --db {} is keyed (key fingerprint {f}, from entry {from}): give its key file",
+                key_path.display(),
+                db.display()
+            ),
+            Some(_) => store::AuditKey::load(&key_path)?,
+            None => store::AuditKey::load_or_create(&key_path)?.0,
+        };
+        crate::verify::verify_conn(
+            &conn,
+            keying.as_ref().map(|_| &key),
+            &crate::verify::Expect::default(),
+        )
+        .with_context(|| {
+            format!(
+                "--db {}: refusing to start: the database does not verify against its audit log (dpbandits audit-log verify names the same)",
+                db.display()
+            )
+        })?;
+        store::init_audit_key(&conn, &key, db)?;
         let tx = conn.transaction()?;
         if store::schema_version(&tx)? == store::SCHEMA_VERSION_POLICY_SNAPSHOTS {
             for row in store::load_experiments(&tx)? {
@@ -791,7 +831,8 @@ impl Service {
             &req.name,
             "config",
             &json!({"action": "create", "kind": kind, "label": label, "arms": arms, "problem": pj, "guarantee": g,
-                    "dropout_reward": req.dropout_reward, "reward_deadline": req.reward_deadline}),
+                    "dropout_reward": req.dropout_reward, "reward_deadline": req.reward_deadline,
+                    "token_sha256": token_hash}),
         )?;
         tx.commit()?;
         self.experiments.insert(
@@ -828,7 +869,7 @@ impl Service {
             &tx,
             name,
             "config",
-            &json!({"action": "rotate-token", "why": why}),
+            &json!({"action": "rotate-token", "why": why, "token_sha256": token_hash}),
         )?;
         tx.commit()?;
         self.experiments
@@ -1493,7 +1534,7 @@ mod tests {
         assert_eq!(l["max_charges_per_release"], 2);
         assert_eq!(l["effective_budget"]["value"], 1.0);
         drop(s);
-        let chain = store::verify_chain(&db).unwrap();
+        let chain = crate::verify::verify_default(&db).unwrap();
         assert!(chain.entries > 10);
         let ins = store::inspect(&db, "t").unwrap();
         assert_eq!(
@@ -1672,7 +1713,7 @@ noise = "simulation""#,
             }
         }
         drop(s);
-        let chain = store::verify_chain(&db).unwrap();
+        let chain = crate::verify::verify_default(&db).unwrap();
         assert!(chain.entries > 100, "{chain:?}");
         let migrations: i64 = rusqlite::Connection::open(&db)
             .unwrap()
@@ -1685,7 +1726,7 @@ noise = "simulation""#,
         assert_eq!(migrations, 3);
         // Opening again does not migrate again.
         drop(Service::open(&db, admin).unwrap());
-        assert_eq!(store::verify_chain(&db).unwrap().entries, chain.entries);
+        assert_eq!(crate::verify::verify_default(&db).unwrap().entries, chain.entries);
     }
 
     /// The core session the service builds from a policy table (`boundary = "reject"` where
@@ -1857,7 +1898,7 @@ noise = "simulation""#,
         );
         assert!(rows.iter().all(|r| r.reward.is_some()));
         drop(s);
-        assert!(store::verify_chain(&db).unwrap().entries > 800);
+        assert!(crate::verify::verify_default(&db).unwrap().entries > 800);
     }
 
     /// A best-arm identification experiment decides as the core session until its stopping rule
@@ -2236,7 +2277,7 @@ noise = "simulation""#,
             }
         }
         drop(s);
-        assert!(store::verify_chain(&db).is_ok());
+        assert!(crate::verify::verify_default(&db).is_ok());
     }
 
     /// The audit chain detects an edited entry (the triggers are dropped first, as an attacker
@@ -2265,7 +2306,7 @@ noise = "simulation""#,
             .execute_batch("DROP TRIGGER audit_no_update; UPDATE audit SET body = '{\"arm\":1}' WHERE seq = 3;")
             .unwrap();
         drop(s);
-        let e = store::verify_chain(&db).unwrap_err().to_string();
+        let e = crate::verify::verify_default(&db).unwrap_err().to_string();
         assert!(e.starts_with("audit entry seq = 3"), "{e}");
     }
 }

@@ -15,9 +15,15 @@ use rusqlite::{Connection, OptionalExtension, Transaction, params};
 use sha2::{Digest, Sha256};
 use std::path::Path;
 
-/// The schema version written in `meta`: 3 = schema 2 plus the decisions' action sets and
-/// propensities and idempotent creation (`create_request`, `create_hash`).
-pub const SCHEMA_VERSION: &str = "3";
+/// The schema version written in `meta`: 4 = schema 3 with a keyed audit chain (`meta` rows
+/// `audit_key` and `audit_keyed_from`; entries from `audit_keyed_from` on are HMAC-SHA256 under
+/// a key kept outside the database, [`AuditKey`]). A build that writes unkeyed entries reads
+/// at most schema 3, so it refuses a keyed database instead of breaking its chain.
+pub const SCHEMA_VERSION: &str = "4";
+
+/// Schema 3: schema 2 plus the decisions' action sets and propensities and idempotent creation
+/// (`create_request`, `create_hash`); its audit chain is unkeyed (SHA-256). Keyed on open.
+pub const SCHEMA_VERSION_UNKEYED: &str = "3";
 
 /// Schema 2: the `snapshot` column holds a core
 /// `dpbandits::session::Session` snapshot.
@@ -118,16 +124,18 @@ pub fn open(path: &Path) -> Result<Connection> {
         .optional()?;
     match version.as_deref() {
         None => {
+            // Keyed to schema 4 by [`init_audit_key`] before the first entry is written.
             conn.execute(
                 "INSERT INTO meta (key, value) VALUES ('schema', ?1)",
-                [SCHEMA_VERSION],
+                [SCHEMA_VERSION_UNKEYED],
             )?;
         }
-        Some(SCHEMA_VERSION) => {}
+        Some(SCHEMA_VERSION | SCHEMA_VERSION_UNKEYED) => {}
         Some(v @ (SCHEMA_VERSION_SESSION | SCHEMA_VERSION_POLICY_SNAPSHOTS)) => {
             // Schema 1 and 2 lack schema 3's columns (all nullable): added in one transaction.
-            // A schema-2 database is then schema 3; a schema-1 one keeps version 1 until the
-            // service migrates its snapshots (`Service::open`).
+            // A schema-2 database is then schema 3 (keyed to 4 by [`init_audit_key`]); a
+            // schema-1 one keeps version 1 until the service migrates its snapshots
+            // (`Service::open`).
             let tx = conn.unchecked_transaction()?;
             for (table, column, decl) in [
                 ("experiments", "create_request", "TEXT"),
@@ -147,12 +155,12 @@ pub fn open(path: &Path) -> Result<Connection> {
                 }
             }
             if v == SCHEMA_VERSION_SESSION {
-                set_schema_version(&tx, SCHEMA_VERSION)?;
+                set_schema_version(&tx, SCHEMA_VERSION_UNKEYED)?;
             }
             tx.commit()?;
         }
         Some(v) => bail!(
-            "--db {}: schema version {v}, this build reads versions {SCHEMA_VERSION_POLICY_SNAPSHOTS} and {SCHEMA_VERSION_SESSION} (migrated on open) and {SCHEMA_VERSION}",
+            "--db {}: schema version {v}, this build reads versions {SCHEMA_VERSION_POLICY_SNAPSHOTS}, {SCHEMA_VERSION_SESSION} and {SCHEMA_VERSION_UNKEYED} (migrated on open) and {SCHEMA_VERSION}",
             path.display()
         ),
     }
@@ -780,14 +788,238 @@ pub fn audit_entries(
     Ok(rows)
 }
 
+/// The key of the audit chain: 32 random bytes kept **outside** the database (a file, by default
+/// `<db>.audit-key`, mode 0600). Entries are chained with HMAC-SHA256 under it, so someone who can
+/// write the database file but cannot read the key can neither re-chain edited entries nor append
+/// forged ones without `dpbandits audit-log verify` (given the key) noticing.
+#[derive(Clone)]
+pub struct AuditKey {
+    key: [u8; 32],
+}
+
+impl std::fmt::Debug for AuditKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "AuditKey({})", self.fingerprint())
+    }
+}
+
+impl AuditKey {
+    /// A fresh key from the operating system's entropy source.
+    ///
+    /// # Errors
+    /// The entropy source fails.
+    pub fn generate() -> Result<AuditKey> {
+        use rand::TryRng;
+        let mut key = [0u8; 32];
+        rand::rngs::SysRng
+            .try_fill_bytes(&mut key)
+            .map_err(|e| anyhow::anyhow!("the operating system's entropy source failed: {e}"))?;
+        Ok(AuditKey { key })
+    }
+
+    /// A key from its 64 hexadecimal digits.
+    ///
+    /// # Errors
+    /// Not exactly 64 hexadecimal digits.
+    pub fn from_hex(hex: &str) -> Result<AuditKey> {
+        let hex = hex.trim();
+        if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            bail!("expected 64 hexadecimal digits (32 bytes), got {} characters", hex.len());
+        }
+        let mut key = [0u8; 32];
+        for (i, k) in key.iter_mut().enumerate() {
+            *k = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16)?;
+        }
+        Ok(AuditKey { key })
+    }
+
+    /// The key's 64 hexadecimal digits (what the key file holds).
+    pub fn to_hex(&self) -> String {
+        self.key.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Read the key file `path` (its first line: 64 hexadecimal digits).
+    ///
+    /// # Errors
+    /// The file cannot be read or does not hold a key.
+    pub fn load(path: &Path) -> Result<AuditKey> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("--audit-key-file {}", path.display()))?;
+        AuditKey::from_hex(text.lines().next().unwrap_or(""))
+            .with_context(|| format!("--audit-key-file {}", path.display()))
+    }
+
+    /// Read the key file `path`, or create it (mode 0600, written to a temporary name and
+    /// renamed) with a fresh key when it does not exist; `true` when created.
+    ///
+    /// # Errors
+    /// The file exists but does not hold a key, or cannot be created.
+    pub fn load_or_create(path: &Path) -> Result<(AuditKey, bool)> {
+        if path.exists() {
+            return Ok((AuditKey::load(path)?, false));
+        }
+        let key = AuditKey::generate()?;
+        let tmp = path.with_extension("audit-key.tmp");
+        let write = || -> std::io::Result<()> {
+            use std::io::Write;
+            use std::os::unix::fs::OpenOptionsExt;
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&tmp)?;
+            f.write_all(format!("{}\n", key.to_hex()).as_bytes())?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, path)?;
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::File::open(dir)?.sync_all()?;
+            }
+            Ok(())
+        };
+        write().with_context(|| format!("--audit-key-file {}: cannot create it", path.display()))?;
+        Ok((key, true))
+    }
+
+    /// The key's public fingerprint (stored in `meta.audit_key`, printed by `verify`): the first
+    /// 16 hexadecimal digits of SHA-256 over a domain tag and the key. It identifies the key
+    /// without revealing it.
+    pub fn fingerprint(&self) -> String {
+        let mut m = b"dpbandits audit key\n".to_vec();
+        m.extend_from_slice(&self.key);
+        sha256_hex(&m)[..16].to_string()
+    }
+
+    /// The keyed hash of one audit entry: HMAC-SHA256 under the key over the message of
+    /// [`entry_hash`].
+    pub fn entry_hash(
+        &self,
+        prev: &str,
+        seq: i64,
+        ts: &str,
+        experiment: &str,
+        event: &str,
+        body: &str,
+    ) -> String {
+        use hmac::{Hmac, Mac};
+        let mut mac =
+            <Hmac<Sha256> as Mac>::new_from_slice(&self.key).expect("HMAC takes any key length");
+        mac.update(entry_message(prev, seq, ts, experiment, event, body).as_bytes());
+        mac.finalize()
+            .into_bytes()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+}
+
+/// The default key file of database `db`: `<db>.audit-key` beside it.
+pub fn default_key_path(db: &Path) -> std::path::PathBuf {
+    let mut p = db.as_os_str().to_owned();
+    p.push(".audit-key");
+    p.into()
+}
+
+/// How the audit chain of a database is keyed (`meta`): the key's fingerprint and the first
+/// keyed entry (`1` for a database created keyed; after the last unkeyed entry for one keyed on
+/// open). `None`: not keyed (schema 3 and older, never opened by a keyed build).
+pub fn audit_keying(conn: &Connection) -> Result<Option<(String, i64)>> {
+    let get = |k: &str| -> Result<Option<String>> {
+        Ok(conn
+            .query_row("SELECT value FROM meta WHERE key = ?1", [k], |r| r.get(0))
+            .optional()?)
+    };
+    match (get("audit_key")?, get("audit_keyed_from")?) {
+        (Some(f), Some(from)) => Ok(Some((
+            f,
+            from.parse()
+                .with_context(|| format!("meta audit_keyed_from = {from:?}: not an integer"))?,
+        ))),
+        (None, None) => Ok(None),
+        (f, from) => bail!(
+            "meta: audit_key = {f:?} and audit_keyed_from = {from:?}: one without the other"
+        ),
+    }
+}
+
+/// The name of the SQL function, registered on the service's connection by [`init_audit_key`],
+/// that [`audit`] calls to hash an entry: the key lives with the connection, never in a table.
+const AUDIT_HASH_FN: &str = "dpbandits_audit_hash";
+
+/// Key the audit chain of the open database `conn` with `key`: register the hash function
+/// [`audit`] uses, and on the first keyed open record the key's fingerprint and the first keyed
+/// sequence number in `meta` (schema 3 becomes 4); a database that already holds unkeyed
+/// entries gets a keyed `config` entry `audit-key` naming where keying starts.
+///
+/// # Errors
+/// The database is keyed with another key (its fingerprint differs), or SQLite errors.
+pub fn init_audit_key(conn: &Connection, key: &AuditKey, db: &Path) -> Result<()> {
+    let k = key.clone();
+    conn.create_scalar_function(
+        AUDIT_HASH_FN,
+        6,
+        rusqlite::functions::FunctionFlags::SQLITE_UTF8
+            | rusqlite::functions::FunctionFlags::SQLITE_DETERMINISTIC,
+        move |ctx| {
+            Ok(k.entry_hash(
+                &ctx.get::<String>(0)?,
+                ctx.get::<i64>(1)?,
+                &ctx.get::<String>(2)?,
+                &ctx.get::<String>(3)?,
+                &ctx.get::<String>(4)?,
+                &ctx.get::<String>(5)?,
+            ))
+        },
+    )?;
+    match audit_keying(conn)? {
+        Some((f, _)) if f == key.fingerprint() => Ok(()),
+        Some((f, _)) => bail!(
+            "--db {}: its audit chain is keyed with the key of fingerprint {f}; the audit key given has fingerprint {} (use the database's key file)",
+            db.display(),
+            key.fingerprint()
+        ),
+        None => {
+            let tx = conn.unchecked_transaction()?;
+            let last: i64 = tx.query_row("SELECT COALESCE(MAX(seq), 0) FROM audit", [], |r| {
+                r.get(0)
+            })?;
+            tx.execute(
+                "INSERT INTO meta (key, value) VALUES ('audit_key', ?1), ('audit_keyed_from', ?2)",
+                params![key.fingerprint(), (last + 1).to_string()],
+            )?;
+            if last > 0 {
+                audit(
+                    &tx,
+                    "",
+                    "config",
+                    &serde_json::json!({"action": "audit-key", "fingerprint": key.fingerprint(),
+                        "keyed_from": last + 1, "unkeyed_entries": last}),
+                )?;
+            }
+            if schema_version(&tx)? == SCHEMA_VERSION_UNKEYED {
+                set_schema_version(&tx, SCHEMA_VERSION)?;
+            }
+            tx.commit()?;
+            Ok(())
+        }
+    }
+}
+
 /// Lowercase hex SHA-256.
 pub fn sha256_hex(bytes: &[u8]) -> String {
     let d = Sha256::digest(bytes);
     d.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// The hash of one audit entry: SHA-256 over the previous hash and the entry's fields, each
+/// The message an audit entry's hash covers: the previous hash and the entry's fields, each
 /// followed by a newline (fields never contain one unescaped: the body is compact JSON).
+fn entry_message(prev: &str, seq: i64, ts: &str, experiment: &str, event: &str, body: &str) -> String {
+    format!("{prev}\n{seq}\n{ts}\n{experiment}\n{event}\n{body}\n")
+}
+
+/// The unkeyed hash of one audit entry (entries before `audit_keyed_from`, i.e. written by
+/// schema 3 and older): SHA-256 over [`entry_message`]. Keyed entries use
+/// [`AuditKey::entry_hash`].
 pub fn entry_hash(
     prev: &str,
     seq: i64,
@@ -796,7 +1028,7 @@ pub fn entry_hash(
     event: &str,
     body: &str,
 ) -> String {
-    sha256_hex(format!("{prev}\n{seq}\n{ts}\n{experiment}\n{event}\n{body}\n").as_bytes())
+    sha256_hex(entry_message(prev, seq, ts, experiment, event, body).as_bytes())
 }
 
 /// The current time, RFC 3339 UTC with microseconds.
@@ -848,7 +1080,15 @@ pub fn audit(
     };
     let ts = now();
     let body = body.to_string();
-    let hash = entry_hash(&prev, seq, &ts, experiment, event, &body);
+    // Keyed: the connection's hash function holds the key ([`init_audit_key`]); a connection
+    // without it cannot append.
+    let hash: String = tx
+        .query_row(
+            &format!("SELECT {AUDIT_HASH_FN}(?1, ?2, ?3, ?4, ?5, ?6)"),
+            params![prev, seq, ts, experiment, event, body],
+            |r| r.get(0),
+        )
+        .context("appending to the audit log: the audit key is not loaded on this connection")?;
     tx.execute(
         "INSERT INTO audit (seq, ts, experiment, event, body, prev, hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
         params![seq, ts, experiment, event, body, prev, hash],
@@ -900,67 +1140,47 @@ pub fn completed_by_arm(conn: &Connection, experiment: &str, arms: usize) -> Res
     Ok(out)
 }
 
-/// What `dpbandits audit-log verify` reports.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct ChainReport {
-    /// Entries checked.
-    pub entries: u64,
-    /// The hash of the last entry (the chain's head; publish it to pin the log).
-    pub head: String,
-}
-
-/// Verify the audit chain of the database at `path`: sequence numbers 1, 2, ... without gaps,
-/// every `prev` equal to the previous entry's hash, every hash recomputed.
+/// Write a consistent copy of the database `db` to `out` while a service may be writing it
+/// (`VACUUM INTO` reads one transaction's snapshot; the WAL is folded in), into a temporary name
+/// beside `out`, mode 0600, verified ([`crate::verify::verify`] with `key`, when the chain is
+/// keyed) and synced before it is renamed to `out`. Returns the copy's verification report.
 ///
 /// # Errors
-/// The first entry that does not verify, naming its sequence number and what differs.
-pub fn verify_chain(path: &Path) -> Result<ChainReport> {
-    let conn = open_read_only(path)?;
-    let mut stmt = conn
-        .prepare("SELECT seq, ts, experiment, event, body, prev, hash FROM audit ORDER BY seq")
-        .with_context(|| {
-            format!(
-                "--db {}: no audit table (not a dpbandits-serve database)",
-                path.display()
-            )
-        })?;
-    let mut rows = stmt.query([])?;
-    let mut prev_hash = GENESIS.to_string();
-    let mut expect_seq = 1i64;
-    let mut n = 0u64;
-    while let Some(r) = rows.next()? {
-        let seq: i64 = r.get(0)?;
-        let (ts, exp, event, body, prev, hash): (String, String, String, String, String, String) = (
-            r.get(1)?,
-            r.get(2)?,
-            r.get(3)?,
-            r.get(4)?,
-            r.get(5)?,
-            r.get(6)?,
-        );
-        if seq != expect_seq {
-            bail!("audit entry seq = {seq}: expected seq = {expect_seq} (an entry is missing)");
-        }
-        if prev != prev_hash {
-            bail!(
-                "audit entry seq = {seq}: prev = {prev} does not match the hash of entry {} ({prev_hash})",
-                seq - 1
-            );
-        }
-        let want = entry_hash(&prev, seq, &ts, &exp, &event, &body);
-        if hash != want {
-            bail!(
-                "audit entry seq = {seq}: hash = {hash}, but its contents hash to {want} (the entry was changed)"
-            );
-        }
-        prev_hash = hash;
-        expect_seq += 1;
-        n += 1;
+/// `out` exists, the copy cannot be written, or it does not verify (the temporary file is
+/// removed).
+pub fn backup(
+    db: &Path,
+    out: &Path,
+    key: Option<&AuditKey>,
+) -> Result<crate::verify::Report> {
+    if out.exists() {
+        bail!("--out {}: exists (a backup never overwrites)", out.display());
     }
-    Ok(ChainReport {
-        entries: n,
-        head: prev_hash,
-    })
+    let conn = open_read_only(db)?;
+    let mut tmp = out.as_os_str().to_owned();
+    tmp.push(".tmp-backup");
+    let tmp = std::path::PathBuf::from(tmp);
+    let _ = std::fs::remove_file(&tmp);
+    let result = (|| -> Result<crate::verify::Report> {
+        conn.execute("VACUUM INTO ?1", [tmp.to_str().context("--out: not UTF-8")?])
+            .with_context(|| format!("--db {}: VACUUM INTO {}", db.display(), tmp.display()))?;
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))?;
+        }
+        let report = crate::verify::verify(&tmp, key, &crate::verify::Expect::default())
+            .context("the copy does not verify")?;
+        std::fs::File::open(&tmp)?.sync_all()?;
+        std::fs::rename(&tmp, out)?;
+        if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::File::open(dir)?.sync_all()?;
+        }
+        Ok(report)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result.with_context(|| format!("backup of --db {} to --out {}", db.display(), out.display()))
 }
 
 /// A read-only view of one experiment, for tests and operators (reads protected data: rewards).

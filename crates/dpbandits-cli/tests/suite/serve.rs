@@ -975,7 +975,7 @@ fn fuzzed_bodies_never_panic() {
     assert!(statuses.keys().any(|&c| c >= 400), "{statuses:?}");
     let db = s.db.clone();
     s.terminate();
-    dpbandits_serve::store::verify_chain(&db).unwrap();
+    dpbandits_serve::verify::verify_default(&db).unwrap();
 }
 
 /// A second `serve` on the same database is refused (the running one keeps serving); a
