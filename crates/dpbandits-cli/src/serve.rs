@@ -102,7 +102,9 @@ pub fn audit_log(cmd: AuditLogCommand) -> Result<ExitCode> {
             if let Some(h) = &expect_head
                 && (h.len() != 64 || !h.bytes().all(|b| b.is_ascii_hexdigit()))
             {
-                bail!("--expect-head {h:?}: expected 64 hexadecimal digits (a head printed by verify)");
+                bail!(
+                    "--expect-head {h:?}: expected 64 hexadecimal digits (a head printed by verify)"
+                );
             }
             let key = dpbandits_serve::verify::key_for(&db, audit_key_file.as_deref())?;
             let expect = Expect {
@@ -119,9 +121,8 @@ pub fn audit_log(cmd: AuditLogCommand) -> Result<ExitCode> {
                             r.entries,
                             r.head,
                             match (&r.key_fingerprint, r.keyed_from) {
-                                (Some(f), Some(from)) => format!(
-                                    " (keyed from entry {from}, key fingerprint {f})"
-                                ),
+                                (Some(f), Some(from)) =>
+                                    format!(" (keyed from entry {from}, key fingerprint {f})"),
                                 _ => " (not keyed: SHA-256 only)".into(),
                             }
                         );

@@ -120,11 +120,8 @@ pub async fn serve_until(
             lock_path.display()
         );
     }
-    let service = service::Service::open_keyed(
-        &opts.db,
-        &opts.admin_token,
-        opts.audit_key_file.as_deref(),
-    )?;
+    let service =
+        service::Service::open_keyed(&opts.db, &opts.admin_token, opts.audit_key_file.as_deref())?;
     let experiments = service.experiment_count();
     let state = Arc::new(Mutex::new(service));
     let listener = tokio::net::TcpListener::bind(opts.listen)

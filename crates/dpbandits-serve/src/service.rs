@@ -1726,7 +1726,10 @@ noise = "simulation""#,
         assert_eq!(migrations, 3);
         // Opening again does not migrate again.
         drop(Service::open(&db, admin).unwrap());
-        assert_eq!(crate::verify::verify_default(&db).unwrap().entries, chain.entries);
+        assert_eq!(
+            crate::verify::verify_default(&db).unwrap().entries,
+            chain.entries
+        );
     }
 
     /// The core session the service builds from a policy table (`boundary = "reject"` where

@@ -824,7 +824,10 @@ impl AuditKey {
     pub fn from_hex(hex: &str) -> Result<AuditKey> {
         let hex = hex.trim();
         if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-            bail!("expected 64 hexadecimal digits (32 bytes), got {} characters", hex.len());
+            bail!(
+                "expected 64 hexadecimal digits (32 bytes), got {} characters",
+                hex.len()
+            );
         }
         let mut key = [0u8; 32];
         for (i, k) in key.iter_mut().enumerate() {
@@ -877,7 +880,8 @@ impl AuditKey {
             }
             Ok(())
         };
-        write().with_context(|| format!("--audit-key-file {}: cannot create it", path.display()))?;
+        write()
+            .with_context(|| format!("--audit-key-file {}: cannot create it", path.display()))?;
         Ok((key, true))
     }
 
@@ -936,9 +940,9 @@ pub fn audit_keying(conn: &Connection) -> Result<Option<(String, i64)>> {
                 .with_context(|| format!("meta audit_keyed_from = {from:?}: not an integer"))?,
         ))),
         (None, None) => Ok(None),
-        (f, from) => bail!(
-            "meta: audit_key = {f:?} and audit_keyed_from = {from:?}: one without the other"
-        ),
+        (f, from) => {
+            bail!("meta: audit_key = {f:?} and audit_keyed_from = {from:?}: one without the other")
+        }
     }
 }
 
@@ -980,9 +984,8 @@ pub fn init_audit_key(conn: &Connection, key: &AuditKey, db: &Path) -> Result<()
         ),
         None => {
             let tx = conn.unchecked_transaction()?;
-            let last: i64 = tx.query_row("SELECT COALESCE(MAX(seq), 0) FROM audit", [], |r| {
-                r.get(0)
-            })?;
+            let last: i64 =
+                tx.query_row("SELECT COALESCE(MAX(seq), 0) FROM audit", [], |r| r.get(0))?;
             tx.execute(
                 "INSERT INTO meta (key, value) VALUES ('audit_key', ?1), ('audit_keyed_from', ?2)",
                 params![key.fingerprint(), (last + 1).to_string()],
@@ -1013,7 +1016,14 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 
 /// The message an audit entry's hash covers: the previous hash and the entry's fields, each
 /// followed by a newline (fields never contain one unescaped: the body is compact JSON).
-fn entry_message(prev: &str, seq: i64, ts: &str, experiment: &str, event: &str, body: &str) -> String {
+fn entry_message(
+    prev: &str,
+    seq: i64,
+    ts: &str,
+    experiment: &str,
+    event: &str,
+    body: &str,
+) -> String {
     format!("{prev}\n{seq}\n{ts}\n{experiment}\n{event}\n{body}\n")
 }
 
@@ -1148,13 +1158,12 @@ pub fn completed_by_arm(conn: &Connection, experiment: &str, arms: usize) -> Res
 /// # Errors
 /// `out` exists, the copy cannot be written, or it does not verify (the temporary file is
 /// removed).
-pub fn backup(
-    db: &Path,
-    out: &Path,
-    key: Option<&AuditKey>,
-) -> Result<crate::verify::Report> {
+pub fn backup(db: &Path, out: &Path, key: Option<&AuditKey>) -> Result<crate::verify::Report> {
     if out.exists() {
-        bail!("--out {}: exists (a backup never overwrites)", out.display());
+        bail!(
+            "--out {}: exists (a backup never overwrites)",
+            out.display()
+        );
     }
     let conn = open_read_only(db)?;
     let mut tmp = out.as_os_str().to_owned();
@@ -1162,8 +1171,11 @@ pub fn backup(
     let tmp = std::path::PathBuf::from(tmp);
     let _ = std::fs::remove_file(&tmp);
     let result = (|| -> Result<crate::verify::Report> {
-        conn.execute("VACUUM INTO ?1", [tmp.to_str().context("--out: not UTF-8")?])
-            .with_context(|| format!("--db {}: VACUUM INTO {}", db.display(), tmp.display()))?;
+        conn.execute(
+            "VACUUM INTO ?1",
+            [tmp.to_str().context("--out: not UTF-8")?],
+        )
+        .with_context(|| format!("--db {}: VACUUM INTO {}", db.display(), tmp.display()))?;
         {
             use std::os::unix::fs::PermissionsExt;
             std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))?;

@@ -123,8 +123,8 @@ pub fn verify_default(db: &Path) -> Result<Report> {
 struct Seen {
     /// `(seq, kind, arms)` of the `create` entry.
     created: Option<(i64, String, u64)>,
-    /// The last client-token hash recorded (`None`: none recorded).
-    token: Option<String>,
+    /// The last client-token hash recorded and its entry (`None`: none recorded).
+    token: Option<(String, i64)>,
     /// The log's token record is incomplete (a create or rotation without `token_sha256`).
     token_unknown: bool,
     decisions: u64,
@@ -183,8 +183,8 @@ pub fn verify_conn(conn: &Connection, key: Option<&AuditKey>, expect: &Expect) -
     let mut ledger_row = conn.prepare(
         "SELECT experiment, release, arm, measure, cost, status FROM ledger WHERE id = ?1",
     )?;
-    let mut stmt =
-        conn.prepare("SELECT seq, ts, experiment, event, body, prev, hash FROM audit ORDER BY seq")?;
+    let mut stmt = conn
+        .prepare("SELECT seq, ts, experiment, event, body, prev, hash FROM audit ORDER BY seq")?;
     let mut rows = stmt.query([])?;
     let mut prev_hash = GENESIS.to_string();
     let mut expect_seq = 1i64;
@@ -269,7 +269,9 @@ pub fn verify_conn(conn: &Connection, key: Option<&AuditKey>, expect: &Expect) -
     if let Some(h) = &expect.head
         && !pinned
     {
-        bail!("no entry of the log has the published head {h} (the log was truncated or rewritten)");
+        bail!(
+            "no entry of the log has the published head {h} (the log was truncated or rewritten)"
+        );
     }
     let mut report = Report {
         entries: n,
@@ -321,13 +323,13 @@ fn check_entry(
                     .with_context(|| format!("audit entry seq = {seq}: kind is not a string"))?;
                 s.created = Some((seq, kind.to_string(), as_u64(body, "arms", seq)?));
                 match body.get("token_sha256").and_then(Value::as_str) {
-                    Some(t) => s.token = Some(t.to_string()),
+                    Some(t) => s.token = Some((t.to_string(), seq)),
                     None => s.token_unknown = true,
                 }
             }
             Some("rotate-token") => match body.get("token_sha256").and_then(Value::as_str) {
                 Some(t) => {
-                    s.token = Some(t.to_string());
+                    s.token = Some((t.to_string(), seq));
                     s.token_unknown = false;
                 }
                 None => s.token_unknown = true,
@@ -451,11 +453,17 @@ fn check_entry(
 }
 
 /// Check the tables against what the log says (counts per experiment, counters, tokens).
-fn check_tables(conn: &Connection, seen: &BTreeMap<String, Seen>, report: &mut Report) -> Result<()> {
+fn check_tables(
+    conn: &Connection,
+    seen: &BTreeMap<String, Seen>,
+    report: &mut Report,
+) -> Result<()> {
     let counts = |sql: &str| -> Result<BTreeMap<String, u64>> {
         let mut stmt = conn.prepare(sql)?;
         let rows = stmt
-            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64)))?
+            .query_map([], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64))
+            })?
             .collect::<rusqlite::Result<_>>()?;
         Ok(rows)
     };
@@ -463,10 +471,12 @@ fn check_tables(conn: &Connection, seen: &BTreeMap<String, Seen>, report: &mut R
     let rewarded = counts(
         "SELECT experiment, COUNT(*) FROM decisions WHERE reward IS NOT NULL GROUP BY experiment",
     )?;
-    let charges =
-        counts("SELECT experiment, COUNT(*) FROM ledger WHERE status != 'intent' GROUP BY experiment")?;
-    let intents =
-        counts("SELECT experiment, COUNT(*) FROM ledger WHERE status = 'intent' GROUP BY experiment")?;
+    let charges = counts(
+        "SELECT experiment, COUNT(*) FROM ledger WHERE status != 'intent' GROUP BY experiment",
+    )?;
+    let intents = counts(
+        "SELECT experiment, COUNT(*) FROM ledger WHERE status = 'intent' GROUP BY experiment",
+    )?;
     let mut stmt = conn.prepare(
         "SELECT name, kind, arms, token_hash, issued, observed, releases, snapshot FROM experiments ORDER BY name",
     )?;
@@ -496,13 +506,6 @@ fn check_tables(conn: &Connection, seen: &BTreeMap<String, Seen>, report: &mut R
                 "experiments: {name:?} is kind {kind:?} with {arms} arms; its create entry (seq {seq}) says kind {lkind:?} with {larms} arms"
             );
         }
-        match (&s.token, s.token_unknown) {
-            (Some(t), false) if *t != token_hash => bail!(
-                "experiments: {name:?} has client-token hash {token_hash}; the log's last token record says {t} (the token hash was replaced)"
-            ),
-            (_, true) | (None, _) => report.tokens_unchecked.push(name.clone()),
-            _ => {}
-        }
         let table = |m: &BTreeMap<String, u64>| m.get(&name).copied().unwrap_or(0);
         for (what, table_n, log_n) in [
             ("decision rows", table(&decisions), s.decisions),
@@ -525,6 +528,13 @@ fn check_tables(conn: &Connection, seen: &BTreeMap<String, Seen>, report: &mut R
                     "experiments: {name:?} has counter {what} = {counter}; the audit log explains {log_n}"
                 );
             }
+        }
+        match (&s.token, s.token_unknown) {
+            (Some((t, seq)), false) if *t != token_hash => bail!(
+                "experiments: {name:?} has client-token hash {token_hash}; the log's last token record (entry {seq}) says {t} (the token hash was replaced, or later entries of the log removed)"
+            ),
+            (_, true) | (None, _) => report.tokens_unchecked.push(name.clone()),
+            _ => {}
         }
         if dpbandits::session::Session::is_session_snapshot(&snapshot) {
             let session = dpbandits::session::Session::restore(&snapshot)
@@ -565,4 +575,303 @@ fn check_tables(conn: &Connection, seen: &BTreeMap<String, Seen>, report: &mut R
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::service::{CreateRequest, Service};
+    use serde_json::json;
+
+    const ADMIN: &str = "verify-admin-token-0123456789";
+
+    /// A database with two private experiments: rewards, abandonments, releases charged to the
+    /// ledger, a token rotation and a pending decision. Returns the directory (the database and
+    /// its default key file) and the published pin (entries, head).
+    fn sample() -> (tempfile::TempDir, std::path::PathBuf, u64, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("trial.sqlite");
+        let mut s = Service::open(&db, ADMIN).unwrap();
+        for name in ["a", "b"] {
+            let req: CreateRequest = serde_json::from_value(json!({"name": name, "arms": 3,
+                "policy": {"kind": "adac_ucb", "rho": 0.5}, "dropout_reward": 0.0}))
+            .unwrap();
+            s.create(req).unwrap();
+            for i in 0..30u64 {
+                let d = s.decide(name, None, None).unwrap();
+                let id = d["decision_id"].as_u64().unwrap();
+                if i % 7 == 3 {
+                    s.abandon(name, id).unwrap();
+                } else {
+                    s.reward(name, id, (i % 5) as f64 / 4.0).unwrap();
+                }
+            }
+        }
+        s.rotate_token("a", "test").unwrap();
+        s.decide("b", None, None).unwrap();
+        drop(s);
+        let r = verify_default(&db).unwrap();
+        assert!(
+            r.charges > 4 && r.rewards == 60 && r.decisions == 61,
+            "{r:?}"
+        );
+        assert!(r.tokens_unchecked.is_empty());
+        (dir, db, r.entries, r.head)
+    }
+
+    /// Copy `db` and its key into a fresh directory, apply `sql` (triggers dropped) and
+    /// optionally `edit` on the copy.
+    fn tampered(
+        db: &Path,
+        sql: &str,
+        edit: impl FnOnce(&Connection),
+    ) -> (tempfile::TempDir, std::path::PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let copy = dir.path().join("copy.sqlite");
+        crate::store::backup(db, &copy, key_for(db, None).unwrap().as_ref()).unwrap();
+        std::fs::copy(store::default_key_path(db), store::default_key_path(&copy)).unwrap();
+        let conn = Connection::open(&copy).unwrap();
+        conn.execute_batch(
+            "DROP TRIGGER IF EXISTS audit_no_update; DROP TRIGGER IF EXISTS audit_no_delete;",
+        )
+        .unwrap();
+        conn.execute_batch(sql).unwrap();
+        edit(&conn);
+        drop(conn);
+        (dir, copy)
+    }
+
+    /// Recompute every hash from entry `from` on with plain SHA-256 (what someone without the key
+    /// can do after an edit).
+    fn rechain(conn: &Connection, from: i64) {
+        let mut prev: String = conn
+            .query_row("SELECT hash FROM audit WHERE seq = ?1", [from - 1], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        let rows: Vec<(i64, String, String, String, String)> = conn
+            .prepare(
+                "SELECT seq, ts, experiment, event, body FROM audit WHERE seq >= ?1 ORDER BY seq",
+            )
+            .unwrap()
+            .query_map([from], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+            })
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        for (seq, ts, exp, event, body) in rows {
+            let h = store::entry_hash(&prev, seq, &ts, &exp, &event, &body);
+            conn.execute(
+                "UPDATE audit SET prev = ?2, hash = ?3 WHERE seq = ?1",
+                params![seq, prev, h],
+            )
+            .unwrap();
+            prev = h;
+        }
+    }
+
+    /// Every tampering of the list, each on a fresh copy: `verify` with the key and the
+    /// published head fails naming what is wrong, and the service refuses to start.
+    #[test]
+    fn every_tampering_is_detected_and_refused() {
+        let (_dir, db, entries, head) = sample();
+        let key = key_for(&db, None).unwrap().unwrap();
+        let pin = Expect {
+            head: Some(head.clone()),
+            entries: Some(entries),
+        };
+        let sha = store::sha256_hex(b"another token");
+        type Edit = Box<dyn FnOnce(&Connection)>;
+        let none = || -> Edit { Box::new(|_: &Connection| {}) };
+        let cases: Vec<(&str, String, Edit, &str, &str)> = vec![
+            // (what, SQL, edit, verify with the pin says, the start-up check says)
+            (
+                "the last 40 entries deleted",
+                "DELETE FROM audit WHERE seq > (SELECT MAX(seq) - 40 FROM audit)".into(),
+                none(),
+                "deleted from its end",
+                "log",
+            ),
+            (
+                "every entry deleted",
+                "DELETE FROM audit".into(),
+                none(),
+                "deleted from its end",
+                "has no create entry",
+            ),
+            (
+                "an entry edited and every later hash recomputed",
+                "UPDATE audit SET body = replace(body, '\"reward\":0.5', '\"reward\":1.0') WHERE seq = (SELECT MIN(seq) FROM audit WHERE event = 'reward' AND body LIKE '%\"reward\":0.5%')".into(),
+                Box::new(|c: &Connection| {
+                    let seq: i64 = c
+                        .query_row(
+                            "SELECT MIN(seq) FROM audit WHERE event = 'reward' AND body LIKE '%\"reward\":1.0%'",
+                            [],
+                            |r| r.get(0),
+                        )
+                        .unwrap();
+                    rechain(c, seq);
+                }),
+                "HMAC under the key",
+                "HMAC under the key",
+            ),
+            (
+                "a forged, correctly chained entry appended",
+                String::new(),
+                Box::new(|c: &Connection| {
+                    let (seq, prev): (i64, String) = c
+                        .query_row("SELECT MAX(seq) + 1, (SELECT hash FROM audit ORDER BY seq DESC LIMIT 1) FROM audit", [], |r| Ok((r.get(0)?, r.get(1)?)))
+                        .unwrap();
+                    let (ts, body) = ("2026-11-27T00:00:00.000000Z", "{\"action\":\"rotate-token\",\"why\":\"x\"}");
+                    let h = store::entry_hash(&prev, seq, ts, "a", "config", body);
+                    c.execute(
+                        "INSERT INTO audit (seq, ts, experiment, event, body, prev, hash) VALUES (?1, ?2, 'a', 'config', ?3, ?4, ?5)",
+                        params![seq, ts, body, prev, h],
+                    )
+                    .unwrap();
+                }),
+                "HMAC under the key",
+                "HMAC under the key",
+            ),
+            (
+                "a reward edited in decisions",
+                "UPDATE decisions SET reward = 0.125 WHERE experiment = 'a' AND id = 5".into(),
+                none(),
+                "decision 5 has reward 0.125",
+                "decision 5 has reward 0.125",
+            ),
+            (
+                "a reward set back to NULL (it would be applied twice)",
+                "UPDATE decisions SET reward = NULL, admitted = NULL, outcome = NULL WHERE experiment = 'b' AND id = 7".into(),
+                none(),
+                "decision 7 has no reward",
+                "decision 7 has no reward",
+            ),
+            (
+                "a decision row deleted",
+                "DELETE FROM decisions WHERE experiment = 'a' AND id = 30".into(),
+                none(),
+                "not in the decisions table",
+                "not in the decisions table",
+            ),
+            (
+                "a decision row added",
+                "INSERT INTO decisions (experiment, id, arm, round, issued) VALUES ('a', 99, 0, 98, 'x')".into(),
+                none(),
+                "decision rows in the tables",
+                "decision rows in the tables",
+            ),
+            (
+                "a ledger charge halved",
+                "UPDATE ledger SET cost = cost / 2 WHERE id = (SELECT MIN(id) FROM ledger)".into(),
+                none(),
+                "ledger: row",
+                "ledger: row",
+            ),
+            (
+                "a ledger row deleted",
+                "DELETE FROM ledger WHERE id = (SELECT MAX(id) FROM ledger WHERE status = 'charged')".into(),
+                none(),
+                "not in the ledger table",
+                "not in the ledger table",
+            ),
+            (
+                "a counter of experiments changed",
+                "UPDATE experiments SET issued = issued - 1 WHERE name = 'b'".into(),
+                none(),
+                "counter issued",
+                "counter issued",
+            ),
+            (
+                "an experiment deleted",
+                "DELETE FROM experiments WHERE name = 'a'".into(),
+                none(),
+                "not in the experiments table",
+                "not in the experiments table",
+            ),
+            (
+                "a client-token hash replaced",
+                format!("UPDATE experiments SET token_hash = '{sha}' WHERE name = 'a'"),
+                none(),
+                "client-token hash",
+                "client-token hash",
+            ),
+            (
+                "the key's meta rows removed (the log claimed unkeyed)",
+                "DELETE FROM meta WHERE key IN ('audit_key', 'audit_keyed_from')".into(),
+                none(),
+                "not keyed",
+                "contents hash to",
+            ),
+        ];
+        for (what, sql, edit, says, start_says) in cases {
+            let (_d, copy) = tampered(&db, &sql, edit);
+            let e = verify(&copy, Some(&key), &pin)
+                .map(|r| format!("verified: {r:?}"))
+                .unwrap_or_else(|e| format!("{e:#}"));
+            assert!(e.contains(says), "{what}: verify says {e}");
+            let e = Service::open(&copy, ADMIN)
+                .map(|_| "started".to_string())
+                .unwrap_or_else(|e| format!("{e:#}"));
+            assert!(
+                e.contains("refusing to start") && e.contains(start_says),
+                "{what}: the service says {e}"
+            );
+        }
+        // The untouched copy verifies with the pin, and the service starts on it.
+        let (_d, copy) = tampered(&db, "", |_| {});
+        assert_eq!(verify(&copy, Some(&key), &pin).unwrap().head, head);
+        assert!(Service::open(&copy, ADMIN).is_ok());
+        // A log that grew after the pin still verifies against it; a wrong pin does not.
+        let wrong = Expect {
+            head: Some(store::sha256_hex(b"x")),
+            entries: Some(entries - 1),
+        };
+        let e = verify(&copy, Some(&key), &wrong).unwrap_err().to_string();
+        assert!(e.contains("the log was rewritten"), "{e}");
+    }
+
+    /// A keyed database without its key, or with another key, is refused (never re-keyed).
+    #[test]
+    fn a_keyed_database_needs_its_key() {
+        let (_dir, db, _, _) = sample();
+        let other = tempfile::tempdir().unwrap();
+        let wrong = other.path().join("other.key");
+        std::fs::write(
+            &wrong,
+            format!("{}\n", AuditKey::generate().unwrap().to_hex()),
+        )
+        .unwrap();
+        let e = Service::open_keyed(&db, ADMIN, Some(&wrong))
+            .map(|_| ())
+            .unwrap_err();
+        let e = format!("{e:#}");
+        assert!(e.contains("fingerprint"), "{e}");
+        let e = verify(
+            &db,
+            Some(&AuditKey::load(&wrong).unwrap()),
+            &Expect::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("fingerprint"), "{e}");
+        let e = verify(&db, None, &Expect::default())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("give its key"), "{e}");
+        let missing = other.path().join("missing.key");
+        let e = Service::open_keyed(&db, ADMIN, Some(&missing))
+            .map(|_| ())
+            .unwrap_err();
+        let e = format!("{e:#}");
+        assert!(e.contains("no such file") && !missing.exists(), "{e}");
+        // The key file is created 0600.
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(store::default_key_path(&db))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
 }

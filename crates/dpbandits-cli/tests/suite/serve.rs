@@ -1257,3 +1257,148 @@ fn a_simulated_trial_with_delayed_and_missing_outcomes() {
     assert_eq!(expected["noise"], json!("deployment-grade"));
     server.terminate();
 }
+
+/// Issue 30: `dpbandits backup` under load writes a consistent, verified copy (mode 0600), and
+/// a head published from it pins the live log: `audit-log verify --expect-head H
+/// --expect-entries N` passes on the grown live log and on the copy, and fails naming the
+/// truncation on a copy whose log lost its tail. Loopback, 2 loader threads, about 3 s.
+#[test]
+fn backup_under_load_is_consistent_and_pins_the_log() {
+    let dir = tempdir();
+    let s = Server::start(dir.path(), free_port());
+    let token = create(&s, "load", "kind = \"adac_ucb\"\nrho = 1.0", 3);
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let loaders: Vec<_> = (0..2)
+        .map(|_| {
+            let (stop, done, token, addr) = (stop.clone(), done.clone(), token.clone(), s.addr);
+            std::thread::spawn(move || {
+                let end = Instant::now() + Duration::from_secs(20);
+                while !stop.load(Ordering::Relaxed) && Instant::now() < end {
+                    let r = request(
+                        addr,
+                        "POST",
+                        "/v1/experiments/load/decisions",
+                        Some(&token),
+                        Some(b"{}"),
+                        TIMEOUT,
+                    )
+                    .unwrap();
+                    if r.status != 200 {
+                        std::thread::sleep(Duration::from_millis(2));
+                        continue;
+                    }
+                    let id = r.json()["decision_id"].as_u64().unwrap();
+                    let body = json!({"decision_id": id, "reward": reward_of(id).clamp(0.0, 1.0)})
+                        .to_string();
+                    let r = request(
+                        addr,
+                        "POST",
+                        "/v1/experiments/load/rewards",
+                        Some(&token),
+                        Some(body.as_bytes()),
+                        TIMEOUT,
+                    )
+                    .unwrap();
+                    assert_eq!(r.status, 200, "{}", r.body);
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while done.load(Ordering::Relaxed) < 50 {
+        assert!(
+            Instant::now() < deadline && loaders.iter().all(|l| !l.is_finished()),
+            "the loaders stopped after {} pairs",
+            done.load(Ordering::Relaxed)
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let key = dpbandits_serve::store::default_key_path(&s.db);
+    let mut pins = Vec::new();
+    for i in 0..2 {
+        let copy = dir.path().join(format!("backup-{i}.sqlite"));
+        let out = bin()
+            .args(["backup", "--db"])
+            .arg(&s.db)
+            .arg("--out")
+            .arg(&copy)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(
+            std::fs::metadata(&copy).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        let out = bin()
+            .args(["audit-log", "verify", "--json", "--db"])
+            .arg(&copy)
+            .arg("--audit-key-file")
+            .arg(&key)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(r["decisions"].as_u64().unwrap() >= 50, "{r}");
+        pins.push((
+            copy,
+            r["entries"].as_u64().unwrap(),
+            r["head"].as_str().unwrap().to_string(),
+        ));
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    // A second backup to an existing file is refused (never overwrites).
+    let out = bin()
+        .args(["backup", "--db"])
+        .arg(&s.db)
+        .arg("--out")
+        .arg(&pins[0].0)
+        .output()
+        .unwrap();
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("exists"));
+    stop.store(true, Ordering::Relaxed);
+    for l in loaders {
+        l.join().unwrap();
+    }
+    let db = s.db.clone();
+    s.terminate();
+    let verify = |db: &Path, entries: u64, head: &str| {
+        bin()
+            .args(["audit-log", "verify", "--db"])
+            .arg(db)
+            .arg("--audit-key-file")
+            .arg(&key)
+            .args([
+                "--expect-head",
+                head,
+                "--expect-entries",
+                &entries.to_string(),
+            ])
+            .output()
+            .unwrap()
+    };
+    assert!(pins[1].1 > pins[0].1);
+    for (_, entries, head) in &pins {
+        let out = verify(&db, *entries, head);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // The first copy's log lacks the entries the second pin covers: refused, naming it.
+    let out = verify(&pins[0].0, pins[1].1, &pins[1].2);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("deleted from its end"), "{err}");
+}
