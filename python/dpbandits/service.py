@@ -1,0 +1,312 @@
+"""A client for the dpbandits decision service (``dpbandits serve``, docs/service.md).
+
+Standard library only (``urllib``). It handles what a site's integration gets wrong at 3 a.m.:
+
+* **tokens**: the admin token for creating, closing and exporting; each experiment's client token
+  (returned once by the create call) for decisions and rewards;
+* **retries that cannot double-apply**: every decision request carries a ``request_id`` (generated
+  when the caller gives none) and is retried with the *same* one after a connection error or a
+  5xx, so a lost answer returns the stored decision (``"repeat": true``) instead of a second one;
+  a reward is idempotent per ``decision_id`` and is retried as is; experiment creation carries a
+  ``request_id`` too (a repeated create answers with the experiment and a fresh client token);
+* **409 with Retry-After** at a commitment boundary (every round issued, rewards pending): the
+  decision request waits ``Retry-After`` seconds and tries again, up to ``wait`` seconds in all,
+  then raises :class:`Pending` (enrolment should not block forever on a missing outcome: abandon
+  it, or create the experiment with a ``reward_deadline``).
+
+Errors from the service are raised as :class:`ServiceError` with the HTTP status and the
+service's message (which names the field, the value and what is allowed).
+
+Example::
+
+    from dpbandits.service import Client
+    admin = Client("http://127.0.0.1:8787", token=open("admin.token").read().strip())
+    exp = admin.create("trial-1", arms=3, policy={"kind": "adac_ucb", "rho": 0.5},
+                       dropout_reward=0.0)
+    d = exp.decide()                  # {"decision_id": 1, "arm": 2}
+    exp.reward(d["decision_id"], 1.0)
+    report = admin.experiment("trial-1").close(level=0.9)
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+from typing import Any, Mapping, Sequence
+
+__all__ = ["Client", "Experiment", "ServiceError", "Pending"]
+
+
+class ServiceError(Exception):
+    """An error answer of the service: ``status`` (HTTP) and ``body`` (its JSON, if any)."""
+
+    def __init__(self, status: int, message: str, body: Any = None):
+        super().__init__(f"HTTP {status}: {message}")
+        self.status = status
+        self.message = message
+        self.body = body
+
+
+class Pending(ServiceError):
+    """A decision request still refused (409, rewards pending) after the client's ``wait``."""
+
+
+def _check_token(token: Any, what: str) -> str:
+    if not isinstance(token, str) or not token:
+        raise TypeError(f"{what}: expected a non-empty string, got {token!r}")
+    return token
+
+
+class Client:
+    """A connection to one service: ``base_url`` (e.g. ``http://127.0.0.1:8787``) and a token.
+
+    ``timeout`` bounds each HTTP request (seconds); ``retries`` is how many times a request that
+    failed on the network or with a 5xx is sent again (with the same ``request_id``), waiting
+    ``backoff * 2**attempt`` seconds between attempts.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str | None = None,
+        *,
+        timeout: float = 10.0,
+        retries: int = 3,
+        backoff: float = 0.05,
+    ):
+        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+            raise ValueError(f"base_url = {base_url!r}: expected an http:// or https:// URL")
+        if not (isinstance(timeout, (int, float)) and timeout > 0):
+            raise ValueError(f"timeout = {timeout!r}: expected a positive number of seconds")
+        if not (isinstance(retries, int) and retries >= 0):
+            raise ValueError(f"retries = {retries!r}: expected an integer >= 0")
+        self.base_url = base_url.rstrip("/")
+        self.token = None if token is None else _check_token(token, "token")
+        self.timeout = float(timeout)
+        self.retries = retries
+        self.backoff = float(backoff)
+
+    # -- transport ---------------------------------------------------------------------------
+
+    def _once(
+        self, method: str, path: str, body: Any, token: str | None
+    ) -> tuple[int, Mapping[str, str], bytes]:
+        data = None if body is None else json.dumps(body, allow_nan=False).encode()
+        req = urllib.request.Request(self.base_url + path, data=data, method=method)
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        tok = token if token is not None else self.token
+        if tok is not None:
+            req.add_header("Authorization", f"Bearer {tok}")
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as r:
+                return r.status, dict(r.headers.items()), r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, dict(e.headers.items()), e.read()
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        token: str | None = None,
+        raw: bool = False,
+    ) -> Any:
+        """Send one request (retried on network errors and 5xx); return the decoded JSON answer
+        (or the bytes with ``raw=True``). Raises :class:`ServiceError` for a 4xx, or for a 5xx
+        that persists. A 409 is raised too (see :meth:`Experiment.decide` for the waiting)."""
+        last: Exception | None = None
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(self.backoff * 2 ** (attempt - 1))
+            try:
+                status, headers, payload = self._once(method, path, body, token)
+            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as e:
+                last = e
+                continue
+            if status >= 500:
+                last = ServiceError(status, payload.decode(errors="replace"), None)
+                continue
+            if status >= 400:
+                try:
+                    parsed = json.loads(payload)
+                except ValueError:
+                    parsed = None
+                message = (
+                    parsed.get("error", payload.decode(errors="replace"))
+                    if isinstance(parsed, dict)
+                    else payload.decode(errors="replace")
+                )
+                err = ServiceError(status, message, parsed)
+                err.retry_after = headers.get("Retry-After") or headers.get("retry-after")
+                raise err
+            if raw:
+                return payload
+            return json.loads(payload) if payload else None
+        if isinstance(last, ServiceError):
+            raise last
+        raise ServiceError(0, f"{method} {path}: no answer after {self.retries + 1} attempts: {last}")
+
+    # -- admin -------------------------------------------------------------------------------
+
+    def health(self) -> dict:
+        """``GET /v1/health``."""
+        return self.request("GET", "/v1/health")
+
+    def create(
+        self,
+        name: str,
+        *,
+        policy: Mapping[str, Any] | str,
+        arms: int | Sequence[Sequence[float]] | None = None,
+        dim: int | None = None,
+        horizon: int | None = None,
+        delta: float | None = None,
+        dropout_reward: float | None = None,
+        reward_deadline: float | None = None,
+        allow_non_private: bool = False,
+        request_id: str | None = None,
+        **extra: Any,
+    ) -> "Experiment":
+        """Create an experiment (admin) and return it with its client token. Idempotent: the
+        create carries a ``request_id`` (generated when not given), so a retry after a lost
+        answer gets the experiment (and a fresh client token) instead of a 409."""
+        body: dict[str, Any] = {"name": name, "policy": policy}
+        for k, v in (
+            ("arms", arms),
+            ("dim", dim),
+            ("horizon", horizon),
+            ("delta", delta),
+            ("dropout_reward", dropout_reward),
+            ("reward_deadline", reward_deadline),
+        ):
+            if v is not None:
+                body[k] = v
+        if allow_non_private:
+            body["allow_non_private"] = True
+        body.update(extra)
+        body["request_id"] = request_id or f"create-{uuid.uuid4()}"
+        answer = self.request("POST", "/v1/experiments", body)
+        return Experiment(self, name, client_token=answer["client_token"], created=answer)
+
+    def experiments(self) -> list[dict]:
+        """``GET /v1/experiments`` (admin)."""
+        return self.request("GET", "/v1/experiments")["experiments"]
+
+    def experiment(self, name: str, client_token: str | None = None) -> "Experiment":
+        """An existing experiment; without ``client_token`` its calls use this client's token
+        (the admin token can do everything)."""
+        return Experiment(self, name, client_token=client_token)
+
+    def audit(self, experiment: str | None = None, after: int = 0, limit: int = 1000) -> list[dict]:
+        """``GET /v1/audit`` (admin): audit entries after ``after``."""
+        q = {"after": after, "limit": limit}
+        if experiment is not None:
+            q["experiment"] = experiment
+        return self.request("GET", "/v1/audit?" + urllib.parse.urlencode(q))["entries"]
+
+
+class Experiment:
+    """One experiment of a service: decisions, rewards, status, close and report."""
+
+    def __init__(
+        self,
+        client: Client,
+        name: str,
+        *,
+        client_token: str | None = None,
+        created: dict | None = None,
+    ):
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"name = {name!r}: expected a non-empty string")
+        self.client = client
+        self.name = name
+        self.client_token = client_token
+        self.created = created
+        self._path = "/v1/experiments/" + urllib.parse.quote(name, safe="")
+
+    def _call(self, method: str, sub: str, body: Any = None, **kw: Any) -> Any:
+        return self.client.request(method, self._path + sub, body, token=self.client_token, **kw)
+
+    def decide(
+        self,
+        *,
+        actions: Sequence[Sequence[float]] | None = None,
+        request_id: str | None = None,
+        wait: float = 30.0,
+    ) -> dict:
+        """Ask for the next decision: ``{"decision_id", "arm", "propensity"?}``. Retried with
+        the same ``request_id`` (generated when not given) after a lost answer; at a commitment
+        boundary (409 with ``Retry-After``) it waits and asks again, for at most ``wait``
+        seconds, then raises :class:`Pending`. A stopped (BAI) or closed experiment raises
+        :class:`ServiceError` with status 409 at once (``body["stopped"]`` / ``body["closed"]``)."""
+        body: dict[str, Any] = {"request_id": request_id or f"decide-{uuid.uuid4()}"}
+        if actions is not None:
+            body["actions"] = [list(map(float, a)) for a in actions]
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                return self._call("POST", "/decisions", body)
+            except ServiceError as e:
+                retry = getattr(e, "retry_after", None)
+                if e.status != 409 or retry is None:
+                    raise
+                pause = max(float(retry), 0.01)
+                if time.monotonic() + pause > deadline:
+                    raise Pending(e.status, e.message, e.body) from None
+                time.sleep(min(pause, max(deadline - time.monotonic(), 0.0)))
+
+    def reward(self, decision_id: int, reward: float) -> dict:
+        """Report a decision's reward (idempotent per ``decision_id``: a retry is answered
+        ``"duplicate"`` and not applied; ``"differs": true`` when the first value differed)."""
+        if isinstance(reward, bool) or not isinstance(reward, (int, float)):
+            raise TypeError(f"reward = {reward!r}: expected a number")
+        return self._call(
+            "POST", "/rewards", {"decision_id": int(decision_id), "reward": float(reward)}
+        )
+
+    def abandon(self, decision_id: int) -> dict:
+        """Abandon a pending decision: the experiment's ``dropout_reward`` is recorded."""
+        return self._call("POST", f"/decisions/{int(decision_id)}/abandon", {})
+
+    def status(self) -> dict:
+        """``GET /v1/experiments/{name}``: counts, the open commitment, guarantee, ledger."""
+        return self._call("GET", "")
+
+    def ledger(self, after: int = 0, limit: int = 1000) -> dict:
+        """One page of the ledger (``next_after`` when more follow)."""
+        return self._call("GET", "/ledger?" + urllib.parse.urlencode({"after": after, "limit": limit}))
+
+    def rotate_token(self) -> str:
+        """A new client token (admin); the old one stops working at once."""
+        answer = self.client.request("POST", self._path + "/token", {})
+        return answer["client_token"]
+
+    def close(self, level: float = 0.95) -> dict:
+        """Close the experiment (admin) and return its report (recorded once in the audit log;
+        a repeat returns the same report with ``"repeat": true``)."""
+        return self.client.request("POST", self._path + "/close", {"level": level})
+
+    def report(self, format: str = "json") -> Any:
+        """The closed experiment's report: a dict (``"json"``) or the HTML page (``"html"``)."""
+        if format not in ("json", "html"):
+            raise ValueError(f"format = {format!r}: expected 'json' or 'html'")
+        if format == "html":
+            return self._call("GET", "/report?format=html", raw=True).decode()
+        return self._call("GET", "/report?format=json")
+
+    def export(self, format: str = "jsonl", after: int = 0, limit: int = 10000) -> Any:
+        """Decisions with their rewards (admin; protected data): a list of dicts for
+        ``"jsonl"``, the CSV text for ``"csv"``."""
+        if format not in ("jsonl", "csv"):
+            raise ValueError(f"format = {format!r}: expected 'jsonl' or 'csv'")
+        q = urllib.parse.urlencode({"format": format, "after": after, "limit": limit})
+        text = self.client.request("GET", f"{self._path}/export?{q}", raw=True).decode()
+        if format == "csv":
+            return text
+        return [json.loads(line) for line in text.splitlines() if line.strip()]

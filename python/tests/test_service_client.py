@@ -1,0 +1,183 @@
+"""The Python client of the decision service (`dpbandits.service`) drives whole experiments on a
+real `dpbandits serve` (loopback only, a free port, bounded: each test stops its server)."""
+
+import json
+import os
+import random
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+
+from dpbandits.service import Client, Pending, ServiceError
+
+ADMIN = "py-client-admin-token-0123456789"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def server(cli, tmp_path):
+    token = tmp_path / "admin.token"
+    token.write_text(ADMIN + "\n")
+    port = free_port()
+    db = tmp_path / "trial.sqlite"
+    log = open(tmp_path / "server.log", "w")
+    env = {k: v for k, v in os.environ.items() if k != "DPBANDITS_ADMIN_TOKEN"}
+    p = subprocess.Popen(
+        [str(cli), "serve", "--db", str(db), "--listen", f"127.0.0.1:{port}",
+         "--admin-token-file", str(token)],
+        stdout=subprocess.DEVNULL, stderr=log, env=env,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            Client(url, retries=0, timeout=1).health()
+            break
+        except ServiceError:
+            assert p.poll() is None, (tmp_path / "server.log").read_text()
+            assert time.monotonic() < deadline, "server not healthy within 30 s"
+            time.sleep(0.02)
+    try:
+        yield url, db, p
+    finally:
+        p.terminate()
+        try:
+            p.wait(timeout=20)
+        finally:
+            if p.poll() is None:
+                p.kill()
+            log.close()
+
+
+def test_a_whole_trial_through_the_client(server, cli):
+    """Create (idempotent), decide and reward with several sites at once (409 waits handled),
+    abandon, status, ledger, close, report (JSON and HTML), export, audit; then the database
+    verifies. 3 arms, 120 patients, AdaC-UCB at rho = 0.5."""
+    url, db, _ = server
+    admin = Client(url, token=ADMIN)
+    means = [0.2, 0.5, 0.8]
+    exp = admin.create("trial-1", arms=3, policy={"kind": "adac_ucb", "rho": 0.5},
+                       dropout_reward=0.0, request_id="create-trial-1")
+    assert exp.created["kind"] == "adac_ucb" and exp.client_token
+    assert exp.created["guarantee"]["noise"] == "deployment-grade"
+    # A lost create answer: the same request again gets the experiment and a new token; the
+    # first token is revoked.
+    again = admin.create("trial-1", arms=3, policy={"kind": "adac_ucb", "rho": 0.5},
+                         dropout_reward=0.0, request_id="create-trial-1")
+    assert again.created.get("repeat") is True and again.client_token != exp.client_token
+    with pytest.raises(ServiceError) as e:
+        exp.status()
+    assert e.value.status == 401
+    exp = again
+    site = Client(url)  # a site holds only the client token
+    trial = site.experiment("trial-1", client_token=exp.client_token)
+
+    rng = random.Random(5)
+    lock = threading.Lock()
+    outcomes = {}
+    errors = []
+
+    def patient_site(n):
+        try:
+            for _ in range(n):
+                d = trial.decide(wait=20)
+                r = 1.0 if rng.random() < means[d["arm"]] else 0.0
+                with lock:
+                    outcomes[d["decision_id"]] = (d["arm"], r)
+                if d["decision_id"] % 29 == 0:
+                    trial.abandon(d["decision_id"])
+                else:
+                    trial.reward(d["decision_id"], r)
+        except Exception as exc:  # surfaced below
+            errors.append(exc)
+
+    sites = [threading.Thread(target=patient_site, args=(30,)) for _ in range(4)]
+    for t in sites:
+        t.start()
+    for t in sites:
+        t.join(timeout=120)
+    assert not errors, errors
+    assert len(outcomes) == 120
+
+    # A retried reward is a duplicate, never applied twice; a different value says so.
+    some = next(i for i in outcomes if i % 29 != 0)
+    dup = trial.reward(some, outcomes[some][1])
+    assert dup["status"] == "duplicate"
+    assert trial.reward(some, 1.0 - outcomes[some][1]).get("differs") is True
+    # A decision retried with the same request_id is the stored one.
+    d1 = trial.decide(request_id="retry-me")
+    d2 = trial.decide(request_id="retry-me")
+    assert d2["decision_id"] == d1["decision_id"] and d2.get("repeat") is True
+    trial.reward(d1["decision_id"], 1.0)
+
+    st = trial.status()
+    assert st["decisions"] == 121 and st["rewarded"] == 121 and st["pending"] == 0, st
+    ledger = trial.ledger(limit=5)
+    assert len(ledger["rows"]) <= 5
+    # Bad input: the service's message names the field.
+    with pytest.raises(ServiceError) as e:
+        trial.reward(10_000, 0.5)
+    assert e.value.status == 404 and "decision_id" in e.value.message
+    with pytest.raises(TypeError):
+        trial.reward(1, "0.5")
+
+    report = admin.experiment("trial-1").close(level=0.9)
+    assert report["level"] == 0.9 and len(report["estimates"]) == 3
+    assert report["audit_hash"]
+    assert trial.report()["audit_hash"] == report["audit_hash"]
+    assert "<html" in trial.report("html").lower()
+    with pytest.raises(ServiceError) as e:
+        trial.decide(wait=1)
+    assert e.value.status == 409 and e.value.body.get("closed") is True
+
+    rows = admin.experiment("trial-1").export()
+    assert len(rows) == 121
+    abandoned = [r for r in rows if r["outcome"] == "abandoned"]
+    assert [r["decision_id"] for r in abandoned] == [i for i in sorted(outcomes) if i % 29 == 0]
+    assert admin.audit("trial-1", limit=10)[0]["event"] == "config"
+    assert any(x["experiment"] == "trial-1" for x in admin.experiments())
+
+    out = subprocess.run([str(cli), "audit-log", "verify", "--json", "--db", str(db)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    v = json.loads(out.stdout)
+    assert v["decisions"] == 121 and v["rewards"] == 121
+
+
+def test_the_client_waits_at_a_boundary_then_says_pending(server):
+    """A per-step kind serves one decision at a time: a second request waits on the 409's
+    Retry-After and raises Pending after `wait`; once the reward arrives it is served."""
+    url, _, _ = server
+    admin = Client(url, token=ADMIN)
+    exp = admin.create("steps", arms=2, policy={"kind": "dp_ts", "epsilon": 1.0})
+    d = exp.decide()
+    t0 = time.monotonic()
+    with pytest.raises(Pending):
+        exp.decide(wait=1.5)
+    waited = time.monotonic() - t0
+    assert 0.9 <= waited <= 10, waited
+    exp.reward(d["decision_id"], 1.0)
+    assert exp.decide()["decision_id"] == d["decision_id"] + 1
+
+
+def test_the_client_refuses_bad_arguments_and_retries_a_dead_server(tmp_path):
+    with pytest.raises(ValueError, match="base_url"):
+        Client("localhost:1")
+    with pytest.raises(ValueError, match="retries"):
+        Client("http://127.0.0.1:1", retries=-1)
+    with pytest.raises(TypeError, match="token"):
+        Client("http://127.0.0.1:1", token=3)
+    # Nobody listens: bounded retries, then a ServiceError naming the attempts.
+    c = Client(f"http://127.0.0.1:{free_port()}", retries=2, backoff=0.01, timeout=1)
+    t0 = time.monotonic()
+    with pytest.raises(ServiceError, match="3 attempts"):
+        c.health()
+    assert time.monotonic() - t0 < 10
