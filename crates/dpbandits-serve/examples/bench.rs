@@ -37,6 +37,7 @@ fn main() -> anyhow::Result<()> {
         db: db.clone(),
         listen: "127.0.0.1:0".parse()?,
         admin_token: ADMIN.into(),
+        limits: dpbandits_serve::Limits::default(),
     };
     let server = std::thread::spawn(move || -> anyhow::Result<()> {
         let rt = tokio::runtime::Builder::new_multi_thread()
