@@ -30,6 +30,20 @@ pub struct ServeArgs {
     /// a database whose chain is not keyed yet). Keep it away from the database's storage.
     #[arg(long)]
     audit_key_file: Option<PathBuf>,
+    /// Seconds a request's header may take to arrive (also the idle keep-alive timeout).
+    #[arg(long, default_value_t = 10.0)]
+    header_timeout: f64,
+    /// Seconds a request's body may take to arrive after its header (else 408).
+    #[arg(long, default_value_t = 10.0)]
+    body_timeout: f64,
+    /// Seconds in-flight requests get after SIGTERM/SIGINT; then every connection is closed and
+    /// the process exits.
+    #[arg(long, default_value_t = 5.0)]
+    shutdown_deadline: f64,
+    /// Open connections at most (one more is answered 503); lowered at start to fit the
+    /// file-descriptor limit.
+    #[arg(long, default_value_t = 512)]
+    max_connections: usize,
 }
 
 /// `dpbandits backup`.
@@ -44,6 +58,14 @@ pub struct BackupArgs {
     /// The audit chain's key file, to verify the copy (default: `<db>.audit-key`).
     #[arg(long)]
     audit_key_file: Option<PathBuf>,
+}
+
+/// Seconds from a flag: finite, > 0, at most a day.
+fn seconds(flag: &str, x: f64) -> Result<std::time::Duration> {
+    if !(x.is_finite() && x > 0.0 && x <= 86_400.0) {
+        bail!("--{flag} {x}: expected seconds, a number in (0, 86400]");
+    }
+    Ok(std::time::Duration::from_secs_f64(x))
 }
 
 /// `dpbandits audit-log ...`.
@@ -80,12 +102,22 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
             args.listen
         );
     }
+    if args.max_connections == 0 {
+        bail!("--max-connections 0: expected at least 1");
+    }
+    let limits = dpbandits_serve::Limits {
+        header_timeout: seconds("header-timeout", args.header_timeout)?,
+        body_timeout: seconds("body-timeout", args.body_timeout)?,
+        shutdown_deadline: seconds("shutdown-deadline", args.shutdown_deadline)?,
+        max_connections: args.max_connections,
+    };
     let admin_token = dpbandits_serve::read_admin_token(args.admin_token_file.as_deref())?;
     dpbandits_serve::run(dpbandits_serve::ServeOptions {
         db: args.db,
         listen: args.listen,
         admin_token,
         audit_key_file: args.audit_key_file,
+        limits,
     })?;
     Ok(ExitCode::SUCCESS)
 }

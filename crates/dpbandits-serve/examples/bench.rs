@@ -38,6 +38,7 @@ fn main() -> anyhow::Result<()> {
         listen: "127.0.0.1:0".parse()?,
         admin_token: ADMIN.into(),
         audit_key_file: None,
+        limits: dpbandits_serve::Limits::default(),
     };
     let server = std::thread::spawn(move || -> anyhow::Result<()> {
         let rt = tokio::runtime::Builder::new_multi_thread()

@@ -1,19 +1,28 @@
 //! The HTTP/JSON layer (axum): routes, authentication, body parsing with field-naming errors,
 //! structured logs (no reward values).
 
-use crate::service::{Caller, CreateRequest, Service, ServiceError};
+use crate::service::{Caller, CreateRequest, Service, ServiceError, Tokens};
 use axum::Router;
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Map, Value, json};
-use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
-/// The shared state of the handlers.
-pub type Shared = Arc<Mutex<Service>>;
+/// The shared state of the handlers: the service, its token table (read without the service's
+/// lock: a request is authenticated before its body is read) and the body timeout.
+#[derive(Clone)]
+pub struct Shared {
+    /// The service (one lock serialises its operations).
+    pub service: Arc<Mutex<Service>>,
+    /// The token hashes ([`Service::tokens`]).
+    pub tokens: Arc<RwLock<Tokens>>,
+    /// A request body must arrive within this time after its header (else 408).
+    pub body_timeout: Duration,
+}
 
 /// The router of API version 1.
 pub fn router(state: Shared) -> Router {
@@ -34,7 +43,109 @@ pub fn router(state: Shared) -> Router {
         .route("/v1/experiments/{name}/report", get(report))
         .route("/v1/audit", get(audit))
         .fallback(not_found)
+        .layer(axum::middleware::map_response(json_errors))
         .with_state(state)
+}
+
+/// Every error answer as JSON `{"error": ...}`: the router's own refusals (405 with its
+/// `Allow` header, a path that does not decode, ...) are plain text or empty otherwise.
+async fn json_errors(resp: Response) -> Response {
+    let st = resp.status();
+    let is_json = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if !(st.is_client_error() || st.is_server_error()) || is_json {
+        return resp;
+    }
+    let (mut parts, body) = resp.into_parts();
+    let text = axum::body::to_bytes(body, 4096)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+        .unwrap_or_default();
+    let reason = st.canonical_reason().unwrap_or("error").to_lowercase();
+    let message = if st == StatusCode::METHOD_NOT_ALLOWED {
+        let allow = parts
+            .headers
+            .get(header::ALLOW)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string();
+        format!("method: not allowed on this path; allowed: {allow}")
+    } else if text.is_empty() {
+        reason
+    } else {
+        format!("{reason}: {text}")
+    };
+    parts.headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    parts.headers.remove(header::CONTENT_LENGTH);
+    Response::from_parts(parts, Body::from(json!({"error": message}).to_string()))
+}
+
+/// Authenticate a request from its header alone (the token table, not the service's lock), then
+/// read its body: at most [`crate::MAX_BODY`] bytes (else 413) within the body timeout (else
+/// 408). An unauthenticated request is refused (401) before any of its body is read, so a
+/// stalled upload without a valid token holds no buffer. `admin`: only the admin token.
+async fn authed_body(
+    state: &Shared,
+    headers: &HeaderMap,
+    experiment: Option<&str>,
+    admin: bool,
+    body: Body,
+) -> ApiResult<Bytes> {
+    let token = bearer(headers);
+    let caller = state
+        .tokens
+        .read()
+        .map_err(|_| ApiError::internal("token table lock poisoned"))?
+        .check(token.as_deref(), experiment)?;
+    if admin && caller != Caller::Admin {
+        return Err(ServiceError::Unauthorized { admin: true }.into());
+    }
+    let too_large = || {
+        ApiError::new(
+            413,
+            format!(
+                "body: larger than {} bytes; expected a JSON object of at most that size",
+                crate::MAX_BODY
+            ),
+        )
+    };
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > crate::MAX_BODY as u64) {
+        return Err(too_large());
+    }
+    match tokio::time::timeout(
+        state.body_timeout,
+        axum::body::to_bytes(body, crate::MAX_BODY),
+    )
+    .await
+    {
+        Ok(Ok(b)) => Ok(b),
+        Ok(Err(e)) => {
+            let mut src: Option<&dyn std::error::Error> = Some(&e);
+            while let Some(x) = src {
+                if x.is::<http_body_util::LengthLimitError>() {
+                    return Err(too_large());
+                }
+                src = x.source();
+            }
+            Err(ApiError::bad(format!("body: could not be read ({e})")))
+        }
+        Err(_) => Err(ApiError::new(
+            408,
+            format!(
+                "body: not received within {} s of the request header",
+                state.body_timeout.as_secs_f64()
+            ),
+        )),
+    }
 }
 
 /// One structured log line on stderr (JSON). Never carries reward values.
@@ -164,7 +275,7 @@ async fn with_service<T: Send + 'static>(
     state: &Shared,
     f: impl FnOnce(&mut Service) -> ApiResult<T> + Send + 'static,
 ) -> ApiResult<T> {
-    let state = state.clone();
+    let state = state.service.clone();
     tokio::task::spawn_blocking(move || {
         let mut s = state
             .lock()
@@ -324,9 +435,13 @@ async fn not_found() -> Response {
     .into_response()
 }
 
-async fn create(State(state): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
+async fn create(State(state): State<Shared>, headers: HeaderMap, body: Body) -> Response {
     let t = Instant::now();
     let token = bearer(&headers);
+    let body = match authed_body(&state, &headers, None, true, body).await {
+        Ok(b) => b,
+        Err(e) => return done("create", t, Err(e), json!({})),
+    };
     let r = with_service(&state, move |s| {
         admin(s, token.as_deref())?;
         let req = create_request(&body)?;
@@ -367,10 +482,14 @@ async fn rotate(
     State(state): State<Shared>,
     Path(name): Path<String>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Response {
     let t = Instant::now();
     let token = bearer(&headers);
+    let body = match authed_body(&state, &headers, Some(&name), true, body).await {
+        Ok(b) => b,
+        Err(e) => return done("rotate-token", t, Err(e), json!({"experiment": name})),
+    };
     let n = name.clone();
     let r = with_service(&state, move |s| {
         admin(s, token.as_deref())?;
@@ -427,10 +546,14 @@ async fn close(
     State(state): State<Shared>,
     Path(name): Path<String>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Response {
     let t = Instant::now();
     let token = bearer(&headers);
+    let body = match authed_body(&state, &headers, Some(&name), true, body).await {
+        Ok(b) => b,
+        Err(e) => return done("close", t, Err(e), json!({"experiment": name})),
+    };
     let n = name.clone();
     let r = with_service(&state, move |s| {
         admin(s, token.as_deref())?;
@@ -619,10 +742,14 @@ async fn decide(
     State(state): State<Shared>,
     Path(name): Path<String>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Response {
     let t = Instant::now();
     let token = bearer(&headers);
+    let body = match authed_body(&state, &headers, Some(&name), false, body).await {
+        Ok(b) => b,
+        Err(e) => return done("decision", t, Err(e), json!({"experiment": name})),
+    };
     let n = name.clone();
     let r = with_service(&state, move |s| {
         s.authenticate(token.as_deref(), Some(&n))?;
@@ -651,10 +778,14 @@ async fn reward(
     State(state): State<Shared>,
     Path(name): Path<String>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Response {
     let t = Instant::now();
     let token = bearer(&headers);
+    let body = match authed_body(&state, &headers, Some(&name), false, body).await {
+        Ok(b) => b,
+        Err(e) => return done("reward", t, Err(e), json!({"experiment": name})),
+    };
     let n = name.clone();
     let r = with_service(&state, move |s| {
         s.authenticate(token.as_deref(), Some(&n))?;
@@ -697,10 +828,14 @@ async fn abandon(
     State(state): State<Shared>,
     Path((name, id)): Path<(String, String)>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Response {
     let t = Instant::now();
     let token = bearer(&headers);
+    let body = match authed_body(&state, &headers, Some(&name), false, body).await {
+        Ok(b) => b,
+        Err(e) => return done("abandon", t, Err(e), json!({"experiment": name})),
+    };
     let n = name.clone();
     let r = with_service(&state, move |s| {
         s.authenticate(token.as_deref(), Some(&n))?;

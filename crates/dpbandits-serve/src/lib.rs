@@ -18,14 +18,18 @@
 pub mod api;
 pub mod client;
 pub mod report_html;
+mod server;
 pub mod service;
 pub mod store;
 pub mod verify;
 
 use anyhow::{Context, Result, bail};
+use std::ffi::OsString;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// The environment variable that may hold the admin token.
 pub const ADMIN_TOKEN_ENV: &str = "DPBANDITS_ADMIN_TOKEN";
@@ -43,7 +47,46 @@ pub struct ServeOptions {
     /// chain is not keyed yet). Keep it (or a copy) away from the database's storage: someone who
     /// can write the database but not read the key cannot rewrite the log undetected.
     pub audit_key_file: Option<PathBuf>,
+    /// Timeouts and the connection limit.
+    pub limits: Limits,
 }
+
+/// Timeouts and the connection limit of the server (`docs/service.md`, "Limits").
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Limits {
+    /// A request's header must arrive within this time, counted from the connection's start or
+    /// the end of the previous response (so it is also the idle keep-alive timeout); else the
+    /// connection is closed.
+    pub header_timeout: Duration,
+    /// A request's body must arrive within this time after its header (else 408, and the
+    /// connection is closed). Bodies are read only after the token is checked.
+    pub body_timeout: Duration,
+    /// After SIGTERM/SIGINT, in-flight requests get this long to finish; then every open
+    /// connection is closed and the process exits (releasing the database lock).
+    pub shutdown_deadline: Duration,
+    /// Open connections at most; one more is answered 503 (JSON, `Retry-After: 1`), logged, and
+    /// closed. Lowered at start to fit the file-descriptor limit ([`FD_RESERVE`] kept free).
+    pub max_connections: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(10),
+            shutdown_deadline: Duration::from_secs(5),
+            max_connections: 512,
+        }
+    }
+}
+
+/// File descriptors kept for everything but client connections: the database, its WAL and
+/// shared-memory files, the lock file, the listening socket, standard streams, the runtime's
+/// epoll and event descriptors, a refused connection being answered, with a margin.
+pub const FD_RESERVE: usize = 32;
+
+/// The largest body a request may carry (bytes); a larger one is answered 413.
+pub const MAX_BODY: usize = 2 * 1024 * 1024;
 
 /// Read the admin token: from `file` if given (first line, trimmed), else from the environment
 /// variable [`ADMIN_TOKEN_ENV`]. At least 16 characters.
@@ -51,6 +94,21 @@ pub struct ServeOptions {
 /// # Errors
 /// Neither given, an unreadable file, or a token shorter than 16 characters.
 pub fn read_admin_token(file: Option<&std::path::Path>) -> Result<String> {
+    if let Some(p) = file
+        && let Ok(m) = std::fs::metadata(p)
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = m.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            api::log(
+                "warning",
+                serde_json::json!({"message": format!(
+                    "--admin-token-file {}: mode {mode:o} lets other users read the admin token; chmod 600 it",
+                    p.display()
+                )}),
+            );
+        }
+    }
     let token = match file {
         Some(p) => std::fs::read_to_string(p)
             .with_context(|| format!("--admin-token-file {}", p.display()))?
@@ -66,16 +124,17 @@ pub fn read_admin_token(file: Option<&std::path::Path>) -> Result<String> {
             ),
         },
     };
-    if token.len() < 16 {
+    if token.chars().count() < 16 {
         bail!(
             "admin token: {} characters; expected at least 16",
-            token.len()
+            token.chars().count()
         );
     }
     Ok(token)
 }
 
-/// Run the service until SIGTERM or SIGINT (graceful: in-flight requests finish).
+/// Run the service until SIGTERM or SIGINT (graceful: in-flight requests finish within the
+/// shutdown deadline; then every connection is closed).
 ///
 /// # Errors
 /// The database cannot be opened or the address cannot be bound.
@@ -84,12 +143,36 @@ pub fn run(opts: ServeOptions) -> Result<()> {
         .worker_threads(2)
         .enable_all()
         .build()?;
-    rt.block_on(serve_until(opts, shutdown(), |_| ()))
+    let r = rt.block_on(serve_until(opts, shutdown(), |_| ()));
+    // Connection tasks still open after the deadline are dropped with the runtime; a blocking
+    // database operation in flight gets a moment to finish.
+    rt.shutdown_timeout(Duration::from_secs(1));
+    r
 }
 
-/// Serve until `stop` completes (graceful), calling `bound` with the listening address once the
-/// socket is bound. [`run`] is this with SIGTERM/SIGINT as `stop`; embedders (the benchmark)
-/// pass their own future.
+/// The lock file of database `db`: `DB.lock` beside it (the whole file name plus `.lock`, so
+/// `trial.v1` and `trial.v2` have their own).
+pub fn lock_path(db: &Path) -> PathBuf {
+    let mut name = db.file_name().map(OsString::from).unwrap_or_default();
+    name.push(".lock");
+    db.with_file_name(name)
+}
+
+/// The soft limit on open file descriptors (`RLIMIT_NOFILE`), if known.
+fn fd_limit() -> Option<usize> {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct we own.
+    let ok = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut r) } == 0;
+    (ok && r.rlim_cur != libc::RLIM_INFINITY)
+        .then(|| usize::try_from(r.rlim_cur).unwrap_or(usize::MAX))
+}
+
+/// Serve until `stop` completes (graceful within the shutdown deadline), calling `bound` with
+/// the listening address once the socket is bound. [`run`] is this with SIGTERM/SIGINT as
+/// `stop`; embedders (the benchmark) pass their own future.
 ///
 /// # Errors
 /// The database cannot be opened or the address cannot be bound.
@@ -100,11 +183,12 @@ pub async fn serve_until(
 ) -> Result<()> {
     // One service per database: the in-memory policies must be the only writers. The lock is
     // released by the OS when the process ends, however it ends.
-    let lock_path = opts.db.with_extension("lock");
+    let lock_path = lock_path(&opts.db);
     let lock = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
+        .mode(0o600)
         .open(&lock_path)
         .with_context(|| {
             format!(
@@ -120,23 +204,42 @@ pub async fn serve_until(
             lock_path.display()
         );
     }
+    let mut limits = opts.limits;
+    if let Some(fds) = fd_limit() {
+        let budget = fds.saturating_sub(FD_RESERVE).max(1);
+        if limits.max_connections > budget {
+            api::log(
+                "connection-limit-lowered",
+                serde_json::json!({"max_connections": budget, "asked": limits.max_connections,
+                                   "fd_limit": fds, "fd_reserve": FD_RESERVE}),
+            );
+            limits.max_connections = budget;
+        }
+    }
     let service =
         service::Service::open_keyed(&opts.db, &opts.admin_token, opts.audit_key_file.as_deref())?;
     let experiments = service.experiment_count();
-    let state = Arc::new(Mutex::new(service));
+    let tokens = service.tokens();
+    let state = api::Shared {
+        service: Arc::new(Mutex::new(service)),
+        tokens,
+        body_timeout: limits.body_timeout,
+    };
     let listener = tokio::net::TcpListener::bind(opts.listen)
         .await
         .with_context(|| format!("--listen {}", opts.listen))?;
     let addr = listener.local_addr()?;
     api::log(
         "listening",
-        serde_json::json!({"addr": addr.to_string(), "db": opts.db.display().to_string(), "experiments": experiments}),
+        serde_json::json!({"addr": addr.to_string(), "db": opts.db.display().to_string(), "experiments": experiments,
+                           "max_connections": limits.max_connections}),
     );
     bound(addr);
-    axum::serve(listener, api::router(state))
-        .with_graceful_shutdown(stop)
-        .await?;
-    api::log("stopped", serde_json::json!({}));
+    let clean = server::serve(listener, api::router(state), limits, stop).await;
+    api::log(
+        "stopped",
+        serde_json::json!({"connections_closed_at_deadline": clean.closed_at_deadline}),
+    );
     drop(lock);
     Ok(())
 }

@@ -85,6 +85,7 @@ CREATE TABLE IF NOT EXISTS ledger (
     created TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS ledger_experiment ON ledger (experiment, id);
+CREATE INDEX IF NOT EXISTS ledger_release ON ledger (experiment, release);
 CREATE TABLE IF NOT EXISTS audit (
     seq INTEGER PRIMARY KEY,
     ts TEXT NOT NULL,
@@ -105,6 +106,7 @@ CREATE TRIGGER IF NOT EXISTS audit_no_delete BEFORE DELETE ON audit
 /// # Errors
 /// The file cannot be opened or is not a dpbandits-serve database of this schema version.
 pub fn open(path: &Path) -> Result<Connection> {
+    create_private(path)?;
     let conn = Connection::open(path).with_context(|| format!("--db {}", path.display()))?;
     conn.busy_timeout(std::time::Duration::from_secs(5))?;
     let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
@@ -172,6 +174,26 @@ pub fn open(path: &Path) -> Result<Connection> {
          WHERE reward IS NULL",
     )?;
     Ok(conn)
+}
+
+/// Create `path` empty with mode 0600 (owner read/write only) unless it exists: the database is
+/// protected data, and SQLite creates its WAL and shared-memory files with the database file's
+/// mode. An existing file keeps its mode.
+///
+/// # Errors
+/// The file cannot be created.
+pub fn create_private(path: &Path) -> Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("--db {}: cannot create it", path.display())),
+    }
 }
 
 /// Open an existing database read-only (verification, inspection).
@@ -703,6 +725,20 @@ pub fn ledger_rows(
         })?
         .collect::<rusqlite::Result<_>>()?;
     Ok(rows)
+}
+
+/// The charged and lost rows of one release of experiment `name` (through the index
+/// `ledger_release`).
+///
+/// # Errors
+/// SQLite errors.
+pub fn ledger_release_charges(conn: &Connection, name: &str, release: u64) -> Result<u64> {
+    let n: i64 = conn.query_row(
+        "SELECT COUNT(*) FROM ledger WHERE experiment = ?1 AND release = ?2 AND status != 'intent'",
+        params![name, release as i64],
+        |r| r.get(0),
+    )?;
+    Ok(n as u64)
 }
 
 /// An experiment's ledger totals over its charged and lost rows (open intents excluded).
