@@ -28,6 +28,7 @@ pub struct Shared {
 pub fn router(state: Shared) -> Router {
     Router::new()
         .route("/v1/health", get(health))
+        .route("/v1/openapi.json", get(openapi))
         .route("/v1/experiments", post(create).get(list))
         .route("/v1/experiments/{name}", get(status))
         .route("/v1/experiments/{name}/token", post(rotate))
@@ -45,6 +46,21 @@ pub fn router(state: Shared) -> Router {
         .fallback(not_found)
         .layer(axum::middleware::map_response(json_errors))
         .with_state(state)
+}
+
+/// The OpenAPI 3.1 document of this API (`api/openapi.json`; checked against this router by
+/// the test `serve::openapi_matches_the_router`).
+pub const OPENAPI: &str = include_str!("../api/openapi.json");
+
+async fn openapi() -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        OPENAPI,
+    )
+        .into_response()
 }
 
 /// Every error answer as JSON `{"error": ...}`: the router's own refusals (405 with its

@@ -1699,3 +1699,277 @@ fn r_id(r: &Reply) -> u64 {
         .as_u64()
         .unwrap_or_else(|| panic!("{}", r.body))
 }
+
+/// Issue 30: the OpenAPI 3.1 document (`crates/dpbandits-serve/api/openapi.json`, served at
+/// `/v1/openapi.json`) against the real router. (1) Its paths are exactly the router's
+/// (`.route(...)` in api.rs) plus the document's own route; (2) on every documented path each of
+/// GET, POST, PUT, DELETE, PATCH answers 405 exactly when the document does not list it; (3) a
+/// scripted session provokes every documented status of every operation (but those listed in
+/// `x-untested`, with where they are tested) and every status it observes is documented for
+/// that operation. Loopback, bounded (about 150 requests).
+#[test]
+fn openapi_matches_the_router() {
+    use std::collections::{BTreeMap, BTreeSet};
+    let doc: Value =
+        serde_json::from_str(include_str!("../../../dpbandits-serve/api/openapi.json")).unwrap();
+    assert_eq!(doc["openapi"], "3.1.0");
+    let api_rs = include_str!("../../../dpbandits-serve/src/api.rs");
+    let mut router_paths: BTreeSet<String> = api_rs
+        .split(".route(")
+        .skip(1)
+        .filter_map(|r| {
+            r.trim_start()
+                .strip_prefix('"')?
+                .split('"')
+                .next()
+                .map(String::from)
+        })
+        .collect();
+    let paths = doc["paths"].as_object().unwrap();
+    let doc_paths: BTreeSet<String> = paths.keys().cloned().collect();
+    router_paths.insert("/v1/openapi.json".into());
+    assert_eq!(
+        doc_paths, router_paths,
+        "documented paths vs the router's routes"
+    );
+    // operationId -> (method, path template, documented statuses)
+    let mut ops: BTreeMap<String, (String, String, BTreeSet<u16>)> = BTreeMap::new();
+    for (path, item) in paths {
+        for (method, op) in item.as_object().unwrap() {
+            let codes = op["responses"]
+                .as_object()
+                .unwrap()
+                .keys()
+                .map(|c| c.parse().unwrap())
+                .collect();
+            let id = op["operationId"].as_str().unwrap().to_string();
+            ops.insert(id, (method.to_uppercase(), path.clone(), codes));
+        }
+    }
+    let untested: BTreeSet<u16> = doc["x-untested"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(|c| c.parse().unwrap())
+        .collect();
+
+    let dir = tempdir();
+    let s = Server::start(dir.path(), free_port());
+    // The document is served as is.
+    let served = s.call("GET", "/v1/openapi.json", None, None);
+    assert_eq!(served.status, 200);
+    assert_eq!(served.json(), doc);
+
+    // (2) Methods: 405 exactly where the document lists no operation.
+    for (path, item) in paths {
+        let concrete = path.replace("{name}", "nope").replace("{id}", "1");
+        for m in ["GET", "POST", "PUT", "DELETE", "PATCH"] {
+            let r = request(s.addr, m, &concrete, Some(ADMIN), Some(b"{}"), TIMEOUT).unwrap();
+            let documented = item.get(m.to_lowercase()).is_some();
+            assert_eq!(r.status == 405, !documented, "{m} {path}: {}", r.status);
+            if r.status == 405 {
+                assert!(
+                    r.json()["error"].as_str().unwrap().contains("allowed"),
+                    "{}",
+                    r.body
+                );
+            }
+        }
+    }
+
+    // (3) A scripted session; every answer is recorded under its operation.
+    let seen: Mutex<BTreeMap<String, BTreeSet<u16>>> = Mutex::new(BTreeMap::new());
+    let call = |op: &str,
+                name: &str,
+                id: &str,
+                query: &str,
+                token: Option<&str>,
+                body: Option<&[u8]>|
+     -> Reply {
+        let (method, template, _) = &ops[op];
+        let path = format!(
+            "{}{query}",
+            template.replace("{name}", name).replace("{id}", id)
+        );
+        let r = request(s.addr, method, &path, token, body, TIMEOUT).unwrap();
+        seen.lock()
+            .unwrap()
+            .entry(op.into())
+            .or_default()
+            .insert(r.status);
+        r
+    };
+    let oversize = |op: &str, name: &str, token: &str| {
+        let (method, template, _) = &ops[op];
+        let path = template.replace("{name}", name).replace("{id}", "1");
+        let head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: 3000000\r\n\r\n"
+        );
+        let (text, _, _) = raw(s.addr, head.as_bytes(), Duration::from_secs(5));
+        let (status, _) = json_answer(&text);
+        seen.lock()
+            .unwrap()
+            .entry(op.into())
+            .or_default()
+            .insert(status);
+    };
+    let a = Some(ADMIN);
+    let j = |v: Value| v.to_string().into_bytes();
+    call("health", "", "", "", None, None);
+    call("openapi", "", "", "", None, None);
+    // create
+    let body = j(
+        json!({"name": "ep", "arms": 3, "policy": {"kind": "adac_ucb", "rho": 0.5},
+                        "dropout_reward": 0.0, "request_id": "c-ep"}),
+    );
+    let r = call("create", "", "", "", a, Some(&body));
+    assert_eq!(r.status, 201, "{}", r.body);
+    let tok = r.json()["client_token"].as_str().unwrap().to_string();
+    let r = call("create", "", "", "", a, Some(&body));
+    assert_eq!(r.status, 200, "{}", r.body);
+    let tok = r.json()["client_token"].as_str().map_or(tok, String::from);
+    let step = j(json!({"name": "st", "arms": 2, "policy": {"kind": "dp_ts", "epsilon": 1.0}}));
+    let r = call("create", "", "", "", a, Some(&step));
+    let stok = r.json()["client_token"].as_str().unwrap().to_string();
+    call("create", "", "", "", a, Some(&step)); // 409: exists
+    call("create", "", "", "", a, Some(b"[1]")); // 400
+    call("create", "", "", "", None, Some(&step)); // 401
+    call(
+        "create",
+        "",
+        "",
+        "",
+        a,
+        Some(&j(json!({"name": "x", "bogus": 1}))),
+    ); // 422
+    oversize("create", "", ADMIN); // 413
+    // list
+    call("list", "", "", "", a, None);
+    call("list", "", "", "", Some(&tok), None);
+    // decisions and rewards
+    let c = Some(tok.as_str());
+    let r = call("decide", "ep", "", "", c, Some(b"{}"));
+    let id = r.json()["decision_id"].as_u64().unwrap();
+    call("decide", "ep", "", "", c, Some(b"x")); // 400
+    call("decide", "ep", "", "", Some(&stok), Some(b"{}")); // 401: another experiment's token
+    call("decide", "nope", "", "", a, Some(b"{}")); // 404
+    call("decide", "ep", "", "", c, Some(&j(json!({"bogus": 1})))); // 422
+    oversize("decide", "ep", &tok);
+    let sc = Some(stok.as_str());
+    let r = call("decide", "st", "", "", sc, Some(b"{}"));
+    let sid = r.json()["decision_id"].as_u64().unwrap();
+    call("decide", "st", "", "", sc, Some(b"{}")); // 409: pending
+    call(
+        "reward",
+        "ep",
+        "",
+        "",
+        c,
+        Some(&j(json!({"decision_id": id, "reward": 1.0}))),
+    );
+    call("reward", "ep", "", "", c, Some(b"{")); // 400
+    call("reward", "ep", "", "", None, Some(b"{}")); // 401
+    call(
+        "reward",
+        "ep",
+        "",
+        "",
+        c,
+        Some(&j(json!({"decision_id": 999, "reward": 1.0}))),
+    ); // 404
+    call(
+        "reward",
+        "ep",
+        "",
+        "",
+        c,
+        Some(&j(json!({"decision_id": id}))),
+    ); // 422
+    oversize("reward", "ep", &tok);
+    // abandon
+    let r = call("decide", "ep", "", "", c, Some(b"{}"));
+    let id2 = r.json()["decision_id"].as_u64().unwrap().to_string();
+    call("abandon", "ep", &id2, "", c, Some(b"{}")); // 200
+    call("abandon", "ep", &id2, "", c, Some(b"x")); // 400
+    call("abandon", "ep", "abc", "", c, Some(b"{}")); // 422: the id does not parse
+    call("abandon", "ep", &id2, "", None, Some(b"{}")); // 401
+    call("abandon", "ep", "999", "", c, Some(b"{}")); // 404
+    call("abandon", "st", &sid.to_string(), "", sc, Some(b"{}")); // 422: no dropout_reward
+    oversize("abandon", "ep", &tok);
+    // status, ledger, export, audit
+    call("status", "ep", "", "", c, None);
+    call("status", "ep", "", "", None, None);
+    call("status", "nope", "", "", a, None);
+    call("ledger", "ep", "", "?limit=5", c, None);
+    call("ledger", "ep", "", "", None, None);
+    call("ledger", "nope", "", "", a, None);
+    call("ledger", "ep", "", "?limit=0", c, None);
+    call("export", "ep", "", "?format=csv", a, None);
+    call("export", "ep", "", "", c, None); // 401: admin only
+    call("export", "nope", "", "", a, None);
+    call("export", "ep", "", "?format=xml", a, None);
+    call("audit", "", "", "?limit=3", a, None);
+    call("audit", "", "", "?after=abc", a, None); // 400
+    call("audit", "", "", "", c, None);
+    call("audit", "", "", "?limit=0", a, None); // 422
+    // token rotation
+    call("rotate_token", "st", "", "", a, Some(b"x")); // 400
+    call("rotate_token", "st", "", "", sc, Some(b"{}")); // 401
+    call("rotate_token", "nope", "", "", a, Some(b"{}")); // 404
+    call("rotate_token", "st", "", "", a, Some(&j(json!({"a": 1})))); // 422
+    oversize("rotate_token", "st", ADMIN);
+    let r = call("rotate_token", "st", "", "", a, Some(b"{}"));
+    assert_eq!(r.status, 200, "{}", r.body);
+    // close and report
+    call("report", "ep", "", "", c, None); // 404 before closing
+    let r = call("decide", "ep", "", "", c, Some(b"{}"));
+    let pend = r.json()["decision_id"].as_u64().unwrap();
+    call("close", "ep", "", "", a, Some(b"{}")); // 422: pending
+    call(
+        "reward",
+        "ep",
+        "",
+        "",
+        c,
+        Some(&j(json!({"decision_id": pend, "reward": 0.5}))),
+    );
+    call("close", "ep", "", "", a, Some(b"[")); // 400
+    call("close", "ep", "", "", c, Some(b"{}")); // 401
+    call("close", "nope", "", "", a, Some(b"{}")); // 404
+    oversize("close", "ep", ADMIN);
+    let r = call("close", "ep", "", "", a, Some(&j(json!({"level": 0.9}))));
+    assert_eq!(r.status, 200, "{}", r.body);
+    call("report", "ep", "", "?format=html", c, None);
+    call("report", "ep", "", "", None, None);
+    call("report", "nope", "", "", a, None);
+    call("report", "ep", "", "?format=pdf", c, None);
+    call("decide", "ep", "", "", c, Some(b"{}")); // 409: closed
+    call(
+        "reward",
+        "ep",
+        "",
+        "",
+        c,
+        Some(&j(json!({"decision_id": pend, "reward": 0.5}))),
+    ); // 409
+    call("abandon", "ep", &pend.to_string(), "", c, Some(b"{}")); // 409
+    s.terminate();
+
+    let seen = seen.into_inner().unwrap();
+    for (op, (method, path, documented)) in &ops {
+        let got = seen.get(op).cloned().unwrap_or_default();
+        let undocumented: Vec<_> = got.difference(documented).collect();
+        assert!(
+            undocumented.is_empty(),
+            "{method} {path} ({op}) answered {undocumented:?}, not in the document"
+        );
+        let missing: Vec<_> = documented
+            .iter()
+            .filter(|c| !got.contains(c) && !untested.contains(c))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "{method} {path} ({op}): documented {missing:?} never provoked"
+        );
+    }
+}
