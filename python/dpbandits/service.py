@@ -194,6 +194,10 @@ class Client:
         answer = self.request("POST", "/v1/experiments", body)
         return Experiment(self, name, client_token=answer["client_token"], created=answer)
 
+    def metrics(self) -> str:
+        """``GET /metrics`` (admin): the Prometheus text format."""
+        return self.request("GET", "/metrics", raw=True).decode()
+
     def experiments(self) -> list[dict]:
         """``GET /v1/experiments`` (admin)."""
         return self.request("GET", "/v1/experiments")["experiments"]

@@ -145,6 +145,29 @@ def test_a_whole_trial_through_the_client(server, cli):
     assert admin.audit("trial-1", limit=10)[0]["event"] == "config"
     assert any(x["experiment"] == "trial-1" for x in admin.experiments())
 
+    # /metrics parses with the Prometheus text-format parser and agrees with the status.
+    from prometheus_client.parser import text_string_to_metric_families
+
+    families = {f.name: f for f in text_string_to_metric_families(admin.metrics())}
+    requests = {
+        (s.labels["route"], s.labels["status"]): s.value
+        for s in families["dpbandits_requests"].samples
+        if s.name == "dpbandits_requests_total"
+    }
+    assert requests[("decision", "200")] >= 122 and requests[("reward", "200")] >= 118
+    assert requests.get(("decision", "409"), 0) >= 1  # the closed experiment's refusal
+    charged = {
+        s.labels["experiment"]: s.value
+        for s in families["dpbandits_ledger_charged_total"].samples
+    }
+    assert charged["trial-1"] == pytest.approx(report["ledger"]["charged_total"]), report["ledger"]
+    lat = [s for s in families["dpbandits_request_duration_seconds"].samples
+           if s.labels.get("route") == "decision" and s.name.endswith("_bucket")]
+    assert [s.value for s in lat] == sorted(s.value for s in lat) and lat[-1].labels["le"] == "+Inf"
+    with pytest.raises(ServiceError) as e:
+        Client(url).metrics()
+    assert e.value.status == 401
+
     out = subprocess.run([str(cli), "audit-log", "verify", "--json", "--db", str(db)],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr

@@ -29,6 +29,7 @@ pub fn router(state: Shared) -> Router {
     Router::new()
         .route("/v1/health", get(health))
         .route("/v1/openapi.json", get(openapi))
+        .route("/metrics", get(metrics))
         .route("/v1/experiments", post(create).get(list))
         .route("/v1/experiments/{name}", get(status))
         .route("/v1/experiments/{name}/token", post(rotate))
@@ -61,6 +62,31 @@ async fn openapi() -> Response {
         OPENAPI,
     )
         .into_response()
+}
+
+/// `GET /metrics` (admin): the Prometheus text format ([`crate::metrics`]).
+async fn metrics(State(state): State<Shared>, headers: HeaderMap) -> Response {
+    let t = Instant::now();
+    let token = bearer(&headers);
+    let r = with_service(&state, move |s| {
+        admin(s, token.as_deref())?;
+        Ok(s.metrics_gauges())
+    })
+    .await;
+    match r {
+        Ok(g) => {
+            crate::metrics::record_request("metrics", 200, t.elapsed().as_secs_f64(), false);
+            (
+                [(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+                )],
+                crate::metrics::render(&g),
+            )
+                .into_response()
+        }
+        Err(e) => done("metrics", t, Err(e), json!({})),
+    }
 }
 
 /// Every error answer as JSON `{"error": ...}`: the router's own refusals (405 with its
@@ -304,6 +330,12 @@ async fn with_service<T: Send + 'static>(
 
 fn done(route: &str, started: Instant, r: ApiResult<Value>, fields: Value) -> Response {
     let status = r.as_ref().map_or_else(|e| e.status, |_| 200);
+    crate::metrics::record_request(
+        route,
+        status,
+        started.elapsed().as_secs_f64(),
+        r.as_ref().is_err_and(|e| e.retry_after.is_some()),
+    );
     let mut f =
         json!({"route": route, "status": status, "micros": started.elapsed().as_micros() as u64});
     if let (Some(o), Value::Object(extra)) = (f.as_object_mut(), fields) {
@@ -434,10 +466,24 @@ fn required<T>(key: &str, v: Option<T>, what: &str) -> ApiResult<T> {
 }
 
 async fn health(State(state): State<Shared>) -> Response {
+    let t = Instant::now();
     let r = with_service(&state, |s| {
-        Ok(json!({"status": "ok", "experiments": s.experiment_count()}))
+        // A durable write proves the database (and its disk) accepts commits.
+        s.probe_writable().map_err(|e| {
+            ApiError::new(
+                503,
+                format!("database: not writable ({e}); decisions and rewards cannot be committed"),
+            )
+        })?;
+        Ok(json!({"status": "ok", "experiments": s.experiment_count(), "writable": true}))
     })
     .await;
+    crate::metrics::record_request(
+        "health",
+        r.as_ref().map_or_else(|e| e.status, |_| 200),
+        t.elapsed().as_secs_f64(),
+        false,
+    );
     match r {
         Ok(v) => (StatusCode::OK, axum::Json(v)).into_response(),
         Err(e) => e.into_response(),

@@ -17,6 +17,7 @@
 
 pub mod api;
 pub mod client;
+pub mod metrics;
 pub mod report_html;
 mod server;
 pub mod service;

@@ -124,6 +124,7 @@ async fn connection(
 /// Answer a connection over the limit with 503 (JSON, `Retry-After: 1`) and close it, within a
 /// second.
 async fn refuse(mut sock: TcpStream, limit: usize, _slot: OwnedSemaphorePermit) {
+    crate::metrics::record_request("connection-limit", 503, 0.0, true);
     let body = json!({"error": format!(
         "too many open connections (at most {limit}, --max-connections); retry later"
     )})

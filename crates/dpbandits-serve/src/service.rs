@@ -1011,6 +1011,45 @@ impl Service {
         Ok(json!({"experiments": rows}))
     }
 
+    /// Prove the database accepts durable writes: commit the probe's time to `meta.health`
+    /// (one small transaction, synced like every other).
+    ///
+    /// # Errors
+    /// The write or its commit fails (a full disk, a read-only file system, ...).
+    pub fn probe_writable(&mut self) -> anyhow::Result<()> {
+        let tx = self.conn.transaction()?;
+        tx.execute(
+            "INSERT INTO meta (key, value) VALUES ('health', ?1)
+             ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            [store::now()],
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Every experiment's gauges for `/metrics` (maintained counts: no table is read).
+    pub fn metrics_gauges(&self) -> Vec<crate::metrics::ExperimentGauges> {
+        let mut names: Vec<&String> = self.experiments.keys().collect();
+        names.sort();
+        names
+            .into_iter()
+            .map(|n| {
+                let e = &self.experiments[n];
+                let c = e.counters();
+                let cost = cost_of(&e.guarantee);
+                crate::metrics::ExperimentGauges {
+                    name: n.clone(),
+                    decisions: c.issued,
+                    rewarded: c.observed,
+                    pending: e.session.pending(),
+                    charges: e.charges,
+                    charged_total: cost.map_or(0.0, |(_, c)| c * e.charges as f64),
+                    measure: cost.map_or("none", |(m, _)| m).to_string(),
+                }
+            })
+            .collect()
+    }
+
     /// Issue a decision. A repeated `request_id` returns the decision it already got. A
     /// contextual experiment needs the round's action set (`actions`, `k x d`); the answer's
     /// `arm` is the chosen action's index. A best-arm identification experiment answers

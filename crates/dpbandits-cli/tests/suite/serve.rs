@@ -1817,6 +1817,8 @@ fn openapi_matches_the_router() {
     let j = |v: Value| v.to_string().into_bytes();
     call("health", "", "", "", None, None);
     call("openapi", "", "", "", None, None);
+    call("metrics", "", "", "", a, None);
+    call("metrics", "", "", "", None, None);
     // create
     let body = j(
         json!({"name": "ep", "arms": 3, "policy": {"kind": "adac_ucb", "rho": 0.5},
