@@ -24,7 +24,6 @@ use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// The environment variable that may hold the admin token.
@@ -211,8 +210,13 @@ pub async fn serve_until(
     let service = service::Service::open(&opts.db, &opts.admin_token)?;
     let experiments = service.experiment_count();
     let tokens = service.tokens();
+    let (jobs, queue) = tokio::sync::mpsc::channel(4 * api::MAX_BATCH);
+    std::thread::Builder::new()
+        .name("dpbandits-writer".into())
+        .spawn(move || api::writer(service, queue))
+        .context("starting the writer thread")?;
     let state = api::Shared {
-        service: Arc::new(Mutex::new(service)),
+        jobs,
         tokens,
         body_timeout: limits.body_timeout,
     };

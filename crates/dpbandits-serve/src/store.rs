@@ -11,7 +11,7 @@
 //! (`service.rs`) calls them inside its transactions.
 
 use anyhow::{Context, Result, bail};
-use rusqlite::{Connection, OptionalExtension, Transaction, params};
+use rusqlite::{Connection, OptionalExtension, params};
 use sha2::{Digest, Sha256};
 use std::path::Path;
 
@@ -218,7 +218,7 @@ pub fn schema_version(conn: &Connection) -> Result<String> {
 ///
 /// # Errors
 /// SQLite errors.
-pub fn set_schema_version(tx: &Transaction<'_>, version: &str) -> Result<()> {
+pub fn set_schema_version(tx: &Connection, version: &str) -> Result<()> {
     tx.execute("UPDATE meta SET value = ?1 WHERE key = 'schema'", [version])?;
     Ok(())
 }
@@ -327,7 +327,7 @@ pub struct NewExperiment<'a> {
 ///
 /// # Errors
 /// SQLite errors (an existing name among them).
-pub fn insert_experiment(tx: &Transaction<'_>, e: &NewExperiment<'_>) -> Result<()> {
+pub fn insert_experiment(tx: &Connection, e: &NewExperiment<'_>) -> Result<()> {
     tx.execute(
         "INSERT INTO experiments (name, kind, arms, config, token_hash, guarantee, created, snapshot, issued, observed, commit_arm, commit_left, releases, create_request, create_hash)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 0, 0, NULL, NULL, 0, ?9, ?10)",
@@ -368,7 +368,7 @@ pub fn find_create_request(
 ///
 /// # Errors
 /// SQLite errors.
-pub fn set_token_hash(tx: &Transaction<'_>, name: &str, token_hash: &str) -> Result<()> {
+pub fn set_token_hash(tx: &Connection, name: &str, token_hash: &str) -> Result<()> {
     tx.execute(
         "UPDATE experiments SET token_hash = ?2 WHERE name = ?1",
         params![name, token_hash],
@@ -380,7 +380,7 @@ pub fn set_token_hash(tx: &Transaction<'_>, name: &str, token_hash: &str) -> Res
 ///
 /// # Errors
 /// SQLite errors.
-pub fn update_state(tx: &Transaction<'_>, name: &str, snapshot: &[u8], c: &Counters) -> Result<()> {
+pub fn update_state(tx: &Connection, name: &str, snapshot: &[u8], c: &Counters) -> Result<()> {
     tx.execute(
         "UPDATE experiments SET snapshot = ?2, issued = ?3, observed = ?4, commit_arm = ?5, commit_left = ?6, releases = ?7
          WHERE name = ?1",
@@ -436,7 +436,7 @@ pub struct NewDecision<'a> {
 ///
 /// # Errors
 /// SQLite errors.
-pub fn insert_decision(tx: &Transaction<'_>, name: &str, d: &NewDecision<'_>) -> Result<()> {
+pub fn insert_decision(tx: &Connection, name: &str, d: &NewDecision<'_>) -> Result<()> {
     tx.execute(
         "INSERT INTO decisions (experiment, id, arm, round, request_id, issued, actions, propensity, issued_unix)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
@@ -571,7 +571,7 @@ pub fn expired_decisions(conn: &Connection, name: &str, cutoff: f64) -> Result<V
 /// # Errors
 /// SQLite errors.
 pub fn record_reward(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     name: &str,
     id: u64,
     reward: f64,
@@ -600,8 +600,8 @@ pub struct Intent {
     pub cost: f64,
 }
 
-/// Commit a release intent in its own transaction (before the release is drawn); returns its
-/// ledger row id.
+/// Write a release intent in its own savepoint (the caller makes it durable before the release
+/// is drawn: `Service` commits the batch's transaction); returns its ledger row id.
 ///
 /// # Errors
 /// SQLite errors.
@@ -614,7 +614,7 @@ pub fn insert_intent(
     measure: &str,
     cost: f64,
 ) -> Result<i64> {
-    let tx = conn.transaction()?;
+    let tx = conn.savepoint()?;
     tx.execute(
         "INSERT INTO ledger (experiment, release, arm, rewards, measure, cost, status, created)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'intent', ?7)",
@@ -637,7 +637,7 @@ pub fn insert_intent(
 ///
 /// # Errors
 /// SQLite errors.
-pub fn open_intents(tx: &Transaction<'_>) -> Result<Vec<Intent>> {
+pub fn open_intents(tx: &Connection) -> Result<Vec<Intent>> {
     let mut stmt = tx.prepare(
         "SELECT id, experiment, release, arm, cost FROM ledger WHERE status = 'intent' ORDER BY id",
     )?;
@@ -659,7 +659,7 @@ pub fn open_intents(tx: &Transaction<'_>) -> Result<Vec<Intent>> {
 ///
 /// # Errors
 /// SQLite errors.
-pub fn set_ledger_status(tx: &Transaction<'_>, id: i64, status: &str) -> Result<()> {
+pub fn set_ledger_status(tx: &Connection, id: i64, status: &str) -> Result<()> {
     tx.execute(
         "UPDATE ledger SET status = ?2 WHERE id = ?1",
         params![id, status],
@@ -866,7 +866,7 @@ pub fn now() -> String {
 /// # Errors
 /// SQLite errors.
 pub fn audit(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     experiment: &str,
     event: &str,
     body: &serde_json::Value,
