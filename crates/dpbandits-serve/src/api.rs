@@ -471,8 +471,11 @@ fn required<T>(key: &str, v: Option<T>, what: &str) -> ApiResult<T> {
 }
 
 async fn health(State(state): State<Shared>) -> Response {
+    // The answer comes after its batch's commit, and the batch holds a write: a 200 proves the
+    // database takes a durable write now.
     let r = with_service(&state, |s| {
-        Ok(json!({"status": "ok", "experiments": s.experiment_count()}))
+        s.health_write()?;
+        Ok(json!({"status": "ok", "experiments": s.experiment_count(), "database": "writable"}))
     })
     .await;
     match r {

@@ -4,7 +4,8 @@
 //! * [`store`]: the SQLite database (WAL, full synchronous commits), the hash-chained audit log
 //!   ([`store::verify_chain`], behind `dpbandits audit-log verify`) and read-only inspection.
 //! * [`service`]: the state machine (experiments, decisions, rewards, the budget ledger); every
-//!   state change is one transaction committed before the response leaves.
+//!   state change is committed before the response leaves (group commit: [`api::writer`] runs
+//!   the waiting requests in one transaction and commits once).
 //! * [`api`]: the axum routes (`/v1/...`), authentication, field-naming errors, structured logs.
 //! * [`client`]: a minimal blocking HTTP/1.1 client over `std::net::TcpStream` (tests, the
 //!   benchmark example).

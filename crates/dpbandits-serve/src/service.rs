@@ -812,6 +812,18 @@ impl Service {
         Ok(())
     }
 
+    /// Write the health probe's time (`meta.health`): with the batch's commit, proof that the
+    /// database takes a durable write.
+    ///
+    /// # Errors
+    /// The write fails.
+    pub fn health_write(&mut self) -> ServiceResult<()> {
+        let tx = self.conn.savepoint()?;
+        store::set_meta(&tx, "health", &store::now())?;
+        tx.commit()?;
+        Ok(())
+    }
+
     /// Number of experiments.
     pub fn experiment_count(&self) -> usize {
         self.experiments.len()

@@ -214,6 +214,16 @@ pub fn schema_version(conn: &Connection) -> Result<String> {
     )
 }
 
+/// Set `meta.key` to `value` (inserted if missing).
+///
+/// # Errors
+/// SQLite errors.
+pub fn set_meta(tx: &Connection, key: &str, value: &str) -> Result<()> {
+    tx.prepare_cached("INSERT OR REPLACE INTO meta (key, value) VALUES (?1, ?2)")?
+        .execute([key, value])?;
+    Ok(())
+}
+
 /// Write the schema version inside `tx`.
 ///
 /// # Errors
@@ -381,9 +391,9 @@ pub fn set_token_hash(tx: &Connection, name: &str, token_hash: &str) -> Result<(
 /// # Errors
 /// SQLite errors.
 pub fn update_state(tx: &Connection, name: &str, snapshot: &[u8], c: &Counters) -> Result<()> {
-    tx.execute(
-        "UPDATE experiments SET snapshot = ?2, issued = ?3, observed = ?4, commit_arm = ?5, commit_left = ?6, releases = ?7
-         WHERE name = ?1",
+    tx.prepare_cached("UPDATE experiments SET snapshot = ?2, issued = ?3, observed = ?4, commit_arm = ?5, commit_left = ?6, releases = ?7
+         WHERE name = ?1")?
+        .execute(
         params![
             name,
             snapshot,
@@ -407,11 +417,10 @@ pub fn find_request(
     request_id: &str,
 ) -> Result<Option<(u64, usize)>> {
     Ok(conn
-        .query_row(
-            "SELECT id, arm FROM decisions WHERE experiment = ?1 AND request_id = ?2",
-            params![name, request_id],
-            |r| Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as usize)),
-        )
+        .prepare_cached("SELECT id, arm FROM decisions WHERE experiment = ?1 AND request_id = ?2")?
+        .query_row(params![name, request_id], |r| {
+            Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as usize))
+        })
         .optional()?)
 }
 
@@ -437,9 +446,9 @@ pub struct NewDecision<'a> {
 /// # Errors
 /// SQLite errors.
 pub fn insert_decision(tx: &Connection, name: &str, d: &NewDecision<'_>) -> Result<()> {
-    tx.execute(
-        "INSERT INTO decisions (experiment, id, arm, round, request_id, issued, actions, propensity, issued_unix)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+    tx.prepare_cached("INSERT INTO decisions (experiment, id, arm, round, request_id, issued, actions, propensity, issued_unix)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)")?
+        .execute(
         params![
             name,
             d.id as i64,
@@ -534,11 +543,12 @@ pub type StoredDecision = (usize, Option<f64>, Option<String>);
 /// SQLite errors.
 pub fn decision(conn: &Connection, name: &str, id: u64) -> Result<Option<StoredDecision>> {
     Ok(conn
-        .query_row(
+        .prepare_cached(
             "SELECT arm, reward, outcome FROM decisions WHERE experiment = ?1 AND id = ?2",
-            params![name, id as i64],
-            |r| Ok((r.get::<_, i64>(0)? as usize, r.get(1)?, r.get(2)?)),
-        )
+        )?
+        .query_row(params![name, id as i64], |r| {
+            Ok((r.get::<_, i64>(0)? as usize, r.get(1)?, r.get(2)?))
+        })
         .optional()?)
 }
 
@@ -578,8 +588,8 @@ pub fn record_reward(
     admitted: f64,
     outcome: &str,
 ) -> Result<()> {
-    tx.execute(
-        "UPDATE decisions SET reward = ?3, admitted = ?4, rewarded = ?5, outcome = ?6 WHERE experiment = ?1 AND id = ?2",
+    tx.prepare_cached("UPDATE decisions SET reward = ?3, admitted = ?4, rewarded = ?5, outcome = ?6 WHERE experiment = ?1 AND id = ?2")?
+        .execute(
         params![name, id as i64, reward, admitted, now(), outcome],
     )?;
     Ok(())
@@ -872,11 +882,8 @@ pub fn audit(
     body: &serde_json::Value,
 ) -> Result<(i64, String)> {
     let last: Option<(i64, String)> = tx
-        .query_row(
-            "SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1",
-            [],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
+        .prepare_cached("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1")?
+        .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()?;
     let (seq, prev) = match last {
         Some((s, h)) => (s + 1, h),
@@ -885,8 +892,8 @@ pub fn audit(
     let ts = now();
     let body = body.to_string();
     let hash = entry_hash(&prev, seq, &ts, experiment, event, &body);
-    tx.execute(
-        "INSERT INTO audit (seq, ts, experiment, event, body, prev, hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    tx.prepare_cached("INSERT INTO audit (seq, ts, experiment, event, body, prev, hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)")?
+        .execute(
         params![seq, ts, experiment, event, body, prev, hash],
     )?;
     Ok((seq, hash))
