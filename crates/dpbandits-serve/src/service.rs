@@ -1829,7 +1829,7 @@ mod tests {
         reads_stay_bounded(100_000);
     }
 
-    /// The full form (1M ledger rows, about a minute in debug):
+    /// The full form (1M ledger rows, 3.3 s in the test profile):
     /// `cargo test -p dpbandits-serve --lib -- --ignored status_and_ledger_pages_at_1m_rows`.
     #[test]
     #[ignore = "1M ledger rows: run with --ignored"]

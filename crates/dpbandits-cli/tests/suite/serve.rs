@@ -1396,7 +1396,12 @@ fn timeouts_limits_and_refusals_hold() {
     drop(held);
     std::thread::sleep(Duration::from_millis(200));
     let h = s.call("GET", "/v1/health", None, None);
-    assert_eq!((h.status, h.json()["database"].clone()), (200, json!("writable")), "{}", h.body);
+    assert_eq!(
+        (h.status, h.json()["database"].clone()),
+        (200, json!("writable")),
+        "{}",
+        h.body
+    );
 
     // A half-sent header is closed at the header timeout (2 s).
     let (text, closed, took) = raw(
