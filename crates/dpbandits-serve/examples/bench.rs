@@ -2,10 +2,15 @@
 //! decision and reward requests, for 1 and 8 concurrent clients, durability on (WAL,
 //! `synchronous = FULL`: every response waits for its commit to reach the disk).
 //!
-//! `cargo run --release -p dpbandits-serve --example bench [-- PAIRS [DIR]]`: PAIRS decision +
-//! reward pairs per configuration (default 2000); the database goes in DIR (default: a
-//! temporary folder under the system's temp dir; put it on the disk you mean to measure).
-//! One HTTP/1.1 connection per request, over loopback.
+//! `cargo run --release -p dpbandits-serve --example bench [-- PAIRS [DIR [KIND [CLIENTS]]]]`:
+//! PAIRS decision + reward pairs per configuration (default 2000); the database goes in DIR
+//! (default: a temporary folder under the system's temp dir; put it on the disk you mean to
+//! measure); KIND the policy kind, `KIND` or `KIND:key=value` (default `adac_ucb`, `rho = 0.5`;
+//! e.g. `dp_ts:epsilon=1.0`); CLIENTS a comma-separated
+//! list of client counts (default `1,8`). With `BENCH_ADDR=127.0.0.1:PORT` (and the admin token
+//! in `BENCH_ADMIN`) the clients drive an external `dpbandits serve` instead (to compare two
+//! builds with the same client code; DIR is then unused). One HTTP/1.1 connection per request,
+//! over loopback.
 
 use dpbandits_serve::client::request;
 use dpbandits_serve::{ServeOptions, serve_until};
@@ -31,6 +36,25 @@ fn main() -> anyhow::Result<()> {
         .prefix("dpb-bench")
         .tempdir_in(base)?;
     let db = dir.path().join("bench.sqlite");
+    let kind = args.next().unwrap_or_else(|| "adac_ucb".into());
+    let counts: Vec<u64> = args
+        .next()
+        .unwrap_or_else(|| "1,8".into())
+        .split(',')
+        .map(str::parse)
+        .collect::<Result<_, _>>()?;
+    let external: Option<SocketAddr> = std::env::var("BENCH_ADDR")
+        .ok()
+        .map(|a| a.parse())
+        .transpose()?;
+    let admin = std::env::var("BENCH_ADMIN").unwrap_or_else(|_| ADMIN.into());
+    let run_id = std::process::id();
+    // KIND or KIND:key=value (default key: rho = 0.5), e.g. `dp_ts:epsilon=1.0`.
+    let (kind, param) = match kind.split_once(':') {
+        Some((k, p)) => (k.to_string(), p.to_string()),
+        None => (kind, "rho=0.5".to_string()),
+    };
+    let policy = format!("kind = \"{kind}\"\n{}", param.replacen('=', " = ", 1));
     let (tx, rx) = std::sync::mpsc::channel();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let opts = ServeOptions {
@@ -40,37 +64,42 @@ fn main() -> anyhow::Result<()> {
         audit_key_file: None,
         limits: dpbandits_serve::Limits::default(),
     };
-    let server = std::thread::spawn(move || -> anyhow::Result<()> {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()?;
-        rt.block_on(serve_until(
-            opts,
-            async move {
-                let _ = stop_rx.await;
-            },
-            move |a| tx.send(a).expect("bench alive"),
-        ))
+    let server = external.is_none().then(|| {
+        std::thread::spawn(move || -> anyhow::Result<()> {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()?;
+            rt.block_on(serve_until(
+                opts,
+                async move {
+                    let _ = stop_rx.await;
+                },
+                move |a| tx.send(a).expect("bench alive"),
+            ))
+        })
     });
-    let addr: SocketAddr = rx.recv_timeout(T)?;
+    let addr: SocketAddr = match external {
+        Some(a) => a,
+        None => rx.recv_timeout(T)?,
+    };
     println!(
         "database: {} (durability on: WAL, synchronous = FULL)",
         db.display()
     );
     println!(
-        "| clients | decisions | decisions/s | decision p50 ms | decision p99 ms | reward p50 ms | reward p99 ms | 409 retries |"
+        "| kind | clients | decisions | decisions/s | decision p50 ms | decision p99 ms | reward p50 ms | reward p99 ms | 409 retries |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
-    for clients in [1u64, 8] {
-        let name = format!("bench{clients}");
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for clients in counts {
+        let name = format!("bench{run_id}-{kind}-{clients}");
         let r = request(
             addr,
             "POST",
             "/v1/experiments",
-            Some(ADMIN),
+            Some(&admin),
             Some(
-                json!({"name": name, "arms": 3, "policy": "kind = \"adac_ucb\"\nrho = 0.5"})
+                json!({"name": name, "arms": 3, "policy": policy})
                     .to_string()
                     .as_bytes(),
             ),
@@ -135,7 +164,7 @@ fn main() -> anyhow::Result<()> {
         }
         let secs = start.elapsed().as_secs_f64();
         println!(
-            "| {clients} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {:.2} | {} |",
+            "| {kind} | {clients} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {:.2} | {} |",
             dl.len(),
             dl.len() as f64 / secs,
             pct(&mut dl, 0.5),
@@ -146,8 +175,10 @@ fn main() -> anyhow::Result<()> {
         );
     }
     let _ = stop_tx.send(());
-    server
-        .join()
-        .map_err(|_| anyhow::anyhow!("server panicked"))??;
+    if let Some(server) = server {
+        server
+            .join()
+            .map_err(|_| anyhow::anyhow!("server panicked"))??;
+    }
     Ok(())
 }

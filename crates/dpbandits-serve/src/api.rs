@@ -9,15 +9,60 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Map, Value, json};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-/// The shared state of the handlers: the service, its token table (read without the service's
-/// lock: a request is authenticated before its body is read) and the body timeout.
+/// One operation for the writer: it runs on the service and returns what answers its request
+/// once the batch's commit is known (`true`: committed).
+pub type Job = Box<dyn FnOnce(&mut Service) -> Reply + Send>;
+/// Answers a request after its batch's commit (`true`) or failure (`false`: a 500).
+pub type Reply = Box<dyn FnOnce(bool) + Send>;
+
+/// Operations in one batch at most.
+pub const MAX_BATCH: usize = 512;
+
+/// The writer (group commit): the only owner of the service, on its own thread. It takes the
+/// waiting operations (at most [`MAX_BATCH`]), runs them one after the other inside one
+/// transaction ([`Service::begin_batch`]; each operation's writes are a savepoint in it),
+/// commits once (one fsync for the batch), and only then answers each. If the commit fails (or
+/// an operation panics), every request of the batch is answered 500 and the service reloads
+/// its state from the database. Ends when every sender is dropped.
+pub fn writer(mut s: Service, mut jobs: tokio::sync::mpsc::Receiver<Job>) {
+    while let Some(first) = jobs.blocking_recv() {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match jobs.try_recv() {
+                Ok(j) => batch.push(j),
+                Err(_) => break,
+            }
+        }
+        s.begin_batch();
+        let mut replies = Vec::with_capacity(batch.len());
+        for job in batch {
+            if s.batch_failed() {
+                // Dropped unrun: its request is answered 500.
+                continue;
+            }
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&mut s))) {
+                Ok(r) => replies.push(r),
+                Err(_) => s.fail_batch(),
+            }
+        }
+        let t = Instant::now();
+        let ok = s.commit_batch().is_ok();
+        crate::metrics::record_commit(replies.len(), t.elapsed().as_secs_f64());
+        for r in replies {
+            r(ok);
+        }
+    }
+}
+
+/// The shared state of the handlers: the writer's queue, the token table (read without the
+/// writer: a request is authenticated before its body is read) and the body timeout.
 #[derive(Clone)]
 pub struct Shared {
-    /// The service (one lock serialises its operations).
-    pub service: Arc<Mutex<Service>>,
+    /// The writer's queue ([`writer`]).
+    pub jobs: tokio::sync::mpsc::Sender<Job>,
     /// The token hashes ([`Service::tokens`]).
     pub tokens: Arc<RwLock<Tokens>>,
     /// A request body must arrive within this time after its header (else 408).
@@ -312,20 +357,30 @@ fn bearer(headers: &HeaderMap) -> Option<String> {
     (!t.is_empty()).then(|| t.to_string())
 }
 
-/// Run `f` on the service under its lock, on a blocking thread (SQLite commits block).
+/// Run `f` on the service through the writer's queue; the answer comes after the commit of
+/// `f`'s batch (a failed commit answers 500).
 async fn with_service<T: Send + 'static>(
     state: &Shared,
     f: impl FnOnce(&mut Service) -> ApiResult<T> + Send + 'static,
 ) -> ApiResult<T> {
-    let state = state.service.clone();
-    tokio::task::spawn_blocking(move || {
-        let mut s = state
-            .lock()
-            .map_err(|_| ApiError::internal("service lock poisoned"))?;
-        f(&mut s)
-    })
-    .await
-    .map_err(ApiError::internal)?
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let job: Job = Box::new(move |s: &mut Service| {
+        let r = f(s);
+        Box::new(move |committed: bool| {
+            let _ = tx.send(if committed {
+                r
+            } else {
+                Err(ApiError::internal("the batch's commit failed"))
+            });
+        }) as Reply
+    });
+    state
+        .jobs
+        .send(job)
+        .await
+        .map_err(|_| ApiError::internal("the writer has stopped"))?;
+    rx.await
+        .map_err(|_| ApiError::internal("the operation was not committed (its batch failed)"))?
 }
 
 fn done(route: &str, started: Instant, r: ApiResult<Value>, fields: Value) -> Response {
@@ -467,15 +522,11 @@ fn required<T>(key: &str, v: Option<T>, what: &str) -> ApiResult<T> {
 
 async fn health(State(state): State<Shared>) -> Response {
     let t = Instant::now();
+    // The answer comes after its batch's commit, and the batch holds a write: a 200 proves the
+    // database takes a durable write now.
     let r = with_service(&state, |s| {
-        // A durable write proves the database (and its disk) accepts commits.
-        s.probe_writable().map_err(|e| {
-            ApiError::new(
-                503,
-                format!("database: not writable ({e}); decisions and rewards cannot be committed"),
-            )
-        })?;
-        Ok(json!({"status": "ok", "experiments": s.experiment_count(), "writable": true}))
+        s.health_write()?;
+        Ok(json!({"status": "ok", "experiments": s.experiment_count(), "database": "writable"}))
     })
     .await;
     crate::metrics::record_request(

@@ -7,7 +7,8 @@
 //! * [`verify`]: `dpbandits audit-log verify` and the start-up self-check: the chain, a published
 //!   head, and every decision, reward, ledger row, counter and token hash against the log.
 //! * [`service`]: the state machine (experiments, decisions, rewards, the budget ledger); every
-//!   state change is one transaction committed before the response leaves.
+//!   state change is committed before the response leaves (group commit: [`api::writer`] runs
+//!   the waiting requests in one transaction and commits once).
 //! * [`api`]: the axum routes (`/v1/...`), authentication, field-naming errors, structured logs.
 //! * [`client`]: a minimal blocking HTTP/1.1 client over `std::net::TcpStream` (tests, the
 //!   benchmark example).
@@ -29,7 +30,6 @@ use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// The environment variable that may hold the admin token.
@@ -221,8 +221,13 @@ pub async fn serve_until(
         service::Service::open_keyed(&opts.db, &opts.admin_token, opts.audit_key_file.as_deref())?;
     let experiments = service.experiment_count();
     let tokens = service.tokens();
+    let (jobs, queue) = tokio::sync::mpsc::channel(4 * api::MAX_BATCH);
+    std::thread::Builder::new()
+        .name("dpbandits-writer".into())
+        .spawn(move || api::writer(service, queue))
+        .context("starting the writer thread")?;
     let state = api::Shared {
-        service: Arc::new(Mutex::new(service)),
+        jobs,
         tokens,
         body_timeout: limits.body_timeout,
     };

@@ -11,7 +11,7 @@
 //! (`service.rs`) calls them inside its transactions.
 
 use anyhow::{Context, Result, bail};
-use rusqlite::{Connection, OptionalExtension, Transaction, params};
+use rusqlite::{Connection, OptionalExtension, params};
 use sha2::{Digest, Sha256};
 use std::path::Path;
 
@@ -222,11 +222,21 @@ pub fn schema_version(conn: &Connection) -> Result<String> {
     )
 }
 
+/// Set `meta.key` to `value` (inserted if missing).
+///
+/// # Errors
+/// SQLite errors.
+pub fn set_meta(tx: &Connection, key: &str, value: &str) -> Result<()> {
+    tx.prepare_cached("INSERT OR REPLACE INTO meta (key, value) VALUES (?1, ?2)")?
+        .execute([key, value])?;
+    Ok(())
+}
+
 /// Write the schema version inside `tx`.
 ///
 /// # Errors
 /// SQLite errors.
-pub fn set_schema_version(tx: &Transaction<'_>, version: &str) -> Result<()> {
+pub fn set_schema_version(tx: &Connection, version: &str) -> Result<()> {
     tx.execute("UPDATE meta SET value = ?1 WHERE key = 'schema'", [version])?;
     Ok(())
 }
@@ -335,7 +345,7 @@ pub struct NewExperiment<'a> {
 ///
 /// # Errors
 /// SQLite errors (an existing name among them).
-pub fn insert_experiment(tx: &Transaction<'_>, e: &NewExperiment<'_>) -> Result<()> {
+pub fn insert_experiment(tx: &Connection, e: &NewExperiment<'_>) -> Result<()> {
     tx.execute(
         "INSERT INTO experiments (name, kind, arms, config, token_hash, guarantee, created, snapshot, issued, observed, commit_arm, commit_left, releases, create_request, create_hash)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 0, 0, NULL, NULL, 0, ?9, ?10)",
@@ -376,7 +386,7 @@ pub fn find_create_request(
 ///
 /// # Errors
 /// SQLite errors.
-pub fn set_token_hash(tx: &Transaction<'_>, name: &str, token_hash: &str) -> Result<()> {
+pub fn set_token_hash(tx: &Connection, name: &str, token_hash: &str) -> Result<()> {
     tx.execute(
         "UPDATE experiments SET token_hash = ?2 WHERE name = ?1",
         params![name, token_hash],
@@ -388,10 +398,10 @@ pub fn set_token_hash(tx: &Transaction<'_>, name: &str, token_hash: &str) -> Res
 ///
 /// # Errors
 /// SQLite errors.
-pub fn update_state(tx: &Transaction<'_>, name: &str, snapshot: &[u8], c: &Counters) -> Result<()> {
-    tx.execute(
-        "UPDATE experiments SET snapshot = ?2, issued = ?3, observed = ?4, commit_arm = ?5, commit_left = ?6, releases = ?7
-         WHERE name = ?1",
+pub fn update_state(tx: &Connection, name: &str, snapshot: &[u8], c: &Counters) -> Result<()> {
+    tx.prepare_cached("UPDATE experiments SET snapshot = ?2, issued = ?3, observed = ?4, commit_arm = ?5, commit_left = ?6, releases = ?7
+         WHERE name = ?1")?
+        .execute(
         params![
             name,
             snapshot,
@@ -415,11 +425,10 @@ pub fn find_request(
     request_id: &str,
 ) -> Result<Option<(u64, usize)>> {
     Ok(conn
-        .query_row(
-            "SELECT id, arm FROM decisions WHERE experiment = ?1 AND request_id = ?2",
-            params![name, request_id],
-            |r| Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as usize)),
-        )
+        .prepare_cached("SELECT id, arm FROM decisions WHERE experiment = ?1 AND request_id = ?2")?
+        .query_row(params![name, request_id], |r| {
+            Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as usize))
+        })
         .optional()?)
 }
 
@@ -444,10 +453,10 @@ pub struct NewDecision<'a> {
 ///
 /// # Errors
 /// SQLite errors.
-pub fn insert_decision(tx: &Transaction<'_>, name: &str, d: &NewDecision<'_>) -> Result<()> {
-    tx.execute(
-        "INSERT INTO decisions (experiment, id, arm, round, request_id, issued, actions, propensity, issued_unix)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+pub fn insert_decision(tx: &Connection, name: &str, d: &NewDecision<'_>) -> Result<()> {
+    tx.prepare_cached("INSERT INTO decisions (experiment, id, arm, round, request_id, issued, actions, propensity, issued_unix)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)")?
+        .execute(
         params![
             name,
             d.id as i64,
@@ -542,11 +551,12 @@ pub type StoredDecision = (usize, Option<f64>, Option<String>);
 /// SQLite errors.
 pub fn decision(conn: &Connection, name: &str, id: u64) -> Result<Option<StoredDecision>> {
     Ok(conn
-        .query_row(
+        .prepare_cached(
             "SELECT arm, reward, outcome FROM decisions WHERE experiment = ?1 AND id = ?2",
-            params![name, id as i64],
-            |r| Ok((r.get::<_, i64>(0)? as usize, r.get(1)?, r.get(2)?)),
-        )
+        )?
+        .query_row(params![name, id as i64], |r| {
+            Ok((r.get::<_, i64>(0)? as usize, r.get(1)?, r.get(2)?))
+        })
         .optional()?)
 }
 
@@ -579,15 +589,15 @@ pub fn expired_decisions(conn: &Connection, name: &str, cutoff: f64) -> Result<V
 /// # Errors
 /// SQLite errors.
 pub fn record_reward(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     name: &str,
     id: u64,
     reward: f64,
     admitted: f64,
     outcome: &str,
 ) -> Result<()> {
-    tx.execute(
-        "UPDATE decisions SET reward = ?3, admitted = ?4, rewarded = ?5, outcome = ?6 WHERE experiment = ?1 AND id = ?2",
+    tx.prepare_cached("UPDATE decisions SET reward = ?3, admitted = ?4, rewarded = ?5, outcome = ?6 WHERE experiment = ?1 AND id = ?2")?
+        .execute(
         params![name, id as i64, reward, admitted, now(), outcome],
     )?;
     Ok(())
@@ -608,8 +618,8 @@ pub struct Intent {
     pub cost: f64,
 }
 
-/// Commit a release intent in its own transaction (before the release is drawn); returns its
-/// ledger row id.
+/// Write a release intent in its own savepoint (the caller makes it durable before the release
+/// is drawn: `Service` commits the batch's transaction); returns its ledger row id.
 ///
 /// # Errors
 /// SQLite errors.
@@ -622,7 +632,7 @@ pub fn insert_intent(
     measure: &str,
     cost: f64,
 ) -> Result<i64> {
-    let tx = conn.transaction()?;
+    let tx = conn.savepoint()?;
     tx.execute(
         "INSERT INTO ledger (experiment, release, arm, rewards, measure, cost, status, created)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'intent', ?7)",
@@ -645,7 +655,7 @@ pub fn insert_intent(
 ///
 /// # Errors
 /// SQLite errors.
-pub fn open_intents(tx: &Transaction<'_>) -> Result<Vec<Intent>> {
+pub fn open_intents(tx: &Connection) -> Result<Vec<Intent>> {
     let mut stmt = tx.prepare(
         "SELECT id, experiment, release, arm, cost FROM ledger WHERE status = 'intent' ORDER BY id",
     )?;
@@ -667,7 +677,7 @@ pub fn open_intents(tx: &Transaction<'_>) -> Result<Vec<Intent>> {
 ///
 /// # Errors
 /// SQLite errors.
-pub fn set_ledger_status(tx: &Transaction<'_>, id: i64, status: &str) -> Result<()> {
+pub fn set_ledger_status(tx: &Connection, id: i64, status: &str) -> Result<()> {
     tx.execute(
         "UPDATE ledger SET status = ?2 WHERE id = ?1",
         params![id, status],
@@ -1108,17 +1118,14 @@ pub fn now() -> String {
 /// # Errors
 /// SQLite errors.
 pub fn audit(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     experiment: &str,
     event: &str,
     body: &serde_json::Value,
 ) -> Result<(i64, String)> {
     let last: Option<(i64, String)> = tx
-        .query_row(
-            "SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1",
-            [],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
+        .prepare_cached("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1")?
+        .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()?;
     let (seq, prev) = match last {
         Some((s, h)) => (s + 1, h),
@@ -1129,14 +1136,13 @@ pub fn audit(
     // Keyed: the connection's hash function holds the key ([`init_audit_key`]); a connection
     // without it cannot append.
     let hash: String = tx
-        .query_row(
-            &format!("SELECT {AUDIT_HASH_FN}(?1, ?2, ?3, ?4, ?5, ?6)"),
-            params![prev, seq, ts, experiment, event, body],
-            |r| r.get(0),
-        )
+        .prepare_cached(&format!("SELECT {AUDIT_HASH_FN}(?1, ?2, ?3, ?4, ?5, ?6)"))?
+        .query_row(params![prev, seq, ts, experiment, event, body], |r| {
+            r.get(0)
+        })
         .context("appending to the audit log: the audit key is not loaded on this connection")?;
-    tx.execute(
-        "INSERT INTO audit (seq, ts, experiment, event, body, prev, hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    tx.prepare_cached("INSERT INTO audit (seq, ts, experiment, event, body, prev, hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)")?
+        .execute(
         params![seq, ts, experiment, event, body, prev, hash],
     )?;
     Ok((seq, hash))
