@@ -1374,7 +1374,7 @@ mod pipeline_tests {
     fn a_pending_reward_cannot_change_decisions_before_its_release() {
         for (kind, params) in [("adac_ucb", "rho = 0.5"), ("adap_ucb", "epsilon = 1.0")] {
             let lag = |i: u64| (i * 13) % 29;
-            let base = |i: u64| ((i * 7) % 3 == 0) as u8 as f64;
+            let base = |i: u64| f64::from(u8::from((i * 7).is_multiple_of(3)));
             for target in [5u64, 40, 90] {
                 let run = |flip: bool| {
                     let mut s = session(kind, params, 11, WhilePending::Pipeline);
@@ -1498,7 +1498,7 @@ mod pipeline_tests {
     /// A pipelined session snapshots and restores mid-flight and continues bit-identically.
     #[test]
     fn a_pipelined_session_restores_in_flight() {
-        let reward = |i: u64| ((i % 4) == 0) as u8 as f64;
+        let reward = |i: u64| f64::from(u8::from(i.is_multiple_of(4)));
         let mut c = session("adac_ucb", "rho = 0.5", 2, WhilePending::Pipeline);
         for _ in 0..30 {
             c.decide().unwrap();

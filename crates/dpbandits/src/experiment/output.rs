@@ -163,7 +163,7 @@ fn write_regret_outputs(plan: &Plan, outcome: &Outcome, dir: &Path) -> Result<Ve
         files.extend(f.render(plan, &outcome.cells, dir)?);
     }
     if plan.spec.trial.is_some() {
-        files.extend(super::trial::write(plan, outcome, dir)?);
+        files.extend(super::trial::write(plan, outcome, &roles, dir)?);
     }
     Ok(files)
 }

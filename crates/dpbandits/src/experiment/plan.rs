@@ -543,7 +543,17 @@ fn cells(
                 "means": env.means(),
                 "reward_range": [lo, hi],
                 "instance": env.describe(),
-                "seed_derivation": crate::rng::describe(&[crate::rng::ENV_RUN, crate::rng::ENV_ARM]),
+                "seed_derivation": if spec.trial.is_some() {
+                    crate::rng::describe(&[
+                        crate::rng::ENV_RUN,
+                        crate::rng::ENV_ARM,
+                        crate::rng::TRIAL_ARRIVALS,
+                        crate::rng::TRIAL_DELAYS,
+                        crate::rng::TRIAL_DROPOUTS,
+                    ])
+                } else {
+                    crate::rng::describe(&[crate::rng::ENV_RUN, crate::rng::ENV_ARM])
+                },
             });
             Ok((cells, info))
         }

@@ -433,11 +433,13 @@ impl Cell for TrialCell {
     }
 }
 
-/// `trial.csv` and the figure `trial.{svg,png}` (regret after the last patient against the
-/// trial's duration, a curve per policy through its strategies) of a plan with `[trial]`.
+/// `trial.csv` and the figures `trial.{svg,png}` (regret after the last patient per strategy)
+/// and `trial_duration.{svg,png}` (the trial's duration per strategy), a curve per policy
+/// through the strategies in file order, of a plan with `[trial]`.
 pub(super) fn write(
     plan: &super::Plan,
     outcome: &super::Outcome,
+    roles: &[super::plot::Role],
     dir: &std::path::Path,
 ) -> Result<Vec<std::path::PathBuf>> {
     use crate::math::stats::Summary;
@@ -458,8 +460,14 @@ pub(super) fn write(
     ])
     .map_err(err)?;
     let mut curves: Vec<super::plot::Series> = vec![];
-    let roles = super::output::roles(plan);
-    for ((c, r), role) in plan.cells.iter().zip(&outcome.cells).zip(roles) {
+    let mut durations: Vec<super::plot::Series> = vec![];
+    let strategies: Vec<&str> = plan
+        .spec
+        .trial
+        .as_ref()
+        .map(|t| t.strategies.iter().map(|s| s.name()).collect())
+        .unwrap_or_default();
+    for ((c, r), &role) in plan.cells.iter().zip(&outcome.cells).zip(roles) {
         let label = c.label();
         let (policy, strategy) = label
             .rsplit_once(" [")
@@ -479,14 +487,17 @@ pub(super) fn write(
         ];
         row.extend(m.iter().map(|x| format!("{x}")));
         w.write_record(&row).map_err(err)?;
-        match curves.last_mut() {
-            Some(s) if s.name == policy => s.points.push((m[2], regret.mean)),
-            _ => curves.push(super::plot::Series {
-                name: policy.to_string(),
-                points: vec![(m[2], regret.mean)],
-                band: None,
-                role,
-            }),
+        let x = strategies.iter().position(|s| *s == strategy).unwrap_or(0) as f64;
+        for (series, y) in [(&mut curves, regret.mean), (&mut durations, m[2])] {
+            match series.last_mut() {
+                Some(s) if s.name == policy => s.points.push((x, y)),
+                _ => series.push(super::plot::Series {
+                    name: policy.to_string(),
+                    points: vec![(x, y)],
+                    band: None,
+                    role,
+                }),
+            }
         }
     }
     let p = dir.join("trial.csv");
@@ -495,31 +506,40 @@ pub(super) fn write(
         path: p.display().to_string(),
         error: e,
     })?;
-    let strategies: Vec<&str> = plan
-        .spec
-        .trial
-        .as_ref()
-        .map(|t| t.strategies.iter().map(|s| s.name()).collect())
-        .unwrap_or_default();
-    let spec = super::plot::PlotSpec {
-        title: format!(
-            "{}: regret after {} patients against the trial's duration ({} runs)",
-            plan.spec.name, plan.spec.horizon, plan.spec.runs
-        ),
-        x_label: "trial duration (days, until the last outcome)".into(),
-        y_label: "regret".into(),
-        series: curves,
-        notes: super::outcome::notes(
-            plan,
-            Some(&format!(
-                "points of a policy in strategy order: {}",
-                strategies.join(", ")
-            )),
-        ),
-        ..Default::default()
-    };
+    let axis = strategies
+        .iter()
+        .enumerate()
+        .map(|(i, s)| format!("{i} {s}"))
+        .collect::<Vec<_>>()
+        .join(", ");
     let mut files = vec![p];
-    files.extend(super::plot::draw(&dir.join("trial"), &spec)?);
+    for (stem, what, y_label, series) in [
+        (
+            "trial",
+            format!("regret after {} patients", plan.spec.horizon),
+            "regret",
+            curves,
+        ),
+        (
+            "trial_duration",
+            "the trial's duration (until the last outcome)".to_string(),
+            "days",
+            durations,
+        ),
+    ] {
+        let spec = super::plot::PlotSpec {
+            title: format!(
+                "{}: {what} per strategy ({} runs)",
+                plan.spec.name, plan.spec.runs
+            ),
+            x_label: format!("strategy ({axis})"),
+            y_label: y_label.into(),
+            series,
+            notes: super::outcome::notes(plan, None),
+            ..Default::default()
+        };
+        files.extend(super::plot::draw(&dir.join(stem), &spec)?);
+    }
     Ok(files)
 }
 
