@@ -152,7 +152,7 @@ impl InFlight {
     }
 
     /// Take the complete sum of the episode opened at `first` through its gate (and onto the
-    /// deployment grid, as [`super::episode_step`]); returns the finished episode and the arm's
+    /// deployment grid, as `episode_step` in `mod.rs`); returns the finished episode and the arm's
     /// committed count at its end (`before + len`, for the index count). Nothing changes on error.
     ///
     /// # Errors
