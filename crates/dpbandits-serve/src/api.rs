@@ -441,6 +441,7 @@ fn create_request(body: &Bytes) -> ApiResult<CreateRequest> {
             "request_id" => "a string of 1 to 128 characters",
             "dropout_reward" => "a number the policy's boundary admits",
             "reward_deadline" => "seconds, a number > 0",
+            "while_pending" => "\"wait\" (default) or \"pipeline\"",
             "policy" => "a TOML table as text or a JSON object",
             "allow_non_private" => "true or false",
             "seed" => "a non-negative integer",
@@ -469,6 +470,7 @@ fn create_request(body: &Bytes) -> ApiResult<CreateRequest> {
         "delta",
         "dropout_reward",
         "reward_deadline",
+        "while_pending",
     ] {
         if m.get(key) == Some(&Value::Null) {
             m.remove(key);

@@ -176,6 +176,11 @@ pub struct CreateRequest {
     /// reward recorded as `dropout_reward`), so that enrolment never waits longer.
     #[serde(default)]
     pub reward_deadline: Option<f64>,
+    /// Delayed outcomes: `"wait"` (default) or `"pipeline"` (the episodic finite-armed kinds:
+    /// the next commitment is opened from the released statistics while earlier ones wait for
+    /// their rewards; `dpbandits::session::WhilePending`).
+    #[serde(default)]
+    pub while_pending: Option<String>,
 }
 
 impl CreateRequest {
@@ -192,6 +197,7 @@ impl CreateRequest {
         "request_id",
         "dropout_reward",
         "reward_deadline",
+        "while_pending",
     ];
 
     /// The problem's keys as a TOML table for [`Problem::take_from`]; a key the setting does
@@ -972,7 +978,12 @@ impl Service {
                 u64::from_le_bytes(b)
             }
         };
-        let (session, problem) = build_session(table.clone(), &req, seed)?;
+        let (mut session, problem) = build_session(table.clone(), &req, seed)?;
+        if let Some(w) = &req.while_pending {
+            dpbandits::session::WhilePending::parse(w)
+                .and_then(|m| session.set_while_pending(m))
+                .map_err(|e| core_error(e, "while_pending"))?;
+        }
         if let Some(d) = req.dropout_reward {
             session.boundary().single(d).map_err(|e| {
                 ServiceError::invalid("dropout_reward", format!("dropout_reward: {e}"))
@@ -1016,7 +1027,7 @@ impl Service {
         let config = json!({"policy": toml::Value::Table(table).to_string(), "label": label, "arms": arms,
                             "problem": pj, "allow_non_private": req.allow_non_private,
                             "dropout_reward": req.dropout_reward, "reward_deadline": req.reward_deadline,
-                            "seed": req.seed.map(|_| "given")});
+                            "while_pending": req.while_pending, "seed": req.seed.map(|_| "given")});
         let tx = self.conn.savepoint()?;
         store::insert_experiment(
             &tx,
@@ -1368,9 +1379,10 @@ impl Service {
         // a refused reward changes nothing and the decision stays pending.
         let admitted = e.session.boundary().single(reward).map_err(invalid)?;
         let clipped = admitted.sum() != reward;
+        // The commitment of this decision (pipelined experiments have several open).
         let (carm, rounds, _, observed) = e
             .session
-            .commitment()
+            .commitment_of(decision_id.saturating_sub(1))
             .ok_or_else(|| ServiceError::internal("a pending decision without a commitment"))?;
         if carm != arm {
             return Err(ServiceError::internal(format!(
@@ -1399,7 +1411,10 @@ impl Service {
             }
             _ => None,
         };
-        if let Err(err) = e.session.observe(arm, reward) {
+        if let Err(err) = e
+            .session
+            .observe_decision(decision_id.saturating_sub(1), reward)
+        {
             return Err(match err {
                 dpbandits::Error::Boundary { .. } => invalid(err),
                 dpbandits::Error::Param { ref field, .. } if field == "reward" => invalid(err),
@@ -2689,5 +2704,66 @@ noise = "simulation""#,
         drop(s);
         let e = crate::verify::verify_default(&db).unwrap_err().to_string();
         assert!(e.starts_with("audit entry seq = 3"), "{e}");
+    }
+
+    /// Delayed outcomes, strategy (b): a `while_pending = "pipeline"` experiment serves
+    /// decisions while earlier commitments wait for their rewards (a `wait` experiment answers
+    /// 409 at the first boundary), applies each reward to its own decision's commitment, decides
+    /// as a pipelined core session fed the same rewards in the same order, and continues the same
+    /// after a restart; a kind that cannot pipeline is refused naming `while_pending`.
+    #[test]
+    fn a_pipelined_experiment_serves_while_rewards_are_pending() {
+        let dir = shm_dir();
+        let db = dir.path().join("s.sqlite");
+        let table = "rho = 1\nnoise = \"simulation\"";
+        let mut core = core_session("adac_ucb", table, &Problem::Finite { arms: 3 }, 4);
+        core.set_while_pending(dpbandits::session::WhilePending::Pipeline)
+            .unwrap();
+        let mut s = Service::open(&db, ADMIN).unwrap();
+        for (name, mode) in [("p", "pipeline"), ("w", "wait")] {
+            s.create(req(
+                json!({"name": name, "arms": 3, "seed": 4, "while_pending": mode,
+                                "policy": policy_json("adac_ucb", table)}),
+            ))
+            .unwrap();
+        }
+        // Wait: the second decision is at a boundary (the first commitment is one round).
+        s.decide("w", None, None).unwrap();
+        assert!(matches!(
+            s.decide("w", None, None),
+            Err(ServiceError::Conflict { .. })
+        ));
+        // Pipeline: 40 decisions with no reward in.
+        let mut ids = vec![];
+        for _ in 0..40 {
+            let d = s.decide("p", None, None).unwrap();
+            let arm = d["arm"].as_u64().unwrap() as usize;
+            assert_eq!(core.decide().unwrap().arm(), Some(arm));
+            ids.push((d["decision_id"].as_u64().unwrap(), arm));
+        }
+        assert_eq!(s.status("p").unwrap()["pending"], json!(40));
+        // Rewards in reverse order, each to its own decision.
+        for &(id, arm) in ids.iter().rev() {
+            let r = coin(id, arm, [0.2, 0.5, 0.7][arm]);
+            s.reward("p", id, r).unwrap();
+            core.observe_decision(id - 1, r).unwrap();
+        }
+        assert_eq!(s.status("p").unwrap()["pending"], json!(0));
+        drop(s);
+        let mut s = Service::open(&db, ADMIN).unwrap();
+        for _ in 0..20 {
+            let d = s.decide("p", None, None).unwrap();
+            assert_eq!(
+                core.decide().unwrap().arm(),
+                Some(d["arm"].as_u64().unwrap() as usize)
+            );
+        }
+        match s.create(req(
+            json!({"name": "q", "arms": 3, "while_pending": "pipeline",
+                                  "policy": {"kind": "dp_ts", "epsilon": 1.0}}),
+        )) {
+            Err(ServiceError::Invalid { field, .. }) => assert_eq!(field, "while_pending"),
+            r => panic!("{r:?}"),
+        }
     }
 }

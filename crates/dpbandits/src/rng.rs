@@ -104,6 +104,9 @@ pub enum Stream {
     /// Offline evaluation on logged feedback (`crate::offline`): rejection coins, draws of a
     /// stochastic target policy, the replayed policy's seed.
     Replay = 0x5265_706c_6179_0000,
+    /// A simulated trial's delays (`experiment/trial.rs`): patients' arrivals, outcome delays,
+    /// dropouts.
+    Trial = 0x5472_6961_6c00_0000,
 }
 
 /// SplitMix64 finaliser (Steele, Lea & Flood 2014), a bijective 64-bit mixer.
@@ -441,6 +444,53 @@ pub fn context_reward_rng(master: u64, run: u64) -> SimRng {
             ..Coords::default()
         },
     ))
+}
+
+/// A simulated trial's patient arrivals in run `r` (shared by every policy and strategy).
+pub const TRIAL_ARRIVALS: Derivation = Derivation {
+    name: "trial arrivals run r",
+    parent: "master_seed",
+    stream: Stream::Trial,
+    path: &[Coord::Const(0), Coord::Run],
+};
+/// A simulated trial's outcome delays in run `r` (one per patient, in arrival order).
+pub const TRIAL_DELAYS: Derivation = Derivation {
+    name: "trial delays run r",
+    parent: "master_seed",
+    stream: Stream::Trial,
+    path: &[Coord::Const(1), Coord::Run],
+};
+/// A simulated trial's dropout coins in run `r` (one per patient, in arrival order).
+pub const TRIAL_DROPOUTS: Derivation = Derivation {
+    name: "trial dropouts run r",
+    parent: "master_seed",
+    stream: Stream::Trial,
+    path: &[Coord::Const(2), Coord::Run],
+};
+
+fn run_rng(master: u64, run: u64, d: &Derivation) -> SimRng {
+    SimRng::seed_from_u64(d.seed(
+        master,
+        Coords {
+            run,
+            ..Coords::default()
+        },
+    ))
+}
+
+/// The patient arrivals of trial run `run` ([`TRIAL_ARRIVALS`]).
+pub fn trial_arrival_rng(master: u64, run: u64) -> SimRng {
+    run_rng(master, run, &TRIAL_ARRIVALS)
+}
+
+/// The outcome delays of trial run `run` ([`TRIAL_DELAYS`]).
+pub fn trial_delay_rng(master: u64, run: u64) -> SimRng {
+    run_rng(master, run, &TRIAL_DELAYS)
+}
+
+/// The dropout coins of trial run `run` ([`TRIAL_DROPOUTS`]).
+pub fn trial_dropout_rng(master: u64, run: u64) -> SimRng {
+    run_rng(master, run, &TRIAL_DROPOUTS)
 }
 
 /// A replay stream ([`REPLAY_ACCEPT`] or [`REPLAY_TARGET`]) below `master`.

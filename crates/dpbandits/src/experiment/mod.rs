@@ -23,6 +23,7 @@ pub mod plot;
 pub mod report;
 mod spec;
 pub mod summary;
+pub mod trial;
 
 pub use bai::BaiRow;
 pub use comparison::{BudgetRow, ComparisonSpec, budget_row};
@@ -32,3 +33,4 @@ pub use output::{manifest, write_outputs};
 pub use plan::{Limits, Plan, Work, expand_sweep};
 pub use spec::{CheckpointSpec, ExperimentSpec, parse_count};
 pub use summary::{Field, SummaryTable};
+pub use trial::TrialSpec;

@@ -162,6 +162,9 @@ fn write_regret_outputs(plan: &Plan, outcome: &Outcome, dir: &Path) -> Result<Ve
     for f in &plan.spec.figure {
         files.extend(f.render(plan, &outcome.cells, dir)?);
     }
+    if plan.spec.trial.is_some() {
+        files.extend(super::trial::write(plan, outcome, &roles, dir)?);
+    }
     Ok(files)
 }
 

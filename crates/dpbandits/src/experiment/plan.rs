@@ -248,6 +248,21 @@ impl Plan {
             }
         }
 
+        if let Some(t) = &spec.trial {
+            t.validate()?;
+            if setting != Setting::FiniteArmed {
+                return Err(Error::param(
+                    "trial",
+                    "(given)",
+                    format!("a [trial] in a finite-armed experiment only (this one is {setting})"),
+                ));
+            }
+            if !custom_policies.is_empty() {
+                return Err(Error::Config(
+                    "trial: a simulated trial drives registry kinds through the core session; custom policies are not supported".into(),
+                ));
+            }
+        }
         // The one planner loop: every [[policy]] table, every sweep point, in file order.
         if let Some((i, _)) = custom_policies
             .iter()
@@ -478,17 +493,48 @@ fn cells(
         Problem::Finite(Group { env, policies }) => {
             let env: Arc<dyn EnvConfig> = Arc::from(env);
             let mut cells: Vec<Box<dyn Cell>> = vec![];
-            for (i, cfg) in policies {
-                let kind = cfg.kind();
-                let cell = FiniteCell::new(
-                    env.clone(),
-                    cfg,
-                    grid.clone(),
-                    spec.master_seed,
-                    spec.simulation,
-                )
-                .at(|| format!("policy[{i}] ({kind})"))?;
-                cells.push(Box::new(cell));
+            if let Some(t) = &spec.trial {
+                let trial = Arc::new(t.clone());
+                // The expanded tables, in the planner's order (file order, sweep order).
+                let mut tables = vec![];
+                for (i, table) in spec.policy.iter().enumerate() {
+                    for mut t in expand_sweep(&without_kind(table))? {
+                        per_horizon(&mut t, spec.horizon);
+                        tables.push((i, t));
+                    }
+                }
+                for ((i, cfg), (j, table)) in policies.into_iter().zip(tables) {
+                    debug_assert_eq!(i, j);
+                    let kind = cfg.kind();
+                    for &strategy in &t.strategies {
+                        cells.push(Box::new(
+                            crate::experiment::trial::TrialCell::new(
+                                env.clone(),
+                                kind,
+                                cfg.as_ref(),
+                                table.clone(),
+                                strategy,
+                                trial.clone(),
+                                grid.clone(),
+                                spec.master_seed,
+                            )
+                            .at(|| format!("policy[{i}] ({kind}), trial.strategies"))?,
+                        ));
+                    }
+                }
+            } else {
+                for (i, cfg) in policies {
+                    let kind = cfg.kind();
+                    let cell = FiniteCell::new(
+                        env.clone(),
+                        cfg,
+                        grid.clone(),
+                        spec.master_seed,
+                        spec.simulation,
+                    )
+                    .at(|| format!("policy[{i}] ({kind})"))?;
+                    cells.push(Box::new(cell));
+                }
             }
             let (lo, hi) = env.reward_range();
             let info = serde_json::json!({
@@ -497,7 +543,17 @@ fn cells(
                 "means": env.means(),
                 "reward_range": [lo, hi],
                 "instance": env.describe(),
-                "seed_derivation": crate::rng::describe(&[crate::rng::ENV_RUN, crate::rng::ENV_ARM]),
+                "seed_derivation": if spec.trial.is_some() {
+                    crate::rng::describe(&[
+                        crate::rng::ENV_RUN,
+                        crate::rng::ENV_ARM,
+                        crate::rng::TRIAL_ARRIVALS,
+                        crate::rng::TRIAL_DELAYS,
+                        crate::rng::TRIAL_DROPOUTS,
+                    ])
+                } else {
+                    crate::rng::describe(&[crate::rng::ENV_RUN, crate::rng::ENV_ARM])
+                },
             });
             Ok((cells, info))
         }

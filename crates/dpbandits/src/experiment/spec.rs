@@ -136,6 +136,11 @@ pub struct ExperimentSpec {
     /// Equal-privacy comparison: budget conversions in the manifest and a comparison table.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub comparison: Option<super::ComparisonSpec>,
+    /// A simulated trial with delayed outcomes (`[trial]`, finite-armed only;
+    /// `experiment/trial.rs`): the horizon is the number of patients, and every policy is run
+    /// under each of the strategies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trial: Option<super::TrialSpec>,
     /// Set by [`ExperimentSpec::with_overrides`] (`--runs`, `--horizon`): what was changed from
     /// the file, printed on every figure and in `report.html` (a quick look is not the paper's
     /// setting).

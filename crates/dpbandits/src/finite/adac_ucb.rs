@@ -39,7 +39,7 @@
 //! (`simulation` | `deployment`; private kind only), `grid_bits` (1..=32, default 20: the
 //! deployment grid `2^-grid_bits`).
 
-use super::{Episode, Policy, PolicyConfig, Pull, argmax};
+use super::{Episode, InFlight, Pipelined, Policy, PolicyConfig, Pull, argmax};
 use crate::config::{AlgorithmInfo, Setting};
 use crate::error::{Result, check};
 use crate::privacy::{
@@ -274,6 +274,10 @@ pub struct AdaCUcb {
     raw: Vec<(RewardSum, f64)>,
     /// Running sum of every clipped reward of each arm (mutant `ForgetlessReleases` only).
     all_sums: Vec<RewardSum>,
+    /// Episodes in flight when driven pipelined (`pipeline.rs`; empty otherwise, and then not
+    /// in the snapshot).
+    #[serde(default, skip_serializing_if = "InFlight::is_empty")]
+    ahead: InFlight,
 }
 
 impl AdaCUcb {
@@ -300,6 +304,7 @@ impl AdaCUcb {
             releases: 0,
             raw: vec![(gate_boundary.empty_sum(), 1.0); k],
             all_sums: vec![gate_boundary.empty_sum(); k],
+            ahead: InFlight::default(),
         })
     }
 
@@ -342,10 +347,13 @@ impl AdaCUcb {
         }
     }
 
-    fn finish_episode(&mut self, ep: Episode) -> Result<()> {
+    /// Release the statistic of the finished episode `ep`; `count` is the arm's count at its
+    /// end (the textbook: its total pulls; pipelined: its committed count when the episode was
+    /// opened plus the episode's length), from which the index count `n` follows.
+    fn finish_episode(&mut self, ep: Episode, count: u64) -> Result<()> {
         let a = ep.arm;
         self.pulls[a] += ep.len;
-        let n = self.index_count(ep.len, self.pulls[a]);
+        let n = self.index_count(ep.len, count);
         self.all_sums[a].add(&ep.sum)?;
         self.raw[a] = (ep.sum, n);
         if self.cfg.mutant == Some(crate::privacy::AuditMutant::ForgetlessReleases) {
@@ -377,6 +385,13 @@ impl AdaCUcb {
         }
     }
 
+    /// The index of Eq. (14) of arm `a` for an episode starting at the 0-based round `t`
+    /// (`t_l = t + 1`); infinite for an arm without a release.
+    fn index(&self, a: usize, t: u64) -> f64 {
+        let log_t = (t as f64 + 1.0).ln();
+        self.released[a].map_or(f64::INFINITY, |m| m.value()) + (self.bonus_coeff[a] * log_t).sqrt()
+    }
+
     /// Whether a privacy mechanism is applied (rho finite). The non-private counterpart has no
     /// privacy boundary: it neither clips nor adds noise, exactly like the paper's baseline (its
     /// gate applies only the numeric boundary).
@@ -402,30 +417,27 @@ impl Policy for AdaCUcb {
         if let Some(ep) = self.episode {
             return ep.remaining();
         }
-        let (arm, len) =
-            if let Some(a) = self.released.iter().position(Option::is_none) {
-                (a, 1)
-            } else {
-                if self.cfg.mutant == Some(crate::privacy::AuditMutant::ResampleReleases) {
-                    // MUTANT: fresh noise on every index evaluation.
-                    for a in 0..self.released.len() {
-                        let (sum, n) = self.raw[a];
-                        if let Ok(m) = self.release(&sum, n) {
-                            self.released[a] = Some(m);
-                        }
+        let (arm, len) = if let Some(a) = self.released.iter().position(Option::is_none) {
+            (a, 1)
+        } else {
+            if self.cfg.mutant == Some(crate::privacy::AuditMutant::ResampleReleases) {
+                // MUTANT: fresh noise on every index evaluation.
+                for a in 0..self.released.len() {
+                    let (sum, n) = self.raw[a];
+                    if let Ok(m) = self.release(&sum, n) {
+                        self.released[a] = Some(m);
                     }
                 }
-                // t_l = t + 1 (1-based index of the episode's first round).
-                let log_t = (t as f64 + 1.0).ln();
-                let a =
-                    argmax(self.released.iter().zip(&self.bonus_coeff).map(|(m, &c)| {
-                        m.map_or(f64::INFINITY, |m| m.value()) + (c * log_t).sqrt()
-                    }));
-                (a, self.pulls[a])
-            };
+            }
+            let a = argmax((0..self.pulls.len()).map(|a| self.index(a, t)));
+            (a, self.pulls[a])
+        };
         self.episode = Some(Episode::start(arm, len, &self.gate.boundary()));
         self.gate.commit(arm, len);
         Pull { arm, steps: len }
+    }
+    fn pipelined(&mut self) -> Option<&mut dyn Pipelined> {
+        Some(self)
     }
     fn released_estimates(&self) -> Option<crate::report::Released> {
         // The cached releases (the last finished episode of each arm), never re-sampled. On
@@ -462,10 +474,39 @@ impl Policy for AdaCUcb {
             sum,
         )?;
         if let Some(ep) = done {
-            self.finish_episode(ep)?;
+            self.finish_episode(ep, self.pulls[ep.arm] + ep.len)?;
         }
         self.gate = gate;
         Ok(())
+    }
+}
+
+/// Pipelined episodes (`pipeline.rs`): the index of Eq. (14) on the released statistics, the
+/// episode doubling the arm's committed count.
+impl Pipelined for AdaCUcb {
+    fn open_ahead(&mut self, first: u64) -> Result<Pull> {
+        if self.episode.is_some() {
+            return Err(crate::error::Error::Protocol(
+                "open_ahead: an episode is open (the policy is driven one episode at a time)"
+                    .into(),
+            ));
+        }
+        let (arm, len) = self.ahead.pick(
+            &self.pulls,
+            |a| self.released[a].is_some(),
+            |a| self.index(a, first),
+        );
+        self.ahead
+            .open(first, arm, len, &self.pulls, &self.gate.boundary())
+    }
+    fn settle(&mut self, first: u64, arm: usize, sum: &RewardSum) -> Result<()> {
+        let (ep, count) = self
+            .ahead
+            .settle(first, arm, sum, &self.noise, &self.boundary)?;
+        self.finish_episode(ep, count)
+    }
+    fn in_flight(&self) -> usize {
+        self.ahead.len()
     }
 }
 

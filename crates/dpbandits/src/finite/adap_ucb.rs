@@ -44,7 +44,7 @@
 //! `deployment`; finite epsilon only), `grid_bits` (1..=32, default 20: the deployment grid
 //! `2^-grid_bits`).
 
-use super::{Episode, Policy, PolicyConfig, Pull, argmax};
+use super::{Episode, InFlight, Pipelined, Policy, PolicyConfig, Pull, argmax};
 use crate::config::{AlgorithmInfo, Setting};
 use crate::error::{Result, check};
 use crate::math::kl::kl_upper;
@@ -247,6 +247,10 @@ pub struct AdaP {
     raw: Vec<RewardSum>,
     /// Running sum of every clipped reward of each arm (mutant `ForgetlessReleases` only).
     all_sums: Vec<RewardSum>,
+    /// Episodes in flight when driven pipelined (`pipeline.rs`; empty otherwise, and then not
+    /// in the snapshot).
+    #[serde(default, skip_serializing_if = "InFlight::is_empty")]
+    ahead: InFlight,
 }
 
 impl AdaP {
@@ -269,6 +273,7 @@ impl AdaP {
             releases: 0,
             raw: vec![boundary.empty_sum(); k],
             all_sums: vec![boundary.empty_sum(); k],
+            ahead: InFlight::default(),
         })
     }
 
@@ -363,6 +368,9 @@ impl AdaP {
 }
 
 impl Policy for AdaP {
+    fn pipelined(&mut self) -> Option<&mut dyn Pipelined> {
+        Some(self)
+    }
     fn released_estimates(&self) -> Option<crate::report::Released> {
         // The cached releases (each arm's last finished episode, never re-sampled) with their
         // episode length and Laplace scale. Rounding on the deployment path: as AdaC-UCB's.
@@ -440,6 +448,37 @@ impl Policy for AdaP {
         }
         self.gate = gate;
         Ok(())
+    }
+}
+
+/// Pipelined episodes (`pipeline.rs`): the AdaP index on the released statistics, the episode
+/// doubling the arm's committed count; `n_a` stays the length of the arm's last released
+/// episode.
+impl Pipelined for AdaP {
+    fn open_ahead(&mut self, first: u64) -> Result<Pull> {
+        if self.episode.is_some() {
+            return Err(crate::error::Error::Protocol(
+                "open_ahead: an episode is open (the policy is driven one episode at a time)"
+                    .into(),
+            ));
+        }
+        let t_l = first as f64 + 1.0;
+        let (arm, len) = self.ahead.pick(
+            &self.pulls,
+            |a| self.released[a].is_some(),
+            |a| self.index(a, t_l),
+        );
+        self.ahead
+            .open(first, arm, len, &self.pulls, &self.boundary)
+    }
+    fn settle(&mut self, first: u64, arm: usize, sum: &RewardSum) -> Result<()> {
+        let (ep, _) = self
+            .ahead
+            .settle(first, arm, sum, &self.noise, &self.boundary)?;
+        self.finish_episode(ep)
+    }
+    fn in_flight(&self) -> usize {
+        self.ahead.len()
     }
 }
 

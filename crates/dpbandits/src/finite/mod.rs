@@ -10,6 +10,7 @@
 //!   non-private counterpart), `adap_ucb.rs` (AdaP-UCB, AdaP-KLUCB), `dp_se.rs`, `dp_ts.rs`,
 //!   `ldp_ucb.rs`, `kl_ucb_cf.rs`, `ldp.rs`, `sw_ucb.rs`, `d_ucb.rs`, `ucb1.rs`, `kl_ucb.rs`,
 //!   `thompson.rs`;
+//! * `pipeline.rs`: pipelined episodes of the episodic policies (delayed outcomes);
 //! * `sim.rs`: the run loop ([`simulate_finite`]) and the experiment cell ([`FiniteCell`]).
 //!
 //! # Environments
@@ -59,6 +60,7 @@ mod kl_ucb_cf;
 mod ldp;
 mod ldp_ucb;
 mod piecewise;
+mod pipeline;
 mod sim;
 mod sw_ucb;
 mod thompson;
@@ -83,6 +85,7 @@ pub use piecewise::{
     CORRUPT_BERNOULLI, FeedbackChannel, PIECEWISE_BERNOULLI, PiecewiseBernoulli, PiecewiseConfig,
     RandomSegments,
 };
+pub use pipeline::{InFlight, Pipelined};
 pub use sim::{FiniteCell, simulate_finite};
 pub use sw_ucb::{SW_KL_UCB, SW_UCB, SwKlUcbConfig, SwUcb, SwUcbConfig};
 pub use thompson::{THOMPSON, ThompsonConfig, ThompsonSampling};
@@ -225,6 +228,13 @@ pub trait Policy: Send + Debug {
     /// only ([`crate::report`]). `None` (the default): the kind keeps no per-arm released mean
     /// with a known noise law, so a report gives no estimates for it.
     fn released_estimates(&self) -> Option<crate::report::Released> {
+        None
+    }
+
+    /// Pipelined episodes (`pipeline.rs`): an episodic policy that can open its next episode
+    /// from released statistics while earlier episodes wait for their rewards. `None` (the
+    /// default): the caller waits at each commitment boundary.
+    fn pipelined(&mut self) -> Option<&mut dyn Pipelined> {
         None
     }
 
