@@ -253,28 +253,6 @@ fn restored_deployment_noise_is_fresh() {
     assert_ne!(run(&snap), run(&snap));
 }
 
-/// The private kinds with a deployment path. Every other private kind must refuse
-/// `noise = "deployment"` with an error naming `noise` (never run silently on float noise).
-/// Issue 28 extends this list kind by kind; the test fails if a kind is on the wrong side.
-const DEPLOYABLE: &[&str] = &[
-    "adac_ucb",
-    "adap_ucb",
-    "adap_klucb",
-    "dp_se",
-    "dp_ts",
-    "dp_tt",
-    "adap_tt",
-    "adap_tt_star",
-    "dp_se_bai",
-    "ldp_ucb",
-    "kl_ucb_cf",
-    "sw_klucb_cf",
-    "ldp",
-    "adac_gope",
-    "adar_gope_var",
-    "gope_output_perturbation",
-];
-
 fn session_problem(setting: dpbandits::config::Setting) -> dpbandits::session::Problem {
     use dpbandits::config::Setting;
     use dpbandits::session::Problem;
@@ -295,10 +273,11 @@ fn session_problem(setting: dpbandits::config::Setting) -> dpbandits::session::P
 }
 
 /// Conformance: walk `registry::POLICIES`; every private kind (its example's guarantee is not
-/// `not-applicable`) is built through the online session with `noise = "deployment"` and says
-/// deployment-grade, or (not yet deployable) is refused naming `noise`; every non-private kind
-/// refuses `noise = "deployment"`. Deployable finite and BAI kinds are then driven through the
-/// session (rewards in [0, 1]), snapshotted (the noise is a marker) and restored.
+/// `not-applicable`; all 17 of them) is built through the online session with
+/// `noise = "deployment"` and says deployment-grade with its budget unchanged; every non-private
+/// kind refuses `noise = "deployment"` naming `noise`. Finite and BAI kinds are then driven
+/// through the session (rewards in [0, 1]); every kind is snapshotted (the noise is a marker)
+/// and restored.
 #[test]
 fn every_private_kind_builds_with_deployment_noise() {
     use dpbandits::session::{Next, Session};
@@ -322,14 +301,6 @@ fn every_private_kind_builds_with_deployment_noise() {
         }
         private += 1;
         assert_eq!(grade, NoiseGrade::Simulation, "{kind}: default noise");
-        if !DEPLOYABLE.contains(&kind) {
-            let e = built
-                .err()
-                .unwrap_or_else(|| panic!("{kind}: deployable now, add it to DEPLOYABLE"))
-                .to_string();
-            assert!(e.contains("noise"), "{kind}: {e}");
-            continue;
-        }
         let mut s = built.unwrap_or_else(|e| panic!("{kind}: {e}"));
         let g = s.guarantee().unwrap().clone();
         assert_eq!(g.noise, NoiseGrade::Deployment, "{kind}");
