@@ -968,7 +968,8 @@ impl NoiseSource {
 /// operating system: its key never leaves the process.
 ///
 /// # Why a fresh key is sound
-/// Every policy with a deployment path (AdaC-UCB, AdaP-UCB/KLUCB) draws noise only when an
+/// Every policy with a deployment path (every private kind; e.g. AdaC-UCB, AdaP-UCB/KLUCB,
+/// the GOPE kinds, AdaC-OFUL) draws noise only when an
 /// episode ends, and caches the released statistic in its state (`released`), which the snapshot
 /// holds: nothing already released is ever drawn again after a restore, with this key or another.
 /// The noise of a release not yet made is independent of everything before it whatever the key,
