@@ -147,14 +147,16 @@ fn audit_errors_name_the_field() {
         (
             vec![
                 "audit",
-                // The one private kind without a deployment path yet (issue 28).
+                // Deployment refuses what would void its guarantee (no clipping).
                 "adac_oful",
                 "--param",
                 "rho=1",
+                "--param",
+                "mode=reproduction",
                 "--noise",
                 "deployment",
             ],
-            "noise",
+            "mode",
         ),
     ] {
         let out = bin().args(&args).output().unwrap();

@@ -394,7 +394,7 @@ fn every_setting_survives_sigkill_under_load() {
         (
             "ctx",
             json!({"dim": 3, "horizon": 5000,
-                       "policy": "kind = \"adac_oful\"\nrho = 1.0\nnoise = \"simulation\""}),
+                       "policy": "kind = \"adac_oful\"\nrho = 1.0"}),
         ),
         (
             "bai",
@@ -794,10 +794,11 @@ fn refusals_are_401_or_4xx_naming_the_field() {
         (
             "/v1/experiments",
             ADMIN,
-            b"{\"name\": \"ab\", \"dim\": 3, \"horizon\": 100, \"policy\": \"kind = 'adac_oful'\\nrho = 1.0\"}"
+            // Deployment noise (the service's default) refuses an unclipped AdaC-OFUL.
+            b"{\"name\": \"ab\", \"dim\": 3, \"horizon\": 100, \"policy\": \"kind = 'adac_oful'\\nrho = 1.0\\nmode = 'reproduction'\"}"
                 .to_vec(),
             422,
-            "noise",
+            "mode = \"reproduction\"",
         ),
         (
             "/v1/experiments",

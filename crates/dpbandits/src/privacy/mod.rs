@@ -32,7 +32,8 @@ pub use conversion::{
 pub use gaussian::{GaussianMechanism, NoisyMean};
 pub use laplace::{LaplaceMechanism, sample_standard_laplace};
 pub use noise::{
-    DEFAULT_GRID_BITS, MAX_GRID_BITS, NoiseGrade, NoiseKind, NoiseSource, check_noise, noise_label,
+    DEFAULT_GRID_BITS, LinearSum, MAX_GRID_BITS, NoiseGrade, NoiseKind, NoiseSource, check_noise,
+    noise_label,
 };
 pub use randomized_response::{LocalRandomizer, PerArmChannel, RandomizedResponse};
 pub(crate) use randomized_response::{

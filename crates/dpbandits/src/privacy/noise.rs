@@ -303,6 +303,200 @@ impl Deployment {
     }
 }
 
+impl Deployment {
+    /// The deployment release of a vector-Gaussian statistic held exactly in `acc`
+    /// ([`NoiseSource::gaussian_linear`]'s docs): `sigma^2 = max(Delta_Z^2, (2^(k+m)
+    /// min_sensitivity)^2) / (2 rho)` with `Delta_Z^2 = ceil(2^k (hi - lo))^2 max_b ||W_b||^2`,
+    /// `Y_j ~ N_Z(0, sigma^2)` independently, released `(U + Y) / 2^(k+m)`.
+    fn release_linear(
+        &mut self,
+        rho: f64,
+        min_sensitivity: f64,
+        acc: &LinearSum,
+        boundary: &RewardBoundary,
+    ) -> Result<(Vec<f64>, f64)> {
+        let grid = Grid { k: acc.k };
+        let scale = grid
+            .scale_ratio()
+            .mul(&Ratio::from_f64(pow2(acc.m)).expect("2^m"));
+        let delta_unit = (boundary.width() * grid.scale()).ceil();
+        let dz = Ratio::from_f64(delta_unit * delta_unit)
+            .expect("finite")
+            .mul(&Ratio::integer(BigUint::from(acc.w2max)));
+        let req = Ratio::from_f64(min_sensitivity)
+            .ok_or_else(|| Error::param("sensitivity", min_sensitivity, "a finite number >= 0"))?
+            .mul(&scale);
+        let req2 = req.mul(&req);
+        let delta2 = if dz.le(&req2) { req2 } else { dz };
+        let sigma2 = if rho.is_infinite() {
+            Ratio::integer(0u32)
+        } else {
+            let two_rho = Ratio::from_f64(rho)
+                .expect("rho checked finite and > 0")
+                .mul(&Ratio::integer(2u32));
+            delta2.div(&two_rho).expect("rho > 0")
+        };
+        let total = scale.to_f64();
+        let mut q = Vec::with_capacity(acc.u.len());
+        for &uj in &acc.u {
+            let y = discrete_gaussian(&sigma2, &mut self.rng);
+            let y = super::discrete::signed_to_i128(&y).ok_or_else(|| {
+                Error::param("rho", rho, "a budget whose noise fits in 128-bit integers")
+            })?;
+            let v = uj
+                .checked_add(y)
+                .ok_or_else(|| Error::param("rho", rho, "a smaller noise scale"))?;
+            // Not recorded to the audit tap here: the caller records the released estimate
+            // (GOPE: `basis * theta`, AdaC-OFUL: each coordinate of the episode release, as on
+            // their simulation paths), so each release is seen once.
+            q.push(v as f64 / total);
+        }
+        Ok((q, sigma2.to_f64().sqrt() / total))
+    }
+}
+
+/// The exact integer form `U = sum_b S_b W_b` of a vector-Gaussian statistic `sum_b S_b w_b`
+/// on the deployment path ([`NoiseSource::gaussian_linear`]'s docs): `S_b` a block's reward sum
+/// in units of its release grid `2^-k`, `W_b = round(2^m w_b)` its public weight vector on the
+/// grid `2^-m`, and `max_b ||W_b||^2` (the integer L2 sensitivity's factor). Built by
+/// [`NoiseSource::linear_sum`] (or internally by `gaussian_linear`), filled by [`Self::push`],
+/// released by [`NoiseSource::gaussian_linear_sum`] and emptied by [`Self::clear`]. It holds
+/// unreleased private statistics: it travels in snapshots (as decimal strings) like the float
+/// statistics beside it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinearSum {
+    /// Reward grid exponent `k` (`2^-k`), fixed by `grid_bits` and the largest block.
+    k: i32,
+    /// Weight grid exponent `m`: `|W| < 2^40` for `|w| <= wbound`.
+    m: i32,
+    /// Largest reward count of one block (the grid `k` is valid up to it).
+    n_max: u64,
+    /// `U`, one integer per coordinate.
+    #[serde(with = "decimal_vec")]
+    u: Vec<i128>,
+    /// `max_b ||W_b||^2` over the blocks pushed since the last [`Self::clear`].
+    #[serde(with = "decimal")]
+    w2max: u128,
+}
+
+impl LinearSum {
+    /// The grids of [`NoiseSource::gaussian_linear`]: `k` of a release of `n_max` rewards per
+    /// block, `m = 40 - (e + 1)` with `2^e <= wbound < 2^(e+1)` (0 if `wbound = 0`).
+    fn on_grid(
+        grid_bits: u32,
+        r: usize,
+        n_max: u64,
+        wbound: f64,
+        boundary: &RewardBoundary,
+    ) -> Self {
+        let m: i32 = if wbound > 0.0 && wbound.is_finite() {
+            (40 - (decompose_exp(wbound) + 1)).clamp(-1000, 1000)
+        } else {
+            0
+        };
+        LinearSum {
+            k: Grid::for_release(grid_bits, n_max, boundary).k,
+            m,
+            n_max,
+            u: vec![0; r],
+            w2max: 0,
+        }
+    }
+
+    /// Add the block `S w`: the reward sum `s` (at most `n_max` rewards inside `boundary`) in
+    /// grid units, times `w` rounded to the weight grid, exactly.
+    ///
+    /// # Errors
+    /// A sum outside `boundary` or of more than `n_max` rewards; `w` of another length than the
+    /// statistic, non-finite, or beyond the weight grid (`|w_j| >= 2^(40 - m)`); an integer
+    /// overflow (beyond `2^127`: not reachable by any run). `self` is unchanged on error.
+    pub fn push(&mut self, s: &RewardSum, w: &[f64], boundary: &RewardBoundary) -> Result<()> {
+        let n = s.releasable(boundary)?;
+        if n > self.n_max {
+            return Err(Error::param(
+                "n",
+                n,
+                format!(
+                    "at most {} rewards in one block of this statistic",
+                    self.n_max
+                ),
+            ));
+        }
+        let wscale = pow2(self.m);
+        if w.len() != self.u.len()
+            || w.iter()
+                .any(|x| !x.is_finite() || (x * wscale).abs() >= 2f64.powi(40))
+        {
+            return Err(Error::param(
+                "weights",
+                format!("{w:?}"),
+                format!(
+                    "{} finite numbers below {} in magnitude",
+                    self.u.len(),
+                    2f64.powi(40 - self.m)
+                ),
+            ));
+        }
+        let units = Grid { k: self.k }.units(s.sum()) as i128; // |units| <= 2^53: exact
+        let overflow = || Error::Protocol("linear statistic beyond 2^127 grid units".into());
+        let mut next = self.u.clone();
+        let mut w2: u128 = 0;
+        for (uj, wj) in next.iter_mut().zip(w) {
+            let wi = round_half_up(wj * wscale) as i128; // exact: |.| <= 2^40
+            *uj = uj
+                .checked_add(units.checked_mul(wi).ok_or_else(overflow)?)
+                .ok_or_else(overflow)?;
+            w2 = w2
+                .checked_add(wi.unsigned_abs() * wi.unsigned_abs())
+                .ok_or_else(overflow)?;
+        }
+        self.u = next;
+        self.w2max = self.w2max.max(w2);
+        Ok(())
+    }
+
+    /// Empty the statistic (after its release), keeping its grids.
+    pub fn clear(&mut self) {
+        self.u.iter_mut().for_each(|x| *x = 0);
+        self.w2max = 0;
+    }
+
+    /// The statistic's dimension `r`.
+    pub fn dim(&self) -> usize {
+        self.u.len()
+    }
+}
+
+/// `u128` as a decimal string in snapshots (CBOR and JSON both keep it exactly).
+mod decimal {
+    use serde::{Deserialize, Deserializer, Serializer};
+    pub fn serialize<S: Serializer>(x: &u128, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(&x.to_string())
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<u128, D::Error> {
+        String::deserialize(d)?
+            .parse()
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// `Vec<i128>` as decimal strings in snapshots.
+mod decimal_vec {
+    use serde::{Deserialize, Deserializer, Serializer};
+    pub fn serialize<S: Serializer>(x: &[i128], s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_seq(x.iter().map(|v| v.to_string()))
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> std::result::Result<Vec<i128>, D::Error> {
+        Vec::<String>::deserialize(d)?
+            .iter()
+            .map(|v| v.parse().map_err(serde::de::Error::custom))
+            .collect()
+    }
+}
+
 enum Inner {
     Simulation(SimRng),
     Deployment(Box<Deployment>),
@@ -665,66 +859,59 @@ impl NoiseSource {
                     .into_iter()
                     .max()
                     .unwrap_or(1);
-                let grid = Grid::for_release(d.grid_bits, n_max, boundary);
-                // The weights' grid: |W| < 2^40.
-                let m: i32 = if wmax > 0.0 {
-                    (40 - (decompose_exp(wmax) + 1)).clamp(-1000, 1000)
-                } else {
-                    0
-                };
-                let wscale = pow2(m);
-                let mut u = vec![0i128; r];
-                let mut w2max = BigUint::from(0u32);
+                let mut acc = LinearSum::on_grid(d.grid_bits, r, n_max, wmax, boundary);
                 for (s, w) in blocks {
-                    let units = grid.units(s.sum()) as i128; // |units| <= 2^53: exact
-                    let mut w2 = BigUint::from(0u32);
-                    for (uj, wj) in u.iter_mut().zip(w) {
-                        let wi = round_half_up(wj * wscale) as i128; // exact: |.| < 2^41
-                        *uj += units * wi;
-                        w2 += BigUint::from(wi.unsigned_abs()) * BigUint::from(wi.unsigned_abs());
-                    }
-                    if w2 > w2max {
-                        w2max = w2;
-                    }
+                    acc.push(s, w, boundary)?;
                 }
-                let scale = grid
-                    .scale_ratio()
-                    .mul(&Ratio::from_f64(wscale).expect("2^m"));
-                let delta_unit = (boundary.width() * grid.scale()).ceil();
-                let dz = Ratio::from_f64(delta_unit * delta_unit)
-                    .expect("finite")
-                    .mul(&Ratio::integer(w2max));
-                let req = Ratio::from_f64(min_sensitivity)
-                    .ok_or_else(|| {
-                        Error::param("sensitivity", min_sensitivity, "a finite number >= 0")
-                    })?
-                    .mul(&scale);
-                let req2 = req.mul(&req);
-                let delta2 = if dz.le(&req2) { req2 } else { dz };
-                let sigma2 = if rho.is_infinite() {
-                    Ratio::integer(0u32)
-                } else {
-                    let two_rho = Ratio::from_f64(rho)
-                        .expect("rho checked finite and > 0")
-                        .mul(&Ratio::integer(2u32));
-                    delta2.div(&two_rho).expect("rho > 0")
-                };
-                let total = scale.to_f64();
-                let mut q = Vec::with_capacity(r);
-                for uj in u {
-                    let y = discrete_gaussian(&sigma2, &mut d.rng);
-                    let y = super::discrete::signed_to_i128(&y).ok_or_else(|| {
-                        Error::param("rho", rho, "a budget whose noise fits in 128-bit integers")
-                    })?;
-                    let v = uj
-                        .checked_add(y)
-                        .ok_or_else(|| Error::param("rho", rho, "a smaller noise scale"))?;
-                    // Not recorded to the audit tap here: the caller records the released
-                    // estimate (GOPE: `basis * theta`, as on its simulation path), so each
-                    // release is seen once.
-                    q.push(v as f64 / total);
-                }
-                Ok((q, sigma2.to_f64().sqrt() / total))
+                d.release_linear(rho, min_sensitivity, &acc, boundary)
+            }
+        }
+    }
+
+    /// An empty exact accumulator ([`LinearSum`]) of a vector-Gaussian statistic
+    /// `sum_b S_b w_b` in `R^r` for the deployment path, to be filled block by block as the
+    /// rewards arrive ([`LinearSum::push`]) and released with [`Self::gaussian_linear_sum`]:
+    /// for a statistic whose blocks are too many to keep (AdaC-OFUL's episode sum
+    /// `sum_s r_s a_s` has one block per round). `n_max` is the largest reward count of one block
+    /// and `wbound` a public bound on `|w_j|` (both fix the grids, as [`Self::gaussian_linear`]
+    /// derives them from its blocks). `None` on the simulation path.
+    pub fn linear_sum(
+        &self,
+        r: usize,
+        n_max: u64,
+        wbound: f64,
+        boundary: &RewardBoundary,
+    ) -> Option<LinearSum> {
+        match &self.inner {
+            Inner::Simulation(_) => None,
+            Inner::Deployment(d) => {
+                Some(LinearSum::on_grid(d.grid_bits, r, n_max, wbound, boundary))
+            }
+        }
+    }
+
+    /// Release the statistic accumulated in `acc` (deployment path): exactly the release of
+    /// [`Self::gaussian_linear`] on the same blocks (the same integers, sensitivity, `sigma^2`
+    /// and law). Returns the released vector and the per-coordinate noise scale at the scale of
+    /// the statistic. Not recorded to the audit tap (the caller records what it releases).
+    ///
+    /// # Errors
+    /// On the simulation path (its callers keep their float mechanism); bad `rho` /
+    /// `min_sensitivity`; noise beyond the range of `i128`.
+    pub fn gaussian_linear_sum(
+        &mut self,
+        rho: f64,
+        min_sensitivity: f64,
+        acc: &LinearSum,
+        boundary: &RewardBoundary,
+    ) -> Result<(Vec<f64>, f64)> {
+        match &mut self.inner {
+            Inner::Simulation(_) => Err(Error::Config(
+                "an exact linear accumulator is released on the deployment path only".into(),
+            )),
+            Inner::Deployment(d) => {
+                GaussianMechanism::for_zcdp(min_sensitivity.max(1.0), rho)?; // parameter checks
+                d.release_linear(rho, min_sensitivity, acc, boundary)
             }
         }
     }
@@ -781,7 +968,8 @@ impl NoiseSource {
 /// operating system: its key never leaves the process.
 ///
 /// # Why a fresh key is sound
-/// Every policy with a deployment path (AdaC-UCB, AdaP-UCB/KLUCB) draws noise only when an
+/// Every policy with a deployment path (every private kind; e.g. AdaC-UCB, AdaP-UCB/KLUCB,
+/// the GOPE kinds, AdaC-OFUL) draws noise only when an
 /// episode ends, and caches the released statistic in its state (`released`), which the snapshot
 /// holds: nothing already released is ever drawn again after a restore, with this key or another.
 /// The noise of a release not yet made is independent of everything before it whatever the key,

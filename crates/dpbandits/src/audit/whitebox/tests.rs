@@ -290,12 +290,12 @@ fn white_box_report_and_refusals() {
     assert!(err.starts_with("samples"), "{err}");
 }
 
-/// Deployment-grade noise (issue 28): every private kind that builds with `noise =
-/// "deployment"` (found by trying, so kinds made deployable later are covered without editing
-/// this test) is `tight` in the white-box mode, its report says it is not reproducible from the
-/// seed, and noise x0.1 is caught as a leak on one kind of each deployed family (discrete
+/// Deployment-grade noise (issue 28): every private kind (all 17) builds with `noise =
+/// "deployment"`, is `tight` in the white-box mode, its report says it is not reproducible from
+/// the seed, and noise x0.1 is caught as a leak on one kind of each deployed family (discrete
 /// Gaussian: AdaC-UCB; discrete Laplace on a mean: AdaP-UCB; on a sum: DP-SE (BAI); the
-/// geometric sum of Lazy-DP-TS, whose deployment releases were invisible to the tap before).
+/// geometric sum of Lazy-DP-TS, whose deployment releases were invisible to the tap before;
+/// the multivariate discrete Gaussian: AdaC-OFUL).
 /// The runs draw OS-keyed noise, so the outcome is random: false failure of the tight legs
 /// <= 1e-3 each (confidence 0.999, as `white_box_is_tight_on_every_private_kind`), about 1% for
 /// the <= 17 kinds; the power legs (ratio ~10 in epsilon, ~100 in rho, lower end > 4) fail
@@ -307,8 +307,8 @@ fn white_box_on_deployment_noise() {
     for e in private_kinds() {
         let mut t: toml::Table = toml::from_str(e.info.example).unwrap();
         t.insert("noise".into(), "deployment".into());
-        if e.build(t.clone()).is_err() {
-            continue; // no deployment path yet
+        if let Err(err) = e.build(t.clone()) {
+            panic!("{}: every private kind deploys, but: {err}", e.kind());
         }
         deployed += 1;
         let r = audit_white_box(e.kind(), &t, &o.0, &o.1).unwrap();
@@ -316,8 +316,8 @@ fn white_box_on_deployment_noise() {
         assert!(!r.reproducible, "{}", e.kind());
         assert!(r.table().contains("not reproducible"), "{}", r.table());
     }
-    assert!(deployed >= 9, "{deployed} deployable kinds");
-    for kind in ["adac_ucb", "adap_ucb", "dp_se_bai", "dp_ts"] {
+    assert_eq!(deployed, 17, "deployable kinds");
+    for kind in ["adac_ucb", "adap_ucb", "dp_se_bai", "dp_ts", "adac_oful"] {
         let mut t: toml::Table =
             toml::from_str(registry::policy(kind).unwrap().info.example).unwrap();
         t.insert("noise".into(), "deployment".into());

@@ -20,7 +20,7 @@ use crate::contextual::{
     ActionSet, BatchDriver, BatchFamily, ContextualPolicy, ContextualPolicyConfig,
 };
 use crate::error::Result;
-use crate::privacy::RewardBoundary;
+use crate::privacy::{NoiseKind, RewardBoundary};
 use nalgebra::SMatrix;
 
 /// The OFUL family ([`super::OfulConfig::batched`](crate::contextual::ContextualPolicyConfig::batched)).
@@ -75,6 +75,9 @@ where
         .zip(seeds)
         .map(|(&c, &seed)| OfulPolicy::<D>::new(c.clone(), horizon, seed))
         .collect::<Result<Vec<_>>>()?;
+    // Deployment-noise policies keep an exact episode statistic that only their own round
+    // (`play_lanes`) feeds: they are played one by one (the pairs' lanes hold float sums only).
+    let pairs = pairs && cfgs.iter().all(|c| c.noise == NoiseKind::Simulation);
     if !pairs {
         return Ok(Box::new(OneByOne { pols }));
     }

@@ -32,15 +32,14 @@
 //! `O(d^3)` per update. No allocation in the step loop (the buffers live in the policy).
 
 use super::{
-    OFUL_BOUNDARY, OFUL_MAX_ACTION_NORM, OfulConfig, OfulConfigSnap, OfulKind, OfulSnap,
-    PrivacyMode, chi2_tail, guarantee, privacy_radius,
+    Exact, OFUL_BOUNDARY, OFUL_MAX_ACTION_NORM, OfulConfig, OfulConfigSnap, OfulKind, OfulSnap,
+    PrivacyMode, chi2_tail, consistent_noise, guarantee, privacy_radius,
 };
 use crate::config::Setting;
 use crate::contextual::{ActionSet, ContextualPolicy, ContextualPolicyConfig};
 use crate::error::{Error, Result, check};
-use crate::privacy::{GaussianMechanism, PrivacyGuarantee, RewardBoundary};
+use crate::privacy::{GaussianMechanism, NoiseSource, PrivacyGuarantee, RewardBoundary};
 use crate::protocol::Gate;
-use crate::rng::SimRng;
 use nalgebra::DMatrix;
 use serde::Deserialize;
 
@@ -86,7 +85,13 @@ pub struct OfulDyn {
     gamma: f64,
     played: u64,
     tau: u64,
-    noise: SimRng,
+    /// Seeded stream (simulation; the same snapshot bytes as the former `SimRng`) or the
+    /// OS-keyed exact path (a marker in snapshots).
+    noise: NoiseSource,
+    /// The deployment path's exact episode statistic (`None`, and absent from snapshots, on the
+    /// simulation path).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    exact: Option<Exact>,
 }
 
 impl OfulDyn {
@@ -114,6 +119,8 @@ impl OfulDyn {
         let sqrt_lambda_s = lambda.sqrt() * cfg.s;
         let beta0 = two_log_inv_delta.sqrt() + sqrt_lambda_s;
         let logdet0 = d as f64 * lambda.ln();
+        let noise = NoiseSource::new(cfg.noise, cfg.grid_bits, seed)?;
+        let exact = Exact::new(&noise, d, &mech);
         let diag = |x: f64| {
             let mut m = vec![0.0; d * d];
             for i in 0..d {
@@ -149,7 +156,8 @@ impl OfulDyn {
             gamma: 0.0,
             played: 0,
             tau: 0,
-            noise: crate::rng::noise_rng(seed),
+            noise,
+            exact,
             cfg,
         })
     }
@@ -186,9 +194,22 @@ impl OfulDyn {
     /// End the episode: release its statistic, recompute theta~, the radius and V_tau^{-1}.
     fn update(&mut self) {
         let d = self.d;
-        for j in 0..d {
-            self.released[j] += self.mech.release(self.episode[j], &mut self.noise);
-        }
+        let variance = match self.exact.as_mut() {
+            None => {
+                let rng = self
+                    .noise
+                    .simulation_rng()
+                    .expect("no exact statistic: the simulation path");
+                for j in 0..d {
+                    self.released[j] += self.mech.release(self.episode[j], rng);
+                }
+                self.mech.variance()
+            }
+            Some(exact) => {
+                exact.release(&mut self.noise, self.cfg.rho, &mut self.released);
+                exact.variance
+            }
+        };
         self.episode.iter_mut().for_each(|x| *x = 0.0);
         self.releases += 1;
         self.tau = self.played;
@@ -227,7 +248,7 @@ impl OfulDyn {
             + self.sqrt_lambda_s;
         self.gamma = privacy_radius(
             &self.cfg,
-            &self.mech,
+            variance,
             self.releases,
             self.tau,
             self.ff,
@@ -336,6 +357,9 @@ impl OfulDyn {
         for (e, x) in self.episode.iter_mut().zip(a) {
             *e += r * x;
         }
+        if let Some(exact) = self.exact.as_mut() {
+            exact.push(a, reward);
+        }
         self.played += 1;
     }
 }
@@ -424,6 +448,7 @@ pub(crate) fn restore_dyn(snap: &crate::snapshot::Snapshot) -> Result<Box<dyn Co
             "d = {d}: an OFUL-family state of inconsistent or unsupported dimension (expected 1..={MAX_DIM_DYN}, d x d matrices, length-d vectors)"
         )));
     }
+    consistent_noise(&p.cfg, &p.noise, p.exact.as_ref(), d)?;
     p.u = vec![0.0; d];
     Ok(Box::new(p))
 }
