@@ -10,9 +10,10 @@
 //! list of client counts (default `1,8`). With `BENCH_ADDR=127.0.0.1:PORT` (and the admin token
 //! in `BENCH_ADMIN`) the clients drive an external `dpbandits serve` instead (to compare two
 //! builds with the same client code; DIR is then unused). One HTTP/1.1 connection per request,
-//! over loopback.
+//! over loopback; with `BENCH_KEEPALIVE=1` each client keeps one connection open
+//! (`client::Conn`).
 
-use dpbandits_serve::client::request;
+use dpbandits_serve::client::{Conn, request};
 use dpbandits_serve::{ServeOptions, serve_until};
 use serde_json::json;
 use std::net::SocketAddr;
@@ -49,6 +50,7 @@ fn main() -> anyhow::Result<()> {
         .transpose()?;
     let admin = std::env::var("BENCH_ADMIN").unwrap_or_else(|_| ADMIN.into());
     let run_id = std::process::id();
+    let keepalive = std::env::var("BENCH_KEEPALIVE").is_ok_and(|v| v == "1");
     // KIND or KIND:key=value (default key: rho = 0.5), e.g. `dp_ts:epsilon=1.0`.
     let (kind, param) = match kind.split_once(':') {
         Some((k, p)) => (k.to_string(), p.to_string()),
@@ -118,17 +120,16 @@ fn main() -> anyhow::Result<()> {
                 let n = pairs / clients + u64::from(c < pairs % clients);
                 std::thread::spawn(move || -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
                     let (mut dl, mut rl) = (vec![], vec![]);
+                    let mut conn = keepalive.then(|| Conn::new(addr, T));
+                    let mut send = |path: &str, token: &str, body: &[u8]| match conn.as_mut() {
+                        Some(c) => c.request("POST", path, Some(token), Some(body)),
+                        None => request(addr, "POST", path, Some(token), Some(body), T),
+                    };
                     for i in 0..n {
                         let id = loop {
                             let t = Instant::now();
-                            let r = request(
-                                addr,
-                                "POST",
-                                &format!("/v1/experiments/{name}/decisions"),
-                                Some(&token),
-                                Some(b"{}"),
-                                T,
-                            )?;
+                            let r =
+                                send(&format!("/v1/experiments/{name}/decisions"), &token, b"{}")?;
                             if r.status == 409 {
                                 retries.fetch_add(1, Ordering::Relaxed);
                                 std::thread::sleep(Duration::from_micros(500));
@@ -141,13 +142,10 @@ fn main() -> anyhow::Result<()> {
                         let reward = ((id + i) % 10) as f64 / 10.0;
                         let t = Instant::now();
                         let body = json!({"decision_id": id, "reward": reward}).to_string();
-                        let r = request(
-                            addr,
-                            "POST",
+                        let r = send(
                             &format!("/v1/experiments/{name}/rewards"),
-                            Some(&token),
-                            Some(body.as_bytes()),
-                            T,
+                            &token,
+                            body.as_bytes(),
                         )?;
                         anyhow::ensure!(r.status == 200, "reward: {}", r.body);
                         rl.push(t.elapsed().as_secs_f64() * 1e3);

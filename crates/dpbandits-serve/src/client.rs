@@ -59,6 +59,129 @@ pub fn request(
     parse(&buf)
 }
 
+/// A keep-alive connection: requests go over one TCP connection (reconnected when the server
+/// closed it while idle). For benchmarks and tests; no pipelining, `Content-Length` answers only.
+#[derive(Debug)]
+pub struct Conn {
+    addr: SocketAddr,
+    timeout: Duration,
+    stream: Option<TcpStream>,
+}
+
+impl Conn {
+    /// A connection to `addr` (opened at the first request).
+    pub fn new(addr: SocketAddr, timeout: Duration) -> Conn {
+        Conn {
+            addr,
+            timeout,
+            stream: None,
+        }
+    }
+
+    fn open(&mut self) -> std::io::Result<&mut TcpStream> {
+        if self.stream.is_none() {
+            let s = TcpStream::connect_timeout(&self.addr, self.timeout)?;
+            s.set_read_timeout(Some(self.timeout))?;
+            s.set_write_timeout(Some(self.timeout))?;
+            s.set_nodelay(true)?;
+            self.stream = Some(s);
+        }
+        Ok(self.stream.as_mut().expect("just opened"))
+    }
+
+    /// Send one request and read its answer. A connection the server closed while idle (the
+    /// write fails, or the answer is empty) is reopened and the request sent once more: only
+    /// when no byte of an answer arrived, so the server never saw it complete.
+    ///
+    /// # Errors
+    /// Connection failures, timeouts, or an answer that is not HTTP/1.1 with `Content-Length`.
+    pub fn request(
+        &mut self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<&[u8]>,
+    ) -> std::io::Result<Reply> {
+        let body = body.unwrap_or(b"");
+        let mut head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nContent-Length: {}\r\n",
+            self.addr,
+            body.len()
+        );
+        if !body.is_empty() {
+            head.push_str("Content-Type: application/json\r\n");
+        }
+        if let Some(t) = token {
+            head.push_str(&format!("Authorization: Bearer {t}\r\n"));
+        }
+        head.push_str("\r\n");
+        let mut req = head.into_bytes();
+        req.extend_from_slice(body);
+        for attempt in 0..2 {
+            let fresh = self.stream.is_none();
+            let s = self.open()?;
+            let sent = s.write_all(&req);
+            let answer = match sent {
+                Ok(()) => read_answer(s),
+                Err(e) => Err(e),
+            };
+            match answer {
+                Ok(Some(r)) => return Ok(r),
+                Ok(None) | Err(_) if !fresh && attempt == 0 => {
+                    self.stream = None; // stale: reopen and send once more
+                }
+                Ok(None) => {
+                    self.stream = None;
+                    return Err(bad("the server closed the connection without an answer"));
+                }
+                Err(e) => {
+                    self.stream = None;
+                    return Err(e);
+                }
+            }
+        }
+        Err(bad("no answer"))
+    }
+}
+
+/// Read one `Content-Length` answer; `None` when the connection closed before any byte.
+fn read_answer(s: &mut TcpStream) -> std::io::Result<Option<Reply>> {
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 4096];
+    let split = loop {
+        if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break p;
+        }
+        let n = s.read(&mut chunk)?;
+        if n == 0 {
+            return if buf.is_empty() {
+                Ok(None)
+            } else {
+                Err(bad("connection closed inside the headers"))
+            };
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let head = std::str::from_utf8(&buf[..split]).map_err(|_| bad("headers not UTF-8"))?;
+    let len: usize = head
+        .split("\r\n")
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse().ok())
+                .flatten()
+        })
+        .ok_or_else(|| bad("no Content-Length"))?;
+    while buf.len() < split + 4 + len {
+        let n = s.read(&mut chunk)?;
+        if n == 0 {
+            return Err(bad("connection closed inside the body"));
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    parse(&buf[..split + 4 + len]).map(Some)
+}
+
 fn bad(msg: &str) -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::InvalidData, msg.to_string())
 }
