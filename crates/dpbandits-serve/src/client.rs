@@ -1,5 +1,5 @@
-//! A minimal blocking HTTP/1.1 client over `std::net::TcpStream` (one request per connection),
-//! for tests and the benchmark: no extra dependency.
+//! A minimal blocking HTTP/1.1 client over `std::net::TcpStream` (one request per connection,
+//! or a keep-alive [`Conn`]), for tests and the benchmark: no extra dependency.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -39,21 +39,7 @@ pub fn request(
     s.set_read_timeout(Some(timeout))?;
     s.set_write_timeout(Some(timeout))?;
     s.set_nodelay(true)?;
-    let body = body.unwrap_or(b"");
-    let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    if !body.is_empty() {
-        head.push_str("Content-Type: application/json\r\n");
-    }
-    if let Some(t) = token {
-        head.push_str(&format!("Authorization: Bearer {t}\r\n"));
-    }
-    head.push_str("\r\n");
-    let mut req = head.into_bytes();
-    req.extend_from_slice(body);
-    s.write_all(&req)?;
+    s.write_all(&encode(method, path, addr, token, body, true))?;
     let mut buf = Vec::new();
     s.read_to_end(&mut buf)?;
     parse(&buf)
@@ -102,21 +88,7 @@ impl Conn {
         token: Option<&str>,
         body: Option<&[u8]>,
     ) -> std::io::Result<Reply> {
-        let body = body.unwrap_or(b"");
-        let mut head = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {}\r\nContent-Length: {}\r\n",
-            self.addr,
-            body.len()
-        );
-        if !body.is_empty() {
-            head.push_str("Content-Type: application/json\r\n");
-        }
-        if let Some(t) = token {
-            head.push_str(&format!("Authorization: Bearer {t}\r\n"));
-        }
-        head.push_str("\r\n");
-        let mut req = head.into_bytes();
-        req.extend_from_slice(body);
+        let req = encode(method, path, self.addr, token, body, false);
         for attempt in 0..2 {
             let fresh = self.stream.is_none();
             let s = self.open()?;
@@ -180,6 +152,34 @@ fn read_answer(s: &mut TcpStream) -> std::io::Result<Option<Reply>> {
         buf.extend_from_slice(&chunk[..n]);
     }
     parse(&buf[..split + 4 + len]).map(Some)
+}
+
+/// One request's bytes: the request line, `Host`, `Connection: close` when `close`,
+/// `Content-Length`, the JSON content type when there is a body, the bearer token, the body.
+fn encode(
+    method: &str,
+    path: &str,
+    addr: SocketAddr,
+    token: Option<&str>,
+    body: Option<&[u8]>,
+    close: bool,
+) -> Vec<u8> {
+    let body = body.unwrap_or(b"");
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{}Content-Length: {}\r\n",
+        if close { "Connection: close\r\n" } else { "" },
+        body.len()
+    );
+    if !body.is_empty() {
+        head.push_str("Content-Type: application/json\r\n");
+    }
+    if let Some(t) = token {
+        head.push_str(&format!("Authorization: Bearer {t}\r\n"));
+    }
+    head.push_str("\r\n");
+    let mut req = head.into_bytes();
+    req.extend_from_slice(body);
+    req
 }
 
 fn bad(msg: &str) -> std::io::Error {
