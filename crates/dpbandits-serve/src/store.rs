@@ -1074,7 +1074,7 @@ fn entry_message(
 }
 
 /// The unkeyed hash of one audit entry (entries before `audit_keyed_from`, i.e. written by
-/// schema 3 and older): SHA-256 over [`entry_message`]. Keyed entries use
+/// schema 3 and older): SHA-256 over the entry's message (`entry_message`). Keyed entries use
 /// [`AuditKey::entry_hash`].
 pub fn entry_hash(
     prev: &str,
