@@ -2740,8 +2740,13 @@ noise = "simulation""#,
             ids.push((d["decision_id"].as_u64().unwrap(), arm));
         }
         assert_eq!(s.status("p").unwrap()["pending"], json!(40));
-        // Rewards in reverse order, each to its own decision.
-        for &(id, arm) in ids.iter().rev() {
+        // Rewards in reverse order, each to its own decision; halfway, a restart with rewards
+        // held in commitments still in flight (the start-up self-check must accept it).
+        for (k, &(id, arm)) in ids.iter().rev().enumerate() {
+            if k == ids.len() / 2 {
+                drop(s);
+                s = Service::open(&db, ADMIN).unwrap();
+            }
             let r = coin(id, arm, [0.2, 0.5, 0.7][arm]);
             s.reward("p", id, r).unwrap();
             core.observe_decision(id - 1, r).unwrap();

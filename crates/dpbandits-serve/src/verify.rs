@@ -246,7 +246,6 @@ pub fn verify_conn(conn: &Connection, key: Option<&AuditKey>, expect: &Expect) -
             );
         }
         check_entry(
-            conn,
             &mut seen,
             &mut decision_row,
             &mut ledger_row,
@@ -292,7 +291,6 @@ pub fn verify_conn(conn: &Connection, key: Option<&AuditKey>, expect: &Expect) -
 /// Check one audit entry against the row it describes.
 #[allow(clippy::too_many_arguments)]
 fn check_entry(
-    _conn: &Connection,
     seen: &mut BTreeMap<String, Seen>,
     decision_row: &mut rusqlite::Statement<'_>,
     ledger_row: &mut rusqlite::Statement<'_>,
