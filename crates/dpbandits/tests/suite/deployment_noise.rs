@@ -49,6 +49,28 @@ noise = "deployment"
 grid_bits = 16
 "#;
 
+/// Run a two-cell plan (simulation, then deployment, `runs` runs each) and return the mean
+/// final regret of each cell and the standard error of their difference.
+fn final_means_and_se(plan: &Plan, runs: usize) -> (f64, f64, f64) {
+    let out = experiment::run(plan, &|| {});
+    assert!(plan.cells[1].label().ends_with("[deployment]"));
+    let finals: Vec<Vec<f64>> = (0..2)
+        .map(|c| {
+            let r = out.cells[c].as_ref().unwrap();
+            assert_eq!(r.len(), runs);
+            r.iter().map(|r| r[r.len() - 1]).collect()
+        })
+        .collect();
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    let var = |v: &[f64]| {
+        let m = mean(v);
+        v.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / (v.len() - 1) as f64
+    };
+    let (m0, m1) = (mean(&finals[0]), mean(&finals[1]));
+    let se = ((var(&finals[0]) + var(&finals[1])) / runs as f64).sqrt();
+    (m0, m1, se)
+}
+
 #[test]
 fn deployment_noise_runs_end_to_end_and_the_manifest_says_so() {
     let plan = Plan::from_toml(FILE).unwrap();
@@ -433,22 +455,7 @@ fn ldp_e1_sw_klucb_cf_runs_in_deployment_mode() {
          [[policy]]\nkind = \"sw_klucb_cf\"\nepsilon = 1.0\nwindow = 234\nnoise = \"deployment\"\n"
     );
     let plan = Plan::from_toml(&text).unwrap();
-    let out = experiment::run(&plan, &|| {});
-    assert!(plan.cells[1].label().ends_with("[deployment]"));
-    let finals: Vec<Vec<f64>> = (0..2)
-        .map(|c| {
-            let runs = out.cells[c].as_ref().unwrap();
-            assert_eq!(runs.len(), 12);
-            runs.iter().map(|r| r[r.len() - 1]).collect()
-        })
-        .collect();
-    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
-    let var = |v: &[f64]| {
-        let m = mean(v);
-        v.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / (v.len() - 1) as f64
-    };
-    let (m0, m1) = (mean(&finals[0]), mean(&finals[1]));
-    let se = ((var(&finals[0]) + var(&finals[1])) / 12.0).sqrt();
+    let (m0, m1, se) = final_means_and_se(&plan, 12);
     eprintln!("ldp_e1 SW-KLUCB-CF eps=1 T=4e4: simulation {m0:.0}, deployment {m1:.0}, se {se:.0}");
     assert!(m0 < 7000.0 && m1 < 7000.0, "{m0} {m1}");
     assert!(
@@ -569,22 +576,7 @@ fn fig4b_adac_gope_runs_in_deployment_mode() {
          [[policy]]\nkind = \"adac_gope\"\ndelta = 0.001\nrho = 1.0\nnoise = \"deployment\"\n"
     );
     let plan = Plan::from_toml(&text).unwrap();
-    let out = experiment::run(&plan, &|| {});
-    assert!(plan.cells[1].label().ends_with("[deployment]"));
-    let finals: Vec<Vec<f64>> = (0..2)
-        .map(|c| {
-            let runs = out.cells[c].as_ref().unwrap();
-            assert_eq!(runs.len(), 8);
-            runs.iter().map(|r| r[r.len() - 1]).collect()
-        })
-        .collect();
-    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
-    let var = |v: &[f64]| {
-        let m = mean(v);
-        v.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / (v.len() - 1) as f64
-    };
-    let (m0, m1) = (mean(&finals[0]), mean(&finals[1]));
-    let se = ((var(&finals[0]) + var(&finals[1])) / 8.0).sqrt();
+    let (m0, m1, se) = final_means_and_se(&plan, 8);
     eprintln!("fig4b AdaC-GOPE rho=1 T=1e5: simulation {m0:.0}, deployment {m1:.0}, se {se:.0}");
     assert!(m0.is_finite() && m1.is_finite());
     assert!(
@@ -620,22 +612,7 @@ fn fig4c_adac_oful_runs_in_deployment_mode() {
          [[policy]]\n{policy}\n[[policy]]\n{policy}noise = \"deployment\"\n"
     );
     let plan = Plan::from_toml(&text).unwrap();
-    let out = experiment::run(&plan, &|| {});
-    assert!(plan.cells[1].label().ends_with("[deployment]"));
-    let finals: Vec<Vec<f64>> = (0..2)
-        .map(|c| {
-            let runs = out.cells[c].as_ref().unwrap();
-            assert_eq!(runs.len(), 16);
-            runs.iter().map(|r| r[r.len() - 1]).collect()
-        })
-        .collect();
-    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
-    let var = |v: &[f64]| {
-        let m = mean(v);
-        v.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / (v.len() - 1) as f64
-    };
-    let (m0, m1) = (mean(&finals[0]), mean(&finals[1]));
-    let se = ((var(&finals[0]) + var(&finals[1])) / 16.0).sqrt();
+    let (m0, m1, se) = final_means_and_se(&plan, 16);
     eprintln!("fig4c AdaC-OFUL rho=1 T=2e4: simulation {m0:.3}, deployment {m1:.3}, se {se:.3}");
     assert!(m0.is_finite() && m1.is_finite() && m0 > 0.0 && m1 > 0.0);
     // Both learned: uniform play costs about 0.49 T here (the mean gap of 10 actions with
