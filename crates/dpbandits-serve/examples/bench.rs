@@ -29,6 +29,24 @@ fn pct(v: &mut [f64], p: f64) -> f64 {
     v[((v.len() as f64 - 1.0) * p).round() as usize]
 }
 
+/// The sums and counts of the commit histograms in `/metrics`: (requests summed, commits, commit
+/// seconds summed).
+fn commits(addr: SocketAddr, admin: &str) -> anyhow::Result<(f64, f64, f64)> {
+    let r = request(addr, "GET", "/metrics", Some(admin), None, T)?;
+    anyhow::ensure!(r.status == 200, "metrics: {}", r.body);
+    let get = |name: &str| {
+        r.body
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    Ok((
+        get("dpbandits_commit_batch_requests_sum"),
+        get("dpbandits_commit_batch_requests_count"),
+        get("dpbandits_commit_seconds_sum"),
+    ))
+}
+
 fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
     let pairs: u64 = args.next().map_or(Ok(2000), |a| a.parse())?;
@@ -90,9 +108,9 @@ fn main() -> anyhow::Result<()> {
         db.display()
     );
     println!(
-        "| kind | clients | decisions | decisions/s | decision p50 ms | decision p99 ms | reward p50 ms | reward p99 ms | 409 retries |"
+        "| kind | clients | decisions | decisions/s | decision p50 ms | decision p99 ms | reward p50 ms | reward p99 ms | 409 retries | requests per commit | ms per commit |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for clients in counts {
         let name = format!("bench{run_id}-{kind}-{clients}");
         let r = request(
@@ -113,6 +131,7 @@ fn main() -> anyhow::Result<()> {
             .unwrap_or_default()
             .to_string();
         let retries = Arc::new(AtomicU64::new(0));
+        let before = commits(addr, &admin)?;
         let start = Instant::now();
         let handles: Vec<_> = (0..clients)
             .map(|c| {
@@ -161,15 +180,19 @@ fn main() -> anyhow::Result<()> {
             rl.extend(r);
         }
         let secs = start.elapsed().as_secs_f64();
+        let after = commits(addr, &admin)?;
+        let n_commits = (after.1 - before.1).max(1.0);
         println!(
-            "| {kind} | {clients} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {:.2} | {} |",
+            "| {kind} | {clients} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {:.1} | {:.2} |",
             dl.len(),
             dl.len() as f64 / secs,
             pct(&mut dl, 0.5),
             pct(&mut dl, 0.99),
             pct(&mut rl, 0.5),
             pct(&mut rl, 0.99),
-            retries.load(Ordering::Relaxed)
+            retries.load(Ordering::Relaxed),
+            (after.0 - before.0) / n_commits,
+            (after.2 - before.2) / n_commits * 1e3,
         );
     }
     let _ = stop_tx.send(());

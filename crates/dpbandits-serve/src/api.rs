@@ -243,7 +243,11 @@ pub fn log(event: &str, fields: Value) {
     if let Value::Object(f) = fields {
         m.extend(f);
     }
-    eprintln!("{}", Value::Object(m));
+    // One write per line: stderr is unbuffered, and formatting through `eprintln!` would make
+    // a system call per fragment of the line.
+    let mut line = serde_json::to_vec(&Value::Object(m)).unwrap_or_default();
+    line.push(b'\n');
+    let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), &line);
 }
 
 /// An HTTP error: a status, a message naming the field, the value and what is allowed, extra
@@ -383,7 +387,7 @@ async fn with_service<T: Send + 'static>(
         .map_err(|_| ApiError::internal("the operation was not committed (its batch failed)"))?
 }
 
-fn done(route: &str, started: Instant, r: ApiResult<Value>, fields: Value) -> Response {
+fn done(route: &'static str, started: Instant, r: ApiResult<Value>, fields: Value) -> Response {
     let status = r.as_ref().map_or_else(|e| e.status, |_| 200);
     crate::metrics::record_request(
         route,

@@ -61,11 +61,11 @@ impl Histogram {
 #[derive(Debug, Default)]
 struct Registry {
     /// (route, status) -> answers.
-    requests: BTreeMap<(String, u16), u64>,
+    requests: BTreeMap<(&'static str, u16), u64>,
     /// route -> latency histogram.
-    latency: BTreeMap<String, Histogram>,
+    latency: BTreeMap<&'static str, Histogram>,
     /// route -> answers with `Retry-After` (a commitment boundary or the connection limit).
-    retry_later: BTreeMap<String, u64>,
+    retry_later: BTreeMap<&'static str, u64>,
     /// Requests per commit, and seconds per commit (the fsync included).
     batch: Histogram,
     commit_seconds: Histogram,
@@ -79,15 +79,15 @@ fn with<T>(f: impl FnOnce(&mut Registry) -> T) -> T {
 }
 
 /// Count one answered request: its route, status, latency and whether it said `Retry-After`.
-pub fn record_request(route: &str, status: u16, seconds: f64, retry_later: bool) {
+pub fn record_request(route: &'static str, status: u16, seconds: f64, retry_later: bool) {
     with(|r| {
-        *r.requests.entry((route.to_string(), status)).or_default() += 1;
+        *r.requests.entry((route, status)).or_default() += 1;
         r.latency
-            .entry(route.to_string())
+            .entry(route)
             .or_default()
             .observe(&LATENCY_BUCKETS, seconds);
         if retry_later {
-            *r.retry_later.entry(route.to_string()).or_default() += 1;
+            *r.retry_later.entry(route).or_default() += 1;
         }
     });
 }

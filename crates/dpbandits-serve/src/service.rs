@@ -328,6 +328,10 @@ struct Experiment {
     charges: u64,
     /// The largest number of charged or lost rows of one release.
     max_per_release: u64,
+    /// The stored state (snapshot and counters) is behind the session: an operation inside a
+    /// batch changed the session; the state is written once for the batch, before the batch's
+    /// commit ([`Service::write_stale_snapshots`]).
+    snapshot_stale: bool,
 }
 
 impl Experiment {
@@ -335,6 +339,28 @@ impl Experiment {
     fn counters(&self) -> Counters {
         counters_of(&self.session, self.releases)
     }
+}
+
+/// Store experiment `name`'s state (its session snapshot and counters) inside `tx` after an
+/// operation changed its session: at once outside a batch; inside one, once for the whole batch
+/// before its commit ([`Service::write_stale_snapshots`]), so that group commit serialises and
+/// writes a session once per batch, not once per request. (Nothing reads the stored state
+/// inside a batch: the service reads its experiments from memory, and a failed operation
+/// fails its batch, whose rollback reloads the last committed state.)
+fn store_state(
+    tx: &Connection,
+    e: &mut Experiment,
+    name: &str,
+    releases: u64,
+    in_batch: bool,
+) -> ServiceResult<()> {
+    if in_batch {
+        e.snapshot_stale = true;
+    } else {
+        let snap = e.session.snapshot().map_err(ServiceError::internal)?;
+        store::update_state(tx, name, &snap, &counters_of(&e.session, releases))?;
+    }
+    Ok(())
 }
 
 /// The queryable copies of a session's counters.
@@ -668,6 +694,7 @@ fn load_all(conn: &Connection) -> anyhow::Result<HashMap<String, Experiment>> {
                 closed,
                 charges: totals.charges,
                 max_per_release: totals.max_per_release,
+                snapshot_stale: false,
             },
         );
     }
@@ -839,9 +866,11 @@ impl Service {
         } else if self.conn.is_autocommit() {
             Ok(())
         } else {
-            self.conn
-                .execute_batch("COMMIT")
-                .map_err(ServiceError::from)
+            self.write_stale_snapshots().and_then(|()| {
+                self.conn
+                    .execute_batch("COMMIT")
+                    .map_err(ServiceError::from)
+            })
         };
         self.batch_failed = false;
         if let Err(e) = r {
@@ -860,18 +889,34 @@ impl Service {
         Ok(())
     }
 
-    /// Inside a batch, commit what it holds so far and open a new transaction (a release intent
-    /// must be durable before its release is drawn). Outside a batch nothing is open: no-op.
-    fn flush_batch(conn: &Connection, failed: &mut bool) -> ServiceResult<()> {
-        if conn.is_autocommit() {
+    /// Inside a batch, commit what it holds so far (with the snapshots it has not written yet)
+    /// and open a new transaction (a release intent must be durable before its release is
+    /// drawn). Outside a batch nothing is open: no-op.
+    fn flush_batch(&mut self) -> ServiceResult<()> {
+        if self.conn.is_autocommit() {
             return Ok(());
         }
-        let r = conn
-            .execute_batch("COMMIT")
-            .and_then(|()| conn.execute_batch("BEGIN IMMEDIATE"));
-        if let Err(e) = r {
-            *failed = true;
-            return Err(e.into());
+        let r = self.write_stale_snapshots().and_then(|()| {
+            self.conn
+                .execute_batch("COMMIT")
+                .and_then(|()| self.conn.execute_batch("BEGIN IMMEDIATE"))
+                .map_err(ServiceError::from)
+        });
+        if r.is_err() {
+            self.batch_failed = true;
+        }
+        r
+    }
+
+    /// Write the state (snapshot and counters) of every experiment whose session changed in the
+    /// open batch: once per experiment and batch, however many operations changed it.
+    fn write_stale_snapshots(&mut self) -> ServiceResult<()> {
+        for (name, e) in &mut self.experiments {
+            if e.snapshot_stale {
+                let snap = e.session.snapshot().map_err(ServiceError::internal)?;
+                store::update_state(&self.conn, name, &snap, &e.counters())?;
+                e.snapshot_stale = false;
+            }
         }
         Ok(())
     }
@@ -1018,7 +1063,7 @@ impl Service {
         }
         let mut tok = [0u8; 32];
         fill_os(&mut tok)?;
-        let token: String = tok.iter().map(|b| format!("{b:02x}")).collect();
+        let token: String = store::hex(&tok);
         let token_hash = store::sha256_hex(token.as_bytes());
         let token_hash_shared = token_hash.clone();
         let g = serde_json::to_value(&guarantee).map_err(ServiceError::internal)?;
@@ -1065,6 +1110,7 @@ impl Service {
                 closed: None,
                 charges: 0,
                 max_per_release: 0,
+                snapshot_stale: false,
             },
         );
         self.set_token(&req.name, Some(&token_hash_shared));
@@ -1080,7 +1126,7 @@ impl Service {
         self.experiment(name)?;
         let mut tok = [0u8; 32];
         fill_os(&mut tok)?;
-        let token: String = tok.iter().map(|b| format!("{b:02x}")).collect();
+        let token: String = store::hex(&tok);
         let token_hash = store::sha256_hex(token.as_bytes());
         let tx = self.conn.savepoint()?;
         store::set_token_hash(&tx, name, &token_hash)?;
@@ -1222,14 +1268,15 @@ impl Service {
             other => ServiceError::internal(other),
         })?;
         let propensity = e.session.propensity();
+        let in_batch = !self.conn.is_autocommit();
         let stored: ServiceResult<Value> = (|| {
-            let snap = e.session.snapshot().map_err(ServiceError::internal)?;
             let (arm, opened) = match decided {
                 Decision::Play { arm, opened } => (arm, opened),
                 Decision::Stop { recommendation } => {
                     // The stopping rule fired now: recorded once, then refused as stopped.
                     let tx = self.conn.savepoint()?;
-                    store::update_state(&tx, name, &snap, &e.counters())?;
+                    let releases = e.releases;
+                    store_state(&tx, e, name, releases, in_batch)?;
                     store::audit(
                         &tx,
                         name,
@@ -1250,7 +1297,8 @@ impl Service {
                 .to_string()
             });
             let tx = self.conn.savepoint()?;
-            store::update_state(&tx, name, &snap, &e.counters())?;
+            let releases = e.releases;
+            store_state(&tx, e, name, releases, in_batch)?;
             if let Some(rounds) = opened {
                 store::audit(
                     &tx,
@@ -1289,14 +1337,21 @@ impl Service {
             Err(err @ ServiceError::Stopped { .. }) => Err(err),
             Err(err) => {
                 // The session decided in memory but nothing was stored: back to the stored state.
-                self.reload(name)?;
+                self.undo(name)?;
                 Err(err)
             }
         }
     }
 
-    /// Reload one experiment's session from the database (after a failed commit).
-    fn reload(&mut self, name: &str) -> ServiceResult<()> {
+    /// After an operation changed `name`'s session but failed to store it: outside a batch,
+    /// put the session back to its stored state; inside one, fail the batch (its rollback
+    /// reloads every experiment from the last commit, since the snapshots of the batch's earlier
+    /// operations are written only at its end).
+    fn undo(&mut self, name: &str) -> ServiceResult<()> {
+        if !self.conn.is_autocommit() {
+            self.batch_failed = true;
+            return Ok(());
+        }
         let snap = store::load_snapshot(&self.conn, name)?;
         let s = Session::restore(&snap).map_err(ServiceError::internal)?;
         if let Some(e) = self.experiments.get_mut(name) {
@@ -1406,11 +1461,13 @@ impl Service {
                     c,
                 )?;
                 // Durable before the draw, also inside a batch (the batch so far is committed).
-                Self::flush_batch(&self.conn, &mut self.batch_failed)?;
+                self.flush_batch()?;
                 Some((id, measure, c))
             }
             _ => None,
         };
+        let in_batch = !self.conn.is_autocommit();
+        let e = self.experiments.get_mut(name).expect("checked above");
         if let Err(err) = e
             .session
             .observe_decision(decision_id.saturating_sub(1), reward)
@@ -1423,9 +1480,8 @@ impl Service {
         }
         let releases = if completes { release_no } else { e.releases };
         let result: ServiceResult<()> = (|| {
-            let snap = e.session.snapshot().map_err(ServiceError::internal)?;
             let tx = self.conn.savepoint()?;
-            store::update_state(&tx, name, &snap, &counters_of(&e.session, releases))?;
+            store_state(&tx, e, name, releases, in_batch)?;
             store::record_reward(
                 &tx,
                 name,
@@ -1475,17 +1531,18 @@ impl Service {
         if let Err(err) = result {
             // Nothing stored: put the session back to its stored state (the drawn release, if
             // any, stays charged through its open intent once the service restarts).
-            self.reload(name)?;
+            self.undo(name)?;
             return Err(err);
         }
-        // The charge is stored: the maintained counts follow (the release's rows through the
-        // ledger's index by release, so no scan).
+        // Stored: the release count follows at once (the batch's end writes it with the
+        // snapshot); then the maintained counts (the release's rows through the ledger's index
+        // by release, so no scan).
+        e.releases = releases;
         let per_release = match intent {
             Some(_) => store::ledger_release_charges(&self.conn, name, release_no)?,
             None => 0,
         };
         let e = self.experiments.get_mut(name).expect("checked above");
-        e.releases = releases;
         if intent.is_some() {
             e.charges += 1;
             e.max_per_release = e.max_per_release.max(per_release);
@@ -1850,6 +1907,74 @@ mod tests {
         let s = Service::open(&db, ADMIN).unwrap();
         assert_eq!(s.status("t").unwrap(), st);
         assert_eq!(s.experiment_count(), 1);
+    }
+
+    /// An operation that fails after its session changed (here: the decision's row cannot be
+    /// inserted, a failure injected with a temporary trigger) fails its whole batch: inside a
+    /// batch the sessions' snapshots are written only at its end, so the batch's rollback is
+    /// what puts every session back to the stored state. Outside a batch only that operation is
+    /// undone. Either way memory and database agree after a reopen.
+    #[test]
+    fn a_failed_operation_fails_its_batch_and_memory_follows_the_database() {
+        let dir = shm_dir();
+        let db = dir.path().join("s.sqlite");
+        let mut s = Service::open(&db, ADMIN).unwrap();
+        create(&mut s);
+        s.begin_batch();
+        for _ in 0..3 {
+            pair(&mut s, 1.0);
+        }
+        s.commit_batch().unwrap();
+        let stored = s.status("t").unwrap();
+        s.conn
+            .execute_batch(
+                "CREATE TEMP TRIGGER inject BEFORE INSERT ON decisions WHEN NEW.id = 6
+                 BEGIN SELECT RAISE(ABORT, 'injected'); END",
+            )
+            .unwrap();
+        s.begin_batch();
+        pair(&mut s, 0.0);
+        pair(&mut s, 1.0);
+        let e = s.decide("t", None, None).unwrap_err();
+        assert!(e.to_string().contains("injected"), "{e}");
+        assert!(s.batch_failed());
+        assert!(s.commit_batch().is_err());
+        // What the batch did in memory is gone with it, except what a flush made durable
+        // before a release was drawn (a reward completing a commitment): memory is what a
+        // restart reads.
+        let after = s.status("t").unwrap();
+        assert_ne!(after, stored);
+        assert!(after["decisions"].as_u64().unwrap() < 6, "{after}");
+        drop(s);
+        let mut s = Service::open(&db, ADMIN).unwrap();
+        assert_eq!(s.status("t").unwrap(), after);
+        s.conn
+            .execute_batch(
+                "CREATE TEMP TRIGGER inject BEFORE INSERT ON decisions WHEN NEW.id = 6
+                 BEGIN SELECT RAISE(ABORT, 'injected'); END",
+            )
+            .unwrap();
+        while s.status("t").unwrap()["pending"] != 0 {
+            let id = s.status("t").unwrap()["decisions"].as_u64().unwrap();
+            s.reward("t", id, 1.0).unwrap();
+        }
+        // Outside a batch: only the failing operation is undone.
+        while s.status("t").unwrap()["decisions"] != 5 {
+            pair(&mut s, 0.0);
+        }
+        let before = s.status("t").unwrap();
+        let e = s.decide("t", None, None).unwrap_err();
+        assert!(e.to_string().contains("injected"), "{e}");
+        assert!(!s.batch_failed());
+        assert_eq!(s.status("t").unwrap(), before);
+        s.conn.execute_batch("DROP TRIGGER temp.inject").unwrap();
+        s.begin_batch();
+        assert_eq!(s.decide("t", None, None).unwrap()["decision_id"], 6);
+        s.commit_batch().unwrap();
+        let now = s.status("t").unwrap();
+        drop(s);
+        let s = Service::open(&db, ADMIN).unwrap();
+        assert_eq!(s.status("t").unwrap(), now);
     }
 
     /// Status and a ledger page read a bounded amount whatever the ledger's size: `n` ledger

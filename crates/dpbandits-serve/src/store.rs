@@ -884,7 +884,7 @@ impl AuditKey {
 
     /// The key's 64 hexadecimal digits (what the key file holds).
     pub fn to_hex(&self) -> String {
-        self.key.iter().map(|b| format!("{b:02x}")).collect()
+        hex(&self.key)
     }
 
     /// Read the key file `path` (its first line: 64 hexadecimal digits).
@@ -955,11 +955,7 @@ impl AuditKey {
         let mut mac =
             <Hmac<Sha256> as Mac>::new_from_slice(&self.key).expect("HMAC takes any key length");
         mac.update(entry_message(prev, seq, ts, experiment, event, body).as_bytes());
-        mac.finalize()
-            .into_bytes()
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect()
+        hex(&mac.finalize().into_bytes())
     }
 }
 
@@ -995,6 +991,9 @@ pub fn audit_keying(conn: &Connection) -> Result<Option<(String, i64)>> {
 /// The name of the SQL function, registered on the service's connection by [`init_audit_key`],
 /// that [`audit`] calls to hash an entry: the key lives with the connection, never in a table.
 const AUDIT_HASH_FN: &str = "dpbandits_audit_hash";
+/// The query that computes an entry's hash with [`AUDIT_HASH_FN`] (spelled out: it is prepared
+/// once per append).
+const AUDIT_HASH_SQL: &str = "SELECT dpbandits_audit_hash(?1, ?2, ?3, ?4, ?5, ?6)";
 
 /// Key the audit chain of the open database `conn` with `key`: register the hash function
 /// [`audit`] uses, and on the first keyed open record the key's fingerprint and the first keyed
@@ -1056,8 +1055,18 @@ pub fn init_audit_key(conn: &Connection, key: &AuditKey, db: &Path) -> Result<()
 
 /// Lowercase hex SHA-256.
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    let d = Sha256::digest(bytes);
-    d.iter().map(|b| format!("{b:02x}")).collect()
+    hex(&Sha256::digest(bytes))
+}
+
+/// Lower-case hexadecimal of `bytes` (on the request path: no formatting machinery).
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(2 * bytes.len());
+    for &b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 15)]));
+    }
+    out
 }
 
 /// The message an audit entry's hash covers: the previous hash and the entry's fields, each
@@ -1089,9 +1098,16 @@ pub fn entry_hash(
 
 /// The current time, RFC 3339 UTC with microseconds.
 pub fn now() -> String {
-    let d = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
+    rfc3339(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default(),
+    )
+}
+
+/// `d` after the Unix epoch, RFC 3339 UTC with microseconds: `YYYY-MM-DDTHH:MM:SS.ffffffZ`
+/// (written digit by digit: it is on every request's path).
+fn rfc3339(d: std::time::Duration) -> String {
     let secs = d.as_secs() as i64;
     let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
     // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
@@ -1104,13 +1120,21 @@ pub fn now() -> String {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
-        rem / 3600,
-        rem / 60 % 60,
-        rem % 60,
-        d.subsec_micros()
-    )
+    let mut out = String::with_capacity(27);
+    let mut push = |v: i64, width: u32, after: char| {
+        for k in (0..width).rev() {
+            out.push(char::from(b'0' + (v / 10i64.pow(k) % 10) as u8));
+        }
+        out.push(after);
+    };
+    push(year, 4, '-');
+    push(month, 2, '-');
+    push(day, 2, 'T');
+    push(rem / 3600, 2, ':');
+    push(rem / 60 % 60, 2, ':');
+    push(rem % 60, 2, '.');
+    push(i64::from(d.subsec_micros()), 6, 'Z');
+    out
 }
 
 /// Append one entry to the audit chain inside `tx`; returns its `(seq, hash)`.
@@ -1136,7 +1160,7 @@ pub fn audit(
     // Keyed: the connection's hash function holds the key ([`init_audit_key`]); a connection
     // without it cannot append.
     let hash: String = tx
-        .prepare_cached(&format!("SELECT {AUDIT_HASH_FN}(?1, ?2, ?3, ?4, ?5, ?6)"))?
+        .prepare_cached(AUDIT_HASH_SQL)?
         .query_row(params![prev, seq, ts, experiment, event, body], |r| {
             r.get(0)
         })
@@ -1330,4 +1354,48 @@ pub fn inspect(path: &Path, name: &str) -> Result<Inspection> {
         ledger_total,
         policy_state: serde_json::to_value(snap.state_value())?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn timestamps_and_hex_are_written_as_the_formatter_would() {
+        assert_eq!(rfc3339(Duration::ZERO), "1970-01-01T00:00:00.000000Z");
+        // 2000-02-29 (a leap day of a century leap year), 23:59:59.999999.
+        assert_eq!(
+            rfc3339(Duration::new(951_868_799, 999_999_000)),
+            "2000-02-29T23:59:59.999999Z"
+        );
+        assert_eq!(
+            rfc3339(Duration::new(4_102_444_800, 1_000)),
+            "2100-01-01T00:00:00.000001Z"
+        );
+        // Every field against the formatting machinery, over 200 years in odd steps.
+        let mut t = 0u64;
+        while t < 6_400_000_000 {
+            let d = Duration::new(t, (t % 1_000_000) as u32 * 1000);
+            let s = rfc3339(d);
+            let parts: Vec<u32> = s[..26]
+                .split(['-', 'T', ':', '.'])
+                .map(|p| p.parse().unwrap())
+                .collect();
+            let again = format!(
+                "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
+                parts[0], parts[1], parts[2], parts[3], parts[4], parts[5], parts[6]
+            );
+            assert_eq!(s, again);
+            assert_eq!(
+                u64::from(parts[3]) * 3600 + u64::from(parts[4]) * 60 + u64::from(parts[5]),
+                t % 86_400
+            );
+            t += 86_400 * 37 + 3_599;
+        }
+        let bytes: Vec<u8> = (0..=255).collect();
+        let reference: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(hex(&bytes), reference);
+        assert!(AUDIT_HASH_SQL.starts_with(&format!("SELECT {AUDIT_HASH_FN}(")));
+    }
 }
