@@ -1,6 +1,9 @@
 """A client for the dpbandits decision service (``dpbandits serve``, docs/service.md).
 
-Standard library only (``urllib``). It handles what a site's integration gets wrong at 3 a.m.:
+Standard library only (``http.client``). It handles what a site's integration gets wrong at 3 a.m.:
+
+* **one kept-alive connection per thread** (HTTP/1.1; a client may be shared by threads): no TCP
+  handshake per request, and a connection the server closed while idle is reopened at once;
 
 * **tokens**: the admin token for creating, closing and exporting; each experiment's client token
   (returned once by the create call) for decisions and rewards;
@@ -30,11 +33,11 @@ Example::
 
 from __future__ import annotations
 
+import http.client
 import json
+import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 import uuid
 from typing import Any, Mapping, Sequence
 
@@ -89,6 +92,27 @@ class Client:
         self.timeout = float(timeout)
         self.retries = retries
         self.backoff = float(backoff)
+        parts = urllib.parse.urlsplit(self.base_url)
+        if not parts.hostname:
+            raise ValueError(f"base_url = {base_url!r}: expected a host, as in http://127.0.0.1:8787")
+        self._https = parts.scheme == "https"
+        self._netloc = parts.netloc
+        self._prefix = parts.path
+        # One connection per thread (http.client connections are not thread-safe).
+        self._local = threading.local()
+
+    def close(self) -> None:
+        """Close this thread's connection (a later request opens a new one)."""
+        conn = getattr(self._local, "conn", None)
+        self._local.conn = None
+        if conn is not None:
+            conn.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
     # -- transport ---------------------------------------------------------------------------
 
@@ -96,17 +120,37 @@ class Client:
         self, method: str, path: str, body: Any, token: str | None
     ) -> tuple[int, Mapping[str, str], bytes]:
         data = None if body is None else json.dumps(body, allow_nan=False).encode()
-        req = urllib.request.Request(self.base_url + path, data=data, method=method)
+        headers = {"Accept": "application/json"}
         if data is not None:
-            req.add_header("Content-Type", "application/json")
+            headers["Content-Type"] = "application/json"
         tok = token if token is not None else self.token
         if tok is not None:
-            req.add_header("Authorization", f"Bearer {tok}")
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as r:
-                return r.status, dict(r.headers.items()), r.read()
-        except urllib.error.HTTPError as e:
-            return e.code, dict(e.headers.items()), e.read()
+            headers["Authorization"] = f"Bearer {tok}"
+        while True:
+            conn = getattr(self._local, "conn", None)
+            reused = conn is not None
+            if conn is None:
+                cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+                conn = self._local.conn = cls(self._netloc, timeout=self.timeout)
+            try:
+                conn.request(method, self._prefix + path, body=data, headers=headers)
+                r = conn.getresponse()
+                payload = r.read()
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+                self.close()
+                if reused:
+                    # Most likely the server closed the kept-alive connection while it was idle
+                    # (its header timeout): send once more on a new connection, not counted as a
+                    # retry. Safe as any retry here: decisions carry a request_id, rewards are
+                    # idempotent per decision_id.
+                    continue
+                raise
+            except BaseException:
+                self.close()
+                raise
+            if r.will_close:
+                self.close()
+            return r.status, dict(r.getheaders()), payload
 
     def request(
         self,
@@ -126,7 +170,7 @@ class Client:
                 time.sleep(self.backoff * 2 ** (attempt - 1))
             try:
                 status, headers, payload = self._once(method, path, body, token)
-            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as e:
+            except (http.client.HTTPException, ConnectionError, TimeoutError, OSError) as e:
                 last = e
                 continue
             if status >= 500:

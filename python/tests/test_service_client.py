@@ -204,3 +204,96 @@ def test_the_client_refuses_bad_arguments_and_retries_a_dead_server(tmp_path):
     with pytest.raises(ServiceError, match="3 attempts"):
         c.health()
     assert time.monotonic() - t0 < 10
+
+
+class _CountingServer:
+    """A loopback HTTP/1.1 server that counts connections and answers each request with JSON;
+    it closes a connection after `per_conn` answers without saying so (as a server closes an idle
+    kept-alive connection). Stops by itself when the test closes it."""
+
+    def __init__(self, per_conn):
+        self.per_conn = per_conn
+        self.connections = 0
+        self.requests = 0
+        self.lock = threading.Lock()
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.sock.settimeout(0.2)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.stop = False
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    def _accept(self):
+        while not self.stop:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            with self.lock:
+                self.connections += 1
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn):
+        conn.settimeout(5)
+        buf = b""
+        with conn:
+            for _ in range(self.per_conn):
+                while b"\r\n\r\n" not in buf:
+                    chunk = conn.recv(4096)
+                    if not chunk:
+                        return
+                    buf += chunk
+                head, buf = buf.split(b"\r\n\r\n", 1)
+                length = 0
+                for line in head.split(b"\r\n")[1:]:
+                    k, _, v = line.partition(b":")
+                    if k.strip().lower() == b"content-length":
+                        length = int(v)
+                while len(buf) < length:
+                    buf += conn.recv(4096)
+                buf = buf[length:]
+                with self.lock:
+                    self.requests += 1
+                    n = self.requests
+                body = json.dumps({"status": "ok", "n": n}).encode()
+                conn.sendall(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                    + str(len(body)).encode() + b"\r\n\r\n" + body
+                )
+
+    def close(self):
+        self.stop = True
+        self.thread.join(timeout=5)
+        self.sock.close()
+
+
+def test_the_client_keeps_one_connection_per_thread_and_reopens_a_closed_one():
+    s = _CountingServer(per_conn=1000)
+    try:
+        c = Client(s.url, retries=0, timeout=5)
+        assert [c.health()["n"] for _ in range(10)] == list(range(1, 11))
+        assert s.connections == 1, "ten requests on one kept-alive connection"
+        # Threads sharing the client each get their own connection.
+        out = []
+        ts = [threading.Thread(target=lambda: out.extend(c.health()["n"] for _ in range(5)))
+              for _ in range(4)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(timeout=30)
+        assert sorted(out) == list(range(11, 31))
+        assert s.connections == 5
+        c.close()
+    finally:
+        s.close()
+    # A server that closes each connection after one answer (an idle timeout): every request
+    # still succeeds without a retry (retries=0), on a new connection each time.
+    s = _CountingServer(per_conn=1)
+    try:
+        with Client(s.url, retries=0, timeout=5) as c:
+            assert [c.health()["n"] for _ in range(5)] == [1, 2, 3, 4, 5]
+        assert s.connections == 5
+    finally:
+        s.close()
