@@ -1866,20 +1866,27 @@ mod tests {
         );
     }
 
-    /// Group commit: operations of one batch share its transaction; a committed batch is all
-    /// stored (seen after a reopen), a failed one (here: an operation "panicked") is all rolled
-    /// back and the in-memory state reloaded, including an experiment created in it.
-    #[test]
-    fn a_batch_commits_all_its_operations_or_none() {
+    /// A service on a fresh database (in memory-backed storage) with experiment `t` and `n`
+    /// decision + reward pairs committed in one batch.
+    fn with_committed_pairs(n: usize) -> (tempfile::TempDir, std::path::PathBuf, Service) {
         let dir = shm_dir();
         let db = dir.path().join("s.sqlite");
         let mut s = Service::open(&db, ADMIN).unwrap();
         create(&mut s);
         s.begin_batch();
-        for _ in 0..5 {
+        for _ in 0..n {
             pair(&mut s, 1.0);
         }
         s.commit_batch().unwrap();
+        (dir, db, s)
+    }
+
+    /// Group commit: operations of one batch share its transaction; a committed batch is all
+    /// stored (seen after a reopen), a failed one (here: an operation "panicked") is all rolled
+    /// back and the in-memory state reloaded, including an experiment created in it.
+    #[test]
+    fn a_batch_commits_all_its_operations_or_none() {
+        let (_dir, db, mut s) = with_committed_pairs(5);
         s.begin_batch();
         pair(&mut s, 0.0);
         s.decide("t", None, None).unwrap();
@@ -1916,15 +1923,7 @@ mod tests {
     /// undone. Either way memory and database agree after a reopen.
     #[test]
     fn a_failed_operation_fails_its_batch_and_memory_follows_the_database() {
-        let dir = shm_dir();
-        let db = dir.path().join("s.sqlite");
-        let mut s = Service::open(&db, ADMIN).unwrap();
-        create(&mut s);
-        s.begin_batch();
-        for _ in 0..3 {
-            pair(&mut s, 1.0);
-        }
-        s.commit_batch().unwrap();
+        let (_dir, db, mut s) = with_committed_pairs(3);
         let stored = s.status("t").unwrap();
         s.conn
             .execute_batch(
