@@ -1,5 +1,5 @@
 //! Decision-service benchmark (docs/perf.md): decisions per second and p50/p99 latency of the
-//! decision and reward requests, for 1 and 8 concurrent clients, durability on (WAL,
+//! decision and reward requests, for 1, 8 and 32 concurrent clients, durability on (WAL,
 //! `synchronous = FULL`: every response waits for its commit to reach the disk).
 //!
 //! `cargo run --release -p dpbandits-serve --example bench [-- PAIRS [DIR [KIND [CLIENTS]]]]`:
@@ -7,11 +7,12 @@
 //! (default: a temporary folder under the system's temp dir; put it on the disk you mean to
 //! measure); KIND the policy kind, `KIND` or `KIND:key=value` (default `adac_ucb`, `rho = 0.5`;
 //! e.g. `dp_ts:epsilon=1.0`); CLIENTS a comma-separated
-//! list of client counts (default `1,8`). With `BENCH_ADDR=127.0.0.1:PORT` (and the admin token
-//! in `BENCH_ADMIN`) the clients drive an external `dpbandits serve` instead (to compare two
-//! builds with the same client code; DIR is then unused). One HTTP/1.1 connection per request,
-//! over loopback; with `BENCH_KEEPALIVE=1` each client keeps one connection open
-//! (`client::Conn`).
+//! list of client counts (default `1,8,32`). With `BENCH_ADDR=127.0.0.1:PORT` (and the admin
+//! token in `BENCH_ADMIN`) the clients drive an external `dpbandits serve` instead (to compare two
+//! builds with the same client code; DIR is then unused). Over loopback, each client keeps one
+//! HTTP/1.1 connection open (`client::Conn`, as HTTP clients do); with `BENCH_KEEPALIVE=0` it
+//! opens one per request. Issue 30's figure (docs/perf.md):
+//! `target/release/examples/bench 40000 /work/benchdb adac_ucb 32`.
 
 use dpbandits_serve::client::{Conn, request};
 use dpbandits_serve::{ServeOptions, serve_until};
@@ -58,7 +59,7 @@ fn main() -> anyhow::Result<()> {
     let kind = args.next().unwrap_or_else(|| "adac_ucb".into());
     let counts: Vec<u64> = args
         .next()
-        .unwrap_or_else(|| "1,8".into())
+        .unwrap_or_else(|| "1,8,32".into())
         .split(',')
         .map(str::parse)
         .collect::<Result<_, _>>()?;
@@ -68,7 +69,11 @@ fn main() -> anyhow::Result<()> {
         .transpose()?;
     let admin = std::env::var("BENCH_ADMIN").unwrap_or_else(|_| ADMIN.into());
     let run_id = std::process::id();
-    let keepalive = std::env::var("BENCH_KEEPALIVE").is_ok_and(|v| v == "1");
+    let keepalive = match std::env::var("BENCH_KEEPALIVE").as_deref() {
+        Err(_) | Ok("1") => true,
+        Ok("0") => false,
+        Ok(v) => anyhow::bail!("BENCH_KEEPALIVE = {v:?}: expected 1 (the default) or 0"),
+    };
     // KIND or KIND:key=value (default key: rho = 0.5), e.g. `dp_ts:epsilon=1.0`.
     let (kind, param) = match kind.split_once(':') {
         Some((k, p)) => (k.to_string(), p.to_string()),
