@@ -168,8 +168,22 @@ fn main() -> ExitCode {
     }
 }
 
+/// Writing to a closed pipe (`dpbandits list | head`) ends the process quietly, as it ends
+/// other Unix tools, instead of a panic in `println!` (Rust ignores SIGPIPE by default). Not for
+/// `serve`: a client that goes away must not end the service (its sockets see EPIPE instead).
+fn default_sigpipe() {
+    // SAFETY: sets a signal's disposition to its default; called first thing in `real_main`,
+    // before any thread is started.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn real_main() -> Result<ExitCode> {
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Serve(_)) {
+        default_sigpipe();
+    }
     match cli.command {
         Command::List => {
             list();

@@ -101,6 +101,25 @@ fn default_experiment_runs() {
     );
 }
 
+/// `dpbandits list | head`: output into a pipe nobody reads ends the process by SIGPIPE, as
+/// for other Unix tools, not by a panic (exit 101 and a backtrace).
+#[test]
+fn a_closed_pipe_ends_the_listing_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader); // closed before the process writes anything
+    let o = bin()
+        .arg("list")
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    const SIGPIPE: i32 = 13; // Linux
+    assert_eq!(o.status.signal(), Some(SIGPIPE), "{:?}: {err}", o.status);
+}
+
 #[test]
 fn list_shows_algorithms_with_references() {
     let o = run(&["list"]);
