@@ -30,11 +30,11 @@ pub const GATHER_WAIT: Duration = Duration::from_micros(50);
 pub const MAX_BATCH: usize = 512;
 
 /// The writer (group commit): the only owner of the service, on its own thread. It takes the
-/// waiting operations (at most [`MAX_BATCH`]; see [`GATHER_FROM`]), runs them one after the other inside one
-/// transaction ([`Service::begin_batch`]; each operation's writes are a savepoint in it),
-/// commits once (one fsync for the batch), and only then answers each. If the commit fails (or
-/// an operation panics), every request of the batch is answered 500 and the service reloads
-/// its state from the database. Ends when every sender is dropped.
+/// waiting operations (at most [`MAX_BATCH`]; see [`GATHER_FROM`]), runs them one after the
+/// other inside one transaction ([`Service::begin_batch`]; each operation's writes are a
+/// savepoint in it), commits once (one fsync for the batch), and only then answers each. If the
+/// commit fails (or an operation panics), every request of the batch is answered 500 and the
+/// service reloads its state from the database. Ends when every sender is dropped.
 pub fn writer(mut s: Service, mut jobs: tokio::sync::mpsc::Receiver<Job>) {
     let mut last = 0;
     while let Some(first) = jobs.blocking_recv() {

@@ -1120,6 +1120,16 @@ fn rfc3339(d: std::time::Duration) -> String {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
+    if year > 9999 {
+        // Beyond four digits (not before the year 10000): the formatter writes them all.
+        return format!(
+            "{year}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
+            rem / 3600,
+            rem / 60 % 60,
+            rem % 60,
+            d.subsec_micros()
+        );
+    }
     let mut out = String::with_capacity(27);
     let mut push = |v: i64, width: u32, after: char| {
         for k in (0..width).rev() {
@@ -1372,6 +1382,10 @@ mod tests {
         assert_eq!(
             rfc3339(Duration::new(4_102_444_800, 1_000)),
             "2100-01-01T00:00:00.000001Z"
+        );
+        assert_eq!(
+            rfc3339(Duration::new(253_402_300_800, 0)),
+            "10000-01-01T00:00:00.000000Z"
         );
         // Every field against the formatting machinery, over 200 years in odd steps.
         let mut t = 0u64;
