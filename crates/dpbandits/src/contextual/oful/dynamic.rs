@@ -194,22 +194,14 @@ impl OfulDyn {
     /// End the episode: release its statistic, recompute theta~, the radius and V_tau^{-1}.
     fn update(&mut self) {
         let d = self.d;
-        let variance = match self.exact.as_mut() {
-            None => {
-                let rng = self
-                    .noise
-                    .simulation_rng()
-                    .expect("no exact statistic: the simulation path");
-                for j in 0..d {
-                    self.released[j] += self.mech.release(self.episode[j], rng);
-                }
-                self.mech.variance()
-            }
-            Some(exact) => {
-                exact.release(&mut self.noise, self.cfg.rho, &mut self.released);
-                exact.variance
-            }
-        };
+        let variance = super::release_episode(
+            self.exact.as_mut(),
+            &mut self.noise,
+            &self.mech,
+            self.cfg.rho,
+            &self.episode,
+            &mut self.released,
+        );
         self.episode.iter_mut().for_each(|x| *x = 0.0);
         self.releases += 1;
         self.tau = self.played;

@@ -512,6 +512,35 @@ impl Exact {
     }
 }
 
+/// Release an episode's statistic, added to `released`, and return the variance of its noise:
+/// the simulation path's Gaussian per coordinate of `episode` (in coordinate order), or, with the
+/// exact statistic, its multivariate discrete Gaussian ([`Exact::release`]). The one release step
+/// of both engines (fixed-size [`Oful`] and [`dynamic`]).
+fn release_episode(
+    exact: Option<&mut Exact>,
+    noise: &mut NoiseSource,
+    mech: &GaussianMechanism,
+    rho: f64,
+    episode: &[f64],
+    released: &mut [f64],
+) -> f64 {
+    match exact {
+        None => {
+            let rng = noise
+                .simulation_rng()
+                .expect("no exact statistic: the simulation path");
+            for (x, &e) in released.iter_mut().zip(episode) {
+                *x += mech.release(e, rng);
+            }
+            mech.variance()
+        }
+        Some(exact) => {
+            exact.release(noise, rho, released);
+            exact.variance
+        }
+    }
+}
+
 fn guarantee(cfg: &OfulConfig) -> PrivacyGuarantee {
     if !cfg.private() {
         return PrivacyGuarantee::non_private();
@@ -850,22 +879,14 @@ where
 
     /// End the episode: release its statistic, recompute theta~, the radius and V_tau^{-1}.
     fn update(&mut self) {
-        let variance = match self.exact.as_mut() {
-            None => {
-                let rng = self
-                    .noise
-                    .simulation_rng()
-                    .expect("no exact statistic: the simulation path");
-                for j in 0..D {
-                    self.released[j] += self.mech.release(self.episode[j], rng);
-                }
-                self.mech.variance()
-            }
-            Some(exact) => {
-                exact.release(&mut self.noise, self.cfg.rho, self.released.as_mut_slice());
-                exact.variance
-            }
-        };
+        let variance = release_episode(
+            self.exact.as_mut(),
+            &mut self.noise,
+            &self.mech,
+            self.cfg.rho,
+            self.episode.as_slice(),
+            self.released.as_mut_slice(),
+        );
         self.episode = SVector::<f64, D>::zeros();
         self.releases += 1;
         self.tau = self.played;
