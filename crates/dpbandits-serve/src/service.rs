@@ -19,7 +19,7 @@ use dpbandits::session::{Decision, Next, Problem, Session};
 use dpbandits::snapshot::Snapshot;
 use rusqlite::Connection;
 use serde_json::{Value, json};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::{Arc, RwLock};
 
@@ -328,10 +328,6 @@ struct Experiment {
     charges: u64,
     /// The largest number of charged or lost rows of one release.
     max_per_release: u64,
-    /// The stored state (snapshot and counters) is behind the session: an operation inside a
-    /// batch changed the session; the state is written once for the batch, before the batch's
-    /// commit ([`Service::write_stale_snapshots`]).
-    snapshot_stale: bool,
 }
 
 impl Experiment {
@@ -349,13 +345,16 @@ impl Experiment {
 /// fails its batch, whose rollback reloads the last committed state.)
 fn store_state(
     tx: &Connection,
-    e: &mut Experiment,
+    e: &Experiment,
+    stale: &mut HashSet<String>,
     name: &str,
     releases: u64,
     in_batch: bool,
 ) -> ServiceResult<()> {
     if in_batch {
-        e.snapshot_stale = true;
+        if !stale.contains(name) {
+            stale.insert(name.to_string());
+        }
     } else {
         let snap = e.session.snapshot().map_err(ServiceError::internal)?;
         store::update_state(tx, name, &snap, &counters_of(&e.session, releases))?;
@@ -383,6 +382,10 @@ pub struct Service {
     tokens: Arc<RwLock<Tokens>>,
     /// The open batch failed (see [`Service::begin_batch`]).
     batch_failed: bool,
+    /// The experiments whose stored state (snapshot and counters) is behind their session: an
+    /// operation of the open batch changed them; each is written once for the batch, before its
+    /// commit ([`Service::write_stale_snapshots`]).
+    stale: HashSet<String>,
 }
 
 /// The SHA-256 hashes of the admin token and of every experiment's client token: what
@@ -694,7 +697,6 @@ fn load_all(conn: &Connection) -> anyhow::Result<HashMap<String, Experiment>> {
                 closed,
                 charges: totals.charges,
                 max_per_release: totals.max_per_release,
-                snapshot_stale: false,
             },
         );
     }
@@ -809,6 +811,7 @@ impl Service {
             experiments,
             tokens: Arc::new(RwLock::new(tokens)),
             batch_failed: false,
+            stale: HashSet::new(),
         })
     }
 
@@ -834,6 +837,7 @@ impl Service {
             .collect();
         drop(t);
         self.experiments = experiments;
+        self.stale.clear();
         Ok(())
     }
 
@@ -911,11 +915,10 @@ impl Service {
     /// Write the state (snapshot and counters) of every experiment whose session changed in the
     /// open batch: once per experiment and batch, however many operations changed it.
     fn write_stale_snapshots(&mut self) -> ServiceResult<()> {
-        for (name, e) in &mut self.experiments {
-            if e.snapshot_stale {
+        for name in std::mem::take(&mut self.stale) {
+            if let Some(e) = self.experiments.get(&name) {
                 let snap = e.session.snapshot().map_err(ServiceError::internal)?;
-                store::update_state(&self.conn, name, &snap, &e.counters())?;
-                e.snapshot_stale = false;
+                store::update_state(&self.conn, &name, &snap, &e.counters())?;
             }
         }
         Ok(())
@@ -1110,7 +1113,6 @@ impl Service {
                 closed: None,
                 charges: 0,
                 max_per_release: 0,
-                snapshot_stale: false,
             },
         );
         self.set_token(&req.name, Some(&token_hash_shared));
@@ -1276,7 +1278,7 @@ impl Service {
                     // The stopping rule fired now: recorded once, then refused as stopped.
                     let tx = self.conn.savepoint()?;
                     let releases = e.releases;
-                    store_state(&tx, e, name, releases, in_batch)?;
+                    store_state(&tx, e, &mut self.stale, name, releases, in_batch)?;
                     store::audit(
                         &tx,
                         name,
@@ -1298,7 +1300,7 @@ impl Service {
             });
             let tx = self.conn.savepoint()?;
             let releases = e.releases;
-            store_state(&tx, e, name, releases, in_batch)?;
+            store_state(&tx, e, &mut self.stale, name, releases, in_batch)?;
             if let Some(rounds) = opened {
                 store::audit(
                     &tx,
@@ -1481,7 +1483,7 @@ impl Service {
         let releases = if completes { release_no } else { e.releases };
         let result: ServiceResult<()> = (|| {
             let tx = self.conn.savepoint()?;
-            store_state(&tx, e, name, releases, in_batch)?;
+            store_state(&tx, e, &mut self.stale, name, releases, in_batch)?;
             store::record_reward(
                 &tx,
                 name,
