@@ -78,6 +78,9 @@ pub fn write_outputs(plan: &Plan, outcome: &Outcome, dir: &Path) -> Result<Vec<P
     } else {
         write_regret_outputs(plan, outcome, dir)?
     };
+    if plan.spec.trial.is_some() {
+        files.extend(super::trial::write(plan, outcome, &roles(plan), dir)?);
+    }
     let canonical = super::durable::canonical(&plan.spec)?;
     let exp = dir.join(super::report::EXPERIMENT);
     std::fs::write(&exp, canonical).map_err(io(&exp))?;
@@ -161,9 +164,6 @@ fn write_regret_outputs(plan: &Plan, outcome: &Outcome, dir: &Path) -> Result<Ve
     }
     for f in &plan.spec.figure {
         files.extend(f.render(plan, &outcome.cells, dir)?);
-    }
-    if plan.spec.trial.is_some() {
-        files.extend(super::trial::write(plan, outcome, &roles, dir)?);
     }
     Ok(files)
 }

@@ -5,6 +5,8 @@ use crate::bai::{BaiCell, BaiConfig, BaiEnvConfig};
 use crate::config::{BySetting, Setting};
 use crate::contextual::{ContextualEnvConfig, ContextualGroup, ContextualPolicyConfig};
 use crate::error::{Error, Result, ResultExt};
+use crate::experiment::TrialSpec;
+use crate::experiment::trial::{TrialCell, TrialEnv, TrialPolicy};
 use crate::finite::{EnvConfig, FiniteCell, PolicyConfig};
 use crate::linear::{LinearCell, LinearEnvConfig, LinearPolicyConfig};
 use crate::registry::{self, EnvBuilt, Parse};
@@ -250,13 +252,6 @@ impl Plan {
 
         if let Some(t) = &spec.trial {
             t.validate()?;
-            if setting != Setting::FiniteArmed {
-                return Err(Error::param(
-                    "trial",
-                    "(given)",
-                    format!("a [trial] in a finite-armed experiment only (this one is {setting})"),
-                ));
-            }
             if !custom_policies.is_empty() {
                 return Err(Error::Config(
                     "trial: a simulated trial drives registry kinds through the core session; custom policies are not supported".into(),
@@ -494,34 +489,18 @@ fn cells(
             let env: Arc<dyn EnvConfig> = Arc::from(env);
             let mut cells: Vec<Box<dyn Cell>> = vec![];
             if let Some(t) = &spec.trial {
-                let trial = Arc::new(t.clone());
-                // The expanded tables, in the planner's order (file order, sweep order).
-                let mut tables = vec![];
-                for (i, table) in spec.policy.iter().enumerate() {
-                    for mut t in expand_sweep(&without_kind(table))? {
-                        per_horizon(&mut t, spec.horizon);
-                        tables.push((i, t));
-                    }
-                }
-                for ((i, cfg), (j, table)) in policies.into_iter().zip(tables) {
-                    debug_assert_eq!(i, j);
-                    let kind = cfg.kind();
-                    for &strategy in &t.strategies {
-                        cells.push(Box::new(
-                            crate::experiment::trial::TrialCell::new(
-                                env.clone(),
-                                kind,
-                                cfg.as_ref(),
-                                table.clone(),
-                                strategy,
-                                trial.clone(),
-                                grid.clone(),
-                                spec.master_seed,
-                            )
-                            .at(|| format!("policy[{i}] ({kind}), trial.strategies"))?,
-                        ));
-                    }
-                }
+                let configs = policies.into_iter().map(|(i, cfg)| {
+                    let p = TrialPolicy {
+                        kind: cfg.kind(),
+                        table: toml::Table::new(),
+                        label: cfg.label(),
+                        params: cfg.params(),
+                        guarantee: cfg.guarantee(),
+                        facts: serde_json::Value::Null,
+                    };
+                    (i, p)
+                });
+                cells = trial_cells(TrialEnv::Finite(env.clone()), configs, t, spec, grid)?;
             } else {
                 for (i, cfg) in policies {
                     let kind = cfg.kind();
@@ -560,6 +539,21 @@ fn cells(
         Problem::Linear(Group { env, policies }) => {
             let env: Arc<dyn LinearEnvConfig> = Arc::from(env);
             let mut cells: Vec<Box<dyn Cell>> = vec![];
+            if let Some(t) = &spec.trial {
+                let configs = policies.into_iter().map(|(i, cfg)| {
+                    let p = TrialPolicy {
+                        kind: cfg.kind(),
+                        table: toml::Table::new(),
+                        label: cfg.label(),
+                        params: cfg.params(),
+                        guarantee: cfg.guarantee(),
+                        facts: cfg.describe(),
+                    };
+                    (i, p)
+                });
+                let cells = trial_cells(TrialEnv::Linear(env.clone()), configs, t, spec, grid)?;
+                return Ok((cells, with_trial_seeds(env.describe())));
+            }
             for (_, cfg) in policies {
                 cells.push(Box::new(LinearCell::new(
                     env.clone(),
@@ -572,11 +566,28 @@ fn cells(
         }
         Problem::Contextual(Group { env, policies }) => {
             let mut configs: Vec<Box<dyn ContextualPolicyConfig>> = vec![];
+            let policies_index: Vec<usize> = policies.iter().map(|(i, _)| *i).collect();
             for (i, cfg) in policies {
                 // Build once to surface dimension errors at plan time.
                 cfg.build(env.dim(), spec.horizon, 0)
                     .at(|| format!("policy[{i}] ({})", cfg.kind()))?;
                 configs.push(cfg);
+            }
+            if let Some(t) = &spec.trial {
+                let env: Arc<dyn ContextualEnvConfig> = Arc::from(env);
+                let configs = configs.into_iter().zip(policies_index).map(|(cfg, i)| {
+                    let p = TrialPolicy {
+                        kind: cfg.kind(),
+                        table: toml::Table::new(),
+                        label: cfg.label(),
+                        params: cfg.params(),
+                        guarantee: cfg.guarantee(),
+                        facts: serde_json::Value::Null,
+                    };
+                    (i, p)
+                });
+                let cells = trial_cells(TrialEnv::Contextual(env.clone()), configs, t, spec, grid)?;
+                return Ok((cells, with_trial_seeds(env.describe())));
             }
             let info = env.describe();
             let group = Arc::new(ContextualGroup::new(
@@ -590,6 +601,32 @@ fn cells(
         Problem::Bai(Group { env, policies }) => {
             let env: Arc<dyn BaiEnvConfig> = Arc::from(env);
             let mut cells: Vec<Box<dyn Cell>> = vec![];
+            if let Some(t) = &spec.trial {
+                let mut configs = vec![];
+                for (i, cfg) in policies {
+                    // The facts a BAI cell writes (the summary reads the threshold from them).
+                    let mut facts = serde_json::json!({
+                        "threshold": cfg.threshold_name(),
+                        "threshold_proved_delta_correct": cfg.threshold_proved(),
+                    });
+                    if let serde_json::Value::Object(more) = cfg.describe() {
+                        for (key, x) in more {
+                            facts[key] = x;
+                        }
+                    }
+                    let p = TrialPolicy {
+                        kind: cfg.kind(),
+                        table: toml::Table::new(),
+                        label: cfg.label(),
+                        params: vec![("epsilon", cfg.epsilon())],
+                        guarantee: cfg.guarantee(),
+                        facts,
+                    };
+                    configs.push((i, p));
+                }
+                let cells = trial_cells(TrialEnv::Bai(env.clone()), configs, t, spec, grid)?;
+                return Ok((cells, with_trial_seeds(env.describe())));
+            }
             for (i, cfg) in policies {
                 let kind = cfg.kind();
                 let cell = BaiCell::new(cfg, env.clone(), spec.master_seed, spec.horizon)
@@ -599,6 +636,63 @@ fn cells(
             Ok((cells, env.describe()))
         }
     }
+}
+
+/// The trial cells of `policies` (each with the index of its `[[policy]]` table; their tables
+/// are filled here from the spec, one per sweep point in the planner's order): a cell per
+/// policy and strategy, policy by policy.
+fn trial_cells(
+    env: TrialEnv,
+    policies: impl IntoIterator<Item = (usize, TrialPolicy)>,
+    t: &TrialSpec,
+    spec: &ExperimentSpec,
+    grid: &Arc<CheckpointGrid>,
+) -> Result<Vec<Box<dyn Cell>>> {
+    let trial = Arc::new(t.clone());
+    // The expanded tables, in the planner's order (file order, sweep order).
+    let mut tables = vec![];
+    for (i, table) in spec.policy.iter().enumerate() {
+        for mut t in expand_sweep(&without_kind(table))? {
+            per_horizon(&mut t, spec.horizon);
+            tables.push((i, t));
+        }
+    }
+    let mut cells: Vec<Box<dyn Cell>> = vec![];
+    for ((i, mut policy), (j, table)) in policies.into_iter().zip(tables) {
+        debug_assert_eq!(i, j);
+        policy.table = table;
+        let kind = policy.kind;
+        for &strategy in &t.strategies {
+            cells.push(Box::new(
+                TrialCell::new(
+                    env.clone(),
+                    policy.clone(),
+                    strategy,
+                    trial.clone(),
+                    grid.clone(),
+                    spec.master_seed,
+                )
+                .at(|| format!("policy[{i}] ({kind}), trial.strategies"))?,
+            ));
+        }
+    }
+    Ok(cells)
+}
+
+/// An environment's manifest facts with the trial's streams.
+fn with_trial_seeds(mut info: serde_json::Value) -> serde_json::Value {
+    if let serde_json::Value::Object(m) = &mut info {
+        m.insert(
+            "trial_seed_derivation".into(),
+            crate::rng::describe(&[
+                crate::rng::TRIAL_ARRIVALS,
+                crate::rng::TRIAL_DELAYS,
+                crate::rng::TRIAL_DROPOUTS,
+            ])
+            .into(),
+        );
+    }
+    info
 }
 
 /// The characteristic times of a BAI problem for every `epsilon` of its cells (in first-seen

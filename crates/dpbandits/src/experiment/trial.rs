@@ -26,11 +26,16 @@
 //! ([`rng::POLICY_RUN`]), as a plain finite-armed cell. So `none` decides exactly as the plain
 //! run loop in `simulation = "steps"` (a test checks it).
 
+use crate::bai::{BaiEnvConfig, BaiEnvironment, OUTCOME_FIELDS, OutcomeRow};
+use crate::config::BySetting;
+use crate::contextual::{ContextualEnvConfig, ContextualEnvironment};
 use crate::error::{Error, Result};
-use crate::finite::EnvConfig;
+use crate::finite::{EnvConfig, Environment};
+use crate::linear::LinearEnvConfig;
 use crate::privacy::PrivacyGuarantee;
+use crate::registry::Restored;
 use crate::rng;
-use crate::session::{Next, Problem, Session, WhilePending};
+use crate::session::{Decision, Next, Problem, Session, WhilePending};
 use crate::sim::{Cell, CheckpointGrid};
 use rand::RngExt;
 use serde::{Deserialize, Serialize};
@@ -38,7 +43,8 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::sync::Arc;
 
-/// The values a run writes after its regret curve.
+/// The values a run writes after its regret curve (BAI: after its outcome,
+/// [`crate::bai::OUTCOME_FIELDS`]), in a trial in days ([`Unit::Days`]; [`Unit::metrics`]).
 pub const METRICS: [&str; 5] = [
     "wait_mean_days",
     "wait_max_days",
@@ -47,22 +53,81 @@ pub const METRICS: [&str; 5] = [
     "abandoned",
 ];
 
+/// [`METRICS`] in a trial in seconds ([`Unit::Seconds`]).
+pub const METRICS_SECONDS: [&str; 5] = [
+    "wait_mean_seconds",
+    "wait_max_seconds",
+    "duration_seconds",
+    "dropouts",
+    "abandoned",
+];
+
+/// The unit of every time of a `[trial]` (the arrival rate, the delays, the deadline) and of
+/// its outputs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Unit {
+    /// Days (the default): the arrival rate is `per_day`.
+    #[default]
+    Days,
+    /// Seconds: the arrival rate is `per_second` (a recommender's clicks).
+    Seconds,
+}
+
+impl Unit {
+    /// `"days"` or `"seconds"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Unit::Days => "days",
+            Unit::Seconds => "seconds",
+        }
+    }
+
+    /// The names of the metrics a run writes ([`METRICS`], [`METRICS_SECONDS`]).
+    pub fn metrics(self) -> [&'static str; 5] {
+        match self {
+            Unit::Days => METRICS,
+            Unit::Seconds => METRICS_SECONDS,
+        }
+    }
+
+    /// The length of a day in this unit (a fixed delay is written in days).
+    fn day(self) -> f64 {
+        match self {
+            Unit::Days => 1.0,
+            Unit::Seconds => 86_400.0,
+        }
+    }
+
+    /// What arrives: patients (a trial in days) or arrivals.
+    fn arrivals(self) -> &'static str {
+        match self {
+            Unit::Days => "patients",
+            Unit::Seconds => "arrivals",
+        }
+    }
+
+    fn is_days(&self) -> bool {
+        *self == Unit::Days
+    }
+}
+
 /// How patients arrive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Arrivals {
-    /// Patient `i` arrives on day `i / per_day`.
+    /// Patient `i` arrives at time `i / rate`.
     #[default]
     Deterministic,
-    /// A Poisson process of rate `per_day` (exponential gaps).
+    /// A Poisson process of the trial's rate (exponential gaps).
     Poisson,
 }
 
-/// The delay from enrolment to outcome, in days.
+/// The delay from enrolment to outcome, in the trial's unit (a fixed delay in days).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Delay {
-    /// Always `days`.
+    /// Always `days` (days whatever the trial's unit: `days * 86400` in a trial in seconds).
     Fixed {
         /// Days.
         days: f64,
@@ -106,12 +171,27 @@ impl Strategy {
     }
 }
 
+fn missing() -> f64 {
+    f64::NAN
+}
+
+fn is_missing(x: &f64) -> bool {
+    x.is_nan()
+}
+
 /// The `[trial]` table.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TrialSpec {
-    /// Patients per day (> 0).
+    /// The unit of every time below and of the outputs: `days` (default) or `seconds`.
+    #[serde(default, skip_serializing_if = "Unit::is_days")]
+    pub unit: Unit,
+    /// Patients per day (> 0; a trial in days). NaN when not written.
+    #[serde(default = "missing", skip_serializing_if = "is_missing")]
     pub per_day: f64,
+    /// Arrivals per second (> 0; a trial in seconds, `unit = "seconds"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_second: Option<f64>,
     /// `deterministic` (default) or `poisson`.
     #[serde(default)]
     pub arrivals: Arrivals,
@@ -123,7 +203,8 @@ pub struct TrialSpec {
     /// The reward recorded for a dropout or an abandoned outcome (inside `[0, 1]`).
     #[serde(default)]
     pub dropout_reward: f64,
-    /// Days after enrolment at which the `deadline` strategy abandons an outcome.
+    /// Time after enrolment (in the trial's unit) at which the `deadline` strategy abandons an
+    /// outcome.
     #[serde(default)]
     pub deadline: Option<f64>,
     /// The strategies to compare, each a cell per policy.
@@ -136,6 +217,7 @@ impl TrialSpec {
     /// # Errors
     /// [`Error::Param`] naming `trial.<field>`, the value and what is allowed.
     pub fn validate(&self) -> Result<()> {
+        let unit = self.unit.name();
         let pos = |field: &str, x: f64| {
             if x.is_finite() && x > 0.0 {
                 Ok(())
@@ -147,12 +229,55 @@ impl TrialSpec {
             if x.is_finite() && x >= 0.0 {
                 Ok(())
             } else {
-                Err(Error::param(field, x, "days, a finite number >= 0"))
+                Err(Error::param(
+                    field,
+                    x,
+                    format!("{unit}, a finite number >= 0"),
+                ))
             }
         };
-        pos("trial.per_day", self.per_day)?;
+        match (self.unit, self.per_day.is_nan(), self.per_second) {
+            (Unit::Days, _, Some(x)) => {
+                return Err(Error::param(
+                    "trial.per_second",
+                    x,
+                    "no per_second in a trial in days: write per_day, or unit = \"seconds\"",
+                ));
+            }
+            (Unit::Days, true, None) => {
+                return Err(Error::param(
+                    "trial.per_day",
+                    "(missing)",
+                    "patients per day, a finite number > 0",
+                ));
+            }
+            (Unit::Days, false, None) => pos("trial.per_day", self.per_day)?,
+            (Unit::Seconds, false, _) => {
+                return Err(Error::param(
+                    "trial.per_day",
+                    self.per_day,
+                    "no per_day in a trial in seconds (unit = \"seconds\"): write per_second",
+                ));
+            }
+            (Unit::Seconds, true, None) => {
+                return Err(Error::param(
+                    "trial.per_second",
+                    "(missing)",
+                    "arrivals per second, a finite number > 0 (unit = \"seconds\")",
+                ));
+            }
+            (Unit::Seconds, true, Some(x)) => pos("trial.per_second", x)?,
+        }
         match self.delay {
-            Delay::Fixed { days } => nonneg("trial.delay.days", days)?,
+            Delay::Fixed { days } => {
+                if !(days.is_finite() && days >= 0.0) {
+                    return Err(Error::param(
+                        "trial.delay.days",
+                        days,
+                        "days, a finite number >= 0",
+                    ));
+                }
+            }
             Delay::Uniform { low, high } => {
                 nonneg("trial.delay.low", low)?;
                 nonneg("trial.delay.high", high)?;
@@ -203,18 +328,107 @@ impl TrialSpec {
             return Err(Error::param(
                 "trial.deadline",
                 "(missing)",
-                "days after enrolment, a number > 0 (the \"deadline\" strategy needs it)",
+                format!(
+                    "{unit} after enrolment, a number > 0 (the \"deadline\" strategy needs it)"
+                ),
             ));
         }
         Ok(())
     }
 
+    /// Arrivals per unit of time.
+    fn rate(&self) -> f64 {
+        self.per_second.unwrap_or(self.per_day)
+    }
+
     fn delay(&self, rng: &mut rng::SimRng) -> f64 {
         let u: f64 = rng.random();
         match self.delay {
-            Delay::Fixed { days } => days,
+            Delay::Fixed { days } => days * self.unit.day(),
             Delay::Uniform { low, high } => low + (high - low) * u,
             Delay::Exponential { mean } => -mean * (1.0 - u).ln(),
+        }
+    }
+}
+
+/// The environment of a trial, of the experiment's setting (linear: the arm vectors and rewards
+/// of each run; contextual: each arrival brings the round's action set; BAI: the instance).
+pub type TrialEnv = BySetting<
+    Arc<dyn EnvConfig>,
+    Arc<dyn LinearEnvConfig>,
+    Arc<dyn ContextualEnvConfig>,
+    Arc<dyn BaiEnvConfig>,
+>;
+
+/// The policy of a trial cell: a registry kind with its parameter table (one sweep point of a
+/// `[[policy]]` table) and what its configuration says of itself.
+#[derive(Debug, Clone)]
+pub struct TrialPolicy {
+    /// The registry kind.
+    pub kind: &'static str,
+    /// Its parameters (the `[[policy]]` table without `kind`).
+    pub table: toml::Table,
+    /// The configuration's label (keys the policy's seed, as in the plain cells).
+    pub label: String,
+    /// The configuration's parameters.
+    pub params: Vec<(&'static str, f64)>,
+    /// The configuration's guarantee.
+    pub guarantee: PrivacyGuarantee,
+    /// Facts for the manifest's `details`, merged into the cell's own (BAI: the threshold, as a
+    /// [`crate::bai::BaiCell`] writes them); `Null` for none.
+    pub facts: serde_json::Value,
+}
+
+/// One run's environment.
+enum RunEnv {
+    /// Finite-armed and linear: arms with per-arm streams.
+    Arms(Box<dyn Environment>),
+    Contextual(Box<dyn ContextualEnvironment>),
+    Bai(Box<dyn BaiEnvironment>),
+}
+
+/// One arrival's decision.
+enum Step {
+    /// Played: the round's pseudo-regret and the reward its outcome will bring.
+    Play { regret: f64, reward: f64 },
+    /// BAI: the stopping rule fired.
+    Stop,
+}
+
+impl RunEnv {
+    /// The decision of arrival `i` (the `i`-th decision) and its reward, drawn now.
+    fn step(&mut self, s: &mut Session, i: u64) -> Result<Step> {
+        let played = |d: Decision| {
+            d.arm()
+                .ok_or_else(|| Error::Protocol("the session stopped outside BAI".into()))
+        };
+        match self {
+            RunEnv::Arms(env) => {
+                let arm = played(s.decide()?)?;
+                let regret = env.regret(arm, i, 1);
+                Ok(Step::Play {
+                    regret,
+                    reward: env.pull(arm, i),
+                })
+            }
+            RunEnv::Contextual(env) => {
+                env.next_round(i);
+                let arm = played(s.decide_with(&env.actions())?)?;
+                let m = *env.means().get(arm).ok_or_else(|| {
+                    Error::Protocol(format!("the session chose action {arm} of a smaller set"))
+                })?;
+                Ok(Step::Play {
+                    regret: env.best_mean() - m,
+                    reward: env.reward(arm),
+                })
+            }
+            RunEnv::Bai(env) => match s.decide()? {
+                Decision::Stop { .. } => Ok(Step::Stop),
+                Decision::Play { arm, .. } => Ok(Step::Play {
+                    regret: 0.0,
+                    reward: env.pull_sum(arm, 1),
+                }),
+            },
         }
     }
 }
@@ -222,12 +436,8 @@ impl TrialSpec {
 /// One policy under one strategy.
 #[derive(Debug)]
 pub struct TrialCell {
-    env: Arc<dyn EnvConfig>,
-    kind: &'static str,
-    params: Vec<(&'static str, f64)>,
-    guarantee: PrivacyGuarantee,
-    table: toml::Table,
-    policy_label: String,
+    env: TrialEnv,
+    policy: TrialPolicy,
     strategy: Strategy,
     trial: Arc<TrialSpec>,
     grid: Arc<CheckpointGrid>,
@@ -235,36 +445,29 @@ pub struct TrialCell {
 }
 
 impl TrialCell {
-    /// The cell of a policy (`kind`, its parameter `table`, its configuration's `label`,
-    /// `params` and `guarantee`) under `strategy`.
+    /// The cell of `policy` on `env` under `strategy`; the horizon (the grid's) is the number of
+    /// arrivals (BAI: the sample cap).
     ///
     /// # Errors
-    /// The policy's session cannot be built, or cannot pipeline under `pipeline` (naming
-    /// `while_pending`).
-    #[allow(clippy::too_many_arguments)]
+    /// The policy's session cannot be built (for the environment of run 0), or cannot pipeline
+    /// under `pipeline` (naming `while_pending`).
     pub fn new(
-        env: Arc<dyn EnvConfig>,
-        kind: &'static str,
-        cfg: &dyn crate::finite::PolicyConfig,
-        table: toml::Table,
+        env: TrialEnv,
+        policy: TrialPolicy,
         strategy: Strategy,
         trial: Arc<TrialSpec>,
         grid: Arc<CheckpointGrid>,
         master_seed: u64,
     ) -> Result<Self> {
         let cell = TrialCell {
-            kind,
-            params: cfg.params(),
-            guarantee: cfg.guarantee(),
-            policy_label: cfg.label(),
             env,
-            table,
+            policy,
             strategy,
             trial,
             grid,
             master_seed,
         };
-        cell.session(0)?;
+        cell.start(0)?;
         Ok(cell)
     }
 
@@ -275,23 +478,51 @@ impl TrialCell {
 
     /// The policy's label (without the strategy).
     pub fn policy_label(&self) -> &str {
-        &self.policy_label
+        &self.policy.label
     }
 
-    fn session(&self, run: u64) -> Result<Session> {
-        let seed = rng::policy_seed(self.master_seed, &self.policy_label, run);
-        let mut s = Session::new(
-            self.kind,
-            self.table.clone(),
-            &Problem::Finite {
-                arms: self.env.num_arms(),
-            },
-            seed,
-        )?;
+    fn bai(&self) -> bool {
+        matches!(self.env, BySetting::Bai(_))
+    }
+
+    /// Run `run`'s environment and its policy's session (seed [`rng::policy_seed`] of the
+    /// label, environment [`rng::env_run_seed`] as the plain cells of each setting).
+    fn start(&self, run: u64) -> Result<(Session, RunEnv)> {
+        let (problem, env) = match &self.env {
+            BySetting::Finite(e) => (
+                Problem::Finite { arms: e.num_arms() },
+                RunEnv::Arms(e.build(rng::env_run_seed(self.master_seed, run))?),
+            ),
+            BySetting::Linear(e) => {
+                let (arms, env) = e.build(self.master_seed, run)?;
+                (
+                    Problem::Linear {
+                        arms: arms.iter().map(|a| a.iter().copied().collect()).collect(),
+                    },
+                    RunEnv::Arms(env),
+                )
+            }
+            BySetting::Contextual(e) => (
+                Problem::Contextual {
+                    dim: e.dim(),
+                    horizon: self.grid.horizon(),
+                },
+                RunEnv::Contextual(e.build(self.master_seed, run)?),
+            ),
+            BySetting::Bai(e) => (
+                Problem::Bai {
+                    arms: e.instance().k(),
+                    delta: e.delta(),
+                },
+                RunEnv::Bai(e.build(rng::env_run_seed(self.master_seed, run))),
+            ),
+        };
+        let seed = rng::policy_seed(self.master_seed, &self.policy.label, run);
+        let mut s = Session::new(self.policy.kind, self.policy.table.clone(), &problem, seed)?;
         if self.strategy == Strategy::Pipeline {
             s.set_while_pending(WhilePending::Pipeline)?;
         }
-        Ok(s)
+        Ok((s, env))
     }
 }
 
@@ -301,40 +532,62 @@ type Event = Reverse<(u64, u64)>;
 
 impl Cell for TrialCell {
     fn label(&self) -> String {
-        format!("{} [{}]", self.policy_label, self.strategy.name())
+        format!("{} [{}]", self.policy.label, self.strategy.name())
     }
     fn kind(&self) -> &'static str {
-        self.kind
+        self.policy.kind
     }
     fn params(&self) -> Vec<(&'static str, f64)> {
-        self.params.clone()
+        self.policy.params.clone()
     }
     fn guarantee(&self) -> PrivacyGuarantee {
-        self.guarantee.clone()
+        self.policy.guarantee.clone()
     }
     fn describe(&self) -> serde_json::Value {
-        serde_json::json!({
-            "simulation_path": "a simulated trial through the core session (experiment/trial.rs)",
-            "strategy": self.strategy.name(),
-            "metrics_after_the_regret_curve": METRICS,
-        })
+        let metrics = self.trial.unit.metrics();
+        let mut v = if self.bai() {
+            serde_json::json!({
+                "simulation_path": "a simulated trial through the core session (experiment/trial.rs): one sample per arrival, drawn at the decision; tau counts the decisions issued until the stop (pending ones included); a request cut by the sample cap is not observed",
+                "strategy": self.strategy.name(),
+                "metrics_after_the_outcome": metrics,
+            })
+        } else {
+            serde_json::json!({
+                "simulation_path": "a simulated trial through the core session (experiment/trial.rs)",
+                "strategy": self.strategy.name(),
+                "metrics_after_the_regret_curve": metrics,
+            })
+        };
+        if let serde_json::Value::Object(facts) = &self.policy.facts {
+            for (key, x) in facts {
+                v[key] = x.clone();
+            }
+        }
+        v
     }
     fn width(&self) -> usize {
-        self.grid.points().len() + METRICS.len()
+        let head = if self.bai() {
+            OUTCOME_FIELDS.len()
+        } else {
+            self.grid.points().len()
+        };
+        head + METRICS.len()
     }
     fn run(&self, run: u64, out: &mut [f64]) -> Result<()> {
         let t = &*self.trial;
         let n = self.grid.horizon();
         let cps = self.grid.points();
-        let mut env = self.env.build(rng::env_run_seed(self.master_seed, run))?;
-        let mut s = self.session(run)?;
+        let bai = self.bai();
+        let (mut s, mut env) = self.start(run)?;
         let (mut arrivals, mut delays, mut coins) = (
             rng::trial_arrival_rng(self.master_seed, run),
             rng::trial_delay_rng(self.master_seed, run),
             rng::trial_dropout_rng(self.master_seed, run),
         );
+        let rate = t.rate();
         let mut events: BinaryHeap<Event> = BinaryHeap::new();
-        let mut values = vec![0.0f64; n as usize];
+        // The value each decision's outcome brings, by decision number.
+        let mut values: Vec<f64> = Vec::with_capacity(n.min(1 << 20) as usize);
         let apply = |s: &mut Session, values: &[f64], (time, i): (u64, u64)| -> Result<f64> {
             s.observe_decision(i, values[i as usize])?;
             Ok(f64::from_bits(time))
@@ -343,6 +596,7 @@ impl Cell for TrialCell {
         let (mut regret, mut ci) = (0.0f64, 0usize);
         let (mut wait_sum, mut wait_max, mut dropouts, mut abandoned) =
             (0.0f64, 0.0f64, 0u64, 0u64);
+        let mut stopped = false;
         for i in 0..n {
             // Draws of patient i, whatever the strategy (common random numbers).
             if i > 0 {
@@ -350,12 +604,12 @@ impl Cell for TrialCell {
                     Arrivals::Deterministic => 0.0,
                     Arrivals::Poisson => {
                         let u: f64 = arrivals.random();
-                        -(1.0 - u).ln() / t.per_day
+                        -(1.0 - u).ln() / rate
                     }
                 };
             }
             let arrived = match t.arrivals {
-                Arrivals::Deterministic => i as f64 / t.per_day,
+                Arrivals::Deterministic => i as f64 / rate,
                 Arrivals::Poisson => arrival,
             };
             let delay = t.delay(&mut delays);
@@ -379,16 +633,20 @@ impl Cell for TrialCell {
                 now = now.max(apply(&mut s, &values, e)?);
                 last = last.max(now);
             }
-            let arm = s
-                .decide()?
-                .arm()
-                .ok_or_else(|| Error::Protocol("a finite session plays".into()))?;
-            regret += env.regret(arm, i, 1);
-            while ci < cps.len() && cps[ci] <= i + 1 {
-                out[ci] = regret;
-                ci += 1;
+            let (round_regret, reward) = match env.step(&mut s, i)? {
+                Step::Play { regret, reward } => (regret, reward),
+                Step::Stop => {
+                    stopped = true;
+                    break;
+                }
+            };
+            if !bai {
+                regret += round_regret;
+                while ci < cps.len() && cps[ci] <= i + 1 {
+                    out[ci] = regret;
+                    ci += 1;
+                }
             }
-            let reward = env.pull(arm, i);
             let wait = now - arrived;
             wait_sum += wait;
             wait_max = wait_max.max(wait);
@@ -410,7 +668,7 @@ impl Cell for TrialCell {
                     }
                 }
             };
-            values[i as usize] = value;
+            values.push(value);
             if self.strategy == Strategy::None {
                 s.observe_decision(i, value)?;
                 last = last.max(now);
@@ -418,12 +676,41 @@ impl Cell for TrialCell {
                 events.push(Reverse((at.to_bits(), i)));
             }
         }
-        while let Some(Reverse(e)) = events.pop() {
-            last = last.max(apply(&mut s, &values, e)?);
-        }
-        let g = cps.len();
-        out[g..].copy_from_slice(&[
-            wait_sum / n as f64,
+        // Decisions made: every arrival's, or (BAI) those issued until the stop.
+        let decided = values.len() as u64;
+        let head = if bai {
+            // The trial ends at the stop (its duration: the last outcome observed before it);
+            // at the cap, the outcomes still due come in and the policy is asked once more.
+            let capped = !stopped && {
+                while let Some(Reverse(e)) = events.pop() {
+                    last = last.max(apply(&mut s, &values, e)?);
+                }
+                !matches!(s.decide()?, Decision::Stop { .. })
+            };
+            let (RunEnv::Bai(e), Restored::Bai(p)) = (&env, s.policy()) else {
+                unreachable!("a BAI cell runs a BAI session on a BAI environment")
+            };
+            let recommendation = s.recommendation().expect("a BAI session recommends");
+            out[..OUTCOME_FIELDS.len()].copy_from_slice(&[
+                decided as f64,
+                recommendation as f64,
+                f64::from(u8::from(recommendation == e.best_arm())),
+                f64::from(u8::from(capped)),
+                p.noise_draws() as f64,
+            ]);
+            debug_assert_eq!(
+                OutcomeRow::from_row(&out[..OUTCOME_FIELDS.len()]).tau,
+                decided as f64
+            );
+            OUTCOME_FIELDS.len()
+        } else {
+            while let Some(Reverse(e)) = events.pop() {
+                last = last.max(apply(&mut s, &values, e)?);
+            }
+            cps.len()
+        };
+        out[head..].copy_from_slice(&[
+            wait_sum / decided.max(1) as f64,
             wait_max,
             last,
             dropouts as f64,
@@ -433,9 +720,11 @@ impl Cell for TrialCell {
     }
 }
 
-/// `trial.csv` and the figures `trial.{svg,png}` (regret after the last patient per strategy)
-/// and `trial_duration.{svg,png}` (the trial's duration per strategy), a curve per policy
-/// through the strategies in file order, of a plan with `[trial]`.
+/// `trial.csv` and the figures `trial.{svg,png}` (regret after the last arrival, BAI: the mean
+/// sample complexity, per strategy) and `trial_duration.{svg,png}` (the trial's duration per
+/// strategy), a curve per policy through the strategies in file order, of a plan with `[trial]`.
+/// BAI rows add the sample complexity's quantiles, the capped runs and the error rate, from
+/// the BAI summary's rows ([`super::bai::rows`]).
 pub(super) fn write(
     plan: &super::Plan,
     outcome: &super::Outcome,
@@ -443,31 +732,46 @@ pub(super) fn write(
     dir: &std::path::Path,
 ) -> Result<Vec<std::path::PathBuf>> {
     use crate::math::stats::Summary;
-    let g = plan.grid.points().len();
+    let Some(trial) = plan.spec.trial.as_ref() else {
+        return Ok(vec![]);
+    };
+    let unit = trial.unit;
+    let bai = plan.setting == crate::config::Setting::Bai;
+    let head = if bai {
+        OUTCOME_FIELDS.len()
+    } else {
+        plan.grid.points().len()
+    };
+    let bai_rows = if bai {
+        super::bai::rows(plan, outcome)
+    } else {
+        vec![]
+    };
     let mut w = csv::Writer::from_writer(vec![]);
     let err = |e: csv::Error| Error::Config(format!("trial.csv: {e}"));
-    w.write_record([
-        "policy",
-        "strategy",
-        "runs",
-        "regret_mean",
-        "regret_sem",
-        "wait_mean_days",
-        "wait_max_days",
-        "duration_days",
-        "dropouts",
-        "abandoned",
-    ])
-    .map_err(err)?;
+    let mut columns = if bai {
+        vec![
+            "policy",
+            "strategy",
+            "runs",
+            "sample_complexity_mean",
+            "sample_complexity_sem",
+            "sample_complexity_q05",
+            "sample_complexity_q50",
+            "sample_complexity_q95",
+            "capped",
+            "errors",
+            "error_rate",
+        ]
+    } else {
+        vec!["policy", "strategy", "runs", "regret_mean", "regret_sem"]
+    };
+    columns.extend(unit.metrics());
+    w.write_record(&columns).map_err(err)?;
     let mut curves: Vec<super::plot::Series> = vec![];
     let mut durations: Vec<super::plot::Series> = vec![];
-    let strategies: Vec<&str> = plan
-        .spec
-        .trial
-        .as_ref()
-        .map(|t| t.strategies.iter().map(|s| s.name()).collect())
-        .unwrap_or_default();
-    for ((c, r), &role) in plan.cells.iter().zip(&outcome.cells).zip(roles) {
+    let strategies: Vec<&str> = trial.strategies.iter().map(|s| s.name()).collect();
+    for (k, ((c, r), &role)) in plan.cells.iter().zip(&outcome.cells).zip(roles).enumerate() {
         let label = c.label();
         let (policy, strategy) = label
             .rsplit_once(" [")
@@ -476,19 +780,36 @@ pub(super) fn write(
             continue;
         };
         let col = |j: usize| Summary::of(&mut runs.iter().map(|x| x[j]).collect::<Vec<_>>());
-        let regret = col(g - 1);
-        let m: Vec<f64> = (0..METRICS.len()).map(|k| col(g + k).mean).collect();
+        let m: Vec<f64> = (0..METRICS.len()).map(|k| col(head + k).mean).collect();
         let mut row = vec![
             policy.to_string(),
             strategy.to_string(),
             runs.len().to_string(),
-            format!("{}", regret.mean),
-            format!("{}", regret.sem),
         ];
+        let y = if bai {
+            let Some(Ok(b)) = bai_rows.get(k) else {
+                continue;
+            };
+            row.extend(
+                [b.tau.mean, b.tau.sem, b.tau.q05, b.tau.q50, b.tau.q95]
+                    .iter()
+                    .map(|x| format!("{x}")),
+            );
+            row.extend([
+                b.capped.to_string(),
+                b.errors.to_string(),
+                format!("{}", b.error_rate),
+            ]);
+            b.tau.mean
+        } else {
+            let regret = col(head - 1);
+            row.extend([format!("{}", regret.mean), format!("{}", regret.sem)]);
+            regret.mean
+        };
         row.extend(m.iter().map(|x| format!("{x}")));
         w.write_record(&row).map_err(err)?;
         let x = strategies.iter().position(|s| *s == strategy).unwrap_or(0) as f64;
-        for (series, y) in [(&mut curves, regret.mean), (&mut durations, m[2])] {
+        for (series, y) in [(&mut curves, y), (&mut durations, m[2])] {
             match series.last_mut() {
                 Some(s) if s.name == policy => s.points.push((x, y)),
                 _ => series.push(super::plot::Series {
@@ -513,17 +834,29 @@ pub(super) fn write(
         .collect::<Vec<_>>()
         .join(", ");
     let mut files = vec![p];
-    for (stem, what, y_label, series) in [
+    let (what, y_label) = if bai {
         (
-            "trial",
-            format!("regret after {} patients", plan.spec.horizon),
+            format!(
+                "mean sample complexity (decisions until the stop; cap {})",
+                plan.spec.horizon
+            ),
+            "samples",
+        )
+    } else {
+        (
+            format!("regret after {} {}", plan.spec.horizon, unit.arrivals()),
             "regret",
-            curves,
-        ),
+        )
+    };
+    for (stem, what, y_label, series) in [
+        ("trial", what, y_label, curves),
         (
             "trial_duration",
-            "the trial's duration (until the last outcome)".to_string(),
-            "days",
+            format!(
+                "the trial's duration (until the {})",
+                if bai { "stop" } else { "last outcome" }
+            ),
+            unit.name(),
             durations,
         ),
     ] {
