@@ -1005,4 +1005,167 @@ mod tests {
             .to_string();
         assert!(e.contains("later") && e.contains("pipeline"), "{e}");
     }
+
+    const RECOMMENDER: &str = include_str!("../../../../experiments/recommender_delays.toml");
+    const BAI: &str = include_str!("../../../../experiments/bai_delays.toml");
+
+    /// The strategies the core session accepts for every kind of every setting.
+    const EVERY_KIND: [Strategy; 3] = [Strategy::None, Strategy::Wait, Strategy::Deadline];
+
+    /// `text` at reduced scale, with `strategies`.
+    fn small(text: &str, horizon: u64, runs: u64, f: impl FnOnce(&mut TrialSpec)) -> Plan {
+        let mut s = ExperimentSpec::from_toml(text).unwrap();
+        s.horizon = horizon;
+        s.runs = runs;
+        f(s.trial.as_mut().unwrap());
+        Plan::new(s).unwrap()
+    }
+
+    /// `trial.csv` of a plan run in a scratch folder, as lines of fields.
+    fn trial_csv(plan: &Plan, name: &str) -> Vec<Vec<String>> {
+        let dir = std::env::temp_dir().join(format!("dpb_trial_{name}_{}", std::process::id()));
+        let outcome = crate::experiment::run(plan, &|| {});
+        crate::experiment::write_outputs(plan, &outcome, &dir).unwrap();
+        let text = std::fs::read_to_string(dir.join("trial.csv")).unwrap();
+        assert!(dir.join("summary.csv").exists() && dir.join("trial.svg").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+        let mut r = csv::ReaderBuilder::new()
+            .has_headers(false)
+            .from_reader(text.as_bytes());
+        r.records()
+            .map(|l| l.unwrap().iter().map(str::to_string).collect())
+            .collect()
+    }
+
+    /// `experiments/recommender_delays.toml` at 300 requests (its quick look): the contextual
+    /// policies decide through `Session::decide_with`; `none` is the plain contextual run loop
+    /// (same streams, same numbers); with every click in after a fixed delay, `wait` (each
+    /// request waits for the previous click) decides as `none` and waits; the outputs are named
+    /// in seconds.
+    #[test]
+    fn the_recommender_file_runs_and_none_is_the_plain_run_loop() {
+        let plan = small(RECOMMENDER, 300, 2, |t| {
+            t.strategies = EVERY_KIND.to_vec();
+            t.deadline = Some(90.0);
+        });
+        assert_eq!(plan.setting, crate::config::Setting::Contextual);
+        let (g, k) = (plan.grid.points().len(), EVERY_KIND.len());
+        assert_eq!(plan.cells.len(), 2 * k);
+        let mut plain = ExperimentSpec::from_toml(RECOMMENDER).unwrap();
+        (plain.horizon, plain.runs, plain.trial) = (300, 2, None);
+        let plain = Plan::new(plain).unwrap();
+        for p in 0..2 {
+            assert_eq!(
+                plain.cells[p].label() + " [none]",
+                plan.cells[k * p].label()
+            );
+            let (none, plain) = (rows(&plan, k * p), rows(&plain, p));
+            let (wait, deadline) = (rows(&plan, k * p + 1), rows(&plan, k * p + 2));
+            for r in 0..2 {
+                assert_eq!(none[r][..g], plain[r][..], "{}", plan.cells[k * p].label());
+                assert!(none[r][g - 1] > 0.0);
+                assert_eq!(none[r][g..g + 2], [0.0, 0.0], "none never waits");
+                // Exponential delays of mean 60 s: some clicks come after the 90 s deadline.
+                assert!(deadline[r][g + 4] > 0.0, "abandoned clicks");
+                assert!(
+                    deadline[r][g + 1] <= wait[r][g + 1],
+                    "the deadline shortens waits"
+                );
+            }
+        }
+        let fixed = small(RECOMMENDER, 300, 2, |t| {
+            t.strategies = vec![Strategy::None, Strategy::Wait];
+            t.delay = Delay::Fixed { days: 1e-4 };
+        });
+        for p in 0..2 {
+            let (none, wait) = (rows(&fixed, 2 * p), rows(&fixed, 2 * p + 1));
+            for r in 0..2 {
+                assert_eq!(none[r][..g], wait[r][..g]);
+                assert!(wait[r][g] > 0.0 && wait[r][g + 2] > none[r][g + 2]);
+            }
+        }
+        let csv = trial_csv(&fixed, "recommender");
+        assert_eq!(csv[0][3..5], ["regret_mean", "regret_sem"]);
+        assert_eq!(csv[0][5..], METRICS_SECONDS);
+        assert_eq!(csv.len(), 1 + 4);
+    }
+
+    /// `experiments/bai_delays.toml` at reduced scale: every run stops; with outcomes all in
+    /// after a fixed delay, `wait` takes exactly the samples and the recommendation of `none`
+    /// (the session observes each request once its outcomes are in either way) but lasts
+    /// longer; the rows are BAI outcomes (the BAI summary reads them) and `trial.csv` reports
+    /// the sample complexity and the error rate per strategy.
+    #[test]
+    fn the_bai_trial_file_runs_and_waiting_costs_time_not_samples() {
+        let plan = small(BAI, 100_000, 3, |t| {
+            t.strategies = vec![Strategy::None, Strategy::Wait];
+            t.delay = Delay::Fixed { days: 30.0 };
+        });
+        assert_eq!(plan.setting, crate::config::Setting::Bai);
+        assert_eq!(plan.cells.len(), 3 * 2);
+        let n = OUTCOME_FIELDS.len();
+        for p in 0..3 {
+            let (none, wait) = (rows(&plan, 2 * p), rows(&plan, 2 * p + 1));
+            for r in 0..3 {
+                let (a, b) = (
+                    OutcomeRow::from_row(&none[r]),
+                    OutcomeRow::from_row(&wait[r]),
+                );
+                assert!(
+                    !a.capped && a.tau > 3.0,
+                    "{}: {a:?}",
+                    plan.cells[2 * p].label()
+                );
+                assert_eq!((a.tau, a.recommendation), (b.tau, b.recommendation));
+                assert_eq!(none[r][n..n + 2], [0.0, 0.0], "none never waits");
+                assert!(wait[r][n] > 0.0, "wait waits");
+                assert!(wait[r][n + 2] > 30.0 && wait[r][n + 2] > none[r][n + 2]);
+                assert!(none[r][n + 2] <= (a.tau - 1.0) / 10.0 + 1e-9);
+            }
+        }
+        let csv = trial_csv(&plan, "bai");
+        assert_eq!(csv[0][3], "sample_complexity_mean");
+        assert_eq!(csv[0][10], "error_rate");
+        assert_eq!(csv[0][11..], METRICS);
+        assert_eq!(csv.len(), 1 + 6);
+        for row in &csv[1..] {
+            let rate: f64 = row[10].parse().unwrap();
+            assert!((0.0..=1.0).contains(&rate), "{row:?}");
+        }
+    }
+
+    /// Bad `[trial]` values of a contextual file are refused naming the field; the unit and
+    /// the rate field agree.
+    #[test]
+    fn bad_trial_values_of_a_contextual_file_name_the_field() {
+        for (from, to, field) in [
+            (
+                "per_second = 100.0",
+                "per_second = 0.0",
+                "trial.per_second = 0",
+            ),
+            (
+                "per_second = 100.0",
+                "per_day = 100.0",
+                "trial.per_day = 100",
+            ),
+            ("per_second = 100.0", "", "trial.per_second = (missing)"),
+            ("unit = \"seconds\"\n", "", "trial.per_second = 100"),
+            ("mean = 60.0", "mean = -1.0", "trial.delay.mean = -1"),
+            (
+                "[\"none\", \"pipeline\"]",
+                "[\"deadline\"]",
+                "trial.deadline = (missing)",
+            ),
+        ] {
+            let text = RECOMMENDER.replace(from, to);
+            assert_ne!(text, RECOMMENDER);
+            let e = Plan::from_toml(&text).unwrap_err().to_string();
+            assert!(e.starts_with(field), "{e}");
+        }
+        let e = ExperimentSpec::from_toml(&RECOMMENDER.replace("\"seconds\"", "\"hours\""))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("hours") && e.contains("seconds"), "{e}");
+    }
 }
