@@ -262,10 +262,13 @@ pub enum WhilePending {
     /// commitment at a time). The default, for every kind.
     #[default]
     Wait,
-    /// Pipeline: open the next commitment from the statistics already released while earlier
-    /// ones wait for their rewards ([`crate::finite::Pipelined`]); each commitment's statistic
-    /// is released once, when its own rewards are all in. The episodic finite-armed kinds only
-    /// ([`PIPELINED_KINDS`]).
+    /// Pipeline: serve decisions while earlier ones wait for their rewards, deciding only from
+    /// what is already released (central DP) or received (local DP, non-private). Every kind of
+    /// every setting, by one of three rules ([`PipelineRule`], `docs/service.md`, "Serving while
+    /// outcomes are pending"): the episodic finite kinds open episodes ahead
+    /// ([`crate::finite::Pipelined`], [`PIPELINED_KINDS`]); the other finite, linear and BAI kinds
+    /// run their textbook algorithm on the rewards received so far (Joulani, Gyorgy &
+    /// Szepesvari 2013, Q-PMD); contextual kinds keep any number of rounds open.
     Pipeline,
 }
 
@@ -292,8 +295,50 @@ impl WhilePending {
 }
 
 /// The kinds whose policies implement [`crate::finite::Pipelined`] (a test checks this list
-/// against the registry).
+/// against the registry): they pipeline by [`PipelineRule::Ahead`].
 pub const PIPELINED_KINDS: &[&str] = &["adac_ucb", "adaptive_ucb", "adap_ucb", "adap_klucb"];
+
+/// How a pipelined session ([`WhilePending::Pipeline`]) serves a decision while rewards are
+/// pending; fixed by the kind (`docs/service.md`, "Serving while outcomes are pending", gives
+/// each kind's rule and privacy argument).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PipelineRule {
+    /// Episodes opened ahead from released statistics ([`crate::finite::Pipelined`]): each
+    /// episode's statistic is released once, when its own rewards are all in.
+    Ahead,
+    /// The textbook algorithm on the rewards received (Joulani, Gyorgy & Szepesvari 2013,
+    /// Q-PMD): while the open commitment waits for rewards, decisions repeat its arm; a received
+    /// reward feeds the open commitment when it is of its arm and still needed, else waits in
+    /// its arm's queue (oldest first) for the policy's next commitment of that arm. The policy
+    /// sees a textbook interaction; every reward enters it at most once.
+    Received,
+    /// Contextual: any number of rounds open; each decision chooses from the released estimate
+    /// and the public Gram matrix of the rounds observed so far; rewards are observed in any
+    /// order ([`crate::contextual::ContextualPolicy::observe_round`]).
+    Rounds,
+}
+
+/// A release a pending operation is about to draw ([`Session::prepare_decision`],
+/// [`Session::observe_releases`]): the decision service commits a ledger intent before it.
+/// Public data only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Release {
+    /// The commitment's arm (contextual: 0, the episode is of every action).
+    pub arm: usize,
+    /// Rewards in the released statistic (finite, linear, BAI: the commitment's rounds;
+    /// contextual: the rounds observed since the last release).
+    pub rounds: u64,
+}
+
+/// A decision waiting for its reward: its arm (contextual: the chosen action's index) and,
+/// for a pipelined contextual round, the chosen action's features.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Pend {
+    arm: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    action: Option<Vec<f64>>,
+}
 
 /// The open commitment: the policy committed to `rounds` rounds of `arm`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -352,6 +397,18 @@ pub struct Session {
     while_pending: WhilePending,
     /// Pipelined: earlier commitments, every round decided, waiting for rewards (oldest first).
     waiting: Vec<Open>,
+    /// Decisions waiting for their reward, by index (a decision observed twice is refused).
+    pending: std::collections::BTreeMap<u64, Pend>,
+    /// [`PipelineRule::Received`]: per arm, the received rewards (decision index, reward) the
+    /// policy has not taken yet, oldest first.
+    queue: Vec<std::collections::VecDeque<(u64, f64)>>,
+    /// Contextual: rounds observed since the policy's last release (the ledger's count).
+    since_release: u64,
+    /// The rule of a pipelined session (`None` in wait mode).
+    rule: Option<PipelineRule>,
+    /// Commitments the policy opened in this process (not saved: tells a decision that opened
+    /// one from one that continued it).
+    opens: u64,
 }
 
 /// The serialized form of a [`Session`].
@@ -371,8 +428,19 @@ struct Envelope {
     while_pending: WhilePending,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     waiting: Vec<Open>,
+    /// Absent in snapshots before per-decision tracking: rebuilt from the counters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pending: Option<Vec<(u64, Pend)>>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    queue: Vec<Vec<(u64, f64)>>,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    since_release: u64,
     #[serde(with = "serde_bytes_vec")]
     policy: Vec<u8>,
+}
+
+fn is_zero(x: &u64) -> bool {
+    *x == 0
 }
 
 /// CBOR byte strings for the policy snapshot (not an array of small integers).
@@ -505,6 +573,11 @@ impl Session {
             stopped: None,
             while_pending: WhilePending::Wait,
             waiting: vec![],
+            pending: Default::default(),
+            queue: vec![],
+            since_release: 0,
+            rule: None,
+            opens: 0,
         })
     }
 
@@ -547,6 +620,11 @@ impl Session {
             stopped: None,
             while_pending: WhilePending::Wait,
             waiting: vec![],
+            pending: Default::default(),
+            queue: vec![],
+            since_release: 0,
+            rule: None,
+            opens: 0,
         })
     }
 
@@ -649,8 +727,25 @@ impl Session {
 
     /// Decided rounds waiting for their reward.
     pub fn pending(&self) -> u64 {
-        self.open.as_ref().map_or(0, Open::pending)
-            + self.waiting.iter().map(Open::pending).sum::<u64>()
+        self.pending.len() as u64
+    }
+
+    /// The indices (0-based, in decision order) of the decisions waiting for their reward,
+    /// oldest first.
+    pub fn pending_decisions(&self) -> impl Iterator<Item = u64> + '_ {
+        self.pending.keys().copied()
+    }
+
+    /// The arm (contextual: the chosen action's index) of decision `index` while it waits for
+    /// its reward; `None` once observed (or never issued).
+    pub fn pending_arm(&self, index: u64) -> Option<usize> {
+        self.pending.get(&index).map(|p| p.arm)
+    }
+
+    /// [`PipelineRule::Received`]: rewards received that the policy has not taken yet (they
+    /// wait for its next commitment of their arm).
+    pub fn queued(&self) -> u64 {
+        self.queue.iter().map(|q| q.len() as u64).sum()
     }
 
     /// What the session does at a commitment boundary with rewards pending.
@@ -658,13 +753,34 @@ impl Session {
         self.while_pending
     }
 
+    /// The rule of a pipelined session; `None` in wait mode.
+    pub fn pipeline_rule(&self) -> Option<PipelineRule> {
+        self.rule
+    }
+
+    /// The rule by which this session's kind pipelines.
+    fn rule_of(policy: &mut Restored) -> PipelineRule {
+        match policy {
+            Restored::Finite(p) => {
+                if p.pipelined().is_some() {
+                    PipelineRule::Ahead
+                } else {
+                    PipelineRule::Received
+                }
+            }
+            Restored::Contextual(_) => PipelineRule::Rounds,
+            _ => PipelineRule::Received,
+        }
+    }
+
     /// Choose what the session does at a commitment boundary with rewards pending (before the
-    /// first decision). [`WhilePending::Pipeline`] needs a kind whose policy pipelines its
-    /// episodes ([`PIPELINED_KINDS`]).
+    /// first decision). [`WhilePending::Pipeline`] is accepted for every kind of the registry,
+    /// by its [`PipelineRule`].
     ///
     /// # Errors
-    /// [`Error::Param`] naming `while_pending` for a kind that cannot pipeline, or after the
-    /// first decision; the session is then unchanged.
+    /// [`Error::Param`] naming `while_pending` after the first decision, or for a contextual
+    /// policy that cannot observe rounds out of order (none of the registry's); the session is
+    /// then unchanged.
     pub fn set_while_pending(&mut self, mode: WhilePending) -> Result<()> {
         if mode == self.while_pending {
             return Ok(());
@@ -676,32 +792,49 @@ impl Session {
                 "a mode chosen before the first decision",
             ));
         }
-        if mode == WhilePending::Pipeline {
-            let can = match &mut self.policy {
-                Restored::Finite(p) => p.pipelined().is_some(),
-                _ => false,
-            };
-            if !can {
+        let rule = match mode {
+            WhilePending::Wait => None,
+            WhilePending::Pipeline => Some(Self::rule_of(&mut self.policy)),
+        };
+        if rule == Some(PipelineRule::Rounds) {
+            // A policy that cannot take a round out of order says so (a probe on an empty
+            // action: refused before any state change).
+            if let Restored::Contextual(p) = &mut self.policy
+                && let Err(Error::Protocol(why)) = p.observe_round(&[], 0.0)
+                && why.contains("cannot observe a round out of order")
+            {
                 return Err(Error::param(
                     "while_pending",
                     "\"pipeline\"",
-                    format!(
-                        "\"wait\": kind {} cannot open a commitment while an earlier one waits for \
-                         rewards (pipelined kinds: {})",
-                        self.kind,
-                        PIPELINED_KINDS.join(", ")
-                    ),
+                    format!("\"wait\": kind {} {why}", self.kind),
                 ));
             }
         }
         self.while_pending = mode;
+        self.rule = rule;
         Ok(())
+    }
+
+    /// [`PipelineRule::Received`]: the queue of `arm` (grown on first use).
+    fn queue_of(&mut self, arm: usize) -> &mut std::collections::VecDeque<(u64, f64)> {
+        if self.queue.len() <= arm {
+            self.queue.resize_with(arm + 1, Default::default);
+        }
+        &mut self.queue[arm]
     }
 
     /// The commitment decision number `index` (0-based, in decision order) belongs to:
     /// `(arm, rounds, issued, observed)`; `None` when it is in no commitment with rewards still
-    /// to come (unknown, or its commitment is complete).
+    /// to come (unknown, or its commitment is complete). [`PipelineRule::Received`] and
+    /// [`PipelineRule::Rounds`]: a pending decision is its own one-round commitment
+    /// (`(arm, 1, 1, 0)`).
     pub fn commitment_of(&self, index: u64) -> Option<(usize, u64, u64, u64)> {
+        match self.rule {
+            Some(PipelineRule::Received | PipelineRule::Rounds) => {
+                return self.pending.get(&index).map(|p| (p.arm, 1, 1, 0));
+            }
+            _ => {}
+        }
         self.find(index)
             .map(|i| self.commitment_at(i))
             .map(|o| (o.arm, o.rounds, o.issued, o.observed))
@@ -727,7 +860,8 @@ impl Session {
         }
     }
 
-    /// The open commitment: `(arm, rounds, issued, observed)`.
+    /// The open commitment: `(arm, rounds, issued, observed)` ([`PipelineRule::Received`]: the
+    /// policy's commitment, `issued = observed` = the rewards it has taken).
     pub fn commitment(&self) -> Option<(usize, u64, u64, u64)> {
         self.open
             .as_ref()
@@ -804,33 +938,9 @@ impl Session {
         Ok(())
     }
 
-    /// The next decision of a finite-armed, linear or BAI session: the open commitment's arm
-    /// while it has rounds left to decide, else the policy's next commitment. BAI: once the
-    /// stopping rule fires, [`Decision::Stop`] (now and at every later call).
-    ///
-    /// # Errors
-    /// [`Error::Protocol`] when every round of the open commitment is decided and waits for its
-    /// reward, or for a contextual session (use [`Session::decide_with`]); a linear policy's
-    /// numerical failure. The session is then unchanged.
-    pub fn decide(&mut self) -> Result<Decision> {
-        if let Some(recommendation) = self.stopped {
-            return Ok(Decision::Stop { recommendation });
-        }
-        if self.while_pending == WhilePending::Pipeline
-            && self.open.as_ref().is_none_or(|o| o.issued >= o.rounds)
-        {
-            return self.decide_ahead();
-        }
-        self.refuse_if_full()?;
-        if let Some(o) = &mut self.open {
-            o.issued += 1;
-            self.issued += 1;
-            return Ok(Decision::Play {
-                arm: o.arm,
-                opened: None,
-            });
-        }
-        let t = self.t;
+    /// The policy's next commitment `(arm, rounds)` after `t` rounds; `None` when a BAI stopping
+    /// rule fires (recorded). Finite, linear and BAI.
+    fn policy_next(&mut self, t: u64) -> Result<Option<(usize, u64)>> {
         let (arm, rounds) = match &mut self.policy {
             Restored::Finite(p) => {
                 let pull = p.choose(t);
@@ -843,9 +953,8 @@ impl Session {
             Restored::Bai(p) => match p.next(t) {
                 BaiStep::Sample { arm, n } => (arm, n),
                 BaiStep::Stop => {
-                    let recommendation = p.recommendation();
-                    self.stopped = Some(recommendation);
-                    return Ok(Decision::Stop { recommendation });
+                    self.stopped = Some(p.recommendation());
+                    return Ok(None);
                 }
             },
             Restored::Contextual(p) => {
@@ -859,20 +968,65 @@ impl Session {
                 ));
             }
         };
-        let mut o = Open::new(arm, rounds.max(1));
+        Ok(Some((arm, rounds.max(1))))
+    }
+
+    /// The next decision of a finite-armed, linear or BAI session: the open commitment's arm
+    /// while it has rounds left to decide, else the policy's next commitment. BAI: once the
+    /// stopping rule fires, [`Decision::Stop`] (now and at every later call).
+    ///
+    /// # Errors
+    /// [`Error::Protocol`] when every round of the open commitment is decided and waits for its
+    /// reward (wait mode), or for a contextual session (use [`Session::decide_with`]); a linear
+    /// policy's numerical failure. The session is then unchanged.
+    pub fn decide(&mut self) -> Result<Decision> {
+        if let Some(recommendation) = self.stopped {
+            return Ok(Decision::Stop { recommendation });
+        }
+        match self.rule {
+            Some(PipelineRule::Ahead)
+                if self.open.as_ref().is_none_or(|o| o.issued >= o.rounds) =>
+            {
+                return self.decide_ahead();
+            }
+            Some(PipelineRule::Received) => return self.decide_received(),
+            _ => {}
+        }
+        self.refuse_if_full()?;
+        if let Some(o) = &mut self.open {
+            o.issued += 1;
+            self.pending.insert(
+                self.issued,
+                Pend {
+                    arm: o.arm,
+                    action: None,
+                },
+            );
+            self.issued += 1;
+            return Ok(Decision::Play {
+                arm: o.arm,
+                opened: None,
+            });
+        }
+        let Some((arm, rounds)) = self.policy_next(self.t)? else {
+            let recommendation = self.stopped.expect("recorded");
+            return Ok(Decision::Stop { recommendation });
+        };
+        let mut o = Open::new(arm, rounds);
         o.issued = 1;
         self.open = Some(o);
+        self.pending.insert(self.issued, Pend { arm, action: None });
         self.issued += 1;
         Ok(Decision::Play {
             arm,
-            opened: Some(rounds.max(1)),
+            opened: Some(rounds),
         })
     }
 
     /// Pipelined: open the next commitment while the open one (if any) waits for rewards.
     fn decide_ahead(&mut self) -> Result<Decision> {
         let Restored::Finite(p) = &mut self.policy else {
-            unreachable!("pipelining is set for finite-armed pipelined kinds only")
+            unreachable!("pipelining ahead is set for finite-armed pipelined kinds only")
         };
         let first = self.issued;
         let pull = p
@@ -886,6 +1040,13 @@ impl Session {
         o.first = Some(first);
         o.issued = 1;
         self.open = Some(o);
+        self.pending.insert(
+            first,
+            Pend {
+                arm: pull.arm,
+                action: None,
+            },
+        );
         self.issued += 1;
         Ok(Decision::Play {
             arm: pull.arm,
@@ -893,13 +1054,118 @@ impl Session {
         })
     }
 
+    /// Before a decision: what the session does first without drawing a release (the policy's
+    /// next commitment when none is open; received rewards it takes without completing the
+    /// commitment), and whether the decision would then draw a release first:
+    /// [`PipelineRule::Received`], a commitment completed from received rewards; contextual, an
+    /// episode that ends ([`crate::contextual::ContextualPolicy::release_due`]). The decision
+    /// service commits a ledger intent, then calls [`Session::release_prepared`], until this says
+    /// `None`; [`Session::decide`] and [`Session::decide_with`] do both by themselves.
+    ///
+    /// # Errors
+    /// A linear policy's numerical failure; a reward the policy refuses (it was admitted by the
+    /// same boundary: an internal error).
+    pub fn prepare_decision(&mut self) -> Result<Option<Release>> {
+        if self.stopped.is_some() {
+            return Ok(None);
+        }
+        match (&self.policy, self.rule) {
+            (Restored::Contextual(p), _) => Ok(p.release_due().then_some(Release {
+                arm: 0,
+                rounds: self.since_release,
+            })),
+            (_, Some(PipelineRule::Received)) => loop {
+                if self.open.is_none() {
+                    let t = self.t - self.queued();
+                    match self.policy_next(t)? {
+                        Some((arm, rounds)) => {
+                            self.open = Some(Open::new(arm, rounds));
+                            self.opens += 1;
+                        }
+                        None => return Ok(None),
+                    }
+                }
+                let o = self.open.as_ref().expect("opened above");
+                let (arm, rounds, left) = (o.arm, o.rounds, o.rounds - o.observed);
+                match self.queue.get(arm).map_or(0, |q| q.len()) {
+                    0 => return Ok(None),
+                    _ if left == 1 => return Ok(Some(Release { arm, rounds })),
+                    _ => {
+                        let (_, r) = self.queue_of(arm).pop_front().expect("non-empty");
+                        self.feed(arm, r)?;
+                    }
+                }
+            },
+            _ => Ok(None),
+        }
+    }
+
+    /// Draw the release [`Session::prepare_decision`] announced (nothing if none is due).
+    ///
+    /// # Errors
+    /// As [`Session::prepare_decision`].
+    pub fn release_prepared(&mut self) -> Result<()> {
+        match (&mut self.policy, self.rule) {
+            (Restored::Contextual(p), _) => {
+                if p.release_due() {
+                    p.release_now();
+                    self.since_release = 0;
+                }
+                Ok(())
+            }
+            (_, Some(PipelineRule::Received)) => {
+                if let Some(o) = &self.open
+                    && o.rounds - o.observed == 1
+                {
+                    let arm = o.arm;
+                    if let Some((_, r)) = self.queue_of(arm).pop_front() {
+                        self.feed(arm, r)?;
+                    }
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// [`PipelineRule::Received`]: take received rewards, open the policy's next commitments,
+    /// then issue one decision of the open commitment's arm.
+    fn decide_received(&mut self) -> Result<Decision> {
+        let opens = self.opens;
+        while self.prepare_decision()?.is_some() {
+            self.release_prepared()?;
+        }
+        if let Some(recommendation) = self.stopped {
+            return Ok(Decision::Stop { recommendation });
+        }
+        let o = self.open.as_ref().expect("prepared");
+        let (arm, rounds) = (o.arm, o.rounds);
+        let opened = (self.opens != opens).then_some(rounds);
+        self.pending.insert(self.issued, Pend { arm, action: None });
+        self.issued += 1;
+        Ok(Decision::Play { arm, opened })
+    }
+
+    /// [`PipelineRule::Received`]: one received reward of `arm` into the open commitment (the
+    /// textbook observation; a completed commitment is released by the policy and closed).
+    fn feed(&mut self, arm: usize, reward: f64) -> Result<()> {
+        self.observe_open(arm, reward)?;
+        // `observe_open` counted it as a new observation; in this rule `t` counts rewards
+        // received, which this one already was.
+        self.t -= 1;
+        if let Some(o) = &mut self.open {
+            o.issued = o.observed;
+        }
+        Ok(())
+    }
+
     /// The next decision of a contextual session among `actions` (validated first: shape,
     /// finite entries, the kind's norm bound); returns the chosen action's index.
     ///
     /// # Errors
     /// [`Error::Param`] naming `actions` (the set is refused before the policy sees it),
-    /// [`Error::Protocol`] while the previous round waits for its reward; the session is then
-    /// unchanged. Sessions of other settings refuse an action set (naming `actions`).
+    /// [`Error::Protocol`] while the previous round waits for its reward (wait mode); the session
+    /// is then unchanged. Sessions of other settings refuse an action set (naming `actions`).
     pub fn decide_with(&mut self, actions: &ActionSet<'_>) -> Result<Decision> {
         let Restored::Contextual(p) = &mut self.policy else {
             return Err(Error::param(
@@ -912,18 +1178,34 @@ impl Session {
             ));
         };
         check_actions(actions, p.dim(), p.max_action_norm())?;
-        if let Some(o) = &self.open {
+        let rounds = self.rule == Some(PipelineRule::Rounds);
+        if !rounds && let Some(o) = &self.open {
             return Err(protocol(format!(
                 "pending = {}: the previous round (action {}) waits for its reward; observe it first",
                 o.pending(),
                 o.arm
             )));
         }
+        if p.release_due() {
+            self.since_release = 0;
+        }
         let arm = p.choose(self.t, actions);
-        let mut o = Open::new(arm, 1);
-        o.issued = 1;
-        o.actions = Some((actions.k, actions.d, actions.features.to_vec()));
-        self.open = Some(o);
+        if rounds {
+            let action = actions.action(arm).to_vec();
+            self.pending.insert(
+                self.issued,
+                Pend {
+                    arm,
+                    action: Some(action),
+                },
+            );
+        } else {
+            let mut o = Open::new(arm, 1);
+            o.issued = 1;
+            o.actions = Some((actions.k, actions.d, actions.features.to_vec()));
+            self.open = Some(o);
+            self.pending.insert(self.issued, Pend { arm, action: None });
+        }
         self.issued += 1;
         Ok(Decision::Play {
             arm,
@@ -949,6 +1231,7 @@ impl Session {
         match self.open.take() {
             Some(o) if o.observed == 0 => {
                 self.issued -= o.issued;
+                self.pending.remove(&self.issued);
                 Ok(())
             }
             other => {
@@ -958,7 +1241,8 @@ impl Session {
         }
     }
 
-    /// The reward of one decided round of `arm`, the open commitment's arm.
+    /// The reward of one decided round of `arm`: the oldest decision of `arm` waiting for its
+    /// reward ([`Session::observe_decision`] names the decision).
     ///
     /// # Errors
     /// [`Error::Protocol`] with no decided round waiting (naming `arm` when it is another arm
@@ -966,34 +1250,39 @@ impl Session {
     /// or [`Error::Param`] naming `reward` for NaN). The session is then unchanged.
     pub fn observe(&mut self, arm: usize, reward: f64) -> Result<()> {
         if self.while_pending == WhilePending::Pipeline {
-            // The oldest commitment of `arm` with a decided round waiting (the exact one when
-            // rewards of an arm arrive in decision order; [`Session::observe_decision`] names it).
-            let at = self
-                .waiting
-                .iter()
-                .position(|o| o.arm == arm && o.pending() > 0)
-                .map(Some)
-                .or_else(|| {
-                    self.open
-                        .as_ref()
-                        .filter(|o| o.arm == arm && o.pending() > 0)
-                        .map(|_| None)
-                });
-            return match at {
-                Some(at) => self.observe_pipelined(at, reward),
+            return match self.pending.iter().find(|(_, p)| p.arm == arm) {
+                Some((&i, _)) => self.observe_decision(i, reward),
                 None => Err(Error::param(
                     "arm",
                     arm,
-                    "the arm of a commitment with a decided round waiting for its reward (protocol)",
+                    "the arm of a decision waiting for its reward (protocol)",
                 )),
             };
         }
+        let index = self.oldest_pending_of_open();
+        self.observe_open(arm, reward)?;
+        if let Some(i) = index {
+            self.pending.remove(&i);
+        }
+        Ok(())
+    }
+
+    /// Wait mode: the oldest pending decision of the open commitment.
+    fn oldest_pending_of_open(&self) -> Option<u64> {
+        let o = self.open.as_ref()?;
+        let first = self.issued - o.issued;
+        self.pending.range(first..).next().map(|(&i, _)| i)
+    }
+
+    /// The textbook observation: one reward of the open commitment's `arm` (wait mode, and
+    /// [`PipelineRule::Received`]'s feed).
+    fn observe_open(&mut self, arm: usize, reward: f64) -> Result<()> {
         let Some(o) = &self.open else {
             return Err(protocol(
                 "observe: no decided round waits for a reward; decide first",
             ));
         };
-        if o.pending() == 0 {
+        if o.pending() == 0 && self.rule != Some(PipelineRule::Received) {
             return Err(protocol(format!(
                 "observe: the {} decided round(s) of arm {} have their rewards; decide first",
                 o.issued, o.arm
@@ -1022,13 +1311,15 @@ impl Session {
                     k: *k,
                     features,
                 };
-                p.observe(&set, arm, reward)?
+                p.observe(&set, arm, reward)?;
+                self.since_release += 1;
             }
             Restored::Bai(p) => {
                 if o.rewards.len() as u64 + 1 == o.rounds {
                     let b = p.boundary();
                     let sum = b.sum_of(o.rewards.iter().copied().chain([admitted]))?;
                     p.observe(arm, &sum)?;
+                    o.rewards.clear();
                 } else {
                     o.rewards.push(admitted);
                 }
@@ -1042,31 +1333,105 @@ impl Session {
         Ok(())
     }
 
-    /// The reward of decision number `index` (0-based, in decision order; the decision service's
-    /// `decision_id - 1`): exactly the commitment that decision belongs to takes it. The caller
-    /// reports each decision once (the session counts rewards per commitment, not per decision).
+    /// Whether observing decision `index` draws a release (its reward completes a commitment;
+    /// an upper bound: a kind may release at fewer commitments), before it is observed: the
+    /// decision service commits a ledger intent first. Contextual kinds release at a decision
+    /// ([`Session::prepare_decision`]), never here.
     ///
     /// # Errors
-    /// As [`Session::observe`]; [`Error::Param`] naming `decision` for a decision in no
-    /// commitment with rewards still to come. The session is then unchanged.
+    /// [`Error::Param`] naming `decision` for a decision not waiting for its reward.
+    pub fn observe_releases(&self, index: u64) -> Result<Option<Release>> {
+        let arm = self
+            .pending_arm(index)
+            .ok_or_else(|| self.not_pending(index))?;
+        if matches!(self.policy, Restored::Contextual(_)) {
+            return Ok(None);
+        }
+        let o = match self.rule {
+            Some(PipelineRule::Received) => match &self.open {
+                Some(o) if o.arm == arm && o.rounds > o.observed => o,
+                _ => return Ok(None),
+            },
+            _ => match self.find(index) {
+                Some(at) => self.commitment_at(at),
+                None => return Ok(None),
+            },
+        };
+        Ok((o.observed + 1 == o.rounds).then_some(Release {
+            arm: o.arm,
+            rounds: o.rounds,
+        }))
+    }
+
+    fn not_pending(&self, index: u64) -> Error {
+        if index < self.issued {
+            Error::param(
+                "decision",
+                index,
+                format!(
+                    "a decision waiting for its reward: decision {index} was already observed (each decision's reward is taken once)"
+                ),
+            )
+        } else {
+            Error::param(
+                "decision",
+                index,
+                format!(
+                    "a decision waiting for its reward: decision {index} was not issued ({} so far)",
+                    self.issued
+                ),
+            )
+        }
+    }
+
+    /// The reward of decision number `index` (0-based, in decision order; the decision service's
+    /// `decision_id - 1`): exactly the commitment that decision belongs to takes it, once.
+    ///
+    /// # Errors
+    /// As [`Session::observe`]; [`Error::Param`] naming `decision` for a decision already
+    /// observed or never issued. The session is then unchanged.
     pub fn observe_decision(&mut self, index: u64, reward: f64) -> Result<()> {
-        let at = self
-            .find(index)
-            .filter(|&at| self.commitment_at(at).pending() > 0)
-            .ok_or_else(|| {
-                Error::param(
-                    "decision",
-                    index,
-                    "a decided round of a commitment waiting for rewards",
-                )
-            })?;
-        match (self.while_pending, at) {
-            (WhilePending::Pipeline, at) => self.observe_pipelined(at, reward),
-            (WhilePending::Wait, _) => {
+        let arm = self
+            .pending_arm(index)
+            .ok_or_else(|| self.not_pending(index))?;
+        match self.rule {
+            None => {
+                let at = self
+                    .find(index)
+                    .filter(|&at| self.commitment_at(at).pending() > 0)
+                    .ok_or_else(|| self.not_pending(index))?;
                 let arm = self.commitment_at(at).arm;
-                self.observe(arm, reward)
+                self.observe_open(arm, reward)?;
+            }
+            Some(PipelineRule::Ahead) => {
+                let at = self.find(index).ok_or_else(|| self.not_pending(index))?;
+                self.observe_pipelined(at, reward)?;
+            }
+            Some(PipelineRule::Received) => {
+                self.boundary().admit(reward)?;
+                let takes = self
+                    .open
+                    .as_ref()
+                    .is_some_and(|o| o.arm == arm && o.rounds > o.observed);
+                if takes {
+                    self.feed(arm, reward)?;
+                } else {
+                    self.queue_of(arm).push_back((index, reward));
+                }
+                self.t += 1;
+            }
+            Some(PipelineRule::Rounds) => {
+                let Restored::Contextual(p) = &mut self.policy else {
+                    unreachable!("the rounds rule is contextual")
+                };
+                let action = self.pending[&index].action.as_deref().unwrap_or(&[]);
+                p.observe_round(action, reward)?;
+                self.since_release += 1;
+                self.t += 1;
             }
         }
+        self.pending.remove(&index);
+        Ok(())
     }
 
     /// Pipelined: one reward of the commitment `at` (buffered, admitted, until the commitment's
@@ -1126,6 +1491,17 @@ impl Session {
             stopped: self.stopped,
             while_pending: self.while_pending,
             waiting: self.waiting.clone(),
+            pending: (!self.pending.is_empty())
+                .then(|| self.pending.iter().map(|(&i, p)| (i, p.clone())).collect()),
+            queue: if self.queue.iter().all(|q| q.is_empty()) {
+                vec![]
+            } else {
+                self.queue
+                    .iter()
+                    .map(|q| q.iter().copied().collect())
+                    .collect()
+            },
+            since_release: self.since_release,
             policy: snap.to_cbor()?,
         };
         let mut out = vec![];
@@ -1160,18 +1536,21 @@ impl Session {
             )));
         }
         let snap = Snapshot::from_cbor(&env.policy)?;
-        let policy = registry::restore_kind(&snap, &env.kind)?;
+        let mut policy = registry::restore_kind(&snap, &env.kind)?;
+        let pipelined = env.while_pending == WhilePending::Pipeline;
+        let rule = pipelined.then(|| Self::rule_of(&mut policy));
         let bad = |o: &Open| {
             o.observed > o.issued
                 || o.issued > o.rounds
                 || env.issued < env.t
                 || o.rewards.len() as u64 > o.observed
         };
-        let pipelined = env.while_pending == WhilePending::Pipeline;
+        let ahead = rule == Some(PipelineRule::Ahead);
         if env.open.as_ref().is_some_and(bad)
             || env.waiting.iter().any(|o| bad(o) || o.issued < o.rounds)
-            || (!pipelined && !env.waiting.is_empty())
-            || (pipelined
+            || (!ahead && !env.waiting.is_empty())
+            || (rule != Some(PipelineRule::Received) && !env.queue.is_empty())
+            || (ahead
                 && env
                     .open
                     .iter()
@@ -1201,7 +1580,7 @@ impl Session {
                 None => None,
             },
         };
-        Ok(Session {
+        let mut s = Session {
             kind: env.kind,
             label: env.label,
             params: env.params,
@@ -1213,7 +1592,104 @@ impl Session {
             stopped: env.stopped,
             while_pending: env.while_pending,
             waiting: env.waiting,
-        })
+            pending: Default::default(),
+            queue: env.queue.into_iter().map(Into::into).collect(),
+            since_release: env.since_release,
+            rule,
+            opens: 0,
+        };
+        s.pending = match env.pending {
+            Some(list) => list.into_iter().collect(),
+            None => s.pending_from_counters(),
+        };
+        let queued = s.queued();
+        let indices_ok = s.pending.keys().all(|&i| i < s.issued)
+            && s.queue.iter().flatten().all(|&(i, _)| i < s.issued)
+            && queued <= s.t;
+        if !indices_ok || s.pending.len() as u64 != s.counted_pending() {
+            return Err(Error::Snapshot(
+                "pending decisions: counters that do not agree".into(),
+            ));
+        }
+        Ok(s)
+    }
+
+    /// Decisions waiting for their rewards by the commitments' counters (wait mode and
+    /// [`PipelineRule::Ahead`]; the others count their pending decisions themselves).
+    fn counted_pending(&self) -> u64 {
+        match self.rule {
+            Some(PipelineRule::Received | PipelineRule::Rounds) => self.pending.len() as u64,
+            _ => {
+                self.open.as_ref().map_or(0, Open::pending)
+                    + self.waiting.iter().map(Open::pending).sum::<u64>()
+            }
+        }
+    }
+
+    /// The pending decisions of a snapshot written before per-decision tracking: in each
+    /// commitment, the last `issued - observed` decisions (rewards arrived in decision order).
+    /// The decision service adopts its own record instead ([`Session::adopt_pending`]).
+    fn pending_from_counters(&self) -> std::collections::BTreeMap<u64, Pend> {
+        let mut out = std::collections::BTreeMap::new();
+        for o in self.open.iter().chain(&self.waiting) {
+            let first = o.first.unwrap_or(self.issued - o.issued);
+            let action = o
+                .actions
+                .as_ref()
+                .map(|(_, d, f)| f[o.arm * d..(o.arm + 1) * d].to_vec());
+            for i in first + o.observed..first + o.issued {
+                let action = action
+                    .clone()
+                    .filter(|_| self.rule == Some(PipelineRule::Rounds));
+                out.insert(i, Pend { arm: o.arm, action });
+            }
+        }
+        out
+    }
+
+    /// Replace the pending decisions by `indices` (the decision service's own record of which
+    /// decisions wait for a reward, for a session restored from a snapshot written before
+    /// per-decision tracking): each commitment must hold as many of them as it has pending.
+    ///
+    /// # Errors
+    /// [`Error::Snapshot`] when `indices` do not fit the commitments; the session is then
+    /// unchanged.
+    pub fn adopt_pending(&mut self, indices: &[u64]) -> Result<()> {
+        if matches!(
+            self.rule,
+            Some(PipelineRule::Received | PipelineRule::Rounds)
+        ) {
+            let mine: Vec<u64> = self.pending.keys().copied().collect();
+            return if mine == indices {
+                Ok(())
+            } else {
+                Err(Error::Snapshot(
+                    "pending decisions differ from the record".into(),
+                ))
+            };
+        }
+        let mut out = std::collections::BTreeMap::new();
+        for &i in indices {
+            let at = self.find(i).ok_or_else(|| {
+                Error::Snapshot(format!("pending decision {i} is in no open commitment"))
+            })?;
+            out.insert(
+                i,
+                Pend {
+                    arm: self.commitment_at(at).arm,
+                    action: None,
+                },
+            );
+        }
+        if out.len() as u64 != self.counted_pending() {
+            return Err(Error::Snapshot(format!(
+                "{} pending decision(s) recorded, the commitments have {}",
+                out.len(),
+                self.counted_pending()
+            )));
+        }
+        self.pending = out;
+        Ok(())
     }
 }
 
@@ -1458,8 +1934,9 @@ mod pipeline_tests {
     }
     const GOLDEN: u64 = 0x64bd_1ecd_6add_ba3c;
 
-    /// Which kinds pipeline: exactly [`PIPELINED_KINDS`] among the registry's; the others are
-    /// refused naming `while_pending`, and the mode is chosen before the first decision.
+    /// Every kind pipelines: exactly [`PIPELINED_KINDS`] among the registry's open episodes
+    /// ahead, contextual kinds keep rounds open, the others run on the rewards received; the
+    /// mode is chosen before the first decision.
     #[test]
     fn pipelined_kinds_are_the_documented_ones() {
         for e in crate::registry::POLICIES {
@@ -1480,11 +1957,14 @@ mod pipeline_tests {
             ) else {
                 continue;
             };
-            let r = s.set_while_pending(WhilePending::Pipeline);
-            assert_eq!(r.is_ok(), PIPELINED_KINDS.contains(&kind), "{kind}");
-            if let Err(e) = r {
-                assert!(e.to_string().starts_with("while_pending = "), "{e}");
-            }
+            s.set_while_pending(WhilePending::Pipeline)
+                .unwrap_or_else(|e| panic!("{kind}: {e}"));
+            let want = match e.setting() {
+                Setting::Contextual => PipelineRule::Rounds,
+                _ if PIPELINED_KINDS.contains(&kind) => PipelineRule::Ahead,
+                _ => PipelineRule::Received,
+            };
+            assert_eq!(s.pipeline_rule(), Some(want), "{kind}");
         }
         let mut s = session("adac_ucb", "rho = 1.0", 1, WhilePending::Wait);
         s.decide().unwrap();

@@ -153,6 +153,32 @@ pub trait ContextualPolicy: Send + Debug {
     /// [`crate::Error::Protocol`] for another action than the chosen one, no open round, or an
     /// action outside `actions`; a reward the boundary refuses. The policy is then unchanged.
     fn observe(&mut self, actions: &ActionSet<'_>, arm: usize, reward: f64) -> Result<()>;
+    /// Observe the reward of an earlier round whose chosen action was `action` (a row of that
+    /// round's set, length `d`), in any order and while later rounds are open: the pipelined
+    /// online session (`crate::session`, [`crate::session::WhilePending::Pipeline`]) serves
+    /// decisions before earlier rewards arrive. The reward passes the policy's boundary and
+    /// enters the statistics the textbook [`Self::observe`] gives it, once; the round's
+    /// commitment (if still open) is not consumed. The default refuses: a policy that cannot
+    /// take a round out of order is served one round at a time.
+    ///
+    /// # Errors
+    /// [`crate::Error::Protocol`] when the policy cannot; an action of another length; a
+    /// reward the boundary refuses. The policy is then unchanged.
+    fn observe_round(&mut self, action: &[f64], reward: f64) -> Result<()> {
+        let _ = (action, reward);
+        Err(crate::Error::Protocol(format!(
+            "{self:?} cannot observe a round out of order"
+        )))
+    }
+    /// Whether the next [`Self::choose`] draws a release first (an episode ends): the decision
+    /// service commits a ledger intent before such a decision. Public data only. The default is
+    /// conservative: every decision of a private policy may release.
+    fn release_due(&self) -> bool {
+        !matches!(self.guarantee().budget, crate::privacy::Budget::NonPrivate)
+    }
+    /// Draw the release [`Self::release_due`] announces now (the next [`Self::choose`] then
+    /// draws none); nothing when none is due. The default does nothing (its `choose` draws).
+    fn release_now(&mut self) {}
     /// One simulated round: [`Self::choose`], then [`Self::observe`] of `means[i] + noise` for
     /// the chosen `i`, which is returned. The run loop's per-policy path uses it; a policy may
     /// fuse the two calls (the same action and the same state change).

@@ -420,6 +420,28 @@ impl ContextualPolicy for OfulDyn {
         self.absorb(a, reward);
         Ok(())
     }
+    /// A round observed out of order (pipelined session): the same boundary and statistics as
+    /// [`ContextualPolicy::observe`], without the gate's one open round.
+    fn observe_round(&mut self, action: &[f64], reward: f64) -> Result<()> {
+        if action.len() != self.d {
+            return Err(Error::Protocol(format!(
+                "observed an action of length {} (the policy has d = {})",
+                action.len(),
+                self.d
+            )));
+        }
+        let reward = self.gate.boundary().admit(reward)?;
+        self.absorb(action, reward);
+        Ok(())
+    }
+    fn release_due(&self) -> bool {
+        self.cfg.private() && self.needs_update()
+    }
+    fn release_now(&mut self) {
+        if self.needs_update() {
+            self.update();
+        }
+    }
 }
 
 /// Restore a dynamic-engine policy from its snapshot state (the scratch buffer is rebuilt).

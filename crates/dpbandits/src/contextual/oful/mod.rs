@@ -1107,6 +1107,30 @@ where
         self.absorb(a, reward);
         Ok(())
     }
+
+    /// A round observed out of order (pipelined session): the same boundary and statistics as
+    /// [`Self::observe`], without the gate's one open round.
+    fn observe_round(&mut self, action: &[f64], reward: f64) -> Result<()> {
+        let Ok(a) = <&[f64; D]>::try_from(action) else {
+            return Err(Error::Protocol(format!(
+                "observed an action of length {} (the policy has d = {D})",
+                action.len()
+            )));
+        };
+        let reward = self.gate.boundary().admit(reward)?;
+        self.absorb(a, reward);
+        Ok(())
+    }
+
+    fn release_due(&self) -> bool {
+        self.cfg.private() && self.needs_update()
+    }
+
+    fn release_now(&mut self) {
+        if self.needs_update() {
+            self.update();
+        }
+    }
 }
 
 impl crate::config::Config for OfulConfig {
