@@ -1,30 +1,52 @@
-//! Simulated trials with delayed outcomes (`[trial]` in an experiment file): patients arrive
-//! over days, each outcome comes a random delay after enrolment or never (dropout), and the
-//! policy is driven through the core [`Session`] (as the decision service drives it) in
-//! simulated time, under one of the strategies of `docs/service.md`, "Delayed and missing
-//! outcomes":
+//! Simulated trials with delayed outcomes (`[trial]` in an experiment file of any setting):
+//! patients (or a recommender's requests) arrive over time, each outcome comes a random delay
+//! after enrolment or never (dropout), and the policy is driven through the core [`Session`] (as
+//! the decision service drives it) in simulated time, under one of the strategies of
+//! `docs/service.md`, "Delayed and missing outcomes":
 //!
 //! * `none`: no delay and no dropout (the baseline: every outcome is in before the next patient);
 //! * `wait`: at a commitment boundary enrolment waits until the outcomes are in; a dropout is
 //!   reported as `dropout_reward` at the end of its follow-up (a dropout recorded as an outcome
 //!   value);
-//! * `deadline`: strategy (a): an outcome not in `deadline` days after enrolment (late, or a
+//! * `deadline`: strategy (a): an outcome not in `deadline` after enrolment (late, or a
 //!   dropout) is abandoned then, recording `dropout_reward`;
-//! * `pipeline`: strategy (b) ([`WhilePending::Pipeline`], episodic kinds only); dropouts as in
-//!   `wait`.
+//! * `pipeline`: strategy (b) ([`WhilePending::Pipeline`], every kind of every setting, by the
+//!   kind's rule); dropouts as in `wait`.
 //!
-//! Each run records the cumulative pseudo-regret over patients on the checkpoint grid (the
-//! horizon is the number of patients), then [`METRICS`]: the mean and the largest enrolment
-//! wait of a patient (days from arrival to decision), the trial's duration (days until the last
-//! outcome is in), the dropouts and the abandoned outcomes.
+//! Times are in days, or in seconds with `unit = "seconds"` (the rate is then `per_second`;
+//! [`Unit`]); the metric names say the unit.
+//!
+//! Per setting (the horizon is the number of arrivals; BAI: the sample cap):
+//! * finite-armed and linear: one decision per arrival ([`Session::decide`]; linear: the arm
+//!   vectors of the run's environment), its reward drawn at enrolment from the arm's stream;
+//! * contextual: each arrival brings the round's action set from the experiment's contextual
+//!   environment (its round `i`, [`crate::contextual::ContextualEnvironment::next_round`]), the
+//!   policy decides with [`Session::decide_with`], the reward is the environment's for the
+//!   chosen action; the regret is the usual pseudo-regret with the round's means;
+//! * BAI: one sample per arrival until the stopping rule fires ([`Decision::Stop`]).
+//!
+//! Rewards reach the session with [`Session::observe_decision`] when their delay elapses, in
+//! any order. Each run of a regret setting records the cumulative pseudo-regret over arrivals
+//! on the checkpoint grid, then [`METRICS`]: the mean and the largest enrolment wait of an
+//! arrival (from arrival to decision), the trial's duration (until the last outcome is in), the
+//! dropouts and the abandoned outcomes. A BAI run records a BAI outcome
+//! ([`crate::bai::OUTCOME_FIELDS`]: `tau` is the sample complexity, the decisions issued until
+//! the stop including those whose outcomes were still pending; the recommendation, whether it is
+//! the best arm, whether the run hit the cap) then the same metrics, its duration being the time
+//! of the last outcome observed before the stop was found (outcomes due by one arrival are
+//! observed together). A request cut by the cap is not observed; once the cap is reached the
+//! outcomes still due come in and the policy is asked once more.
 //!
 //! # Streams
 //! Arrivals, delays and dropouts come from [`rng::trial_arrival_rng`], [`rng::trial_delay_rng`]
-//! and [`rng::trial_dropout_rng`] of the run (one draw per patient, in arrival order, whatever
-//! the strategy or the policy: common random numbers); rewards from the run's environment
-//! ([`rng::ENV_RUN`], per-arm streams, drawn at enrolment) and the policy from its label's seed
-//! ([`rng::POLICY_RUN`]), as a plain finite-armed cell. So `none` decides exactly as the plain
-//! run loop in `simulation = "steps"` (a test checks it).
+//! and [`rng::trial_dropout_rng`] of the run (one draw per arrival, in arrival order, whatever
+//! the strategy or the policy: common random numbers); rewards (and contextual action sets)
+//! from the run's environment, as the plain cell of the setting draws them (its own streams: [`rng::ENV_RUN`];
+//! contextual action sets: [`rng::CONTEXT_RUN`]), and the policy from its
+//! label's seed ([`rng::POLICY_RUN`]). So `none` decides exactly as the plain run loop in
+//! `simulation = "steps"` (finite-armed) and as the contextual run loop (tests check both). A
+//! BAI sample is drawn one at a time (`pull_sum(arm, 1)`), where the BAI run loop draws a
+//! request's sum at once: not the same numbers.
 
 use crate::bai::{BaiEnvConfig, BaiEnvironment, OUTCOME_FIELDS, OutcomeRow};
 use crate::config::BySetting;
@@ -998,8 +1020,13 @@ mod tests {
             "kind = \"adac_ucb\"\nrho = 1.0",
             "kind = \"dp_ts\"\nepsilon = 1.0",
         );
-        let e = Plan::from_toml(&text).unwrap_err().to_string();
-        assert!(e.contains("while_pending = \"pipeline\""), "{e}");
+        // The core session pipelines every kind of every setting: a per-step kind plans too.
+        let plan = Plan::from_toml(&text).unwrap();
+        assert!(
+            plan.cells
+                .iter()
+                .any(|c| c.label() == "dp_ts(epsilon=1) [pipeline]")
+        );
         let e = ExperimentSpec::from_toml(&FILE.replace("\"wait\",", "\"later\","))
             .unwrap_err()
             .to_string();
@@ -1009,8 +1036,13 @@ mod tests {
     const RECOMMENDER: &str = include_str!("../../../../experiments/recommender_delays.toml");
     const BAI: &str = include_str!("../../../../experiments/bai_delays.toml");
 
-    /// The strategies the core session accepts for every kind of every setting.
-    const EVERY_KIND: [Strategy; 3] = [Strategy::None, Strategy::Wait, Strategy::Deadline];
+    /// Every strategy (the core session pipelines every kind of every setting).
+    const EVERY: [Strategy; 4] = [
+        Strategy::None,
+        Strategy::Wait,
+        Strategy::Deadline,
+        Strategy::Pipeline,
+    ];
 
     /// `text` at reduced scale, with `strategies`.
     fn small(text: &str, horizon: u64, runs: u64, f: impl FnOnce(&mut TrialSpec)) -> Plan {
@@ -1040,16 +1072,17 @@ mod tests {
     /// `experiments/recommender_delays.toml` at 300 requests (its quick look): the contextual
     /// policies decide through `Session::decide_with`; `none` is the plain contextual run loop
     /// (same streams, same numbers); with every click in after a fixed delay, `wait` (each
-    /// request waits for the previous click) decides as `none` and waits; the outputs are named
-    /// in seconds.
+    /// request waits for the previous click) decides as `none` and waits; `pipeline` never
+    /// waits, ends sooner than `wait` and decides otherwise (on fewer clicks); the outputs are
+    /// named in seconds.
     #[test]
     fn the_recommender_file_runs_and_none_is_the_plain_run_loop() {
         let plan = small(RECOMMENDER, 300, 2, |t| {
-            t.strategies = EVERY_KIND.to_vec();
+            t.strategies = EVERY.to_vec();
             t.deadline = Some(90.0);
         });
         assert_eq!(plan.setting, crate::config::Setting::Contextual);
-        let (g, k) = (plan.grid.points().len(), EVERY_KIND.len());
+        let (g, k) = (plan.grid.points().len(), EVERY.len());
         assert_eq!(plan.cells.len(), 2 * k);
         let mut plain = ExperimentSpec::from_toml(RECOMMENDER).unwrap();
         (plain.horizon, plain.runs, plain.trial) = (300, 2, None);
@@ -1061,7 +1094,15 @@ mod tests {
             );
             let (none, plain) = (rows(&plan, k * p), rows(&plain, p));
             let (wait, deadline) = (rows(&plan, k * p + 1), rows(&plan, k * p + 2));
+            let pipeline = rows(&plan, k * p + 3);
             for r in 0..2 {
+                assert_eq!(pipeline[r][g + 1], 0.0, "pipeline never waits");
+                assert!(pipeline[r][g + 2] < wait[r][g + 2], "pipeline ends sooner");
+                assert_ne!(
+                    pipeline[r][..g],
+                    none[r][..g],
+                    "pipeline decides on fewer clicks"
+                );
                 assert_eq!(none[r][..g], plain[r][..], "{}", plan.cells[k * p].label());
                 assert!(none[r][g - 1] > 0.0);
                 assert_eq!(none[r][g..g + 2], [0.0, 0.0], "none never waits");
@@ -1093,19 +1134,21 @@ mod tests {
     /// `experiments/bai_delays.toml` at reduced scale: every run stops; with outcomes all in
     /// after a fixed delay, `wait` takes exactly the samples and the recommendation of `none`
     /// (the session observes each request once its outcomes are in either way) but lasts
-    /// longer; the rows are BAI outcomes (the BAI summary reads them) and `trial.csv` reports
+    /// longer; `pipeline` never waits, counts the samples still pending at the stop (at least
+    /// the 300 enrolled in the 30 days before it) and ends sooner than `wait`; the rows are BAI outcomes (the BAI summary reads them) and `trial.csv` reports
     /// the sample complexity and the error rate per strategy.
     #[test]
     fn the_bai_trial_file_runs_and_waiting_costs_time_not_samples() {
         let plan = small(BAI, 100_000, 3, |t| {
-            t.strategies = vec![Strategy::None, Strategy::Wait];
+            t.strategies = vec![Strategy::None, Strategy::Wait, Strategy::Pipeline];
             t.delay = Delay::Fixed { days: 30.0 };
         });
         assert_eq!(plan.setting, crate::config::Setting::Bai);
-        assert_eq!(plan.cells.len(), 3 * 2);
+        assert_eq!(plan.cells.len(), 3 * 3);
         let n = OUTCOME_FIELDS.len();
         for p in 0..3 {
-            let (none, wait) = (rows(&plan, 2 * p), rows(&plan, 2 * p + 1));
+            let (none, wait) = (rows(&plan, 3 * p), rows(&plan, 3 * p + 1));
+            let pipeline = rows(&plan, 3 * p + 2);
             for r in 0..3 {
                 let (a, b) = (
                     OutcomeRow::from_row(&none[r]),
@@ -1114,8 +1157,12 @@ mod tests {
                 assert!(
                     !a.capped && a.tau > 3.0,
                     "{}: {a:?}",
-                    plan.cells[2 * p].label()
+                    plan.cells[3 * p].label()
                 );
+                let c = OutcomeRow::from_row(&pipeline[r]);
+                assert!(!c.capped && c.tau >= 300.0, "{c:?}");
+                assert_eq!(pipeline[r][n + 1], 0.0, "pipeline never waits");
+                assert!(pipeline[r][n + 2] < wait[r][n + 2], "pipeline ends sooner");
                 assert_eq!((a.tau, a.recommendation), (b.tau, b.recommendation));
                 assert_eq!(none[r][n..n + 2], [0.0, 0.0], "none never waits");
                 assert!(wait[r][n] > 0.0, "wait waits");
@@ -1127,7 +1174,7 @@ mod tests {
         assert_eq!(csv[0][3], "sample_complexity_mean");
         assert_eq!(csv[0][10], "error_rate");
         assert_eq!(csv[0][11..], METRICS);
-        assert_eq!(csv.len(), 1 + 6);
+        assert_eq!(csv.len(), 1 + 9);
         for row in &csv[1..] {
             let rate: f64 = row[10].parse().unwrap();
             assert!((0.0..=1.0).contains(&rate), "{row:?}");
