@@ -43,7 +43,8 @@
 //!   of decisions in flight (decided, reward not yet acknowledged; time average over the run,
 //!   Little's law). At the end every reward is sent and the server's status is checked:
 //!   `decisions` and `rewarded` equal the decisions made, `pending` = 0.
-//! * `BENCH_SENDERS=N`: sender threads in delayed mode (default 4).
+//! * `BENCH_SENDERS=N`: sender threads in delayed mode (default 4). A row whose reward lag p99
+//!   is over 10 ms is followed by a note: the senders did not keep up (raise `BENCH_SENDERS`).
 //! * `BENCH_WHILE_PENDING=pipeline|wait`: sent as `"while_pending"` in the create request
 //!   (default: not sent, the service's default `wait`).
 //! * `BENCH_SECONDS=S`: a time limit per configuration: clients stop asking for decisions after
@@ -70,6 +71,9 @@ const ADMIN: &str = "bench-admin-token-0123456789";
 const T: Duration = Duration::from_secs(30);
 /// How long one decision may keep getting 409s before the benchmark gives up (bounded loops).
 const WAIT_LIMIT: Duration = Duration::from_secs(120);
+/// A reward lag (p99, ms) above which the delayed mode's row is followed by a note: the
+/// senders did not keep up, so the rewards came later than the delay asked.
+const LAG_WARN_MS: f64 = 10.0;
 /// Action sets generated per client (contextual kinds), cycled through.
 const POOL: usize = 16;
 /// The linear kinds' arm vectors (norm <= 1) and the model's parameter.
@@ -830,6 +834,7 @@ fn main() -> anyhow::Result<()> {
         } else {
             String::new()
         };
+        let lag = pct(&mut sent.lag, 0.99);
         println!(
             "| {kind} | {} | {clients} | {made} | {:.0} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {:.1} | {:.1} | {:.2} | {ended}{refused} | {issued} / {rewarded} / {pending} |",
             while_pending.as_deref().unwrap_or("wait (default)"),
@@ -839,12 +844,20 @@ fn main() -> anyhow::Result<()> {
             pct(&mut wl, 0.99),
             pct(&mut sent.rl, 0.5),
             pct(&mut sent.rl, 0.99),
-            pct(&mut sent.lag, 0.99),
+            lag,
             run.refusals.load(Ordering::Relaxed),
             sent.in_flight / total.max(1e-9),
             (after.0 - before.0) / n_commits,
             (after.2 - before.2) / n_commits * 1e3,
         );
+        if lag > LAG_WARN_MS {
+            println!(
+                "({kind}, {clients} clients: rewards were sent up to {lag:.0} ms after they were due \
+                 (p99): the {senders} sender(s) did not keep up, so the delay was longer than \
+                 {} ms; raise BENCH_SENDERS)",
+                delay.as_millis()
+            );
+        }
     }
     let _ = stop_tx.send(());
     if let Some(server) = server {
