@@ -37,11 +37,12 @@
 //!   send every reward when it is due, `BENCH_DELAY_MS` milliseconds after its decision was
 //!   answered. A 409 at a commitment boundary is answered as the server hints: after the body's
 //!   `retry_after_ms` when it has one, else after 2 ms (counted: `409 answered`). The row gives
-//!   decisions/s over the deciding phase, the decision request's p50/p99 (the answered attempt)
-//!   and the p99 of the whole wait for a decision (409s included), the reward request's p50/p99,
-//!   the reward lag p99 (how late a sender sent a reward after it was due), and the mean number
-//!   of decisions in flight (decided, reward not yet acknowledged; time average over the run,
-//!   Little's law). At the end every reward is sent and the server's status is checked:
+//!   decisions/s over the deciding phase and over the whole run (to the last reward's
+//!   acknowledgement: the rate the rewards sustained), the decision request's p50/p99 (the
+//!   answered attempt) and the p99 of the whole wait for a decision (409s included), the reward
+//!   request's p50/p99, the reward lag p99 (how late a sender sent a reward after it was due),
+//!   and the mean number of decisions in flight (decided, reward not yet acknowledged; time
+//!   average over the run, Little's law). At the end every reward is sent and the server's status is checked:
 //!   `decisions` and `rewarded` equal the decisions made, `pending` = 0.
 //! * `BENCH_SENDERS=N`: sender threads in delayed mode (default 16: with 4, `adac_gope` at 32
 //!   clients was held to 3,400 decisions/s by its senders, rewards 7.6 s late at p99, against
@@ -675,9 +676,9 @@ fn main() -> anyhow::Result<()> {
                 d.as_millis()
             );
             println!(
-                "| kind | while_pending | clients | decisions | decisions/s | decision p50 ms | decision p99 ms | decision wait p99 ms | reward p50 ms | reward p99 ms | reward lag p99 ms | 409 answered | mean in flight | requests per commit | ms per commit | end | server: decisions / rewarded / pending |"
+                "| kind | while_pending | clients | decisions | decisions/s | decisions/s to the last reward | decision p50 ms | decision p99 ms | decision wait p99 ms | reward p50 ms | reward p99 ms | reward lag p99 ms | 409 answered | mean in flight | requests per commit | ms per commit | end | server: decisions / rewarded / pending |"
             );
-            println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+            println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
         }
     }
     for clients in counts {
@@ -838,9 +839,10 @@ fn main() -> anyhow::Result<()> {
         };
         let lag = pct(&mut sent.lag, 0.99);
         println!(
-            "| {kind} | {} | {clients} | {made} | {:.0} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {:.1} | {:.1} | {:.2} | {ended}{refused} | {issued} / {rewarded} / {pending} |",
+            "| {kind} | {} | {clients} | {made} | {:.0} | {:.0} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {:.1} | {:.1} | {:.2} | {ended}{refused} | {issued} / {rewarded} / {pending} |",
             while_pending.as_deref().unwrap_or("wait (default)"),
             made as f64 / deciding,
+            made as f64 / total.max(1e-9),
             pct(&mut dl, 0.5),
             pct(&mut dl, 0.99),
             pct(&mut wl, 0.99),
