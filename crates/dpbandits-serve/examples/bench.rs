@@ -871,3 +871,126 @@ fn main() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply(status: u16, body: Value) -> Reply {
+        Reply {
+            status,
+            retry_after: (status == 409 && body.get("pending").is_some()).then(|| "1".into()),
+            body: body.to_string(),
+        }
+    }
+
+    /// The contextual action sets stay in the unit ball (after rounding) and parse as k x d
+    /// arrays; every setting's rewards are in [0, 1]; the finite rewards are today's.
+    #[test]
+    fn actions_are_in_the_unit_ball_and_rewards_in_0_1() {
+        for dim in [1, 2, 3, 32, 100] {
+            let problem = Problem::Contextual { dim, actions: 20 };
+            for c in 0..4 {
+                let mut w = Workload::new(&problem, c);
+                for i in 0..2 * POOL as u64 {
+                    let set = w.next_set();
+                    let v: Value = serde_json::from_slice(w.body(set)).unwrap();
+                    let actions = v["actions"].as_array().unwrap();
+                    assert_eq!(actions.len(), 20);
+                    for a in actions {
+                        let a: Vec<f64> = serde_json::from_value(a.clone()).unwrap();
+                        assert_eq!(a.len(), dim);
+                        let n = a.iter().map(|x| x * x).sum::<f64>().sqrt();
+                        assert!(n <= 1.0, "dim {dim}: norm {n}");
+                    }
+                    for arm in 0..20 {
+                        let r = w.reward(i, i, arm, set);
+                        assert!((0.0..=1.0).contains(&r), "{r}");
+                    }
+                }
+            }
+        }
+        for problem in [Problem::Linear, Problem::Bai, Problem::Finite] {
+            let mut w = Workload::new(&problem, 3);
+            let set = w.next_set();
+            assert_eq!(w.body(set), b"{}");
+            for i in 0..200 {
+                let r = w.reward(i + 5, i, (i % 5) as usize, 0);
+                assert!((0.0..=1.0).contains(&r), "{r}");
+                if let Problem::Finite = problem {
+                    assert_eq!(r, ((i + 5 + i) % 10) as f64 / 10.0);
+                }
+            }
+        }
+        assert!(
+            LINEAR_ARMS
+                .iter()
+                .all(|a| a.iter().map(|x| x * x).sum::<f64>() <= 1.0)
+        );
+    }
+
+    /// Rewards leave the delay queue in due order, none before it is due; the queue ends when
+    /// it is empty and finished.
+    #[test]
+    fn the_delay_queue_sends_in_due_order_and_ends() {
+        let q = DelayQueue::default();
+        let now = Instant::now();
+        for (ms, id) in [(30, 3), (10, 1), (20, 2)] {
+            q.push(now + Duration::from_millis(ms), id, id as f64 / 10.0, now);
+        }
+        q.finish();
+        for id in 1..=3 {
+            let (due, got, reward, _) = q.pop_due().unwrap();
+            assert_eq!((got, reward), (id, id as f64 / 10.0));
+            assert!(Instant::now() >= due);
+        }
+        assert!(q.pop_due().is_none());
+    }
+
+    /// A 409 at a boundary is asked again (counted; the body's `retry_after_ms` honoured), a
+    /// stop ends the configuration, any other 409 is an error.
+    #[test]
+    fn decide_retries_boundaries_and_ends_at_a_stop() {
+        let refusals = AtomicU64::new(0);
+        let mut answers = vec![
+            reply(200, json!({"decision_id": 7, "arm": 2})),
+            reply(409, json!({"pending": 3, "retry_after_ms": 30})),
+            reply(409, json!({"pending": 3})),
+        ];
+        let mut send = |_: &str, _: &[u8]| Ok(answers.pop().unwrap());
+        let t = Instant::now();
+        match decide(&mut send, "/d", b"{}", Retry::Hint, &refusals, None).unwrap() {
+            Decided::Id(id, arm, _, wait) => {
+                assert_eq!((id, arm), (7, 2));
+                assert!(wait >= 32.0, "{wait}");
+            }
+            _ => panic!("not decided"),
+        }
+        assert!(t.elapsed() >= Duration::from_millis(32));
+        assert_eq!(refusals.load(Ordering::Relaxed), 2);
+        let mut stop = |_: &str, _: &[u8]| {
+            Ok(reply(
+                409,
+                json!({"error": "stopped", "stopped": true, "recommendation": 1}),
+            ))
+        };
+        match decide(&mut stop, "/d", b"{}", Retry::Hint, &refusals, None).unwrap() {
+            Decided::Stopped(v) => assert_eq!(v["recommendation"], 1),
+            _ => panic!("not stopped"),
+        }
+        let mut closed = |_: &str, _: &[u8]| Ok(reply(409, json!({"closed": true})));
+        assert!(decide(&mut closed, "/d", b"{}", Retry::Hint, &refusals, None).is_err());
+        let past = Some(Instant::now());
+        let mut pending = |_: &str, _: &[u8]| Ok(reply(409, json!({"pending": 1})));
+        assert!(matches!(
+            decide(&mut pending, "/d", b"{}", Retry::Fixed, &refusals, past).unwrap(),
+            Decided::TimeUp
+        ));
+    }
+
+    #[test]
+    fn percentiles_of_nothing_are_nan() {
+        assert!(pct(&mut [], 0.99).is_nan());
+        assert_eq!(pct(&mut [3.0, 1.0, 2.0], 0.5), 2.0);
+    }
+}
