@@ -7,13 +7,13 @@
 //! (default: a temporary folder under the system's temp dir; put it on the disk you mean to
 //! measure); KIND the policy kind, `KIND` or `KIND:key=value[,key=value...]` (default `adac_ucb`;
 //! without parameters a kind that takes `rho` gets `rho = 0.5`, any other kind its registry
-//! example, as `dpbandits list` shows it; e.g. `dp_ts:epsilon=1.0`); CLIENTS a comma-separated
+//! example, as `dpbandits list` shows it; parameters given replace these, e.g.
+//! `dp_ts:epsilon=1.0`, `adac_gope:rho=0.5,delta=0.001`); CLIENTS a comma-separated
 //! list of client counts (default `1,8,32`). With `BENCH_ADDR=127.0.0.1:PORT` (and the admin
 //! token in `BENCH_ADMIN`) the clients drive an external `dpbandits serve` instead (to compare two
 //! builds with the same client code; DIR is then unused; every mode below works against it).
-//! Over loopback, each client keeps one
-//! HTTP/1.1 connection open (`client::Conn`, as HTTP clients do); with `BENCH_KEEPALIVE=0` it
-//! opens one per request. Issue 30's figure (docs/perf.md):
+//! Over loopback, each client keeps one HTTP/1.1 connection open (`client::Conn`, as HTTP
+//! clients do); with `BENCH_KEEPALIVE=0` it opens one per request. Issue 30's figure (docs/perf.md):
 //! `target/release/examples/bench 40000 /work/benchdb adac_ucb 32`.
 //!
 //! **Every setting.** The problem follows the kind's setting (registry): finite-armed kinds
@@ -42,8 +42,8 @@
 //!   answered attempt) and the p99 of the whole wait for a decision (409s included), the reward
 //!   request's p50/p99, the reward lag p99 (how late a sender sent a reward after it was due),
 //!   and the mean number of decisions in flight (decided, reward not yet acknowledged; time
-//!   average over the run, Little's law). At the end every reward is sent and the server's status is checked:
-//!   `decisions` and `rewarded` equal the decisions made, `pending` = 0.
+//!   average over the run, Little's law). At the end every reward is sent and the server's
+//!   status is checked: `decisions` and `rewarded` equal the decisions made, `pending` = 0.
 //! * `BENCH_SENDERS=N`: sender threads in delayed mode (default 16: with 4, `adac_gope` at 32
 //!   clients was held to 3,400 decisions/s by its senders, rewards 7.6 s late at p99, against
 //!   7,800/s with 16). A row whose reward lag p99 is over 10 ms is followed by a note: the
@@ -55,8 +55,9 @@
 //! * `BENCH_DIM=D` (default 32), `BENCH_ACTIONS=K` (default 20), `BENCH_HORIZON=H` (default
 //!   10,000,000): the contextual problem.
 //!
-//! Issue 40's delayed-reward rows: `BENCH_DELAY_MS=50 target/release/examples/bench 20000
-//! /work/benchdb adac_oful 32` (and `dp_ts:epsilon=1.0`, `adac_gope`, `adac_ucb` with
+//! Issue 40's delayed-reward rows: `BENCH_DELAY_MS=50 BENCH_SECONDS=60
+//! target/release/examples/bench 100000 /work/benchdb adac_oful 32` (and the same with
+//! `dp_ts:epsilon=1.0`, `adac_gope`, `adac_ucb`, and `adac_ucb` with
 //! `BENCH_WHILE_PENDING=pipeline`).
 
 use dpbandits::config::Setting;
