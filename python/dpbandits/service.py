@@ -47,13 +47,15 @@ __all__ = ["Client", "Experiment", "ServiceError", "Pending"]
 
 
 class ServiceError(Exception):
-    """An error answer of the service: ``status`` (HTTP) and ``body`` (its JSON, if any)."""
+    """An error answer of the service: ``status`` (HTTP), ``body`` (its JSON, if any) and
+    ``retry_after`` (its ``Retry-After`` header, if any)."""
 
     def __init__(self, status: int, message: str, body: Any = None):
         super().__init__(f"HTTP {status}: {message}")
         self.status = status
         self.message = message
         self.body = body
+        self.retry_after: str | None = None
 
 
 class Pending(ServiceError):
@@ -68,7 +70,7 @@ def _retry_pause(e: ServiceError) -> float | None:
     ms = e.body.get("retry_after_ms") if isinstance(e.body, dict) else None
     if isinstance(ms, (int, float)) and not isinstance(ms, bool) and 0 <= ms < float("inf"):
         return max(float(ms) / 1000.0, 0.001)
-    header = getattr(e, "retry_after", None)
+    header = e.retry_after
     if header is None:
         return None
     try:
@@ -273,7 +275,7 @@ class Client:
 
     def audit(self, experiment: str | None = None, after: int = 0, limit: int = 1000) -> list[dict]:
         """``GET /v1/audit`` (admin): audit entries after ``after``."""
-        q = {"after": after, "limit": limit}
+        q: dict[str, Any] = {"after": after, "limit": limit}
         if experiment is not None:
             q["experiment"] = experiment
         return self.request("GET", "/v1/audit?" + urllib.parse.urlencode(q))["entries"]
