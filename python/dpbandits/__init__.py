@@ -1,7 +1,10 @@
 """dpbandits for Python: differentially private bandit algorithms on a Rust core.
 
-* ``Policy(kind, *, seed=0, **params)``: any registry kind, one decision at a time
-  (``choose`` / ``observe``; BAI ``recommend`` / ``stopped``), ``snapshot`` / ``restore``, pickling.
+* ``Policy(kind, *, seed=0, while_pending="wait", **params)``: any registry kind, one decision at a
+  time (``choose`` / ``observe``; BAI ``recommend`` / ``stopped``), ``snapshot`` / ``restore``,
+  pickling; ``while_pending="pipeline"`` serves decisions while rewards are pending (``decide``
+  returns a :class:`Decision` ``(decision_id, arm)``, ``observe_decision`` takes its reward in any
+  order).
 * ``Environment(kind, *, master_seed=0, run=0, horizon=None, seed=None, **params)``: a built-in
   environment of any setting drawing exactly the CLI's random streams of run ``run``
   (``Environment.from_spec(spec, run)``).
@@ -23,9 +26,10 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 import numpy as np
 
 from . import _native
+from ._decision import Decision
 from ._native import Environment, Policy
 
-__all__ = ["Policy", "Environment", "Result", "Saved", "load", "CellError", "policy_generator", "run", "kinds", "environments", "RayExecutor", "__version__"]
+__all__ = ["Policy", "Decision", "Environment", "Result", "Saved", "load", "CellError", "policy_generator", "run", "kinds", "environments", "RayExecutor", "__version__"]
 __version__ = _native.version()
 
 

@@ -12,10 +12,12 @@ Standard library only (``http.client``). It handles what a site's integration ge
   5xx, so a lost answer returns the stored decision (``"repeat": true``) instead of a second one;
   a reward is idempotent per ``decision_id`` and is retried as is; experiment creation carries a
   ``request_id`` too (a repeated create answers with the experiment and a fresh client token);
-* **409 with Retry-After** at a commitment boundary (every round issued, rewards pending): the
-  decision request waits ``Retry-After`` seconds and tries again, up to ``wait`` seconds in all,
-  then raises :class:`Pending` (enrolment should not block forever on a missing outcome: abandon
-  it, or create the experiment with a ``reward_deadline``).
+* **409 with a retry hint** at a commitment boundary (every round issued, rewards pending): the
+  decision request waits the answer's ``"retry_after_ms"`` (milliseconds, in the JSON body; the
+  ``Retry-After`` header's seconds when the body has none) and tries again, up to ``wait``
+  seconds in all, then raises :class:`Pending` (enrolment should not block forever on a missing
+  outcome: abandon it, or create the experiment with a ``reward_deadline``, or with
+  ``while_pending="pipeline"``).
 
 Errors from the service are raised as :class:`ServiceError` with the HTTP status and the
 service's message (which names the field, the value and what is allowed).
@@ -45,17 +47,37 @@ __all__ = ["Client", "Experiment", "ServiceError", "Pending"]
 
 
 class ServiceError(Exception):
-    """An error answer of the service: ``status`` (HTTP) and ``body`` (its JSON, if any)."""
+    """An error answer of the service: ``status`` (HTTP), ``body`` (its JSON, if any) and
+    ``retry_after`` (its ``Retry-After`` header, if any)."""
 
     def __init__(self, status: int, message: str, body: Any = None):
         super().__init__(f"HTTP {status}: {message}")
         self.status = status
         self.message = message
         self.body = body
+        self.retry_after: str | None = None
 
 
 class Pending(ServiceError):
     """A decision request still refused (409, rewards pending) after the client's ``wait``."""
+
+
+def _retry_pause(e: ServiceError) -> float | None:
+    """How long to wait before asking again after a 409 ``e``, in seconds: the body's
+    ``"retry_after_ms"`` (integer milliseconds) when present and valid, else the ``Retry-After``
+    header's seconds; ``None`` when the answer has neither (a refusal that waiting cannot
+    cure)."""
+    ms = e.body.get("retry_after_ms") if isinstance(e.body, dict) else None
+    if isinstance(ms, (int, float)) and not isinstance(ms, bool) and 0 <= ms < float("inf"):
+        return max(float(ms) / 1000.0, 0.001)
+    header = e.retry_after
+    if header is None:
+        return None
+    try:
+        seconds = float(header)
+    except ValueError:
+        return None
+    return max(seconds, 0.01) if seconds == seconds else None
 
 
 def _check_token(token: Any, what: str) -> str:
@@ -253,7 +275,7 @@ class Client:
 
     def audit(self, experiment: str | None = None, after: int = 0, limit: int = 1000) -> list[dict]:
         """``GET /v1/audit`` (admin): audit entries after ``after``."""
-        q = {"after": after, "limit": limit}
+        q: dict[str, Any] = {"after": after, "limit": limit}
         if experiment is not None:
             q["experiment"] = experiment
         return self.request("GET", "/v1/audit?" + urllib.parse.urlencode(q))["entries"]
@@ -290,9 +312,10 @@ class Experiment:
     ) -> dict:
         """Ask for the next decision: ``{"decision_id", "arm", "propensity"?}``. Retried with
         the same ``request_id`` (generated when not given) after a lost answer; at a commitment
-        boundary (409 with ``Retry-After``) it waits and asks again, for at most ``wait``
-        seconds, then raises :class:`Pending`. A stopped (BAI) or closed experiment raises
-        :class:`ServiceError` with status 409 at once (``body["stopped"]`` / ``body["closed"]``)."""
+        boundary (409 with ``"retry_after_ms"`` in the body, or a ``Retry-After`` header) it
+        waits that long and asks again, for at most ``wait`` seconds, then raises
+        :class:`Pending`. A stopped (BAI) or closed experiment raises :class:`ServiceError` with
+        status 409 at once (``body["stopped"]`` / ``body["closed"]``)."""
         body: dict[str, Any] = {"request_id": request_id or f"decide-{uuid.uuid4()}"}
         if actions is not None:
             body["actions"] = [list(map(float, a)) for a in actions]
@@ -301,10 +324,9 @@ class Experiment:
             try:
                 return self._call("POST", "/decisions", body)
             except ServiceError as e:
-                retry = getattr(e, "retry_after", None)
-                if e.status != 409 or retry is None:
+                pause = _retry_pause(e) if e.status == 409 else None
+                if pause is None:
                     raise
-                pause = max(float(retry), 0.01)
                 if time.monotonic() + pause > deadline:
                     raise Pending(e.status, e.message, e.body) from None
                 time.sleep(min(pause, max(deadline - time.monotonic(), 0.0)))

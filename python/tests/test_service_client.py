@@ -297,3 +297,130 @@ def test_the_client_keeps_one_connection_per_thread_and_reopens_a_closed_one():
         assert s.connections == 5
     finally:
         s.close()
+
+
+class _ScriptedServer:
+    """A loopback HTTP/1.1 server answering requests from a script of ``(status, headers, body)``
+    (the last answer repeats), recording each request's JSON body and arrival time. Stops by
+    itself when the test closes it."""
+
+    def __init__(self, script):
+        self.script = list(script)
+        self.seen = []  # (monotonic time, JSON body)
+        self.lock = threading.Lock()
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.sock.settimeout(0.2)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.stop = False
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    def _accept(self):
+        while not self.stop:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn):
+        conn.settimeout(5)
+        buf = b""
+        with conn:
+            for _ in range(100):
+                while b"\r\n\r\n" not in buf:
+                    chunk = conn.recv(4096)
+                    if not chunk:
+                        return
+                    buf += chunk
+                head, buf = buf.split(b"\r\n\r\n", 1)
+                length = 0
+                for line in head.split(b"\r\n")[1:]:
+                    k, _, v = line.partition(b":")
+                    if k.strip().lower() == b"content-length":
+                        length = int(v)
+                while len(buf) < length:
+                    buf += conn.recv(4096)
+                body, buf = buf[:length], buf[length:]
+                with self.lock:
+                    self.seen.append((time.monotonic(), json.loads(body) if body else None))
+                    n = len(self.seen)
+                status, headers, answer = self.script[min(n, len(self.script)) - 1]
+                payload = json.dumps(answer).encode()
+                extra = b"".join(f"{k}: {v}\r\n".encode() for k, v in headers.items())
+                reason = b"OK" if status == 200 else b"Conflict"
+                conn.sendall(
+                    b"HTTP/1.1 " + str(status).encode() + b" " + reason + b"\r\n"
+                    + b"Content-Type: application/json\r\n" + extra
+                    + b"Content-Length: " + str(len(payload)).encode() + b"\r\n\r\n" + payload
+                )
+
+    def close(self):
+        self.stop = True
+        self.thread.join(timeout=5)
+        self.sock.close()
+
+
+BOUNDARY = {"error": "pending = 1: every round of the open commitment is decided", "pending": 1}
+
+
+def test_the_client_waits_the_sub_second_retry_hint_of_a_409():
+    """A 409 with ``retry_after_ms: 20`` in its body (and ``Retry-After: 1``, the header's whole
+    seconds) twice, then the decision: the client asks again after ~20 ms, not 1 s, with the same
+    request_id."""
+    s = _ScriptedServer([
+        (409, {"Retry-After": "1"}, {**BOUNDARY, "retry_after_ms": 20}),
+        (409, {"Retry-After": "1"}, {**BOUNDARY, "retry_after_ms": 20}),
+        (200, {}, {"decision_id": 7, "arm": 1}),
+    ])
+    try:
+        exp = Client(s.url, token="t", retries=0, timeout=5).experiment("e")
+        t0 = time.monotonic()
+        assert exp.decide(wait=5) == {"decision_id": 7, "arm": 1}
+        took = time.monotonic() - t0
+        assert len(s.seen) == 3
+        gaps = [b[0] - a[0] for a, b in zip(s.seen, s.seen[1:])]
+        assert all(0.018 <= g < 0.5 for g in gaps), gaps
+        assert took < 0.9, took  # one Retry-After second would be 1 s at least
+        assert len({body["request_id"] for _, body in s.seen}) == 1
+    finally:
+        s.close()
+
+
+def test_the_client_falls_back_to_retry_after_and_bounds_the_wait():
+    # Without the body's hint: the header's seconds.
+    s = _ScriptedServer([
+        (409, {"Retry-After": "1"}, BOUNDARY),
+        (200, {}, {"decision_id": 2, "arm": 0}),
+    ])
+    try:
+        exp = Client(s.url, token="t", retries=0, timeout=5).experiment("e")
+        assert exp.decide(wait=5)["decision_id"] == 2
+        gap = s.seen[1][0] - s.seen[0][0]
+        assert 0.95 <= gap < 3, gap
+    finally:
+        s.close()
+    # A hint that keeps coming: Pending once the retry window is spent (not before, not long
+    # after); a 409 without any hint (closed) at once.
+    s = _ScriptedServer([(409, {}, {**BOUNDARY, "retry_after_ms": 30})])
+    try:
+        exp = Client(s.url, token="t", retries=0, timeout=5).experiment("e")
+        t0 = time.monotonic()
+        with pytest.raises(Pending):
+            exp.decide(wait=0.3)
+        took = time.monotonic() - t0
+        assert 0.2 <= took < 1.5, took
+        assert 5 <= len(s.seen) <= 12, len(s.seen)
+    finally:
+        s.close()
+    s = _ScriptedServer([(409, {}, {"error": "closed", "closed": True})])
+    try:
+        exp = Client(s.url, token="t", retries=0, timeout=5).experiment("e")
+        with pytest.raises(ServiceError) as e:
+            exp.decide(wait=5)
+        assert not isinstance(e.value, Pending) and e.value.body["closed"] is True
+        assert len(s.seen) == 1
+    finally:
+        s.close()

@@ -9,10 +9,11 @@
 //! * `dpbandits audit KIND --param rho=0.5 [--runs N] [--seed S] [--delta D ...]
 //!   [--noise-multiplier M] [--json FILE]`: the empirical privacy auditor (`docs/privacy.md`).
 //!
-//! * `dpbandits session --kind K [--param key=value ...] [--seed S]`: one online session
-//!   (`dpbandits::session::Session`) driven by JSON lines on stdin (`{"decide": null}`,
-//!   `{"decide": [[...], ...]}`, `{"observe": [arm, reward]}`, `{"snapshot": null}`), one JSON line
-//!   out per call (`{"arm": 2}`, `{"stop": 1}`, `{"ok": true}`, `{"error": "..."}`).
+//! * `dpbandits session --kind K [--param key=value ...] [--seed S] [--while-pending
+//!   wait|pipeline]`: one online session (`dpbandits::session::Session`) driven by JSON lines on
+//!   stdin (`{"decide": null}`, `{"decide": [[...], ...]}`, `{"observe": [arm, reward]}`,
+//!   `{"observe_decision": [decision_id, reward]}`, `{"snapshot": null}`), one JSON line out per
+//!   call (`{"decision_id": 1, "arm": 2}`, `{"stop": 1}`, `{"ok": true}`, `{"error": "..."}`).
 //! * `dpbandits replay --log FILE|DIR --format csv|obd (--kind K [--param k=v ...] | --target
 //!   P0,P1,...) [--position all|1|2|3] [--seed S] [--json OUT]`: offline evaluation on logged
 //!   feedback (docs/offline.md).
@@ -124,7 +125,8 @@ enum Command {
     /// reward tables (docs/privacy.md). Exit code 1 when the bound exceeds the claim.
     Audit(audit::AuditArgs),
     /// One online session of any kind: JSON calls on stdin (`{"decide": null}`, `{"observe":
-    /// [arm, reward]}`, ...), one JSON line out per call (`{"arm": 2}`, `{"ok": true}`, ...).
+    /// [arm, reward]}`, ...), one JSON line out per call (`{"decision_id": 1, "arm": 2}`,
+    /// `{"ok": true}`, ...).
     ///
     /// The policy the Python `Policy` holds (`dpbandits::session::Session`), driven call by call:
     /// the kind's parameters and the problem's keys are `--param`s.

@@ -5,7 +5,7 @@
 
 use anyhow::{Context, Result};
 use dpbandits::contextual::ActionSet;
-use dpbandits::session::{Decision, Session};
+use dpbandits::session::{Decision, Session, WhilePending};
 use serde_json::{Value, json};
 use std::io::{BufRead, Write};
 use std::process::ExitCode;
@@ -13,11 +13,14 @@ use std::process::ExitCode;
 /// What `dpbandits session --help` says after the options.
 const CALLS: &str = "\
 Calls, one JSON object a line on stdin; one JSON line out per call:
-  {\"decide\": null}                   -> {\"arm\": 2}, or {\"stop\": 1} once a BAI run stopped
-  {\"decide\": [[0.1, 0.2], ...]}      -> {\"arm\": 0}: contextual, the round's k x d action set
+  {\"decide\": null}                   -> {\"decision_id\": 1, \"arm\": 2}, or {\"stop\": 1} once a BAI run stopped
+  {\"decide\": [[0.1, 0.2], ...]}      -> {\"decision_id\": 1, \"arm\": 0}: contextual, the round's k x d action set
   {\"observe\": [2, 0.5]}              -> {\"ok\": true}: the reward of a decided round of arm 2
+  {\"observe_decision\": [1, 0.5]}     -> {\"ok\": true}: the reward of decision 1, in any order
   {\"snapshot\": null}                 -> {\"snapshot\": \"<hex>\"}: the session's snapshot bytes
-A refused call prints {\"error\": \"message\"} (naming the field) and changes nothing.
+Decision ids are 1-based, in decision order (the decision service's decision_id). A refused call
+prints {\"error\": \"message\"} (naming the field) and changes nothing. With --while-pending
+pipeline, decisions go on while earlier ones wait for their rewards.
 
 Example: dpbandits session --kind adac_ucb --param arms=3 --param rho=0.5 --seed 1";
 
@@ -35,11 +38,17 @@ pub(crate) struct SessionArgs {
     /// Seed of the policy's generators (the Python `Policy`'s `seed`).
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// What the session does when every round of its open commitment is decided and rewards are
+    /// pending: `wait` for a reward, or `pipeline` (serve decisions while rewards are pending;
+    /// every kind).
+    #[arg(long, default_value = "wait", value_parser = ["wait", "pipeline"])]
+    while_pending: String,
 }
 
 pub(crate) fn session(a: SessionArgs) -> Result<ExitCode> {
     let table = dpbandits::audit::parse_params(a.params.iter().map(String::as_str))?;
     let mut s = Session::from_table(&a.kind, table, a.seed)?;
+    s.set_while_pending(WhilePending::parse(&a.while_pending)?)?;
     let mut out = std::io::stdout().lock();
     for line in std::io::stdin().lock().lines() {
         let line = line.context("reading stdin")?;
@@ -53,7 +62,7 @@ pub(crate) fn session(a: SessionArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-const SHAPE: &str = "one of {\"decide\": null}, {\"decide\": [[...], ...]}, {\"observe\": [arm, reward]}, {\"snapshot\": null}";
+const SHAPE: &str = "one of {\"decide\": null}, {\"decide\": [[...], ...]}, {\"observe\": [arm, reward]}, {\"observe_decision\": [decision_id, reward]}, {\"snapshot\": null}";
 
 /// One call; `Err` is the message of `{"error": ...}`.
 fn call(s: &mut Session, line: &str) -> std::result::Result<Value, String> {
@@ -64,14 +73,36 @@ fn call(s: &mut Session, line: &str) -> std::result::Result<Value, String> {
         _ => return Err(format!("{line}: expected {SHAPE}")),
     };
     match call {
-        (verb, Value::Null) if verb == "decide" => decision(s.decide()),
+        (verb, Value::Null) if verb == "decide" => {
+            let id = s.issued() + 1;
+            decision(id, s.decide())
+        }
         (verb, Value::Array(rows)) if verb == "decide" => {
             let (k, d, features) = actions(rows)?;
-            decision(s.decide_with(&ActionSet {
-                d,
-                k,
-                features: &features,
-            }))
+            let id = s.issued() + 1;
+            decision(
+                id,
+                s.decide_with(&ActionSet {
+                    d,
+                    k,
+                    features: &features,
+                }),
+            )
+        }
+        (verb, Value::Array(xs)) if verb == "observe_decision" && xs.len() == 2 => {
+            let id = xs[0]
+                .as_u64()
+                .filter(|&i| i >= 1)
+                .ok_or_else(|| format!("decision_id = {}: expected an integer >= 1", xs[0]))?;
+            let reward = xs[1]
+                .as_f64()
+                .ok_or_else(|| format!("reward = {}: expected a number", xs[1]))?;
+            if s.pending_arm(id - 1).is_none() {
+                return Err(not_pending(s, id));
+            }
+            s.observe_decision(id - 1, reward)
+                .map_err(|e| e.to_string())?;
+            Ok(json!({ "ok": true }))
         }
         (verb, Value::Array(xs)) if verb == "observe" && xs.len() == 2 => {
             let arm = xs[0]
@@ -93,9 +124,20 @@ fn call(s: &mut Session, line: &str) -> std::result::Result<Value, String> {
     }
 }
 
-fn decision(d: dpbandits::Result<Decision>) -> std::result::Result<Value, String> {
+/// Why decision `id` (1-based) cannot take a reward: already observed, or never issued.
+fn not_pending(s: &Session, id: u64) -> String {
+    let why = if id <= s.issued() {
+        format!("decision {id} was already observed (each decision's reward is taken once)")
+    } else {
+        format!("decision {id} was not issued ({} so far)", s.issued())
+    };
+    format!("decision_id = {id}: expected the id of a decision waiting for its reward: {why}")
+}
+
+/// A decision's answer; `id` is its decision id (1-based) when it is a decision to play.
+fn decision(id: u64, d: dpbandits::Result<Decision>) -> std::result::Result<Value, String> {
     match d.map_err(|e| e.to_string())? {
-        Decision::Play { arm, .. } => Ok(json!({ "arm": arm })),
+        Decision::Play { arm, .. } => Ok(json!({ "decision_id": id, "arm": arm })),
         Decision::Stop { recommendation } => Ok(json!({ "stop": recommendation })),
     }
 }

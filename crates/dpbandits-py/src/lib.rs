@@ -21,7 +21,7 @@ use dpbandits::experiment::durable::{self, Existing, JobRow, Shard};
 use dpbandits::experiment::{ExperimentSpec, Limits, Outcome as Runs, Plan, SummaryTable};
 use dpbandits::finite::{EnvConfig, Environment};
 use dpbandits::registry;
-use dpbandits::session::{SESSION_FORMAT, Session};
+use dpbandits::session::{Decision, SESSION_FORMAT, Session, WhilePending};
 use dpbandits::snapshot::Snapshot;
 use numpy::{PyArray1, PyArrayMethods, PyReadonlyArray2};
 use pyo3::exceptions::{PyKeyboardInterrupt, PyOSError, PyValueError};
@@ -129,10 +129,13 @@ fn json_to_py<'py>(py: Python<'py>, v: &impl serde::Serialize) -> PyResult<Bound
 /// [`Session`] (the core's online object, which validates every input and owns the protocol
 /// order, the open commitment and the snapshot) behind a mutex.
 ///
-/// `Policy(kind, *, seed=0, **params)` with the setting's own arguments: finite-armed
-/// `arms=K`; linear `arms=` a `K x d` array of arm vectors; contextual `dim=d, horizon=T`;
-/// BAI `arms=K, delta=`. The other keyword arguments are the kind's parameters (as in an
-/// experiment file's `[[policy]]` table; `dpbandits list` or `dpbandits.kinds()`).
+/// `Policy(kind, *, seed=0, while_pending="wait", **params)` with the setting's own arguments:
+/// finite-armed `arms=K`; linear `arms=` a `K x d` array of arm vectors; contextual
+/// `dim=d, horizon=T`; BAI `arms=K, delta=`. The other keyword arguments are the kind's
+/// parameters (as in an experiment file's `[[policy]]` table; `dpbandits list` or
+/// `dpbandits.kinds()`). `while_pending="pipeline"` serves decisions while earlier ones wait for
+/// their rewards ([`WhilePending::Pipeline`], every kind); decisions are then named by their id
+/// (`decide`, `observe_decision`: 1-based, the decision service's `decision_id`).
 #[pyclass(module = "dpbandits", name = "Policy")]
 pub struct Policy {
     session: Mutex<Session>,
@@ -156,6 +159,70 @@ impl Policy {
     fn snapshot_bytes(&self) -> PyResult<Vec<u8>> {
         self.session().snapshot().map_err(err)
     }
+
+    /// One decision (an action set for a contextual session) as the core makes it, with its
+    /// index (0-based, in decision order) when it is a decision to play.
+    fn decide_indexed(&self, actions: Option<&Bound<'_, PyAny>>) -> PyResult<Option<(u64, usize)>> {
+        let set = actions.map(action_set).transpose()?;
+        let mut s = self.session();
+        let index = s.issued();
+        let decision = match &set {
+            None => s.decide(),
+            Some((k, d, features)) => s.decide_with(&ActionSet {
+                d: *d,
+                k: *k,
+                features,
+            }),
+        };
+        Ok(match decision.map_err(err)? {
+            Decision::Play { arm, .. } => Some((index, arm)),
+            Decision::Stop { .. } => None,
+        })
+    }
+}
+
+/// A reward argument as a float (an int, a float or a numpy scalar; the session checks its
+/// value: NaN and, per the kind's boundary, out-of-range rewards are refused).
+fn reward_of(reward: &Bound<'_, PyAny>) -> PyResult<f64> {
+    reward.extract().map_err(|_| {
+        pyo3::exceptions::PyTypeError::new_err(format!(
+            "reward = {}: expected a number (a float, an int or a numpy scalar)",
+            reward.repr().map(|r| r.to_string()).unwrap_or_default()
+        ))
+    })
+}
+
+/// `while_pending` as the session's mode: `"wait"` or `"pipeline"`, anything else a
+/// `ValueError` naming the field, the value and what is allowed.
+fn while_pending_of(v: &Bound<'_, PyAny>) -> PyResult<WhilePending> {
+    match v.extract::<String>() {
+        Ok(text) => WhilePending::parse(&text).map_err(err),
+        Err(_) => Err(PyValueError::new_err(format!(
+            "while_pending = {}: expected \"wait\" (default) or \"pipeline\"",
+            v.repr().map(|r| r.to_string()).unwrap_or_default()
+        ))),
+    }
+}
+
+/// The name of a [`WhilePending`] mode, as `Policy(while_pending=...)` takes it.
+fn while_pending_name(mode: WhilePending) -> &'static str {
+    match mode {
+        WhilePending::Wait => "wait",
+        WhilePending::Pipeline => "pipeline",
+    }
+}
+
+/// The `dpbandits.Decision` named tuple `(decision_id, arm)` (defined in Python, for its type).
+fn decision_tuple<'py>(py: Python<'py>, id: u64, arm: usize) -> PyResult<Bound<'py, PyAny>> {
+    static DECISION: pyo3::sync::PyOnceLock<Py<PyAny>> = pyo3::sync::PyOnceLock::new();
+    let class = DECISION.get_or_try_init(py, || {
+        Ok::<_, PyErr>(
+            py.import("dpbandits._decision")?
+                .getattr("Decision")?
+                .unbind(),
+        )
+    })?;
+    class.bind(py).call1((id, arm))
 }
 
 /// A round's action set as `(k, d, row-major features)`: a float64 2-D numpy array as it is,
@@ -192,13 +259,15 @@ fn action_set(actions: &Bound<'_, PyAny>) -> PyResult<(usize, usize, Vec<f64>)> 
 #[pymethods]
 impl Policy {
     #[new]
-    #[pyo3(signature = (kind, *, seed = None, **params))]
+    #[pyo3(signature = (kind, *, seed = None, while_pending = None, **params))]
     fn new(
         kind: &str,
         seed: Option<&Bound<'_, PyAny>>,
+        while_pending: Option<&Bound<'_, PyAny>>,
         params: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
         let seed = seed.map_or(Ok(0), |s| index("seed", s, u64::MAX))?;
+        let mode = while_pending.map_or(Ok(WhilePending::Wait), while_pending_of)?;
         // The keyword arguments are the session's table: the problem's keys (numpy arrays and
         // lists of arm vectors as TOML arrays) and the kind's parameters.
         let table = match params {
@@ -212,9 +281,23 @@ impl Policy {
                 "arms = {a}: expected an integer >= 2 (a bandit needs at least two arms)"
             )));
         }
-        Ok(Policy::of(
-            Session::from_table(kind, table, seed).map_err(err)?,
-        ))
+        let mut session = Session::from_table(kind, table, seed).map_err(err)?;
+        session.set_while_pending(mode).map_err(err)?;
+        Ok(Policy::of(session))
+    }
+
+    /// What the policy does when every round of its open commitment is decided and rewards are
+    /// pending: `"wait"` (no decision until a reward arrives) or `"pipeline"` (decisions go on).
+    #[getter]
+    fn while_pending(&self) -> &'static str {
+        while_pending_name(self.session().while_pending())
+    }
+
+    /// The ids (1-based, as `decide` returns them) of the decisions waiting for their reward,
+    /// oldest first.
+    #[getter]
+    fn pending(&self) -> Vec<u64> {
+        self.session().pending_decisions().map(|i| i + 1).collect()
     }
 
     /// The registry kind.
@@ -253,18 +336,22 @@ impl Policy {
     /// `actions`, or the protocol: a round that waits for its reward) and then changes nothing.
     #[pyo3(signature = (actions = None))]
     fn choose(&self, actions: Option<&Bound<'_, PyAny>>) -> PyResult<Option<usize>> {
-        let decision = match actions {
-            None => self.session().decide(),
-            Some(a) => {
-                let (k, d, features) = action_set(a)?;
-                self.session().decide_with(&ActionSet {
-                    d,
-                    k,
-                    features: &features,
-                })
-            }
-        };
-        Ok(decision.map_err(err)?.arm())
+        Ok(self.decide_indexed(actions)?.map(|(_, arm)| arm))
+    }
+
+    /// The next decision with its id: a `dpbandits.Decision(decision_id, arm)` named tuple, the
+    /// id 1-based in decision order (the decision service's `decision_id`), for
+    /// `observe_decision`. As `choose` otherwise (contextual `actions`; BAI: `None` once the
+    /// stopping rule fired; the same errors).
+    #[pyo3(signature = (actions = None))]
+    fn decide<'py>(
+        &self,
+        py: Python<'py>,
+        actions: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        self.decide_indexed(actions)?
+            .map(|(index, arm)| decision_tuple(py, index + 1, arm))
+            .transpose()
     }
 
     /// Observe the reward of a chosen round of `arm` (contextual: the chosen action's index).
@@ -272,13 +359,38 @@ impl Policy {
     /// protocol (another arm, no chosen round waiting); the policy is then unchanged.
     fn observe(&self, arm: &Bound<'_, PyAny>, reward: &Bound<'_, PyAny>) -> PyResult<()> {
         let arm = index("arm", arm, usize::MAX as u64)? as usize;
-        let reward: f64 = reward.extract().map_err(|_| {
-            pyo3::exceptions::PyTypeError::new_err(format!(
-                "reward = {}: expected a number (a float, an int or a numpy scalar)",
-                reward.repr().map(|r| r.to_string()).unwrap_or_default()
-            ))
-        })?;
+        let reward = reward_of(reward)?;
         self.session().observe(arm, reward).map_err(err)
+    }
+
+    /// Observe the reward of decision `decision_id` (as `decide` returned it), in any order.
+    /// Raises `ValueError` naming `decision_id` for a decision already observed (each reward is
+    /// taken once) or never issued, and as `observe` for the reward; the policy is then
+    /// unchanged.
+    fn observe_decision(
+        &self,
+        decision_id: &Bound<'_, PyAny>,
+        reward: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let id = index("decision_id", decision_id, u64::MAX)?;
+        let reward = reward_of(reward)?;
+        let mut s = self.session();
+        let waiting = id >= 1 && s.pending_arm(id - 1).is_some();
+        if !waiting {
+            let why = if id == 0 {
+                "ids start at 1".to_string()
+            } else if id <= s.issued() {
+                format!("decision {id} was already observed (each decision's reward is taken once)")
+            } else {
+                format!("decision {id} was not issued ({} so far)", s.issued())
+            };
+            return Err(PyValueError::new_err(format!(
+                "decision_id = {id}: expected the id of a decision waiting for its reward \
+                 (pending: {}): {why}",
+                pending_ids(&s)
+            )));
+        }
+        s.observe_decision(id - 1, reward).map_err(err)
     }
 
     /// The closing report as a dict: per-arm estimates and intervals at confidence `level` from
@@ -371,12 +483,33 @@ impl Policy {
 
     fn __repr__(&self) -> String {
         let s = self.session();
+        let pipelined = match s.while_pending() {
+            WhilePending::Wait => String::new(),
+            WhilePending::Pipeline => {
+                format!(", while_pending=\"pipeline\", pending={}", s.pending())
+            }
+        };
         format!(
-            "Policy({:?}, setting={}, t={})",
+            "Policy({:?}, setting={}, t={}{pipelined})",
             s.kind(),
             setting_id(s.setting()),
             s.t()
         )
+    }
+}
+
+/// The pending decisions' ids for a message: all of them, or the first few and a count.
+fn pending_ids(s: &Session) -> String {
+    let n = s.pending();
+    let ids: Vec<String> = s
+        .pending_decisions()
+        .take(8)
+        .map(|i| (i + 1).to_string())
+        .collect();
+    match n {
+        0 => "none".into(),
+        n if n > 8 => format!("{}, ... ({n} in all)", ids.join(", ")),
+        _ => ids.join(", "),
     }
 }
 

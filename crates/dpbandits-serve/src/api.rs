@@ -305,6 +305,10 @@ impl ApiError {
     }
 }
 
+/// The polling hint of a 409 at a commitment boundary (`retry_after_ms`, milliseconds): a
+/// kind in wait mode waits for a reward that may arrive at any moment.
+pub const CONFLICT_RETRY_MS: u64 = 10;
+
 /// Each refusal of the state machine as HTTP: its status, its message, and for a commitment
 /// boundary `{"pending": n}` with `Retry-After: 1`.
 impl From<ServiceError> for ApiError {
@@ -316,7 +320,9 @@ impl From<ServiceError> for ApiError {
             ServiceError::Conflict { pending, .. } => ApiError {
                 status: 409,
                 message,
-                extra: Some(json!({"pending": pending})),
+                // `Retry-After` counts whole seconds; the body's hint is the sub-second one a
+                // client should honour (a reward may come any moment).
+                extra: Some(json!({"pending": pending, "retry_after_ms": CONFLICT_RETRY_MS})),
                 retry_after: Some(1),
             },
             ServiceError::Stopped { recommendation } => ApiError {

@@ -661,8 +661,19 @@ fn load_all(conn: &Connection) -> anyhow::Result<HashMap<String, Experiment>> {
     for row in store::load_experiments(conn)? {
         let name = row.name;
         let closed = store::close_entry(conn, &name)?;
-        let session = Session::restore(&row.snapshot)
+        let mut session = Session::restore(&row.snapshot)
             .with_context(|| format!("experiment {name:?}: its snapshot does not restore"))?;
+        // Which decisions wait for a reward: the decisions table is the record (a snapshot
+        // written before per-decision tracking holds only counts).
+        if session.pending() > 0 {
+            let ids: Vec<u64> = store::pending_decisions(conn, &name)?
+                .into_iter()
+                .map(|id| id.saturating_sub(1))
+                .collect();
+            session.adopt_pending(&ids).with_context(|| {
+                format!("experiment {name:?}: its pending decisions disagree with its session snapshot; refusing to start")
+            })?;
+        }
         let restored = counters_of(&session, row.counters.releases);
         if restored != row.counters || session.kind() != row.kind {
             bail!(
@@ -1251,6 +1262,20 @@ impl Service {
             }
             Next::Decision | Next::ActionSet { .. } => {}
         }
+        // The action set is validated before anything is drawn.
+        if let Some((k, d, features)) = &actions {
+            e.session
+                .check_actions(&ActionSet {
+                    d: *d,
+                    k: *k,
+                    features,
+                })
+                .map_err(|err| core_error(err, "actions"))?;
+        }
+        // Releases the decision draws first (contextual: an episode ends; pipelined: a
+        // commitment completed from rewards received): each one's intent is committed first.
+        self.releases_before_decision(name)?;
+        let e = self.experiments.get_mut(name).expect("checked above");
         let round = e.session.issued();
         let at_round = e.session.t();
         // The session validates the action set (or its absence) before the policy sees it; a
@@ -1345,6 +1370,88 @@ impl Service {
         }
     }
 
+    /// Draw, one at a time, the releases `name`'s next decision draws before it is issued
+    /// ([`Session::prepare_decision`]): each one's ledger intent is committed (durable) before
+    /// its draw, then the release, its charge and the state are stored, as a reward's release is.
+    fn releases_before_decision(&mut self, name: &str) -> ServiceResult<()> {
+        loop {
+            let e = self
+                .experiments
+                .get_mut(name)
+                .expect("checked by the caller");
+            let prepared = e.session.prepare_decision();
+            // The preparation may have changed the session (the policy's next commitment,
+            // rewards it took): its state is written with the batch's next commit.
+            if !self.conn.is_autocommit() && !self.stale.contains(name) {
+                self.stale.insert(name.to_string());
+            }
+            let Some(release) = prepared.map_err(ServiceError::internal)? else {
+                return Ok(());
+            };
+            let e = self
+                .experiments
+                .get_mut(name)
+                .expect("checked by the caller");
+            let Some((measure, c)) = cost_of(&e.guarantee) else {
+                e.session
+                    .release_prepared()
+                    .map_err(ServiceError::internal)?;
+                continue;
+            };
+            let release_no = e.releases + 1;
+            let id = store::insert_intent(
+                &mut self.conn,
+                name,
+                release_no,
+                release.arm,
+                release.rounds,
+                measure,
+                c,
+            )?;
+            self.flush_batch()?;
+            let in_batch = !self.conn.is_autocommit();
+            let e = self
+                .experiments
+                .get_mut(name)
+                .expect("checked by the caller");
+            if let Err(err) = e.session.release_prepared() {
+                self.undo(name)?;
+                return Err(ServiceError::internal(err));
+            }
+            let result: ServiceResult<()> = (|| {
+                let tx = self.conn.savepoint()?;
+                store_state(&tx, e, &mut self.stale, name, release_no, in_batch)?;
+                store::audit(
+                    &tx,
+                    name,
+                    "release",
+                    &json!({"release": release_no, "arm": release.arm, "episode_rounds": release.rounds, "at": "decision"}),
+                )?;
+                store::set_ledger_status(&tx, id, "charged")?;
+                store::audit(
+                    &tx,
+                    name,
+                    "budget-charge",
+                    &json!({"ledger_id": id, "release": release_no, "arm": release.arm, "measure": measure, "cost": c, "status": "charged"}),
+                )?;
+                tx.commit()?;
+                Ok(())
+            })();
+            if let Err(err) = result {
+                self.undo(name)?;
+                return Err(err);
+            }
+            e.releases = release_no;
+            let per_release = store::ledger_release_charges(&self.conn, name, release_no)?;
+            let e = self
+                .experiments
+                .get_mut(name)
+                .expect("checked by the caller");
+            e.charges += 1;
+            e.max_per_release = e.max_per_release.max(per_release);
+        }
+    }
+
     /// After an operation changed `name`'s session but failed to store it: outside a batch,
     /// put the session back to its stored state; inside one, fail the batch (its rollback
     /// reloads every experiment from the last commit, since the snapshots of the batch's earlier
@@ -1436,17 +1543,24 @@ impl Service {
         // a refused reward changes nothing and the decision stays pending.
         let admitted = e.session.boundary().single(reward).map_err(invalid)?;
         let clipped = admitted.sum() != reward;
-        // The commitment of this decision (pipelined experiments have several open).
-        let (carm, rounds, _, observed) = e
-            .session
-            .commitment_of(decision_id.saturating_sub(1))
-            .ok_or_else(|| ServiceError::internal("a pending decision without a commitment"))?;
-        if carm != arm {
-            return Err(ServiceError::internal(format!(
-                "decision {decision_id} is of arm {arm}, the open commitment of arm {carm}"
-            )));
+        // Whether this reward completes a commitment (a release; pipelined experiments have
+        // several commitments open).
+        let index = decision_id.saturating_sub(1);
+        match e.session.pending_arm(index) {
+            Some(carm) if carm == arm => {}
+            other => {
+                return Err(ServiceError::internal(format!(
+                    "decision {decision_id} (arm {arm}) has no reward, but the session has it {}",
+                    other.map_or("observed".to_string(), |a| format!("of arm {a}"))
+                )));
+            }
         }
-        let completes = observed + 1 == rounds;
+        let release = e
+            .session
+            .observe_releases(index)
+            .map_err(ServiceError::internal)?;
+        let completes = release.is_some();
+        let rounds = release.map_or(1, |r| r.rounds);
         let cost = cost_of(&e.guarantee);
         let release_no = e.releases + 1;
         // A release is about to be drawn: its intent is committed first, so a crash between the
@@ -2887,8 +3001,15 @@ noise = "simulation""#,
                 Some(d["arm"].as_u64().unwrap() as usize)
             );
         }
-        match s.create(req(
+        // Every kind pipelines (a per-step kind by the rewards received); a mode that is not
+        // one of the two is refused naming the field.
+        s.create(req(
             json!({"name": "q", "arms": 3, "while_pending": "pipeline",
+                                  "policy": {"kind": "dp_ts", "epsilon": 1.0}}),
+        ))
+        .unwrap();
+        match s.create(req(
+            json!({"name": "q2", "arms": 3, "while_pending": "later",
                                   "policy": {"kind": "dp_ts", "epsilon": 1.0}}),
         )) {
             Err(ServiceError::Invalid { field, .. }) => assert_eq!(field, "while_pending"),

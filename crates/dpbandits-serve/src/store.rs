@@ -583,6 +583,19 @@ pub fn expired_decisions(conn: &Connection, name: &str, cutoff: f64) -> Result<V
     Ok(rows)
 }
 
+/// Every pending decision of `name` (no reward recorded), oldest first.
+///
+/// # Errors
+/// SQLite errors.
+pub fn pending_decisions(conn: &Connection, name: &str) -> Result<Vec<u64>> {
+    let mut stmt = conn
+        .prepare("SELECT id FROM decisions WHERE experiment = ?1 AND reward IS NULL ORDER BY id")?;
+    let rows = stmt
+        .query_map(params![name], |r| Ok(r.get::<_, i64>(0)? as u64))?
+        .collect::<rusqlite::Result<_>>()?;
+    Ok(rows)
+}
+
 /// Record a decision's reward (as reported, and as admitted by the boundary) and its outcome
 /// (`reward`, or `abandoned`: the dropout reward) inside `tx`.
 ///

@@ -409,6 +409,19 @@ pub struct Session {
     /// Commitments the policy opened in this process (not saved: tells a decision that opened
     /// one from one that continued it).
     opens: u64,
+    /// Tests: what reached the policy, and when releases were drawn.
+    #[cfg(test)]
+    trace: Vec<Traced>,
+}
+
+/// Tests: one event of a pipelined session.
+#[cfg(test)]
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Traced {
+    /// Decision `index`'s reward reached the policy.
+    Fed(u64),
+    /// A commitment completed (a release) with `issued` decisions made.
+    Released(u64),
 }
 
 /// The serialized form of a [`Session`].
@@ -578,6 +591,8 @@ impl Session {
             since_release: 0,
             rule: None,
             opens: 0,
+            #[cfg(test)]
+            trace: vec![],
         })
     }
 
@@ -625,6 +640,8 @@ impl Session {
             since_release: 0,
             rule: None,
             opens: 0,
+            #[cfg(test)]
+            trace: vec![],
         })
     }
 
@@ -829,11 +846,8 @@ impl Session {
     /// [`PipelineRule::Rounds`]: a pending decision is its own one-round commitment
     /// (`(arm, 1, 1, 0)`).
     pub fn commitment_of(&self, index: u64) -> Option<(usize, u64, u64, u64)> {
-        match self.rule {
-            Some(PipelineRule::Received | PipelineRule::Rounds) => {
-                return self.pending.get(&index).map(|p| (p.arm, 1, 1, 0));
-            }
-            _ => {}
+        if let Some(PipelineRule::Received | PipelineRule::Rounds) = self.rule {
+            return self.pending.get(&index).map(|p| (p.arm, 1, 1, 0));
         }
         self.find(index)
             .map(|i| self.commitment_at(i))
@@ -1091,8 +1105,8 @@ impl Session {
                     0 => return Ok(None),
                     _ if left == 1 => return Ok(Some(Release { arm, rounds })),
                     _ => {
-                        let (_, r) = self.queue_of(arm).pop_front().expect("non-empty");
-                        self.feed(arm, r)?;
+                        let (j, r) = self.queue_of(arm).pop_front().expect("non-empty");
+                        self.feed(j, arm, r)?;
                     }
                 }
             },
@@ -1110,6 +1124,8 @@ impl Session {
                 if p.release_due() {
                     p.release_now();
                     self.since_release = 0;
+                    #[cfg(test)]
+                    self.trace.push(Traced::Released(self.issued));
                 }
                 Ok(())
             }
@@ -1118,8 +1134,8 @@ impl Session {
                     && o.rounds - o.observed == 1
                 {
                     let arm = o.arm;
-                    if let Some((_, r)) = self.queue_of(arm).pop_front() {
-                        self.feed(arm, r)?;
+                    if let Some((j, r)) = self.queue_of(arm).pop_front() {
+                        self.feed(j, arm, r)?;
                     }
                 }
                 Ok(())
@@ -1148,7 +1164,11 @@ impl Session {
 
     /// [`PipelineRule::Received`]: one received reward of `arm` into the open commitment (the
     /// textbook observation; a completed commitment is released by the policy and closed).
-    fn feed(&mut self, arm: usize, reward: f64) -> Result<()> {
+    fn feed(&mut self, index: u64, arm: usize, reward: f64) -> Result<()> {
+        #[cfg(test)]
+        self.trace.push(Traced::Fed(index));
+        #[cfg(not(test))]
+        let _ = index;
         self.observe_open(arm, reward)?;
         // `observe_open` counted it as a new observation; in this rule `t` counts rewards
         // received, which this one already was.
@@ -1157,6 +1177,25 @@ impl Session {
             o.issued = o.observed;
         }
         Ok(())
+    }
+
+    /// Validate a contextual round's action set as [`Session::decide_with`] does (shape, finite
+    /// entries, the kind's norm bound), without deciding.
+    ///
+    /// # Errors
+    /// As [`Session::decide_with`]'s refusals of `actions`.
+    pub fn check_actions(&self, actions: &ActionSet<'_>) -> Result<()> {
+        match &self.policy {
+            Restored::Contextual(p) => check_actions(actions, p.dim(), p.max_action_norm()),
+            _ => Err(Error::param(
+                "actions",
+                format!("a {} x {} array", actions.k, actions.d),
+                format!(
+                    "no action set: a {} policy decides without one",
+                    self.setting()
+                ),
+            )),
+        }
     }
 
     /// The next decision of a contextual session among `actions` (validated first: shape,
@@ -1188,6 +1227,8 @@ impl Session {
         }
         if p.release_due() {
             self.since_release = 0;
+            #[cfg(test)]
+            self.trace.push(Traced::Released(self.issued));
         }
         let arm = p.choose(self.t, actions);
         if rounds {
@@ -1329,6 +1370,8 @@ impl Session {
         self.t += 1;
         if o.observed == o.rounds {
             self.open = None;
+            #[cfg(test)]
+            self.trace.push(Traced::Released(self.issued));
         }
         Ok(())
     }
@@ -1414,7 +1457,7 @@ impl Session {
                     .as_ref()
                     .is_some_and(|o| o.arm == arm && o.rounds > o.observed);
                 if takes {
-                    self.feed(arm, reward)?;
+                    self.feed(index, arm, reward)?;
                 } else {
                     self.queue_of(arm).push_back((index, reward));
                 }
@@ -1426,6 +1469,8 @@ impl Session {
                 };
                 let action = self.pending[&index].action.as_deref().unwrap_or(&[]);
                 p.observe_round(action, reward)?;
+                #[cfg(test)]
+                self.trace.push(Traced::Fed(index));
                 self.since_release += 1;
                 self.t += 1;
             }
@@ -1597,6 +1642,8 @@ impl Session {
             since_release: env.since_release,
             rule,
             opens: 0,
+            #[cfg(test)]
+            trace: vec![],
         };
         s.pending = match env.pending {
             Some(list) => list.into_iter().collect(),
@@ -1973,6 +2020,268 @@ mod pipeline_tests {
             WhilePending::parse("later").unwrap_err().to_string(),
             "while_pending = \"later\": expected \"wait\" (default) or \"pipeline\""
         );
+    }
+
+    /// The policy's own snapshot bytes.
+    fn policy_bytes(s: &Session) -> Vec<u8> {
+        match s.policy() {
+            Restored::Finite(p) => p.snapshot(),
+            Restored::Linear(p) => p.snapshot(),
+            Restored::Contextual(p) => p.snapshot(),
+            Restored::Bai(p) => p.snapshot(),
+        }
+        .unwrap()
+        .to_cbor()
+        .unwrap()
+    }
+
+    fn any_session(kind: &str, seed: u64, mode: WhilePending) -> Session {
+        let e = crate::registry::policy(kind).unwrap();
+        let mut t: toml::Table = e.info.example.parse().unwrap();
+        match e.setting() {
+            Setting::FiniteArmed => {
+                t.insert("arms".into(), 3.into());
+            }
+            Setting::Linear => {
+                t.insert(
+                    "arms".into(),
+                    toml::Value::try_from(vec![vec![1.0, 0.0], vec![0.0, 1.0], vec![0.6, 0.8]])
+                        .unwrap(),
+                );
+            }
+            Setting::Contextual => {
+                t.insert("dim".into(), 3.into());
+                t.insert("horizon".into(), 5000.into());
+            }
+            Setting::Bai => {
+                t.insert("arms".into(), 3.into());
+                t.insert("delta".into(), 0.1.into());
+            }
+        }
+        let mut s = Session::from_table(kind, t, seed).unwrap();
+        s.set_while_pending(mode).unwrap();
+        s
+    }
+
+    /// Drive `s` for `n` decisions with rewards `reward(i)` arriving `lag(i)` decisions late
+    /// (the rest at the end, oldest first); contextual action sets from a fixed stream. Returns
+    /// the arms (a BAI stop ends the decisions).
+    fn drive_any(
+        s: &mut Session,
+        n: u64,
+        lag: impl Fn(u64) -> u64,
+        reward: impl Fn(u64, usize) -> f64,
+    ) -> Vec<usize> {
+        drive_rows(s, n, lag, reward).0
+    }
+
+    /// [`drive_any`], also returning each contextual decision's chosen action.
+    fn drive_rows(
+        s: &mut Session,
+        n: u64,
+        lag: impl Fn(u64) -> u64,
+        reward: impl Fn(u64, usize) -> f64,
+    ) -> (Vec<usize>, Vec<Vec<f64>>) {
+        let mut rng = SimRng::seed_from_u64(77);
+        let mut rows: Vec<Vec<f64>> = vec![];
+        let mut arms: Vec<usize> = vec![];
+        let mut due: Vec<(u64, u64)> = vec![];
+        for i in 0..n {
+            due.sort_unstable();
+            while due.first().is_some_and(|&(at, _)| at <= i) {
+                let (_, j) = due.remove(0);
+                s.observe_decision(j, reward(j, arms[j as usize])).unwrap();
+            }
+            let d = if s.dim().is_some() {
+                let f: Vec<f64> = (0..12).map(|_| rng.random_range(-0.5..0.5)).collect();
+                let d = s
+                    .decide_with(&ActionSet {
+                        d: 3,
+                        k: 4,
+                        features: &f,
+                    })
+                    .unwrap();
+                if let Some(a) = d.arm() {
+                    rows.push(f[a * 3..a * 3 + 3].to_vec());
+                }
+                d
+            } else {
+                s.decide().unwrap()
+            };
+            let Decision::Play { arm, .. } = d else { break };
+            arms.push(arm);
+            due.push((i + 1 + lag(i), i));
+        }
+        due.sort_unstable();
+        for (_, j) in due {
+            s.observe_decision(j, reward(j, arms[j as usize])).unwrap();
+        }
+        (arms, rows)
+    }
+
+    fn coin(i: u64, arm: usize) -> f64 {
+        let u = (i.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 11) as f64 / (1u64 << 53) as f64;
+        f64::from(u8::from(u < 0.25 + 0.2 * (arm % 3) as f64))
+    }
+
+    /// The rewards-received and the rounds rules (every kind but the four episodic ones): with
+    /// rewards arriving out of order, changing one pending reward changes no decision made
+    /// before the release that holds it (the completion of the commitment it was fed into;
+    /// contextual: the next episode release after it was observed). Every kind, several targets.
+    #[test]
+    fn received_and_rounds_a_pending_reward_changes_nothing_before_its_release() {
+        let lag = |i: u64| (i * 13 + 5) % 23;
+        for e in crate::registry::POLICIES {
+            let kind = e.kind();
+            let probe = any_session(kind, 11, WhilePending::Pipeline);
+            let rule = probe.pipeline_rule().unwrap();
+            if rule == PipelineRule::Ahead
+                || (rule == PipelineRule::Rounds
+                    && matches!(
+                        probe.guarantee().unwrap().budget,
+                        crate::privacy::Budget::NonPrivate
+                    ))
+            {
+                continue;
+            }
+            for target in [3u64, 50, 120] {
+                let mut a = any_session(kind, 11, WhilePending::Pipeline);
+                let mut b = any_session(kind, 11, WhilePending::Pipeline);
+                let arms_a = drive_any(&mut a, 200, lag, coin);
+                let arms_b = drive_any(&mut b, 200, lag, |i, arm| {
+                    if i == target {
+                        1.0 - coin(i, arm)
+                    } else {
+                        coin(i, arm)
+                    }
+                });
+                if target as usize >= arms_a.len() {
+                    continue;
+                }
+                let fed = a.trace.iter().position(|&t| t == Traced::Fed(target));
+                let released_at = fed
+                    .and_then(|f| {
+                        a.trace[f..].iter().find_map(|&t| match t {
+                            Traced::Released(n) => Some(n),
+                            Traced::Fed(_) => None,
+                        })
+                    })
+                    .unwrap_or(arms_a.len() as u64) as usize;
+                let n = released_at.min(arms_a.len()).min(arms_b.len());
+                assert_eq!(
+                    arms_a[..n],
+                    arms_b[..n],
+                    "{kind}: decisions before the release of decision {target}'s reward (at {n})"
+                );
+            }
+        }
+    }
+
+    /// The rewards-received rule: the policy sees a textbook interaction. Replaying the rewards
+    /// in the order they reached the policy on a wait-mode session of the same seed gives the
+    /// same commitments and the same policy state bit for bit (so every release holds exactly
+    /// the rewards fed into its commitment, each once); every reward is fed at most once, and
+    /// fed + queued = received.
+    #[test]
+    fn received_the_policy_sees_a_textbook_interaction() {
+        let lag = |i: u64| (i * 7 + 3) % 31;
+        for e in crate::registry::POLICIES {
+            let kind = e.kind();
+            let mut p = any_session(kind, 13, WhilePending::Pipeline);
+            if p.pipeline_rule() != Some(PipelineRule::Received) {
+                continue;
+            }
+            let arms = drive_any(&mut p, 250, lag, coin);
+            let fed: Vec<u64> = p
+                .trace
+                .iter()
+                .filter_map(|&t| match t {
+                    Traced::Fed(i) => Some(i),
+                    Traced::Released(_) => None,
+                })
+                .collect();
+            let mut seen = std::collections::BTreeSet::new();
+            assert!(
+                fed.iter().all(|&i| seen.insert(i)),
+                "{kind}: a reward fed twice"
+            );
+            assert_eq!(fed.len() as u64 + p.queued(), arms.len() as u64, "{kind}");
+            assert!(p.queued() > 0 || fed.len() == arms.len(), "{kind}");
+            let mut w = any_session(kind, 13, WhilePending::Wait);
+            for &j in &fed {
+                let arm = w
+                    .decide()
+                    .unwrap()
+                    .arm()
+                    .unwrap_or_else(|| panic!("{kind}: stopped"));
+                assert_eq!(arm, arms[j as usize], "{kind}: reward of decision {j}");
+                w.observe(arm, coin(j, arm)).unwrap();
+            }
+            if p.commitment().is_some() && w.commitment().is_none() && p.stopped().is_none() {
+                let arm = w.decide().unwrap().arm().unwrap();
+                assert_eq!(Some(arm), p.commitment().map(|c| c.0), "{kind}");
+            }
+            assert_eq!(
+                policy_bytes(&p),
+                policy_bytes(&w),
+                "{kind}: the policy's state"
+            );
+        }
+    }
+
+    /// The rounds rule (contextual): every observed round enters the statistics once, whatever
+    /// the order: with no privacy noise (RS-OFUL), after a final release the released sum is
+    /// `sum_i r_i a_i` over every decision's chosen action and reward.
+    #[test]
+    fn rounds_every_reward_enters_once() {
+        let lag = |i: u64| (i * 11 + 1) % 17;
+        let mut p = any_session("rs_oful", 3, WhilePending::Pipeline);
+        let (arms, rows) = drive_rows(&mut p, 150, lag, coin);
+        let fed = p
+            .trace
+            .iter()
+            .filter(|t| matches!(t, Traced::Fed(_)))
+            .count();
+        assert_eq!(fed, 150);
+        let Restored::Contextual(c) = &mut p.policy else {
+            unreachable!()
+        };
+        let mut want = [0.0; 3];
+        for (i, (a, row)) in arms.iter().zip(&rows).enumerate() {
+            let r = coin(i as u64, *a);
+            for (w, x) in want.iter_mut().zip(row) {
+                *w += r * x;
+            }
+        }
+        // The released sum plus the open episode's (the statistics every observed round
+        // entered), read from the policy's own snapshot.
+        fn find(v: &serde_json::Value, key: &str) -> Option<Vec<f64>> {
+            match v {
+                serde_json::Value::Object(m) => m
+                    .get(key)
+                    .and_then(|r| r.as_array())
+                    .map(|a| a.iter().filter_map(serde_json::Value::as_f64).collect())
+                    .or_else(|| m.values().find_map(|x| find(x, key))),
+                serde_json::Value::Array(a) => a.iter().find_map(|x| find(x, key)),
+                _ => None,
+            }
+        }
+        let sum = |s: &Session| -> Vec<f64> {
+            let Restored::Contextual(c) = s.policy() else {
+                unreachable!()
+            };
+            let json = c.snapshot().unwrap().to_json().unwrap();
+            let v = serde_json::from_str(&json).unwrap();
+            let (r, e) = (find(&v, "released").unwrap(), find(&v, "episode").unwrap());
+            r.iter().zip(&e).map(|(a, b)| a + b).collect()
+        };
+        let (a, b) = (sum(&p), want.to_vec());
+        assert_eq!(a.len(), 3, "{a:?}");
+        assert!(a.iter().any(|x| *x != 0.0), "{a:?}");
+        assert_eq!(a.len(), b.len());
+        for (x, y) in a.iter().zip(&b) {
+            assert!((x - y).abs() < 1e-9, "{a:?} vs {b:?}");
+        }
     }
 
     /// A pipelined session snapshots and restores mid-flight and continues bit-identically.

@@ -401,6 +401,18 @@ fn every_setting_survives_sigkill_under_load() {
             json!({"arms": 3, "delta": 0.1,
                        "policy": "kind = \"dp_tt\"\nepsilon = 10.0\nnoise = \"simulation\""}),
         ),
+        // Pipelined (issue 40): decisions served while up to 8 rewards per client are pending,
+        // the rewards sent out of order.
+        (
+            "ctx_p",
+            json!({"dim": 3, "horizon": 5000, "while_pending": "pipeline",
+                       "policy": "kind = \"adac_oful\"\nrho = 1.0"}),
+        ),
+        (
+            "bai_p",
+            json!({"arms": 3, "delta": 0.1, "while_pending": "pipeline",
+                       "policy": "kind = \"dp_tt\"\nepsilon = 10.0\nnoise = \"simulation\""}),
+        ),
     ] {
         let mut b = body;
         b["name"] = json!(name);
@@ -430,8 +442,13 @@ fn every_setting_survives_sigkill_under_load() {
             assert!(Instant::now() < deadline, "load did not finish in 240 s");
         }
     };
-    let plan: [(&'static str, u64, u64); 3] =
-        [("lin", 2, 400), ("ctx", 2, 300), ("bai", 2, 20_000)];
+    let plan: [(&'static str, u64, u64); 5] = [
+        ("lin", 2, 400),
+        ("ctx", 2, 300),
+        ("bai", 2, 20_000),
+        ("ctx_p", 2, 300),
+        ("bai_p", 2, 20_000),
+    ];
     let clients: Vec<_> = plan
         .iter()
         .flat_map(|&(name, n, quota)| (0..n).map(move |c| (name, c, quota)))
@@ -440,6 +457,25 @@ fn every_setting_survives_sigkill_under_load() {
             std::thread::spawn(move || {
                 let mut seq = 0u64;
                 let mut rng = 0xc11e_0000 + seq + c * 7919;
+                let pipelined = name.ends_with("_p");
+                // Pipelined: (decision id, reward) decided but not yet reported.
+                let mut backlog: Vec<(u64, f64)> = vec![];
+                let send = |id: u64, reward: f64| {
+                    let r = post(
+                        &format!("/v1/experiments/{name}/rewards"),
+                        &json!({"decision_id": id, "reward": reward}),
+                        &token,
+                    );
+                    assert_eq!(r.status, 200, "{name}: {}", r.body);
+                    books
+                        .lock()
+                        .unwrap()
+                        .get_mut(name)
+                        .unwrap()
+                        .get_mut(&id)
+                        .unwrap()
+                        .1 = Some(reward);
+                };
                 loop {
                     if books
                         .lock()
@@ -448,11 +484,11 @@ fn every_setting_survives_sigkill_under_load() {
                         .map_or(0, |b| b.len() as u64)
                         >= quota
                     {
-                        return;
+                        break;
                     }
                     seq += 1;
                     let mut body = json!({"request_id": format!("{name}-{c}-{seq}")});
-                    if name == "ctx" {
+                    if name.starts_with("ctx") {
                         let set: Vec<Vec<f64>> = (0..4)
                             .map(|_| {
                                 (0..3)
@@ -465,9 +501,9 @@ fn every_setting_survives_sigkill_under_load() {
                     let r = post(&format!("/v1/experiments/{name}/decisions"), &body, &token);
                     if r.status == 409 {
                         let v = r.json();
-                        assert_eq!(name, "bai", "{}", r.body);
+                        assert!(name.starts_with("bai"), "{}", r.body);
                         assert_eq!(v["stopped"], true, "{}", r.body);
-                        return;
+                        break;
                     }
                     assert_eq!(r.status, 200, "{name}: {}", r.body);
                     let v = r.json();
@@ -486,25 +522,25 @@ fn every_setting_survives_sigkill_under_load() {
                         "{name}: decision {id} given to two requests"
                     );
                     answered.fetch_add(1, Ordering::SeqCst);
-                    let reward = if name == "bai" {
+                    let reward = if name.starts_with("bai") {
                         f64::from(u8::from(reward_of(id) < [0.9, 0.2, 0.1][arm as usize]))
                     } else {
                         reward_of(id).min(1.0)
                     };
-                    let r = post(
-                        &format!("/v1/experiments/{name}/rewards"),
-                        &json!({"decision_id": id, "reward": reward}),
-                        &token,
-                    );
-                    assert_eq!(r.status, 200, "{name}: {}", r.body);
-                    books
-                        .lock()
-                        .unwrap()
-                        .get_mut(name)
-                        .unwrap()
-                        .get_mut(&id)
-                        .unwrap()
-                        .1 = Some(reward);
+                    if pipelined {
+                        backlog.push((id, reward));
+                        if backlog.len() > 8 {
+                            let i = (splitmix(&mut rng) % backlog.len() as u64) as usize;
+                            let (id, reward) = backlog.swap_remove(i);
+                            send(id, reward);
+                        }
+                    } else {
+                        send(id, reward);
+                    }
+                }
+                // The rewards still held, newest first (a stopped BAI run takes them too).
+                while let Some((id, reward)) = backlog.pop() {
+                    send(id, reward);
                 }
             })
         })
@@ -539,7 +575,7 @@ fn every_setting_survives_sigkill_under_load() {
     let server = Arc::try_unwrap(server).ok().unwrap().into_inner().unwrap();
     let books = books.lock().unwrap().clone();
     let mut statuses = HashMap::new();
-    for name in ["lin", "ctx", "bai"] {
+    for name in ["lin", "ctx", "bai", "ctx_p", "bai_p"] {
         let st = server
             .call(
                 "GET",
@@ -554,11 +590,13 @@ fn every_setting_survives_sigkill_under_load() {
         assert_eq!(st["rewarded"].as_u64(), Some(n), "{name}: {st}");
         statuses.insert(name, st);
     }
-    assert_eq!(
-        statuses["bai"]["stopped"]["recommendation"], 0,
-        "{}",
-        statuses["bai"]
-    );
+    for name in ["bai", "bai_p"] {
+        assert_eq!(
+            statuses[name]["stopped"]["recommendation"], 0,
+            "{}",
+            statuses[name]
+        );
+    }
     let r = server.call(
         "GET",
         "/v1/experiments/ctx/export?format=jsonl",
@@ -582,12 +620,12 @@ fn every_setting_survives_sigkill_under_load() {
         .json();
     assert_eq!(
         listed["experiments"].as_array().unwrap().len(),
-        3,
+        5,
         "{listed}"
     );
     let db = server.db.clone();
     server.terminate();
-    for name in ["lin", "ctx", "bai"] {
+    for name in ["lin", "ctx", "bai", "ctx_p", "bai_p"] {
         let ins = dpbandits_serve::store::inspect(&db, name).unwrap();
         let book = &books[name];
         assert_eq!(ins.rewarded, book.len() as u64, "{name}");
@@ -614,10 +652,12 @@ fn every_setting_survives_sigkill_under_load() {
         String::from_utf8_lossy(&out.stderr)
     );
     eprintln!(
-        "every-setting sigkill test: {} lin, {} ctx, {} bai decisions, {kills} kills",
+        "every-setting sigkill test: {} lin, {} ctx, {} bai, {} ctx_p, {} bai_p decisions, {kills} kills",
         books["lin"].len(),
         books["ctx"].len(),
-        books["bai"].len()
+        books["bai"].len(),
+        books["ctx_p"].len(),
+        books["bai_p"].len()
     );
 }
 

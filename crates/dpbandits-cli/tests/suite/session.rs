@@ -4,7 +4,7 @@
 
 use super::{bin, run, text};
 use dpbandits::contextual::ActionSet;
-use dpbandits::session::{Decision, Session};
+use dpbandits::session::{Decision, Session, WhilePending};
 use serde_json::{Value, json};
 use std::io::Write;
 use std::process::Stdio;
@@ -37,9 +37,10 @@ fn session(args: &[&str], calls: &[Value]) -> Vec<Value> {
         .collect()
 }
 
-fn answer(d: dpbandits::Result<Decision>) -> Value {
+/// The CLI's answer to a decision of `s` (its id: the decisions issued so far).
+fn answer(s: &Session, d: dpbandits::Result<Decision>) -> Value {
     match d {
-        Ok(Decision::Play { arm, .. }) => json!({ "arm": arm }),
+        Ok(Decision::Play { arm, .. }) => json!({ "decision_id": s.issued(), "arm": arm }),
         Ok(Decision::Stop { recommendation }) => json!({ "stop": recommendation }),
         Err(e) => json!({ "error": e.to_string() }),
     }
@@ -55,7 +56,7 @@ fn finite_and_contextual_sessions_answer_as_the_core_session() {
         let d = s.decide();
         let arm = d.as_ref().unwrap().arm().unwrap();
         calls.push(json!({ "decide": null }));
-        want.push(answer(d));
+        want.push(answer(&s, d));
         if t % 50 == 7 {
             calls.push(json!({ "observe": [arm + 1, 0.5] }));
             want.push(json!({ "error": s.observe(arm + 1, 0.5).unwrap_err().to_string() }));
@@ -91,13 +92,15 @@ fn finite_and_contextual_sessions_answer_as_the_core_session() {
         let features: Vec<f64> = rows.iter().flatten().copied().collect();
         if t % 20 == 3 {
             calls.push(json!({ "decide": [[1.0, 2.0, 3.0]] }));
-            want.push(answer(s.decide_with(&ActionSet {
+            let d = s.decide_with(&ActionSet {
                 d: 3,
                 k: 1,
                 features: &[1.0, 2.0, 3.0],
-            })));
+            });
+            want.push(answer(&s, d));
             calls.push(json!({ "decide": null }));
-            want.push(answer(s.decide()));
+            let d = s.decide();
+            want.push(answer(&s, d));
         }
         calls.push(json!({ "decide": rows }));
         let d = s.decide_with(&ActionSet {
@@ -106,7 +109,7 @@ fn finite_and_contextual_sessions_answer_as_the_core_session() {
             features: &features,
         });
         let arm = d.as_ref().unwrap().arm().unwrap();
-        want.push(answer(d));
+        want.push(answer(&s, d));
         calls.push(json!({ "observe": [arm, 0.5] }));
         s.observe(arm, 0.5).unwrap();
         want.push(json!({ "ok": true }));
@@ -126,6 +129,114 @@ fn finite_and_contextual_sessions_answer_as_the_core_session() {
         &calls,
     );
     assert_eq!(got, want);
+}
+
+#[test]
+fn a_pipelined_session_takes_rewards_by_decision_id_in_any_order() {
+    // dp_ts (one round a commitment): 30 decisions with no reward in, then their rewards in
+    // reverse order by id; the core session driven alike gives the same answers.
+    let table: toml::Table = "arms = 3\nepsilon = 1.0".parse().unwrap();
+    let mut s = Session::from_table("dp_ts", table, 4).unwrap();
+    s.set_while_pending(WhilePending::Pipeline).unwrap();
+    let (mut calls, mut want) = (vec![], vec![]);
+    for _ in 0..30 {
+        calls.push(json!({ "decide": null }));
+        let d = s.decide();
+        want.push(answer(&s, d));
+    }
+    for id in (1..=30u64).rev() {
+        let r = f64::from(u8::from(id % 3 == 0));
+        calls.push(json!({ "observe_decision": [id, r] }));
+        s.observe_decision(id - 1, r).unwrap();
+        want.push(json!({ "ok": true }));
+    }
+    calls.push(json!({ "decide": null }));
+    let d = s.decide();
+    want.push(answer(&s, d));
+    let got = session(
+        &[
+            "--kind",
+            "dp_ts",
+            "--param",
+            "arms=3",
+            "--param",
+            "epsilon=1.0",
+            "--seed",
+            "4",
+            "--while-pending",
+            "pipeline",
+        ],
+        &calls,
+    );
+    assert_eq!(got, want);
+    assert_eq!(got[0]["decision_id"], json!(1));
+    assert_eq!(got[29]["decision_id"], json!(30));
+
+    // Refused: a decision observed twice, one never issued, id 0, a NaN reward; each names its
+    // field and changes nothing (the next decision is still id 3).
+    let got = session(
+        &[
+            "--kind",
+            "dp_ts",
+            "--param",
+            "arms=3",
+            "--param",
+            "epsilon=1.0",
+            "--while-pending",
+            "pipeline",
+        ],
+        &[
+            json!({ "decide": null }),
+            json!({ "decide": null }),
+            json!({ "observe_decision": [2, 1.0] }),
+            json!({ "observe_decision": [2, 1.0] }),
+            json!({ "observe_decision": [9, 1.0] }),
+            json!({ "observe_decision": [0, 1.0] }),
+            json!({ "observe_decision": [1, "x"] }),
+            json!({ "decide": null }),
+        ],
+    );
+    let err = |i: usize| got[i]["error"].as_str().unwrap_or_default().to_string();
+    assert_eq!(got[2], json!({ "ok": true }));
+    assert!(
+        err(3).starts_with("decision_id = 2: ") && err(3).contains("already observed"),
+        "{}",
+        err(3)
+    );
+    assert!(
+        err(4).starts_with("decision_id = 9: ") && err(4).contains("not issued"),
+        "{}",
+        err(4)
+    );
+    assert!(err(5).starts_with("decision_id = 0: "), "{}", err(5));
+    assert!(err(6).starts_with("reward = "), "{}", err(6));
+    assert_eq!(got[7]["decision_id"], json!(3));
+
+    // Wait mode (the default) refuses a second decision of a per-step kind; a bad mode exits 2
+    // naming the flag.
+    let got = session(
+        &[
+            "--kind",
+            "dp_ts",
+            "--param",
+            "arms=3",
+            "--param",
+            "epsilon=1.0",
+        ],
+        &[json!({ "decide": null }), json!({ "decide": null })],
+    );
+    assert!(got[1]["error"].is_string(), "{got:?}");
+    let o = run(&[
+        "session",
+        "--kind",
+        "dp_ts",
+        "--param",
+        "arms=3",
+        "--while-pending",
+        "later",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o).contains("--while-pending"), "{}", text(&o));
 }
 
 #[test]

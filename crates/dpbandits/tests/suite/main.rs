@@ -11,5 +11,6 @@ mod fast_path;
 mod fuzz;
 mod ldp_nonstationary;
 mod linear;
+mod pipeline;
 mod private_baselines;
 mod session;
