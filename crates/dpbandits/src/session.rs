@@ -2243,7 +2243,7 @@ mod pipeline_tests {
             .filter(|t| matches!(t, Traced::Fed(_)))
             .count();
         assert_eq!(fed, 150);
-        let Restored::Contextual(c) = &mut p.policy else {
+        let Restored::Contextual(_) = &mut p.policy else {
             unreachable!()
         };
         let mut want = [0.0; 3];

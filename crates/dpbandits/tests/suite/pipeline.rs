@@ -156,7 +156,7 @@ fn delayed_step(
     }
     if let Some(arm) = decide(s, rng).unwrap() {
         arms.push(arm);
-        due.push((i + 7 + 20 * u64::from(i % 3 == 0), i));
+        due.push((i + 7 + 20 * u64::from(i.is_multiple_of(3)), i));
     }
 }
 
