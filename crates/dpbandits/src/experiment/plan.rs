@@ -490,14 +490,13 @@ fn cells(
             let mut cells: Vec<Box<dyn Cell>> = vec![];
             if let Some(t) = &spec.trial {
                 let configs = policies.into_iter().map(|(i, cfg)| {
-                    let p = TrialPolicy {
-                        kind: cfg.kind(),
-                        table: toml::Table::new(),
-                        label: cfg.label(),
-                        params: cfg.params(),
-                        guarantee: cfg.guarantee(),
-                        facts: serde_json::Value::Null,
-                    };
+                    let p = TrialPolicy::new(
+                        cfg.kind(),
+                        cfg.label(),
+                        cfg.params(),
+                        cfg.guarantee(),
+                        serde_json::Value::Null,
+                    );
                     (i, p)
                 });
                 cells = trial_cells(TrialEnv::Finite(env.clone()), configs, t, spec, grid)?;
@@ -541,14 +540,13 @@ fn cells(
             let mut cells: Vec<Box<dyn Cell>> = vec![];
             if let Some(t) = &spec.trial {
                 let configs = policies.into_iter().map(|(i, cfg)| {
-                    let p = TrialPolicy {
-                        kind: cfg.kind(),
-                        table: toml::Table::new(),
-                        label: cfg.label(),
-                        params: cfg.params(),
-                        guarantee: cfg.guarantee(),
-                        facts: cfg.describe(),
-                    };
+                    let p = TrialPolicy::new(
+                        cfg.kind(),
+                        cfg.label(),
+                        cfg.params(),
+                        cfg.guarantee(),
+                        cfg.describe(),
+                    );
                     (i, p)
                 });
                 let cells = trial_cells(TrialEnv::Linear(env.clone()), configs, t, spec, grid)?;
@@ -576,14 +574,13 @@ fn cells(
             if let Some(t) = &spec.trial {
                 let env: Arc<dyn ContextualEnvConfig> = Arc::from(env);
                 let configs = configs.into_iter().zip(policies_index).map(|(cfg, i)| {
-                    let p = TrialPolicy {
-                        kind: cfg.kind(),
-                        table: toml::Table::new(),
-                        label: cfg.label(),
-                        params: cfg.params(),
-                        guarantee: cfg.guarantee(),
-                        facts: serde_json::Value::Null,
-                    };
+                    let p = TrialPolicy::new(
+                        cfg.kind(),
+                        cfg.label(),
+                        cfg.params(),
+                        cfg.guarantee(),
+                        serde_json::Value::Null,
+                    );
                     (i, p)
                 });
                 let cells = trial_cells(TrialEnv::Contextual(env.clone()), configs, t, spec, grid)?;
@@ -614,14 +611,13 @@ fn cells(
                             facts[key] = x;
                         }
                     }
-                    let p = TrialPolicy {
-                        kind: cfg.kind(),
-                        table: toml::Table::new(),
-                        label: cfg.label(),
-                        params: vec![("epsilon", cfg.epsilon())],
-                        guarantee: cfg.guarantee(),
+                    let p = TrialPolicy::new(
+                        cfg.kind(),
+                        cfg.label(),
+                        vec![("epsilon", cfg.epsilon())],
+                        cfg.guarantee(),
                         facts,
-                    };
+                    );
                     configs.push((i, p));
                 }
                 let cells = trial_cells(TrialEnv::Bai(env.clone()), configs, t, spec, grid)?;

@@ -48,7 +48,7 @@
 //! BAI sample is drawn one at a time (`pull_sum(arm, 1)`), where the BAI run loop draws a
 //! request's sum at once: not the same numbers.
 
-use crate::bai::{BaiEnvConfig, BaiEnvironment, OUTCOME_FIELDS, OutcomeRow};
+use crate::bai::{BaiEnvConfig, BaiEnvironment, BaiOutcome, OUTCOME_FIELDS, OutcomeRow};
 use crate::config::BySetting;
 use crate::contextual::{ContextualEnvConfig, ContextualEnvironment};
 use crate::error::{Error, Result};
@@ -401,6 +401,27 @@ pub struct TrialPolicy {
     pub facts: serde_json::Value,
 }
 
+impl TrialPolicy {
+    /// A policy of `kind` described by its configuration (`label`, `params`, `guarantee`,
+    /// `facts`); its parameter table is set by the planner, one per sweep point.
+    pub fn new(
+        kind: &'static str,
+        label: String,
+        params: Vec<(&'static str, f64)>,
+        guarantee: PrivacyGuarantee,
+        facts: serde_json::Value,
+    ) -> Self {
+        TrialPolicy {
+            kind,
+            table: toml::Table::new(),
+            label,
+            params,
+            guarantee,
+            facts,
+        }
+    }
+}
+
 /// One run's environment.
 enum RunEnv {
     /// Finite-armed and linear: arms with per-arm streams.
@@ -713,17 +734,16 @@ impl Cell for TrialCell {
                 unreachable!("a BAI cell runs a BAI session on a BAI environment")
             };
             let recommendation = s.recommendation().expect("a BAI session recommends");
-            out[..OUTCOME_FIELDS.len()].copy_from_slice(&[
-                decided as f64,
-                recommendation as f64,
-                f64::from(u8::from(recommendation == e.best_arm())),
-                f64::from(u8::from(capped)),
-                p.noise_draws() as f64,
-            ]);
-            debug_assert_eq!(
-                OutcomeRow::from_row(&out[..OUTCOME_FIELDS.len()]).tau,
-                decided as f64
-            );
+            let row = OutcomeRow::of(&BaiOutcome {
+                tau: decided,
+                recommendation,
+                correct: recommendation == e.best_arm(),
+                capped,
+                noise_draws: p.noise_draws(),
+                pulls: vec![],
+                releases: vec![],
+            });
+            out[..row.len()].copy_from_slice(&row);
             OUTCOME_FIELDS.len()
         } else {
             while let Some(Reverse(e)) = events.pop() {
