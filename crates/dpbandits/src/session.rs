@@ -332,11 +332,9 @@ pub struct Release {
 
 /// A decision waiting for its reward: its arm (contextual: the chosen action's index) and,
 /// for a pipelined contextual round, the chosen action's features.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq)]
 struct Pend {
     arm: usize,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     action: Option<Vec<f64>>,
 }
 
@@ -443,7 +441,7 @@ struct Envelope {
     waiting: Vec<Open>,
     /// Absent in snapshots before per-decision tracking: rebuilt from the counters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pending: Option<Vec<(u64, Pend)>>,
+    pending: Option<PendingWire>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     queue: Vec<Vec<(u64, f64)>>,
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -454,6 +452,77 @@ struct Envelope {
 
 fn is_zero(x: &u64) -> bool {
     *x == 0
+}
+
+/// The pending decisions in a snapshot, compactly: their indices and arms, and (pipelined
+/// contextual rounds) their chosen actions' features as one byte string of little-endian `f64`
+/// (`dim` per decision), so a snapshot with many rounds in flight is written at memory speed.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PendingWire {
+    indices: Vec<u64>,
+    arms: Vec<usize>,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    dim: u64,
+    #[serde(
+        default,
+        with = "serde_bytes_vec",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    actions: Vec<u8>,
+}
+
+impl PendingWire {
+    fn of(pending: &std::collections::BTreeMap<u64, Pend>) -> PendingWire {
+        let dim = pending
+            .values()
+            .find_map(|p| p.action.as_ref().map(Vec::len))
+            .unwrap_or(0);
+        let mut actions = Vec::with_capacity(pending.len() * dim * 8);
+        if dim > 0 {
+            for p in pending.values() {
+                for x in p.action.as_deref().unwrap_or(&[]) {
+                    actions.extend_from_slice(&x.to_le_bytes());
+                }
+            }
+        }
+        PendingWire {
+            indices: pending.keys().copied().collect(),
+            arms: pending.values().map(|p| p.arm).collect(),
+            dim: dim as u64,
+            actions,
+        }
+    }
+
+    fn into_map(self) -> Result<std::collections::BTreeMap<u64, Pend>> {
+        let n = self.indices.len();
+        let dim = usize::try_from(self.dim).unwrap_or(usize::MAX);
+        let bad = self.arms.len() != n
+            || (dim > 0
+                && Some(self.actions.len()) != n.checked_mul(dim).and_then(|x| x.checked_mul(8)))
+            || (dim == 0 && !self.actions.is_empty());
+        if bad {
+            return Err(Error::Snapshot(
+                "pending decisions: lengths that do not agree".into(),
+            ));
+        }
+        let mut rows = self.actions.chunks_exact(8 * dim.max(1));
+        Ok(self
+            .indices
+            .into_iter()
+            .zip(self.arms)
+            .map(|(i, arm)| {
+                let action = (dim > 0).then(|| {
+                    rows.next()
+                        .unwrap_or_default()
+                        .chunks_exact(8)
+                        .map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes")))
+                        .collect()
+                });
+                (i, Pend { arm, action })
+            })
+            .collect())
+    }
 }
 
 /// CBOR byte strings for the policy snapshot (not an array of small integers).
@@ -1536,8 +1605,7 @@ impl Session {
             stopped: self.stopped,
             while_pending: self.while_pending,
             waiting: self.waiting.clone(),
-            pending: (!self.pending.is_empty())
-                .then(|| self.pending.iter().map(|(&i, p)| (i, p.clone())).collect()),
+            pending: (!self.pending.is_empty()).then(|| PendingWire::of(&self.pending)),
             queue: if self.queue.iter().all(|q| q.is_empty()) {
                 vec![]
             } else {
@@ -1646,7 +1714,7 @@ impl Session {
             trace: vec![],
         };
         s.pending = match env.pending {
-            Some(list) => list.into_iter().collect(),
+            Some(wire) => wire.into_map()?,
             None => s.pending_from_counters(),
         };
         let queued = s.queued();
@@ -2243,9 +2311,6 @@ mod pipeline_tests {
             .filter(|t| matches!(t, Traced::Fed(_)))
             .count();
         assert_eq!(fed, 150);
-        let Restored::Contextual(_) = &mut p.policy else {
-            unreachable!()
-        };
         let mut want = [0.0; 3];
         for (i, (a, row)) in arms.iter().zip(&rows).enumerate() {
             let r = coin(i as u64, *a);
