@@ -1172,7 +1172,9 @@ impl Session {
                 let (arm, rounds, left) = (o.arm, o.rounds, o.rounds - o.observed);
                 match self.queue.get(arm).map_or(0, |q| q.len()) {
                     0 => return Ok(None),
-                    _ if left == 1 => return Ok(Some(Release { arm, rounds })),
+                    _ if left == 1 && self.releases_on_next_reward(arm) => {
+                        return Ok(Some(Release { arm, rounds }));
+                    }
                     _ => {
                         let (j, r) = self.queue_of(arm).pop_front().expect("non-empty");
                         self.feed(j, arm, r)?;
@@ -1469,10 +1471,24 @@ impl Session {
                 None => return Ok(None),
             },
         };
-        Ok((o.observed + 1 == o.rounds).then_some(Release {
-            arm: o.arm,
-            rounds: o.rounds,
-        }))
+        Ok(
+            (o.observed + 1 == o.rounds && self.releases_on_next_reward(o.arm)).then_some(
+                Release {
+                    arm: o.arm,
+                    rounds: o.rounds,
+                },
+            ),
+        )
+    }
+
+    /// Whether the reward that completes a commitment of `arm` makes the policy draw a release
+    /// (finite kinds say exactly, [`crate::finite::Policy::releases_on_next_reward`]; the other
+    /// settings: every completed commitment may release).
+    fn releases_on_next_reward(&self, arm: usize) -> bool {
+        match &self.policy {
+            Restored::Finite(p) => p.releases_on_next_reward(arm),
+            _ => true,
+        }
     }
 
     fn not_pending(&self, index: u64) -> Error {

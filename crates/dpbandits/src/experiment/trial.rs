@@ -1151,6 +1151,81 @@ mod tests {
         assert_eq!(csv.len(), 1 + 4);
     }
 
+    /// A linear experiment with a `[trial]` (a smoke file's arm set and GOPE-family policies):
+    /// every strategy runs for every policy; `none` decides as the plain linear run loop in
+    /// steps; with every outcome in after a fixed delay, `wait` decides as `none` (waiting costs
+    /// time, not decisions) and waits; `pipeline` never waits and ends no later than `wait`.
+    #[test]
+    fn a_linear_trial_runs_and_its_strategies_behave() {
+        const LINEAR: &str = r#"
+name = "linear-trial"
+master_seed = 7
+horizon = 400
+runs = 2
+simulation = "steps"
+[env]
+kind = "linear"
+arms = [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0], [0.6, 0.8, 0.0], [0.5, 0.5, 0.5]]
+theta = [0.9, 0.3, -0.2]
+sigma = 1.0
+[trial]
+per_day = 10.0
+delay = { kind = "fixed", days = 2.0 }
+strategies = ["none", "wait", "pipeline"]
+[[policy]]
+kind = "adac_gope"
+rho = 1.0
+[[policy]]
+kind = "lin_ucb"
+"#;
+        let plan = Plan::new(ExperimentSpec::from_toml(LINEAR).unwrap()).unwrap();
+        assert_eq!(plan.setting, crate::config::Setting::Linear);
+        assert_eq!(plan.cells.len(), 2 * 3);
+        let g = plan.grid.points().len();
+        let mut plain = ExperimentSpec::from_toml(LINEAR).unwrap();
+        plain.trial = None;
+        let plain = Plan::new(plain).unwrap();
+        for p in 0..2 {
+            let (none, wait, pipeline) = (
+                rows(&plan, 3 * p),
+                rows(&plan, 3 * p + 1),
+                rows(&plan, 3 * p + 2),
+            );
+            let plain = rows(&plain, p);
+            for r in 0..2 {
+                // The same decisions; the regret summed per step here, per block there.
+                let close = none[r][..g]
+                    .iter()
+                    .zip(&plain[r])
+                    .all(|(a, b)| (a - b).abs() <= 1e-9 * (1.0 + b.abs()));
+                assert!(
+                    close,
+                    "{}: {:?} vs {:?}",
+                    plan.cells[3 * p].label(),
+                    &none[r][..g],
+                    plain[r]
+                );
+                assert!(none[r][g - 1] > 0.0, "some regret");
+                assert_eq!(
+                    none[r][..g],
+                    wait[r][..g],
+                    "waiting costs time, not decisions"
+                );
+                assert!(wait[r][g] > 0.0, "wait waits");
+                assert_eq!(pipeline[r][g + 1], 0.0, "pipeline never waits");
+                // (GOPE waits only at a few phase boundaries, early: the last patient's outcome
+                // then ends both trials at the same day.)
+                assert!(
+                    pipeline[r][g + 2] <= wait[r][g + 2],
+                    "pipeline ends no later: {:?} vs {:?}",
+                    &pipeline[r][g..],
+                    &wait[r][g..]
+                );
+                assert!(none[r][g - 1] > 0.0);
+            }
+        }
+    }
+
     /// `experiments/bai_delays.toml` at reduced scale: every run stops; with outcomes all in
     /// after a fixed delay, `wait` takes exactly the samples and the recommendation of `none`
     /// (the session observes each request once its outcomes are in either way) but lasts

@@ -268,6 +268,10 @@ impl Policy for DpTs {
         self.gate.commit(arm, 1);
         Pull { arm, steps: 1 }
     }
+    /// A batch's release is drawn by its last reward (batch sizes are public counts).
+    fn releases_on_next_reward(&self, arm: usize) -> bool {
+        self.batch_count.get(arm).map(|c| c + 1) == self.batch_size.get(arm).copied()
+    }
     fn observe(&mut self, arm: usize, reward: f64) -> Result<()> {
         let r = self.gate.admit(arm, reward)?;
         let boundary = self.gate.boundary();

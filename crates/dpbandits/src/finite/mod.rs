@@ -231,6 +231,15 @@ pub trait Policy: Send + Debug {
         None
     }
 
+    /// Whether the next reward of `arm`, completing the open commitment, makes the policy draw
+    /// a release (public counts only): the decision service commits a ledger intent before such
+    /// a reward. The default, `true`, is the conservative answer (every completed commitment
+    /// may release); a kind that releases on a schedule of its own says exactly when.
+    fn releases_on_next_reward(&self, arm: usize) -> bool {
+        let _ = arm;
+        true
+    }
+
     /// Pipelined episodes (`pipeline.rs`): an episodic policy that can open its next episode
     /// from released statistics while earlier episodes wait for their rewards. `None` (the
     /// default): the caller waits at each commitment boundary.
