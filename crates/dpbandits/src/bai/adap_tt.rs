@@ -15,7 +15,13 @@
 //! Thresholds: `thesis` (default) or, for AdaP-TT, `code23`: only the *threshold formula* of the
 //! DP-BAI code (2023), with its sigma = 1 cost, inside **our** stopping rule (EB leader, signed
 //! gap). It is not the authors' algorithm: their code's stopping rule tests the UCB leader with an
-//! unsigned gap. A heuristic, not proved delta-correct.
+//! unsigned gap. A heuristic, not proved delta-correct. Also for AdaP-TT (issue 43): `paper`, the
+//! authors' private threshold `dp_c` of the same code (`algorithms/adapTT.py`, `C_G(x) = x + ln
+//! x`, phase index `max(j_a, j_b)`; [`super::threshold`] docs), delta-correct by the authors' claim
+//! only (not proved here); and `heuristic`, the code's `emp_c` (the threshold its experiments
+//! call; the same formula and cost as `code23`), **not** delta-correct. Both use the code's
+//! `sigma = 1` Gaussian cost and the last-phase counts. AdaP-TT* keeps `thesis` only (its cost
+//! `W^{G,eps}` is not the one these formulas were written for).
 //!
 //! # Privacy
 //! eps-global DP (central, pure), adjacency: reward tables differing in one row. Each phase mean
@@ -25,8 +31,10 @@
 //! challenger, tracking, stopping, phase ends) is post-processing of releases and counts.
 //!
 //! # Parameters
-//! `epsilon` (> 0), `beta` (default 1/2), `threshold` (`thesis` default; `code23` for AdaP-TT:
-//! the 2023 code's threshold formula in our stopping rule, a heuristic), `lazy` (>= 0, default 0),
+//! `epsilon` (> 0), `beta` (default 1/2), `threshold` (`thesis` default; for AdaP-TT also
+//! `code23`: the 2023 code's threshold formula in our stopping rule, a heuristic; `paper`: the
+//! code's `dp_c`, delta-correct by the authors' claim only; `heuristic`: the code's `emp_c`, not
+//! delta-correct), `lazy` (>= 0, default 0),
 //! `noise` (`simulation` default | `deployment`: each release's integer grid sum plus an exact
 //! discrete Laplace of scale `2^k/eps` from an OS-keyed ChaCha20, the same eps; `docs/privacy.md`,
 //! "The Laplace family"), `grid_bits` (1..=32, default 20: rewards rounded to multiples of `2^-k`).
@@ -144,7 +152,10 @@ impl AdapTtConfig {
             },
             cost: match (self.star, self.threshold) {
                 (true, _) => StopCost::GaussStar,
-                (false, ThresholdKind::Code23) => StopCost::GaussUnit,
+                (
+                    false,
+                    ThresholdKind::Code23 | ThresholdKind::Paper | ThresholdKind::Heuristic,
+                ) => StopCost::GaussUnit,
                 _ => StopCost::Gauss,
             },
             threshold: self.threshold,
@@ -159,13 +170,18 @@ impl AdapTtConfig {
     /// Validate.
     ///
     /// # Errors
-    /// See [`super::TopTwo::new`]; threshold `thesis` (or `code23` for AdaP-TT).
+    /// See [`super::TopTwo::new`]; threshold `thesis` (or `code23`, `paper`, `heuristic` for
+    /// AdaP-TT).
     pub fn validate(&self) -> Result<()> {
         if self.star {
             self.threshold.require(&[ThresholdKind::Thesis])?;
         } else {
-            self.threshold
-                .require(&[ThresholdKind::Thesis, ThresholdKind::Code23])?;
+            self.threshold.require(&[
+                ThresholdKind::Thesis,
+                ThresholdKind::Code23,
+                ThresholdKind::Paper,
+                ThresholdKind::Heuristic,
+            ])?;
         }
         crate::privacy::check_noise(self.noise, self.grid_bits, self.epsilon.is_finite())?;
         TopTwo::new(self.params(), 2, 0.5).map(drop)
@@ -211,7 +227,7 @@ impl BaiConfig for AdapTtConfig {
         )
     }
     fn describe(&self) -> serde_json::Value {
-        serde_json::json!({ "lazy_challenger": self.lazy })
+        super::describe_top_two(self.lazy, self.threshold)
     }
     fn prepare(&self, k: usize, delta: f64) -> Result<Arc<dyn BaiEngine>> {
         self.validate()?;

@@ -19,7 +19,12 @@
 //! for any sampling rule); `r` is the spec's per-arm Proposal R (§3.5.2, also delta-correct, about
 //! 1.35x-1.9x larger); `h_half` and `h_arm` (spec §3.5.3) are heuristics that approximate the
 //! paper's figures and are **not** delta-correct at high privacy (docs/bai.md). The label of every
-//! output names the threshold.
+//! output names the threshold. `paper` is the authors' private threshold `dp_c` and `heuristic`
+//! their `emp_c` (the one their experiments call), both from their DP-BAI code
+//! (`algorithms/adapTT.py`, written for AdaP-TT; [`super::threshold`] docs), applied here to
+//! DP-TT's `W_eps` statistic with the frozen counts `N~` and phase index `max(j_a, j_b)`:
+//! `paper`'s delta-correctness is the authors' claim (not proved here, and not for this
+//! statistic), `heuristic` is **not** delta-correct.
 //!
 //! Forced exploration (our addition, on by default, counts only): `N_a < sqrt(c t / min(1, eps)) -
 //! K/2` with `c = 16` ([`super::PRIVATE_FORCING_SCALE`]), see [`super::top_two::Forcing`].
@@ -36,7 +41,8 @@
 //!
 //! # Parameters
 //! `epsilon` (> 0, inf = non-private), `eta` (> 0, default 1), `beta` (in (0,1), default 1/2),
-//! `threshold` (`joint` default, `r`, `h_half`, `h_arm`), `lazy` (>= 0, default 0: challenger every
+//! `threshold` (`joint` default, `r`, `h_half`, `h_arm`, `paper`: the authors' `dp_c`, delta-correct
+//! by the authors' claim only, `heuristic`: the authors' `emp_c`, not delta-correct), `lazy` (>= 0, default 0: challenger every
 //! round), `forced_exploration` (`privacy_scaled` default, `sqrt_t`, `none`), `forcing_scale`
 //! (> 0, default 16),
 //! `noise` (`simulation` default | `deployment`: each release's integer grid sum plus an exact
@@ -155,13 +161,16 @@ impl DpTtConfig {
     /// Validate.
     ///
     /// # Errors
-    /// See [`super::TopTwo::new`]; threshold one of `joint`, `r`, `h_half`, `h_arm`.
+    /// See [`super::TopTwo::new`]; threshold one of `joint`, `r`, `h_half`, `h_arm`, `paper`,
+    /// `heuristic`.
     pub fn validate(&self) -> Result<()> {
         self.threshold.require(&[
             ThresholdKind::Joint,
             ThresholdKind::R,
             ThresholdKind::HHalf,
             ThresholdKind::HArm,
+            ThresholdKind::Paper,
+            ThresholdKind::Heuristic,
         ])?;
         crate::privacy::check_noise(self.noise, self.grid_bits, self.epsilon.is_finite())?;
         TopTwo::new(self.params(), 2, 0.5).map(drop)
@@ -203,7 +212,7 @@ impl BaiConfig for DpTtConfig {
         )
     }
     fn describe(&self) -> serde_json::Value {
-        serde_json::json!({ "lazy_challenger": self.lazy })
+        super::describe_top_two(self.lazy, self.threshold)
     }
     fn prepare(&self, k: usize, delta: f64) -> Result<Arc<dyn BaiEngine>> {
         self.validate()?;

@@ -254,6 +254,17 @@ pub(crate) fn forcing_label(f: Forcing, scale: f64) -> String {
     }
 }
 
+/// The cell facts of a private Top Two configuration: its lazy-challenger parameter and, for the
+/// authors' thresholds `paper` and `heuristic`, a `threshold_note` on their delta-correctness
+/// (absent for the other thresholds, whose manifests are unchanged).
+pub(crate) fn describe_top_two(lazy: f64, threshold: ThresholdKind) -> serde_json::Value {
+    let mut v = serde_json::json!({ "lazy_challenger": lazy });
+    if let Some(note) = threshold.note() {
+        v["threshold_note"] = note.into();
+    }
+    v
+}
+
 /// [`pure_dp_guarantee`] with the noise path of the configuration: `deployment` replaces the
 /// mechanism text by `deployment` (the discrete release, with `k = grid_bits`) and says
 /// deployment-grade.

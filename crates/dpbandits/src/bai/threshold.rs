@@ -9,9 +9,53 @@
 //! | `eb` | EB-TCI | pair `ln((1 + ln n)/delta)`, `n` total samples (authors' heuristic) | heuristic |
 //! | `thesis` | AdaP-TT, AdaP-TT* | Azize thesis Eqs. (5.10)–(5.11) resp. (5.14), `s = 2` | yes (thesis Thm), `s` is our choice |
 //! | `code23` | AdaP-TT | the threshold formula of the DP-BAI code (2023, spec §4.3) inside our stopping rule (EB leader, signed gap); the code's own rule tests the UCB leader with an unsigned gap, so this is not the authors' algorithm | heuristic |
+//! | `paper` | DP-TT, AdaP-TT | the authors' private threshold `dp_c` of the DP-BAI code ([`dp_c`], below) | the authors' claim; not proved here |
+//! | `heuristic` | DP-TT, AdaP-TT | the authors' `emp_c`, the threshold their experiments call ([`emp_c`]; the same formula as `code23`) | **no** |
 //!
 //! The exact threshold of Jourdan & Azize (2025), Eq. (8), was **not recovered**; `joint` and `r`
 //! are our own delta-correct replacements. Every output names the threshold it used.
+//!
+//! # The authors' thresholds `paper` and `heuristic` (issue 43)
+//! Read from the authors' repository `achraf-azize/DP-BAI` (commit `c8d8be2`, "First commit"),
+//! file `algorithms/adapTT.py`, functions `dp_c`, `gaussian_calib` and `emp_c`:
+//! ```text
+//! def emp_c(n, m, delta, eps):
+//!     term_0 = np.log(1/delta) + np.log(1 + np.log(n)) + np.log(1 + np.log(m))
+//!     dp_term = (1/n + 1/m) * (1/eps**2) * np.log(1/delta)**2
+//!     return term_0 + dp_term
+//! def dp_c(n, m, K, ph, delta, eps):   # n, m: counts of the best arm and of the challenger
+//!     zeta = math.pi**2 / 6             # ph: "index of the phase"
+//!     term_0 = 2*gaussian_calib(0.5 * np.log((K-1) * zeta * (ph**2) / delta)) \
+//!         + 2*np.log(4+np.log(n)) + 2*np.log(4+np.log(m))
+//!     dp_term = (1/n + 1/m) * (1/eps**2) * np.log(2 * K * zeta * (ph**2) / delta)**2
+//!     return term_0 + dp_term
+//! def gaussian_calib(x):
+//!     return x+np.log(x)
+//! ```
+//! So `C_G(x)` is the approximation `x + ln x` (not the exact Kaufmann–Koolen function
+//! [`c_gauss`]), and `zeta(2) = pi^2 / 6`. In that code `AdaPTopTwo.check_stopping` calls only
+//! `emp_c`, with `n, m` the **last-phase** counts (`last_ph_counts`, forgetting) of the leader
+//! and of the other arm, against the Gaussian cost with `sigma = 1`,
+//! `(mu_B - mu_a)^2 / (2 (1/n + 1/m))`; `dp_c` is defined but never called, so which phase index
+//! `ph` it takes for a pair is not fixed by the code.
+//!
+//! Our readings (ours, not the authors'):
+//! * `n, m` are the counts behind the two released statistics: AdaP-TT's last-phase counts (as in
+//!   the code), DP-TT's frozen cumulative counts `N~` (its statistic uses all samples so far);
+//! * `ph = max(j_a, j_b)`, the larger release index of the pair (1 at the first release, as the
+//!   code's `phase` counter); the larger index gives the larger (safer) threshold;
+//! * AdaP-TT uses the code's `sigma = 1` Gaussian cost with both (as `code23`), DP-TT its own
+//!   `W_eps` statistic. At low privacy `W_eps` is the Bernoulli KL GLR, at least `4x` the
+//!   `sigma = 1` Gaussian cost for the same gap and counts (Pinsker), so the same threshold is
+//!   much easier to cross for DP-TT than for AdaP-TT.
+//!
+//! Delta-correctness: `dp_c` is the authors' implementation of the private GLR threshold whose
+//! delta-correctness they claim for AdaP-TT (thesis (5.10)–(5.11) is the proved form); it differs
+//! from it (`x + ln x` for `C_G`, one union over `ph^2` instead of `k(w)^s` per arm, no splitting
+//! of delta between the two terms) and it was not written for DP-TT's `W_eps`, so for both
+//! algorithms its delta-correctness is **the authors' claim, not proved here**
+//! (`threshold_proved_delta_correct = false`). `emp_c` is a heuristic: its `ln(1/delta)` carries
+//! no union bound at all; it is **not** delta-correct (docs/bai.md measures its error rate).
 //!
 //! # Proposal R
 //! Per arm and release index `j` (union weight `delta_j = delta / (K zeta(2) j^2)`) with `m` Laplace
@@ -93,6 +137,12 @@ pub enum ThresholdKind {
     /// The threshold formula of the DP-BAI code (2023) for AdaP-TT, used in our stopping rule
     /// (not the code's UCB-leader, unsigned-gap rule): a heuristic.
     Code23,
+    /// The authors' private threshold `dp_c` (DP-BAI code, [`dp_c`]); delta-correctness is the
+    /// authors' claim.
+    Paper,
+    /// The authors' heuristic `emp_c` ([`emp_c`]), the one their experiments use: not
+    /// delta-correct.
+    Heuristic,
 }
 
 impl ThresholdKind {
@@ -106,6 +156,22 @@ impl ThresholdKind {
             ThresholdKind::Eb => "eb",
             ThresholdKind::Thesis => "thesis",
             ThresholdKind::Code23 => "code23",
+            ThresholdKind::Paper => "paper",
+            ThresholdKind::Heuristic => "heuristic",
+        }
+    }
+
+    /// A note for the output of a cell using this threshold (`None` for the thresholds whose
+    /// outputs predate the note, so their manifests are unchanged).
+    pub fn note(self) -> Option<&'static str> {
+        match self {
+            ThresholdKind::Paper => Some(
+                "'paper': the authors' private threshold dp_c of the DP-BAI code (algorithms/adapTT.py, C_G(x) = x + ln x), phase index max(j_a, j_b); its delta-correctness is the authors' claim, not proved here",
+            ),
+            ThresholdKind::Heuristic => Some(
+                "'heuristic': the authors' emp_c of the DP-BAI code (algorithms/adapTT.py), the threshold their experiments use; not delta-correct (no union bound)",
+            ),
+            _ => None,
         }
     }
 
@@ -438,10 +504,37 @@ pub fn c_star(wa: f64, wb: f64, gap: f64, delta: f64, k: usize, eps: f64) -> f64
     }
 }
 
-/// DP-BAI code (2023) AdaP-TT heuristic for the pair (with its own `sigma = 1` cost).
+/// DP-BAI code (2023) AdaP-TT heuristic for the pair (with its own `sigma = 1` cost): the same
+/// formula as [`emp_c`].
 pub fn code23(wa: f64, wb: f64, delta: f64, eps: f64) -> f64 {
+    emp_c(wa, wb, delta, eps)
+}
+
+/// The authors' heuristic `emp_c(n, m, delta, eps) = ln(1/delta) + ln(1 + ln n) + ln(1 + ln m) +
+/// (1/n + 1/m) eps^-2 ln^2(1/delta)` (DP-BAI code, `algorithms/adapTT.py`, `emp_c`; module
+/// docs). Not delta-correct.
+pub fn emp_c(n: f64, m: f64, delta: f64, eps: f64) -> f64 {
     let l = (1.0 / delta).ln();
-    l + (1.0 + wa.ln()).ln() + (1.0 + wb.ln()).ln() + (1.0 / wa + 1.0 / wb) * l * l / (eps * eps)
+    l + (1.0 + n.ln()).ln() + (1.0 + m.ln()).ln() + (1.0 / n + 1.0 / m) * l * l / (eps * eps)
+}
+
+/// The authors' `gaussian_calib(x) = x + ln x`, their approximation of `C_G` (DP-BAI code,
+/// `algorithms/adapTT.py`).
+pub fn gaussian_calib(x: f64) -> f64 {
+    x + x.ln()
+}
+
+/// The authors' private threshold (DP-BAI code, `algorithms/adapTT.py`, `dp_c`; module docs):
+/// `2 C_G(ln((K - 1) zeta(2) p^2 / delta) / 2) + 2 ln(4 + ln n) + 2 ln(4 + ln m) + (1/n + 1/m)
+/// eps^-2 ln^2(2 K zeta(2) p^2 / delta)` with `C_G` = [`gaussian_calib`], `n, m` the counts of
+/// the pair's released statistics, `p` the phase index. `eps = inf` drops the last term.
+pub fn dp_c(n: f64, m: f64, k: usize, p: u64, delta: f64, eps: f64) -> f64 {
+    let p2 = (p as f64) * (p as f64);
+    let term0 = 2.0 * gaussian_calib(0.5 * ((k as f64 - 1.0) * ZETA2 * p2 / delta).ln())
+        + 2.0 * (4.0 + n.ln()).ln()
+        + 2.0 * (4.0 + m.ln()).ln();
+    let l = (2.0 * k as f64 * ZETA2 * p2 / delta).ln();
+    term0 + (1.0 / n + 1.0 / m) * l * l / (eps * eps)
 }
 
 #[cfg(test)]
@@ -548,6 +641,55 @@ mod tests {
             joint_threshold(arm(10), arm(11), 0.01, 1.001, k, delta)
                 >= joint_threshold(arm(10), arm(11), 0.01, 1.0, k, delta)
         );
+    }
+
+    /// The authors' `dp_c` (threshold `paper`) at three points. Expected values: the authors'
+    /// Python formula (`algorithms/adapTT.py`, `dp_c` with `gaussian_calib(x) = x + log(x)`,
+    /// `zeta = pi**2/6`) evaluated independently with python3 (`math` module), printed with
+    /// `repr`; arguments `(n, m, K, ph, delta, eps)`.
+    #[test]
+    fn paper_threshold_values() {
+        for &(n, m, k, p, delta, eps, want) in &[
+            (1024.0, 512.0, 5usize, 11u64, 0.01, 1.0, 24.617313611953826),
+            (1048576.0, 524288.0, 5, 21, 0.01, 0.01, 32.91757454082718),
+            (8.0, 4.0, 3, 4, 0.1, f64::INFINITY, 15.527551092173795),
+        ] {
+            let c = dp_c(n, m, k, p, delta, eps);
+            assert!(
+                (c - want).abs() < 1e-9 * want,
+                "dp_c({n}, {m}, {k}, {p}, {delta}, {eps}) = {c}, python {want}"
+            );
+        }
+        // The third point by hand: x = ln(2 zeta(2) 16 / 0.1) / 2, 2 (x + ln x) + 2 ln(4 + ln 8)
+        // + 2 ln(4 + ln 4), no privacy term.
+        let x = 0.5 * (2.0 * ZETA2 * 16.0 / 0.1f64).ln();
+        let hand = 2.0 * (x + x.ln()) + 2.0 * (4.0 + 8f64.ln()).ln() + 2.0 * (4.0 + 4f64.ln()).ln();
+        assert!((dp_c(8.0, 4.0, 3, 4, 0.1, f64::INFINITY) - hand).abs() < 1e-12);
+        // It grows with the phase index and with privacy.
+        assert!(dp_c(64.0, 64.0, 5, 8, 0.01, 1.0) > dp_c(64.0, 64.0, 5, 7, 0.01, 1.0));
+        assert!(dp_c(64.0, 64.0, 5, 7, 0.01, 0.1) > dp_c(64.0, 64.0, 5, 7, 0.01, 1.0));
+    }
+
+    /// The authors' `emp_c` (threshold `heuristic`) at three points (python3 as above,
+    /// arguments `(n, m, delta, eps)`), one by hand, and `code23` is the same formula.
+    #[test]
+    fn heuristic_threshold_values() {
+        for &(n, m, delta, eps, want) in &[
+            (1024.0, 512.0, 0.01, 1.0, 8.717530196830793),
+            (1048576.0, 524288.0, 0.01, 0.01, 10.561908069360909),
+            (8.0, 4.0, 0.1, f64::INFINITY, 4.297075042095026),
+        ] {
+            let c = emp_c(n, m, delta, eps);
+            assert!(
+                (c - want).abs() < 1e-9 * want,
+                "emp_c({n}, {m}, {delta}, {eps}) = {c}, python {want}"
+            );
+            assert_eq!(c.to_bits(), code23(n, m, delta, eps).to_bits());
+        }
+        // By hand: n = m = 1 leaves ln(1/delta) + 2 ln^2(1/delta) / eps^2 = ln 20 + 8 ln^2 20.
+        let l = 20f64.ln();
+        assert!((emp_c(1.0, 1.0, 0.05, 0.5) - (l + 8.0 * l * l)).abs() < 1e-12);
+        assert!((emp_c(1.0, 1.0, 0.05, 0.5) - 74.7910271120577).abs() < 1e-9);
     }
 
     #[test]

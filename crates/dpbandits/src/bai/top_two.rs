@@ -435,6 +435,8 @@ impl TopTwo {
             ThresholdKind::HArm => threshold::h_arm(wa, d) + threshold::h_arm(wb, d),
             ThresholdKind::Eb => threshold::eb_pair(n as f64, d),
             ThresholdKind::Code23 => threshold::code23(wa, wb, d, eps),
+            ThresholdKind::Paper => threshold::dp_c(wa, wb, k, ja.max(jb).max(1), d, eps),
+            ThresholdKind::Heuristic => threshold::emp_c(wa, wb, d, eps),
             ThresholdKind::Thesis => match self.p.cost {
                 StopCost::GaussStar => {
                     let branch = usize::from(gap.max(0.0) >= 3.0 * eps);

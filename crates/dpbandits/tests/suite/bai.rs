@@ -283,6 +283,66 @@ fn error_rate_below_delta() {
     eprintln!("worst error count {worst}/150");
 }
 
+/// Issue 43: the authors' thresholds `paper` (`dp_c`) and `heuristic` (`emp_c`) for DP-TT and
+/// AdaP-TT: accepted, named in the label and the cell facts (with the delta-correctness note),
+/// not claimed as proved; AdaP-TT's `heuristic` runs exactly as `code23` (same formula, same
+/// `sigma = 1` cost); the defaults' labels and facts are unchanged; every run stops.
+#[test]
+fn authors_thresholds_are_wired() {
+    let d = DpTtConfig::new(1.0);
+    let a = AdapTtConfig::new(1.0, false);
+    assert_eq!(
+        d.label(),
+        "dp_tt(eps=1,threshold=joint,eta=1,beta=0.5,lazy=0,fe=privacy_scaled*16)"
+    );
+    assert_eq!(d.describe(), serde_json::json!({ "lazy_challenger": 0.0 }));
+    assert_eq!(a.describe(), serde_json::json!({ "lazy_challenger": 0.0 }));
+    let inst = BaiInstance::new(vec![0.7, 0.5, 0.3]).unwrap();
+    for t in [ThresholdKind::Paper, ThresholdKind::Heuristic] {
+        let mut d = DpTtConfig::new(1.0);
+        d.threshold = t;
+        let mut a = AdapTtConfig::new(1.0, false);
+        a.threshold = t;
+        for cfg in [&d as &dyn BaiConfig, &a] {
+            assert!(cfg.label().contains(&format!("threshold={}", t.name())));
+            assert!(!cfg.threshold_proved());
+            let note = cfg.describe()["threshold_note"]
+                .as_str()
+                .unwrap()
+                .to_string();
+            assert!(note.contains("adapTT.py"), "{note}");
+            let eng = cfg.prepare(3, 0.1).unwrap();
+            for r in 0..20 {
+                let o = run_one(&eng, &inst, 5, &cfg.label(), r, 1 << 40).unwrap();
+                assert!(!o.capped, "{}", cfg.label());
+            }
+        }
+        assert!(
+            ThresholdKind::Paper
+                .note()
+                .unwrap()
+                .contains("authors' claim")
+        );
+        assert!(
+            ThresholdKind::Heuristic
+                .note()
+                .unwrap()
+                .contains("not delta-correct")
+        );
+    }
+    // AdaP-TT `heuristic` is `code23` under another name: same runs for the same seeds.
+    let mut h = AdapTtConfig::new(0.5, false);
+    h.threshold = ThresholdKind::Heuristic;
+    let mut c = AdapTtConfig::new(0.5, false);
+    c.threshold = ThresholdKind::Code23;
+    let (eh, ec) = (h.prepare(3, 0.1).unwrap(), c.prepare(3, 0.1).unwrap());
+    for r in 0..10 {
+        let oh = run_one(&eh, &inst, 9, "same", r, 1 << 40).unwrap();
+        let oc = run_one(&ec, &inst, 9, "same", r, 1 << 40).unwrap();
+        assert_eq!((oh.tau, oh.correct), (oc.tau, oc.correct));
+    }
+}
+
 /// Proposal J bounds the null (spec §3.5.2 (a)): for two arms with **equal** true means (the
 /// hardest case for a wrong stop), fixed release indices and counts on the eta = 1 grid, the
 /// DP-TT statistic `W_eps(m_a, m_b; N~_a, N~_b)` exceeds `C(j_a, j_b)` with probability at most
@@ -455,6 +515,21 @@ epsilon = [1.0]
             "kind = \"dp_tt\"",
             "kind = \"dp_se_bai\"\nthreshold = \"joint\"",
             "unknown field `threshold`",
+        ),
+        (
+            "kind = \"dp_tt\"",
+            "kind = \"adap_tt_star\"\nthreshold = \"paper\"",
+            "threshold = \"paper\": expected one of: thesis",
+        ),
+        (
+            "kind = \"dp_tt\"",
+            "kind = \"dp_tt\"\nthreshold = \"code23\"",
+            "threshold = \"code23\": expected one of: joint, r, h_half, h_arm, paper, heuristic",
+        ),
+        (
+            "kind = \"dp_tt\"",
+            "kind = \"dp_tt\"\nthreshold = \"papers\"",
+            "`paper`, `heuristic`",
         ),
     ];
     for (from, to, want) in cases {
