@@ -10,8 +10,11 @@
 //! in colour **and** in the (pattern, marker) pair, so they stay apart in greyscale too. A single
 //! non-private baseline ([`Role::Baseline`]) is drawn black and solid with no marker; theory and
 //! lower-bound curves ([`Role::Theory`]) dark grey, thick, wide dashes, no marker: styles no data curve
-//! uses. The legend is drawn in its own panel right of the axes, so it never covers data; bands
-//! are drawn for every series that carries one (the caller's title may then promise them).
+//! uses. The legend is drawn in its own panel right of the axes, so it never covers data, as wide
+//! as its longest label; its labels are the callers' labels with parameter values at the fewest
+//! digits that keep them apart ([`legend_labels`]; the full label stays in the plot data's
+//! `full_name`). Bands are drawn for every series that carries one (the caller's title may then
+//! promise them); more than [`MANY_BANDS`] are lighter and outlined ([`band_look`]).
 
 use crate::error::{Error, Result};
 use plotters::coord::Shift;
@@ -1139,7 +1142,10 @@ mod tests {
         assert!(short <= WIDTH * 20 / 100, "{short}");
         assert_eq!(legend_width(&spec(&["a"], false)), LEGEND_MIN_W);
         let wrapped = legend_width(&spec(&[&"x".repeat(200)], false));
-        assert!((300..=LEGEND_W).contains(&wrapped), "long labels wrap: {wrapped}");
+        assert!(
+            (300..=LEGEND_W).contains(&wrapped),
+            "long labels wrap: {wrapped}"
+        );
         let names: Vec<String> = (0..12).map(|i| format!("c{i}")).collect();
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
         assert_eq!(band_look(&spec(&names[..6], true)), (0.16, false));
