@@ -2,7 +2,9 @@
 //! --horizon 100000`), and its figures pass the style and label rules, read from the plot data
 //! each figure writes beside its pictures (`<stem>.plot.json`): no two data curves share a
 //! colour or a (line pattern, marker) pair, legends sit outside the axes, every band the title
-//! promises is drawn, legend labels are the policies' full labels; figure CSVs hold no NaN/inf
+//! promises is drawn, legend labels are the policies' labels with parameter values at the
+//! fewest digits that keep them apart (issue 44; the full label is the curve's `full_name`,
+//! and fig4a's labels and legend are checked for length and width); figure CSVs hold no NaN/inf
 //! without a status column; `report.html` holds every figure and renders in headless Chromium.
 
 use crate::{bin, repo};
@@ -190,11 +192,23 @@ fn every_experiment_figure_follows_the_style_rules() {
                 .iter()
                 .map(|s| s["name"].as_str().unwrap())
                 .collect();
-            // regret-type figures: legend entries are the full labels of the manifest
+            // regret-type figures: every curve's full name is a full label of the manifest, and
+            // its legend entry that label with shorter numbers (never longer)
+            let full: Vec<&str> = p["series"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s["full_name"].as_str().unwrap())
+                .collect();
+            for (n, f) in names.iter().zip(&full) {
+                if n.chars().count() > f.chars().count() {
+                    bad.push(format!("{exp}/{stem}: legend '{n}' is longer than '{f}'"));
+                }
+            }
             if stem == "regret" || stem == "comparison" || stem.starts_with("fig5_") {
-                for n in &names {
-                    if !labels.iter().any(|l| l == n) {
-                        bad.push(format!("{exp}/{stem}: legend '{n}' is not a full label"));
+                for f in &full {
+                    if !labels.iter().any(|l| l == f) {
+                        bad.push(format!("{exp}/{stem}: curve '{f}' is not a full label"));
                     }
                 }
             }
@@ -447,4 +461,106 @@ fn report_command_reproduces_the_folder() {
         );
     }
     assert!(n >= 10);
+}
+
+/// Longest legend label of fig4a's figures (characters) and the largest share of the SVG width
+/// the regret plot's legend panel may take (issue 44).
+const FIG4A_MAX_LABEL: usize = 24;
+const FIG4A_MAX_LEGEND_SHARE: f64 = 0.25;
+
+/// Issue 44: fig4a's figures (a tiny quick look of `experiments/fig4a.toml`) have short legend
+/// labels (`rho=0.0316`, not `rho=0.03162277660168379`) and a compact legend, read from what the
+/// code writes: the labels from each `.plot.json`, the legend panel from the SVG (its frame is
+/// the one unfilled rectangle of opacity 0.25; the panel starts 4 px left of it).
+#[test]
+fn fig4a_legend_labels_are_short_and_the_legend_compact() {
+    let out = tempfile::tempdir().unwrap();
+    let dir = out.path().join("fig4a");
+    let o = bin()
+        .args([
+            "run",
+            "experiments/fig4a.toml",
+            "--runs",
+            "2",
+            "--horizon",
+            "10000",
+        ])
+        .args(["--threads", "2", "--quiet", "--out", dir.to_str().unwrap()])
+        .current_dir(repo())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let manifest = json(&dir.join("manifest.json"));
+    let full: Vec<String> = manifest["policies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["label"].as_str().unwrap().to_string())
+        .collect();
+    let mut report = vec![];
+    for stem in ["regret", "gap_vs_rho", "price_of_privacy"] {
+        let p = json(&dir.join(format!("{stem}.plot.json")));
+        let svg = std::fs::read_to_string(dir.join(format!("{stem}.svg"))).unwrap();
+        let names: Vec<&str> = p["series"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["name"].as_str().unwrap())
+            .collect();
+        let unique: BTreeSet<&&str> = names.iter().collect();
+        assert_eq!(
+            unique.len(),
+            names.len(),
+            "{stem}: labels not distinct: {names:?}"
+        );
+        let longest = names.iter().map(|n| n.chars().count()).max().unwrap();
+        for n in &names {
+            assert!(
+                svg.contains(&format!("\n{}\n", n.replace('\'', "&apos;"))),
+                "{stem}: legend label {n} is not drawn in the SVG"
+            );
+        }
+        // the SVG's width and its legend frame
+        let attr = |tag: &str, name: &str| -> f64 {
+            let k = tag.find(&format!(" {name}=\"")).unwrap() + name.len() + 3;
+            tag[k..].split('"').next().unwrap().parse().unwrap()
+        };
+        let head = &svg[..svg.find('>').unwrap()];
+        let width = attr(head, "width");
+        let frames: Vec<&str> = svg
+            .split('<')
+            .filter(|t| {
+                t.starts_with("rect ")
+                    && t.contains("fill=\"none\"")
+                    && t.contains("opacity=\"0.25\"")
+            })
+            .collect();
+        assert_eq!(frames.len(), 1, "{stem}: one legend frame: {frames:?}");
+        let legend = width - (attr(frames[0], "x") - 4.0);
+        let share = legend / width;
+        assert_eq!(p["width"].as_f64(), Some(width), "{stem}: plot.json width");
+        assert_eq!(
+            p["legend_width"].as_f64(),
+            Some(legend),
+            "{stem}: plot.json legend width"
+        );
+        report.push(format!(
+            "{stem}: longest label {longest} chars, legend {legend} of {width} px ({:.1}%)",
+            100.0 * share
+        ));
+        if stem == "regret" {
+            assert_eq!(names.len(), full.len(), "regret draws every configuration");
+        }
+        if names.iter().any(|n| n.chars().count() > FIG4A_MAX_LABEL)
+            || (stem == "regret" && share > FIG4A_MAX_LEGEND_SHARE)
+        {
+            panic!(
+                "fig4a {stem}: labels longer than {FIG4A_MAX_LABEL} characters or a legend wider \
+                 than {}% of the figure:\n{}\nlabels: {names:?}",
+                100.0 * FIG4A_MAX_LEGEND_SHARE,
+                report.join("\n")
+            );
+        }
+    }
+    eprintln!("{}", report.join("\n"));
 }

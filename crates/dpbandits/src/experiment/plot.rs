@@ -10,8 +10,11 @@
 //! in colour **and** in the (pattern, marker) pair, so they stay apart in greyscale too. A single
 //! non-private baseline ([`Role::Baseline`]) is drawn black and solid with no marker; theory and
 //! lower-bound curves ([`Role::Theory`]) dark grey, thick, wide dashes, no marker: styles no data curve
-//! uses. The legend is drawn in its own panel right of the axes, so it never covers data; bands
-//! are drawn for every series that carries one (the caller's title may then promise them).
+//! uses. The legend is drawn in its own panel right of the axes, so it never covers data, as wide
+//! as its longest label; its labels are the callers' labels with parameter values at the fewest
+//! digits that keep them apart ([`legend_labels`]; the full label stays in the plot data's
+//! `full_name`). Bands are drawn for every series that carries one (the caller's title may then
+//! promise them); more than [`MANY_BANDS`] are lighter and outlined ([`band_look`]).
 
 use crate::error::{Error, Result};
 use plotters::coord::Shift;
@@ -253,8 +256,8 @@ fn register_font() {
 }
 
 /// A number with `sig` significant digits and no trailing zeros, for axis notes and titles
-/// (`0.31622776601683794` -> `0.316`, `1000` -> `1000`, `1e-5` -> `1e-5`). Not for legends:
-/// legends show labels in full, so two curves never share a rounded label.
+/// (`0.31622776601683794` -> `0.316`, `1000` -> `1000`, `1e-5` -> `1e-5`). Legends go through
+/// [`legend_labels`], which picks the digits so that no two values share a text.
 pub fn short_number(v: f64, sig: usize) -> String {
     if v == 0.0 || !v.is_finite() {
         return format!("{v}");
@@ -277,6 +280,174 @@ pub fn short_number(v: f64, sig: usize) -> String {
     } else {
         s
     }
+}
+
+/// The fewest significant digits a parameter value is shown with in a legend.
+pub const LABEL_DIGITS: usize = 3;
+
+/// One piece of a label: text kept as is, or a parameter value written after `key=` (or
+/// `key = `).
+enum Piece<'a> {
+    Text(&'a str),
+    Value {
+        key: &'a str,
+        text: &'a str,
+        value: f64,
+    },
+}
+
+/// Split a label into text and the numbers that follow an `=` (the parameter values of
+/// `kind(p1=v1,p2=v2)` and of `rho = 0.5`); a number must end the label or be followed by a
+/// separator (`,`, `)`, `]`, `;`, a space), so `=1abc` stays text.
+fn pieces(label: &str) -> Vec<Piece<'_>> {
+    let b = label.as_bytes();
+    let mut out = vec![];
+    let (mut start, mut i) = (0, 0);
+    while i < b.len() {
+        if b[i] != b'=' {
+            i += 1;
+            continue;
+        }
+        // the key: the identifier before '=' (spaces skipped)
+        let mut k_end = i;
+        while k_end > 0 && b[k_end - 1] == b' ' {
+            k_end -= 1;
+        }
+        let mut k_start = k_end;
+        while k_start > 0 && (b[k_start - 1].is_ascii_alphanumeric() || b[k_start - 1] == b'_') {
+            k_start -= 1;
+        }
+        let mut j = i + 1;
+        while j < b.len() && b[j] == b' ' {
+            j += 1;
+        }
+        let n_start = j;
+        if j < b.len() && b[j] == b'-' {
+            j += 1;
+        }
+        let digits = |j: &mut usize| {
+            let s = *j;
+            while *j < b.len() && b[*j].is_ascii_digit() {
+                *j += 1;
+            }
+            *j > s
+        };
+        let mut ok = digits(&mut j);
+        if j < b.len() && b[j] == b'.' {
+            j += 1;
+            ok |= digits(&mut j);
+        }
+        if ok && j < b.len() && (b[j] == b'e' || b[j] == b'E') {
+            let mut e = j + 1;
+            if e < b.len() && (b[e] == b'-' || b[e] == b'+') {
+                e += 1;
+            }
+            if digits(&mut e) {
+                j = e;
+            }
+        }
+        let ends = j == b.len() || matches!(b[j], b',' | b')' | b']' | b';' | b' ');
+        let value = label[n_start..j]
+            .parse::<f64>()
+            .ok()
+            .filter(|v| v.is_finite());
+        match value {
+            Some(value) if ok && ends && k_start < k_end => {
+                out.push(Piece::Text(&label[start..n_start]));
+                out.push(Piece::Value {
+                    key: &label[k_start..k_end],
+                    text: &label[n_start..j],
+                    value,
+                });
+                start = j;
+                i = j;
+            }
+            _ => i += 1,
+        }
+    }
+    out.push(Piece::Text(&label[start..]));
+    out
+}
+
+/// How a value is shown at `sig` digits: integers exactly (`1166`, `1e7`), other values with
+/// [`short_number`]; never longer than the label's own text.
+fn shown(text: &str, value: f64, sig: usize) -> String {
+    let sig = if value.fract() == 0.0 && value.abs() < 1e15 {
+        17
+    } else {
+        sig
+    };
+    let s = short_number(value, sig);
+    if s.len() < text.len() {
+        s
+    } else {
+        text.to_string()
+    }
+}
+
+/// The legend labels of one figure: every parameter value of the labels (a number after `key=`)
+/// at the fewest significant digits, at least [`LABEL_DIGITS`], at which the distinct values of
+/// that parameter in this figure get distinct texts (`rho=0.03162277660168379` ->
+/// `rho=0.0316`; `0.5` and `0.5001` -> `0.5` and `0.5001`). Integers are never rounded. Labels
+/// that were distinct stay distinct (otherwise the labels are returned in full).
+pub fn legend_labels(labels: &[&str]) -> Vec<String> {
+    let parsed: Vec<Vec<Piece<'_>>> = labels.iter().map(|l| pieces(l)).collect();
+    // distinct (text, value) pairs per key
+    let mut keys: Vec<(&str, Vec<(&str, f64)>)> = vec![];
+    for p in parsed.iter().flatten() {
+        if let Piece::Value { key, text, value } = *p {
+            let at = match keys.iter().position(|(k, _)| *k == key) {
+                Some(at) => at,
+                None => {
+                    keys.push((key, vec![]));
+                    keys.len() - 1
+                }
+            };
+            if !keys[at].1.iter().any(|&(t, _)| t == text) {
+                keys[at].1.push((text, value));
+            }
+        }
+    }
+    // per key, the fewest digits at which distinct values have distinct texts
+    let digits: Vec<Option<usize>> = keys
+        .iter()
+        .map(|(_, vals)| {
+            (LABEL_DIGITS..=17).find(|&sig| {
+                vals.iter().enumerate().all(|(i, &(ta, va))| {
+                    vals[i + 1..]
+                        .iter()
+                        .all(|&(tb, vb)| va == vb || shown(ta, va, sig) != shown(tb, vb, sig))
+                })
+            })
+        })
+        .collect();
+    let out: Vec<String> = parsed
+        .iter()
+        .map(|p| {
+            p.iter()
+                .map(|piece| match *piece {
+                    Piece::Text(t) => t.to_string(),
+                    Piece::Value { key, text, value } => {
+                        let at = keys.iter().position(|(k, _)| *k == key);
+                        match at.and_then(|at| digits[at]) {
+                            Some(sig) => shown(text, value, sig),
+                            None => text.to_string(),
+                        }
+                    }
+                })
+                .collect()
+        })
+        .collect();
+    let distinct = |v: &[&str]| {
+        let mut s: Vec<&str> = v.to_vec();
+        s.sort_unstable();
+        s.windows(2).all(|w| w[0] != w[1])
+    };
+    let shortened: Vec<&str> = out.iter().map(String::as_str).collect();
+    if distinct(labels) && !distinct(&shortened) {
+        return labels.iter().map(|l| l.to_string()).collect();
+    }
+    out
 }
 
 /// A count for titles and legends: `100000` -> `1e5`, `1166` -> `1166`, exact (never rounded).
@@ -323,6 +494,10 @@ pub struct PlotData<'a> {
     pub log_y: bool,
     /// Where the legend is: always `right_of_axes` (its own panel, outside the data).
     pub legend: &'static str,
+    /// Width of the picture in pixels.
+    pub width: u32,
+    /// Width of the legend panel in pixels (it follows the longest legend label).
+    pub legend_width: u32,
     /// The curves.
     pub series: Vec<SeriesData<'a>>,
 }
@@ -330,8 +505,11 @@ pub struct PlotData<'a> {
 /// One curve of [`PlotData`].
 #[derive(Debug, Serialize)]
 pub struct SeriesData<'a> {
-    /// Legend entry.
+    /// Legend entry, as drawn ([`legend_labels`]: parameter values at the fewest digits that
+    /// keep them apart).
     pub name: &'a str,
+    /// The curve's full label (the configuration's label in summary.csv and the manifest).
+    pub full_name: &'a str,
     /// Role.
     pub role: Role,
     /// Style.
@@ -354,6 +532,17 @@ pub fn draw(stem: &Path, spec: &PlotSpec) -> Result<Vec<PathBuf>> {
             path: p.clone(),
             message: e,
         }
+    };
+    let full = spec;
+    let names: Vec<&str> = full.series.iter().map(|s| s.name.as_str()).collect();
+    let spec = &PlotSpec {
+        series: full
+            .series
+            .iter()
+            .zip(legend_labels(&names))
+            .map(|(s, name)| Series { name, ..s.clone() })
+            .collect(),
+        ..full.clone()
     };
     let styles = styles(spec);
     let roles = roles(spec);
@@ -378,13 +567,17 @@ pub fn draw(stem: &Path, spec: &PlotSpec) -> Result<Vec<PathBuf>> {
         log_x: spec.log_x,
         log_y: spec.log_y,
         legend: "right_of_axes",
+        width: size.0,
+        legend_width: legend_width(spec),
         series: spec
             .series
             .iter()
+            .zip(&full.series)
             .zip(&styles)
             .zip(&roles)
-            .map(|((s, st), &role)| SeriesData {
+            .map(|(((s, f), st), &role)| SeriesData {
                 name: &s.name,
+                full_name: &f.name,
                 role,
                 style: *st,
                 band: s.band.as_ref().is_some_and(|b| !b.is_empty()),
@@ -401,7 +594,12 @@ pub fn draw(stem: &Path, spec: &PlotSpec) -> Result<Vec<PathBuf>> {
 }
 
 const WIDTH: u32 = 1280;
+/// The widest legend panel (labels longer than [`LEGEND_CHARS`] wrap) and the narrowest.
 const LEGEND_W: u32 = 400;
+const LEGEND_MIN_W: u32 = 160;
+/// Legend text: its font size and where it starts in the panel (after the line sample).
+const LEGEND_FONT: u32 = 13;
+const LEGEND_TEXT_X: u32 = 62;
 const LEGEND_CHARS: usize = 46;
 const TITLE_CHARS: usize = 100;
 const NOTE_CHARS: usize = 130;
@@ -464,6 +662,29 @@ fn legend_entries(spec: &PlotSpec) -> Vec<Vec<String>> {
         v.push(wrap(&spec.vline_label, LEGEND_CHARS));
     }
     v
+}
+
+/// Width of a legend line in pixels, measured with the embedded font (7.5 px a character if
+/// the font cannot measure it).
+fn legend_text_width(line: &str) -> u32 {
+    register_font();
+    ("sans-serif", LEGEND_FONT)
+        .into_font()
+        .box_size(line)
+        .map(|(w, _)| w)
+        .unwrap_or((line.chars().count() as f64 * 7.5).ceil() as u32)
+}
+
+/// Width of the legend panel: the longest legend line plus the line sample and margins, between
+/// [`LEGEND_MIN_W`] and [`LEGEND_W`].
+fn legend_width(spec: &PlotSpec) -> u32 {
+    let text = legend_entries(spec)
+        .iter()
+        .flatten()
+        .map(|l| legend_text_width(l))
+        .max()
+        .unwrap_or(0);
+    (LEGEND_TEXT_X + text + 24).clamp(LEGEND_MIN_W, LEGEND_W)
 }
 
 fn header_height(spec: &PlotSpec) -> u32 {
@@ -535,6 +756,27 @@ fn tick_label(v: f64, log: bool, span: f64) -> String {
     } else {
         let s = format!("{v:.3}");
         s.trim_end_matches('0').trim_end_matches('.').to_string()
+    }
+}
+
+/// Series with more bands than this get lighter fills and outlined bands.
+pub const MANY_BANDS: usize = 6;
+
+/// How bands are drawn: (fill opacity, whether each band's edges are outlined). Up to
+/// [`MANY_BANDS`] bands: opacity 0.16, no outline. More: the opacities add up to at most 0.6
+/// where every band overlaps (0.6 / bands, at least 0.03), and each band's lower and upper edges
+/// are thin lines in its curve's colour, so that 12 overlapping bands do not merge into one grey
+/// area and each band can still be followed.
+pub fn band_look(spec: &PlotSpec) -> (f64, bool) {
+    let bands = spec
+        .series
+        .iter()
+        .filter(|s| s.band.as_ref().is_some_and(|b| b.len() >= 2))
+        .count();
+    if bands <= MANY_BANDS {
+        (0.16, false)
+    } else {
+        ((0.6 / bands as f64).max(0.03), true)
     }
 }
 
@@ -641,7 +883,8 @@ where
     }
     let (_, body) = root.split_vertically(header_height(spec));
     let (w, _) = body.dim_in_pixel();
-    let (plot_area, legend_area) = body.split_horizontally(w - LEGEND_W);
+    let legend_w = legend_width(spec);
+    let (plot_area, legend_area) = body.split_horizontally(w - legend_w);
 
     let xs: Vec<f64> = spec
         .series
@@ -695,22 +938,29 @@ where
         area.draw(&DashedPathElement::new(vec![(v, y0), (v, y1)], 4, 4, grey))
             .map_err(e)?;
     }
-    // bands first (all of them, lighter when many), then lines, then markers
-    let alpha = if spec.series.len() <= 6 { 0.16 } else { 0.07 };
+    // bands first (all of them), then lines, then markers; see [`band_look`]
+    let (alpha, edges) = band_look(spec);
     for (s, st) in spec.series.iter().zip(styles) {
         let Some(band) = &s.band else { continue };
-        let mut poly: Vec<(f64, f64)> = band
+        let lower: Vec<(f64, f64)> = band
             .iter()
             .filter_map(|&(x, lo, _)| Some((tx(x, lx)?, tx(lo, ly)?)))
             .collect();
-        poly.extend(
-            band.iter()
-                .rev()
-                .filter_map(|&(x, _, hi)| Some((tx(x, lx)?, tx(hi, ly)?))),
-        );
+        let upper: Vec<(f64, f64)> = band
+            .iter()
+            .filter_map(|&(x, _, hi)| Some((tx(x, lx)?, tx(hi, ly)?)))
+            .collect();
+        let mut poly = lower.clone();
+        poly.extend(upper.iter().rev());
         if poly.len() >= 3 {
             area.draw(&Polygon::new(poly, rgb(st.color).mix(alpha)))
                 .map_err(e)?;
+            if edges {
+                let edge = ShapeStyle::from(rgb(st.color).mix(0.45)).stroke_width(1);
+                for side in [lower, upper] {
+                    area.draw(&PathElement::new(side, edge)).map_err(e)?;
+                }
+            }
         } else if let [(x, lo, hi)] = band.as_slice()
             && let (Some(x), Some(lo), Some(hi)) = (tx(*x, lx), tx(*lo, ly), tx(*hi, ly))
         {
@@ -760,7 +1010,7 @@ where
     let entries = legend_entries(spec);
     legend_area
         .draw(&Rectangle::new(
-            [(4, 8), (LEGEND_W as i32 - 8, canvas(spec).1 as i32)],
+            [(4, 8), (legend_w as i32 - 8, canvas(spec).1 as i32)],
             BLACK.mix(0.25).stroke_width(1),
         ))
         .map_err(e)?;
@@ -778,8 +1028,8 @@ where
             legend_area
                 .draw(&Text::new(
                     l.clone(),
-                    (62, y),
-                    ("sans-serif", 13).into_font().color(&BLACK),
+                    (LEGEND_TEXT_X as i32, y),
+                    ("sans-serif", LEGEND_FONT).into_font().color(&BLACK),
                 ))
                 .map_err(e)?;
             y += 17;
@@ -807,6 +1057,104 @@ mod tests {
         assert_eq!(count(1166), "1166");
         assert_eq!(count(10_000_001), "10000001");
         assert_eq!(count(25_000_000), "25e6");
+    }
+
+    /// Issue 44: legend labels at the fewest digits (at least 3) that keep the values apart.
+    #[test]
+    fn legend_labels_are_short_and_distinct() {
+        let fig4a = [
+            "adaptive_ucb",
+            "adac_ucb(rho=0.01)",
+            "adac_ucb(rho=0.03162277660168379)",
+            "adac_ucb(rho=0.31622776601683794)",
+            "adac_ucb(rho=1)",
+            "adac_ucb(rho=3.1622776601683795)",
+            "adac_ucb(rho=316.22776601683796)",
+            "adac_ucb(rho=1000)",
+        ];
+        assert_eq!(
+            legend_labels(&fig4a),
+            [
+                "adaptive_ucb",
+                "adac_ucb(rho=0.01)",
+                "adac_ucb(rho=0.0316)",
+                "adac_ucb(rho=0.316)",
+                "adac_ucb(rho=1)",
+                "adac_ucb(rho=3.16)",
+                "adac_ucb(rho=316)",
+                "adac_ucb(rho=1000)",
+            ]
+        );
+        // values that agree to 3 digits get as many as it takes; another key keeps its own
+        assert_eq!(
+            legend_labels(&[
+                "p(rho=0.31622776601683794,eps=0.123456)",
+                "p(rho=0.3164,eps=0.123456)"
+            ]),
+            ["p(rho=0.3162,eps=0.123)", "p(rho=0.3164,eps=0.123)"]
+        );
+        // integers are never rounded, short forms never lengthened, nested labels and `k = v`
+        assert_eq!(
+            legend_labels(&[
+                "ldp(inner=sw_klucb_cf(window=1234567),epsilon=0.7071067811865476)",
+                "T = 1e5",
+                "rho = 0.5",
+                "x=1abc",
+                "y=-2.5e-7",
+            ]),
+            [
+                "ldp(inner=sw_klucb_cf(window=1234567),epsilon=0.707)",
+                "T = 1e5",
+                "rho = 0.5",
+                "x=1abc",
+                "y=-2.5e-7",
+            ]
+        );
+        assert_eq!(
+            legend_labels(&["a=0.1", "a=0.1000001"]),
+            ["a=0.1", "a=0.1000001"]
+        );
+        // labels the shortening would merge stay in full
+        assert_eq!(
+            legend_labels(&["a=0.10000001", "a=0.1"]),
+            ["a=0.10000001", "a=0.1"]
+        );
+        assert_eq!(legend_labels(&["same", "same"]), ["same", "same"]);
+    }
+
+    /// Issue 44: the legend panel follows the longest label; many bands are lighter and outlined.
+    #[test]
+    fn legend_width_and_band_look() {
+        let spec = |names: &[&str], band: bool| PlotSpec {
+            series: names
+                .iter()
+                .map(|n| Series {
+                    name: n.to_string(),
+                    band: band.then(|| vec![(1.0, 0.0, 1.0), (2.0, 0.0, 2.0)]),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        };
+        let short = legend_width(&spec(&["adac_ucb(rho=0.0316)"], false));
+        let long = legend_width(&spec(&["adac_ucb(rho=0.03162277660168379,beta=1)"], false));
+        assert!(short < long && long <= LEGEND_W, "{short} {long}");
+        assert!(short <= WIDTH * 20 / 100, "{short}");
+        assert_eq!(legend_width(&spec(&["a"], false)), LEGEND_MIN_W);
+        let wrapped = legend_width(&spec(&[&"x".repeat(200)], false));
+        assert!(
+            (300..=LEGEND_W).contains(&wrapped),
+            "long labels wrap: {wrapped}"
+        );
+        let names: Vec<String> = (0..12).map(|i| format!("c{i}")).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        assert_eq!(band_look(&spec(&names[..6], true)), (0.16, false));
+        assert_eq!(band_look(&spec(&names, false)), (0.16, false));
+        let (alpha, edges) = band_look(&spec(&names, true));
+        assert!(
+            edges && alpha * 12.0 <= 0.6 + 1e-12 && alpha >= 0.03,
+            "{alpha}"
+        );
     }
 
     /// Up to 20 data curves: pairwise distinct colours and distinct (pattern, marker) pairs
