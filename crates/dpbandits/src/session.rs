@@ -643,14 +643,33 @@ impl Session {
             }
             _ => unreachable!("the entry's setting was checked against the problem's"),
         };
-        Ok(Session {
-            kind: entry.kind().to_string(),
-            label: Some(label),
-            params: Some(text),
-            guarantee: Some(guarantee),
+        Ok(Session::fresh(
+            entry.kind().to_string(),
+            Some(label),
+            Some(text),
+            Some(guarantee),
             policy,
-            t: 0,
-            issued: 0,
+            0,
+        ))
+    }
+
+    /// A wait-mode session of `policy` that observed `t` rounds, with nothing open or pending.
+    fn fresh(
+        kind: String,
+        label: Option<String>,
+        params: Option<String>,
+        guarantee: Option<PrivacyGuarantee>,
+        policy: Restored,
+        t: u64,
+    ) -> Session {
+        Session {
+            kind,
+            label,
+            params,
+            guarantee,
+            policy,
+            t,
+            issued: t,
             open: None,
             stopped: None,
             while_pending: WhilePending::Wait,
@@ -662,7 +681,7 @@ impl Session {
             opens: 0,
             #[cfg(test)]
             trace: vec![],
-        })
+        }
     }
 
     /// [`Session::new`] from one table holding both the problem's keys ([`Problem::keys`] of the
@@ -692,26 +711,14 @@ impl Session {
             Restored::Contextual(p) => Some(p.guarantee()),
             Restored::Bai(_) => None,
         };
-        Ok(Session {
-            kind: snap.kind().to_string(),
-            label: snap.header().label.clone(),
-            params: None,
+        Ok(Session::fresh(
+            snap.kind().to_string(),
+            snap.header().label.clone(),
+            None,
             guarantee,
             policy,
             t,
-            issued: t,
-            open: None,
-            stopped: None,
-            while_pending: WhilePending::Wait,
-            waiting: vec![],
-            pending: Default::default(),
-            queue: vec![],
-            since_release: 0,
-            rule: None,
-            opens: 0,
-            #[cfg(test)]
-            trace: vec![],
-        })
+        ))
     }
 
     /// The registry kind.
@@ -1710,24 +1717,15 @@ impl Session {
             },
         };
         let mut s = Session {
-            kind: env.kind,
-            label: env.label,
-            params: env.params,
-            guarantee,
-            policy,
-            t: env.t,
             issued: env.issued,
             open: env.open,
             stopped: env.stopped,
             while_pending: env.while_pending,
             waiting: env.waiting,
-            pending: Default::default(),
             queue: env.queue.into_iter().map(Into::into).collect(),
             since_release: env.since_release,
             rule,
-            opens: 0,
-            #[cfg(test)]
-            trace: vec![],
+            ..Session::fresh(env.kind, env.label, env.params, guarantee, policy, env.t)
         };
         s.pending = match env.pending {
             Some(wire) => wire.into_map()?,

@@ -5,38 +5,16 @@
 //! textbook (wait-mode) session. The per-rule tests of what a pending reward can change are in
 //! `src/session.rs` (`pipeline_tests`).
 
-use dpbandits::config::Setting;
+use super::session::problem;
 use dpbandits::contextual::ActionSet;
 use dpbandits::registry::POLICIES;
 use dpbandits::rng::SimRng;
-use dpbandits::session::{Decision, PipelineRule, Problem, Session, WhilePending};
+use dpbandits::session::{Decision, PipelineRule, Session, WhilePending};
 use dpbandits::{Error, Result};
 use rand::{RngExt, SeedableRng};
 
-const DIM: usize = 3;
+use super::session::DIM;
 const K: usize = 5;
-
-fn problem(setting: Setting) -> Problem {
-    match setting {
-        Setting::FiniteArmed => Problem::Finite { arms: 4 },
-        Setting::Linear => Problem::Linear {
-            arms: vec![
-                vec![1.0, 0.0],
-                vec![0.0, 1.0],
-                vec![0.6, 0.8],
-                vec![-0.8, 0.6],
-            ],
-        },
-        Setting::Contextual => Problem::Contextual {
-            dim: DIM,
-            horizon: 10_000,
-        },
-        Setting::Bai => Problem::Bai {
-            arms: 3,
-            delta: 0.1,
-        },
-    }
-}
 
 fn session(kind: &str, mode: WhilePending, seed: u64) -> Session {
     let e = dpbandits::registry::policy(kind).unwrap();

@@ -11,9 +11,9 @@ use dpbandits::session::{Decision, Next, Problem, Session};
 use dpbandits::{Error, Result};
 use rand::{RngExt, SeedableRng};
 
-const DIM: usize = 3;
+pub(super) const DIM: usize = 3;
 
-fn problem(setting: Setting) -> Problem {
+pub(super) fn problem(setting: Setting) -> Problem {
     match setting {
         Setting::FiniteArmed => Problem::Finite { arms: 4 },
         Setting::Linear => Problem::Linear {
