@@ -1399,7 +1399,7 @@ impl Service {
                 continue;
             };
             let release_no = e.releases + 1;
-            let id = store::insert_intent(
+            let intent = store::insert_intent(
                 &mut self.conn,
                 name,
                 release_no,
@@ -1407,8 +1407,17 @@ impl Service {
                 release.rounds,
                 measure,
                 c,
-            )?;
-            self.flush_batch()?;
+            )
+            .map_err(ServiceError::from)
+            .and_then(|id| self.flush_batch().map(|()| id));
+            let id = match intent {
+                Ok(id) => id,
+                Err(err) => {
+                    // Nothing drawn: back to the stored state (the preparation included).
+                    self.undo(name)?;
+                    return Err(err);
+                }
+            };
             let in_batch = !self.conn.is_autocommit();
             let e = self
                 .experiments
