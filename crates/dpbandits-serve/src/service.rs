@@ -2957,7 +2957,8 @@ noise = "simulation""#,
     /// decisions while earlier commitments wait for their rewards (a `wait` experiment answers
     /// 409 at the first boundary), applies each reward to its own decision's commitment, decides
     /// as a pipelined core session fed the same rewards in the same order, and continues the same
-    /// after a restart; a kind that cannot pipeline is refused naming `while_pending`.
+    /// after a restart; every kind pipelines (a per-step kind too), and a mode that is neither
+    /// `wait` nor `pipeline` is refused naming `while_pending`.
     #[test]
     fn a_pipelined_experiment_serves_while_rewards_are_pending() {
         let dir = shm_dir();
