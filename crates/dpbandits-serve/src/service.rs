@@ -440,6 +440,27 @@ fn same(a: &str, b: &str) -> bool {
 
 /// The per-release cost and measure of a guarantee (`rho` of zCDP, `epsilon` of pure or approximate
 /// DP), or `None` for a non-private policy.
+/// Settle ledger row `id` (release `release_no` of `name`'s `arm`) as charged inside `tx`, with
+/// its `budget-charge` audit entry.
+fn charge(
+    tx: &Connection,
+    name: &str,
+    id: i64,
+    release_no: u64,
+    arm: usize,
+    measure: &str,
+    cost: f64,
+) -> ServiceResult<()> {
+    store::set_ledger_status(tx, id, "charged")?;
+    store::audit(
+        tx,
+        name,
+        "budget-charge",
+        &json!({"ledger_id": id, "release": release_no, "arm": arm, "measure": measure, "cost": cost, "status": "charged"}),
+    )?;
+    Ok(())
+}
+
 fn cost_of(g: &PrivacyGuarantee) -> Option<(&'static str, f64)> {
     match g.budget {
         Budget::NonPrivate => None,
@@ -1436,13 +1457,7 @@ impl Service {
                     "release",
                     &json!({"release": release_no, "arm": release.arm, "episode_rounds": release.rounds, "at": "decision"}),
                 )?;
-                store::set_ledger_status(&tx, id, "charged")?;
-                store::audit(
-                    &tx,
-                    name,
-                    "budget-charge",
-                    &json!({"ledger_id": id, "release": release_no, "arm": release.arm, "measure": measure, "cost": c, "status": "charged"}),
-                )?;
+                charge(&tx, name, id, release_no, release.arm, measure, c)?;
                 tx.commit()?;
                 Ok(())
             })();
@@ -1451,14 +1466,21 @@ impl Service {
                 return Err(err);
             }
             e.releases = release_no;
-            let per_release = store::ledger_release_charges(&self.conn, name, release_no)?;
-            let e = self
-                .experiments
-                .get_mut(name)
-                .expect("checked by the caller");
-            e.charges += 1;
-            e.max_per_release = e.max_per_release.max(per_release);
+            self.count_charge(name, release_no)?;
         }
+    }
+
+    /// A charge of `name`'s release `release_no` is stored: the maintained counts follow (the
+    /// release's rows through the ledger's index by release, so no scan).
+    fn count_charge(&mut self, name: &str, release_no: u64) -> ServiceResult<()> {
+        let per_release = store::ledger_release_charges(&self.conn, name, release_no)?;
+        let e = self
+            .experiments
+            .get_mut(name)
+            .expect("checked by the caller");
+        e.charges += 1;
+        e.max_per_release = e.max_per_release.max(per_release);
+        Ok(())
     }
 
     /// After an operation changed `name`'s session but failed to store it: outside a batch,
@@ -1642,13 +1664,7 @@ impl Service {
                 )?;
             }
             if let Some((id, measure, c)) = intent {
-                store::set_ledger_status(&tx, id, "charged")?;
-                store::audit(
-                    &tx,
-                    name,
-                    "budget-charge",
-                    &json!({"ledger_id": id, "release": release_no, "arm": arm, "measure": measure, "cost": c, "status": "charged"}),
-                )?;
+                charge(&tx, name, id, release_no, arm, measure, c)?;
             }
             tx.commit()?;
             Ok(())
@@ -1663,14 +1679,8 @@ impl Service {
         // snapshot); then the maintained counts (the release's rows through the ledger's index
         // by release, so no scan).
         e.releases = releases;
-        let per_release = match intent {
-            Some(_) => store::ledger_release_charges(&self.conn, name, release_no)?,
-            None => 0,
-        };
-        let e = self.experiments.get_mut(name).expect("checked above");
         if intent.is_some() {
-            e.charges += 1;
-            e.max_per_release = e.max_per_release.max(per_release);
+            self.count_charge(name, release_no)?;
         }
         if let Some(why) = abandoned {
             api_log_abandon(name, decision_id, why);
