@@ -89,9 +89,12 @@ def _check_token(token: Any, what: str) -> str:
 class Client:
     """A connection to one service: ``base_url`` (e.g. ``http://127.0.0.1:8787``) and a token.
 
-    ``timeout`` bounds each HTTP request (seconds); ``retries`` is how many times a request that
-    failed on the network or with a 5xx is sent again (with the same ``request_id``), waiting
-    ``backoff * 2**attempt`` seconds between attempts.
+    ``timeout`` bounds each HTTP request (seconds). A request that failed on the network or
+    with a 5xx is sent again (with the same ``request_id``) until ``retry_window`` seconds have
+    passed since its first attempt (default 30: longer than a restart of the service, whose
+    start-up check answers 503 with ``Retry-After``), waiting ``backoff * 2**attempt`` seconds
+    between attempts (at most 1 s; a 503's ``Retry-After`` when it has one); ``retries``, when
+    given, caps the number of retries (``retries=0``: one attempt).
     """
 
     def __init__(
@@ -100,20 +103,30 @@ class Client:
         token: str | None = None,
         *,
         timeout: float = 10.0,
-        retries: int = 3,
+        retries: int | None = None,
         backoff: float = 0.05,
+        retry_window: float = 30.0,
     ):
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
             raise ValueError(f"base_url = {base_url!r}: expected an http:// or https:// URL")
-        if not (isinstance(timeout, (int, float)) and timeout > 0):
+        if not (isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and 0 < timeout < float("inf")):
             raise ValueError(f"timeout = {timeout!r}: expected a positive number of seconds")
-        if not (isinstance(retries, int) and retries >= 0):
-            raise ValueError(f"retries = {retries!r}: expected an integer >= 0")
+        if not (retries is None or (isinstance(retries, int) and not isinstance(retries, bool) and retries >= 0)):
+            raise ValueError(f"retries = {retries!r}: expected None (no cap) or an integer >= 0")
+        if not (isinstance(backoff, (int, float)) and not isinstance(backoff, bool) and 0 <= backoff < float("inf")):
+            raise ValueError(f"backoff = {backoff!r}: expected a number of seconds >= 0")
+        if not (
+            isinstance(retry_window, (int, float))
+            and not isinstance(retry_window, bool)
+            and 0 <= retry_window < float("inf")
+        ):
+            raise ValueError(f"retry_window = {retry_window!r}: expected a number of seconds >= 0")
         self.base_url = base_url.rstrip("/")
         self.token = None if token is None else _check_token(token, "token")
         self.timeout = float(timeout)
         self.retries = retries
         self.backoff = float(backoff)
+        self.retry_window = float(retry_window)
         parts = urllib.parse.urlsplit(self.base_url)
         if not parts.hostname:
             raise ValueError(f"base_url = {base_url!r}: expected a host, as in http://127.0.0.1:8787")
@@ -187,36 +200,53 @@ class Client:
         (or the bytes with ``raw=True``). Raises :class:`ServiceError` for a 4xx, or for a 5xx
         that persists. A 409 is raised too (see :meth:`Experiment.decide` for the waiting)."""
         last: Exception | None = None
-        for attempt in range(self.retries + 1):
-            if attempt:
-                time.sleep(self.backoff * 2 ** (attempt - 1))
+        started = time.monotonic()
+        attempt = 0
+        while True:
+            pause: float | None = None
             try:
                 status, headers, payload = self._once(method, path, body, token)
             except (http.client.HTTPException, ConnectionError, TimeoutError, OSError) as e:
                 last = e
-                continue
-            if status >= 500:
-                last = ServiceError(status, payload.decode(errors="replace"), None)
-                continue
-            if status >= 400:
-                try:
-                    parsed = json.loads(payload)
-                except ValueError:
-                    parsed = None
-                message = (
-                    parsed.get("error", payload.decode(errors="replace"))
-                    if isinstance(parsed, dict)
-                    else payload.decode(errors="replace")
-                )
-                err = ServiceError(status, message, parsed)
-                err.retry_after = headers.get("Retry-After") or headers.get("retry-after")
-                raise err
-            if raw:
-                return payload
-            return json.loads(payload) if payload else None
+            else:
+                if status >= 500:
+                    last = ServiceError(status, payload.decode(errors="replace"), None)
+                    header = headers.get("Retry-After") or headers.get("retry-after")
+                    try:
+                        pause = float(header) if header is not None else None
+                    except ValueError:
+                        pause = None
+                elif status >= 400:
+                    try:
+                        parsed = json.loads(payload)
+                    except ValueError:
+                        parsed = None
+                    message = (
+                        parsed.get("error", payload.decode(errors="replace"))
+                        if isinstance(parsed, dict)
+                        else payload.decode(errors="replace")
+                    )
+                    err = ServiceError(status, message, parsed)
+                    err.retry_after = headers.get("Retry-After") or headers.get("retry-after")
+                    raise err
+                elif raw:
+                    return payload
+                else:
+                    return json.loads(payload) if payload else None
+            attempt += 1
+            left = self.retry_window - (time.monotonic() - started)
+            if (self.retries is not None and attempt > self.retries) or left <= 0:
+                break
+            if pause is None or not (0 <= pause < float("inf")):
+                pause = self.backoff * 2 ** (attempt - 1)
+            time.sleep(max(0.0, min(pause, 1.0, left)))
         if isinstance(last, ServiceError):
             raise last
-        raise ServiceError(0, f"{method} {path}: no answer after {self.retries + 1} attempts: {last}")
+        raise ServiceError(
+            0,
+            f"{method} {path}: no answer after {attempt} attempts in "
+            f"{time.monotonic() - started:.1f} s (retry_window = {self.retry_window}): {last}",
+        )
 
     # -- admin -------------------------------------------------------------------------------
 

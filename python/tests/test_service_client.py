@@ -204,6 +204,39 @@ def test_the_client_refuses_bad_arguments_and_retries_a_dead_server(tmp_path):
     with pytest.raises(ServiceError, match="3 attempts"):
         c.health()
     assert time.monotonic() - t0 < 10
+    # No cap on the count: the retry window bounds the attempts (a restart fits in the default
+    # 30 s; here 0.6 s), and the error names the window.
+    with pytest.raises(ValueError, match="retry_window"):
+        Client("http://127.0.0.1:1", retry_window=-1)
+    c = Client(f"http://127.0.0.1:{free_port()}", backoff=0.01, timeout=1, retry_window=0.6)
+    t0 = time.monotonic()
+    with pytest.raises(ServiceError, match="retry_window = 0.6"):
+        c.health()
+    took = time.monotonic() - t0
+    assert 0.55 <= took < 5, took
+
+
+def test_the_client_rides_out_a_restart(tmp_path):
+    """A service that goes away and comes back on the same port within the retry window: the
+    request that was sent while it was down is answered once it is back (no error)."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    c = Client(url, backoff=0.02, timeout=2, retry_window=20)
+    answer = {}
+
+    def ask():
+        answer["health"] = c.health()
+
+    t = threading.Thread(target=ask)
+    t.start()
+    time.sleep(0.5)  # the client is retrying against a closed port
+    srv = _CountingServer.on_port(port, per_conn=100)
+    try:
+        t.join(20)
+        assert not t.is_alive()
+        assert answer["health"] == {"status": "ok", "n": 1}, answer
+    finally:
+        srv.close()
 
 
 class _CountingServer:
@@ -211,13 +244,14 @@ class _CountingServer:
     it closes a connection after `per_conn` answers without saying so (as a server closes an idle
     kept-alive connection). Stops by itself when the test closes it."""
 
-    def __init__(self, per_conn):
+    def __init__(self, per_conn, port=0):
         self.per_conn = per_conn
         self.connections = 0
         self.requests = 0
         self.lock = threading.Lock()
         self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", port))
         self.sock.listen(16)
         self.sock.settimeout(0.2)
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
@@ -262,6 +296,10 @@ class _CountingServer:
                     b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
                     + str(len(body)).encode() + b"\r\n\r\n" + body
                 )
+
+    @classmethod
+    def on_port(cls, port, per_conn):
+        return cls(per_conn, port)
 
     def close(self):
         self.stop = True

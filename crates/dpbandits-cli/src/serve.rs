@@ -23,6 +23,10 @@ pub struct ServeArgs {
     /// DPBANDITS_ADMIN_TOKEN). Never on the command line.
     #[arg(long)]
     admin_token_file: Option<PathBuf>,
+    /// Write the log lines (JSON, one per line) to this file, appended, instead of standard
+    /// error; SIGHUP reopens it (log rotation) and reloads --admin-token-file.
+    #[arg(long)]
+    log_file: Option<PathBuf>,
     /// Allow a non-loopback --listen address (the service has no TLS: put it behind one).
     #[arg(long)]
     allow_remote: bool,
@@ -116,6 +120,8 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
         db: args.db,
         listen: args.listen,
         admin_token,
+        admin_token_file: args.admin_token_file,
+        log_file: args.log_file,
         audit_key_file: args.audit_key_file,
         limits,
     })?;

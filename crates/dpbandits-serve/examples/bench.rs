@@ -624,6 +624,8 @@ fn main() -> anyhow::Result<()> {
         db: db.clone(),
         listen: "127.0.0.1:0".parse()?,
         admin_token: ADMIN.into(),
+        admin_token_file: None,
+        log_file: None,
         audit_key_file: None,
         limits: dpbandits_serve::Limits::default(),
     };

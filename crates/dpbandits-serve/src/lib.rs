@@ -18,6 +18,7 @@
 
 pub mod api;
 pub mod client;
+pub mod logging;
 pub mod metrics;
 pub mod report_html;
 mod server;
@@ -44,6 +45,12 @@ pub struct ServeOptions {
     pub listen: SocketAddr,
     /// The admin token (read from a file or the environment, never from the command line).
     pub admin_token: String,
+    /// The file the admin token was read from: SIGHUP reads it again (a new token replaces the
+    /// old one at once). `None`: the token came from the environment and SIGHUP keeps it.
+    pub admin_token_file: Option<PathBuf>,
+    /// Write the log lines to this file (appended, created 0600) instead of standard error;
+    /// SIGHUP reopens it (for log rotation).
+    pub log_file: Option<PathBuf>,
     /// The audit chain's key file (default `<db>.audit-key`, created 0600 for a database whose
     /// chain is not keyed yet). Keep it (or a copy) away from the database's storage: someone who
     /// can write the database but not read the key cannot rewrite the log undetected.
@@ -82,9 +89,10 @@ impl Default for Limits {
 }
 
 /// File descriptors kept for everything but client connections: the database, its WAL and
-/// shared-memory files, the lock file, the listening socket, standard streams, the runtime's
-/// epoll and event descriptors, a refused connection being answered, with a margin.
-pub const FD_RESERVE: usize = 32;
+/// shared-memory files, the lock files, the log file, the listening socket, standard streams,
+/// the runtime's epoll and event descriptors, the refused connections being answered
+/// (`server::REFUSING_AT_ONCE`, 128), with a margin.
+pub const FD_RESERVE: usize = 160;
 
 /// The largest body a request may carry (bytes); a larger one is answered 413.
 pub const MAX_BODY: usize = 2 * 1024 * 1024;
@@ -135,10 +143,11 @@ pub fn read_admin_token(file: Option<&std::path::Path>) -> Result<String> {
 }
 
 /// Run the service until SIGTERM or SIGINT (graceful: in-flight requests finish within the
-/// shutdown deadline; then every connection is closed).
+/// shutdown deadline; then every connection is closed). SIGHUP reloads the admin token and
+/// reopens the log file.
 ///
 /// # Errors
-/// The database cannot be opened or the address cannot be bound.
+/// The database cannot be opened or does not verify, or the address cannot be bound.
 pub fn run(opts: ServeOptions) -> Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -159,7 +168,8 @@ pub fn lock_path(db: &Path) -> PathBuf {
     db.with_file_name(name)
 }
 
-/// The soft limit on open file descriptors (`RLIMIT_NOFILE`), if known.
+/// The soft limit on open file descriptors (`RLIMIT_NOFILE`), raised first to the hard limit
+/// (at most 65,536) when it is lower; `None` if unknown or unlimited.
 fn fd_limit() -> Option<usize> {
     let mut r = libc::rlimit {
         rlim_cur: 0,
@@ -167,8 +177,22 @@ fn fd_limit() -> Option<usize> {
     };
     // SAFETY: getrlimit writes into the struct we own.
     let ok = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut r) } == 0;
-    (ok && r.rlim_cur != libc::RLIM_INFINITY)
-        .then(|| usize::try_from(r.rlim_cur).unwrap_or(usize::MAX))
+    if !ok {
+        return None;
+    }
+    let want = r.rlim_max.min(65_536);
+    if r.rlim_cur < want {
+        let raised = libc::rlimit {
+            rlim_cur: want,
+            rlim_max: r.rlim_max,
+        };
+        // SAFETY: setrlimit reads the struct we own; raising the soft limit up to the hard one
+        // needs no privilege.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raw const raised) } == 0 {
+            r.rlim_cur = want;
+        }
+    }
+    (r.rlim_cur != libc::RLIM_INFINITY).then(|| usize::try_from(r.rlim_cur).unwrap_or(usize::MAX))
 }
 
 /// How far the writer thread lowers its nice value below the process's (a higher scheduling
@@ -198,20 +222,12 @@ fn raise_priority(boost: i32) -> std::io::Result<i32> {
     }
 }
 
-/// Serve until `stop` completes (graceful within the shutdown deadline), calling `bound` with
-/// the listening address once the socket is bound. [`run`] is this with SIGTERM/SIGINT as
-/// `stop`; embedders (the benchmark) pass their own future.
-///
-/// # Errors
-/// The database cannot be opened or the address cannot be bound.
-pub async fn serve_until(
-    opts: ServeOptions,
-    stop: impl std::future::Future<Output = ()> + Send + 'static,
-    bound: impl FnOnce(SocketAddr),
-) -> Result<()> {
-    // One service per database: the in-memory policies must be the only writers. The lock is
-    // released by the OS when the process ends, however it ends.
-    let lock_path = lock_path(&opts.db);
+/// Take the two locks of one service per database: `DB.lock` by path (its message names the
+/// other service), and an exclusive `flock` on the database file itself, which every hard link
+/// and every path to the file shares (a lock by path alone is dodged by a hard link). The
+/// database file is created (0600) when missing.
+fn lock_database(db: &Path) -> Result<(std::fs::File, std::fs::File)> {
+    let lock_path = lock_path(db);
     let lock = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
@@ -221,17 +237,123 @@ pub async fn serve_until(
         .with_context(|| {
             format!(
                 "--db {}: cannot create {}",
-                opts.db.display(),
+                db.display(),
                 lock_path.display()
             )
         })?;
     if lock.try_lock().is_err() {
         bail!(
             "--db {}: another dpbandits serve holds {} (one service per database)",
-            opts.db.display(),
+            db.display(),
             lock_path.display()
         );
     }
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .mode(0o600)
+        .open(db)
+        .with_context(|| format!("--db {}: cannot open", db.display()))?;
+    if file.try_lock().is_err() {
+        bail!(
+            "--db {}: another dpbandits serve has this database open under another path (a hard link or another name of the same file); one service per database",
+            db.display()
+        );
+    }
+    Ok((lock, file))
+}
+
+/// Log a warning for each file of the database (and its key) that users other than its owner
+/// may read: the database holds raw rewards, the key protects the audit log.
+fn warn_readable(db: &Path, key_file: Option<&Path>) {
+    use std::os::unix::fs::PermissionsExt;
+    let mut files = vec![db.to_path_buf()];
+    for suffix in ["-wal", "-shm"] {
+        let mut name = db.as_os_str().to_os_string();
+        name.push(suffix);
+        files.push(PathBuf::from(name));
+    }
+    files.push(key_file.map_or_else(|| store::default_key_path(db), Path::to_path_buf));
+    for f in files {
+        if let Ok(m) = std::fs::metadata(&f) {
+            let mode = m.permissions().mode() & 0o777;
+            if mode & 0o077 != 0 {
+                api::log(
+                    "warning",
+                    serde_json::json!({"file": f.display().to_string(), "mode": format!("{mode:o}"),
+                        "message": format!("{}: mode {mode:o} lets other users read it (raw rewards, or the audit key); chmod 600 it", f.display())}),
+                );
+            }
+        }
+    }
+}
+
+/// The answer to every request while the start-up check runs: 503 (JSON, `Retry-After: 1`)
+/// with the check's progress; `/v1/health` says `"status": "verifying"`.
+fn verifying(started: std::time::Instant) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let (checked, total) = verify::progress::get();
+    let body = serde_json::json!({
+        "status": "verifying",
+        "error": format!("starting: the database is being verified against its audit log ({checked} of {total} entries); retry shortly"),
+        "progress": {"entries_checked": checked, "entries_total": total,
+                     "elapsed_s": started.elapsed().as_secs_f64()},
+    });
+    (
+        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+        [(axum::http::header::RETRY_AFTER, "1")],
+        axum::Json(body),
+    )
+        .into_response()
+}
+
+/// A router that answers [`verifying`] until `ready` holds the service's router, then hands
+/// every request to it.
+fn gate(ready: std::sync::Arc<std::sync::OnceLock<axum::Router>>) -> axum::Router {
+    let started = std::time::Instant::now();
+    axum::Router::new().fallback(move |req: axum::extract::Request| {
+        let ready = ready.clone();
+        async move {
+            match ready.get() {
+                Some(r) => {
+                    let mut r = r.clone();
+                    match tower_service::Service::call(&mut r, req).await {
+                        Ok(resp) => resp,
+                        Err(never) => match never {},
+                    }
+                }
+                None => verifying(started),
+            }
+        }
+    })
+}
+
+/// Serve until `stop` completes (graceful within the shutdown deadline), calling `bound` with
+/// the listening address once the service is ready (verified, its writer running). [`run`] is
+/// this with SIGTERM/SIGINT as `stop`; embedders (the benchmark) pass their own future.
+///
+/// The port is open from the start: while the start-up check runs, every request is answered
+/// 503 with its progress (`/v1/health`: `"status": "verifying"`); the `accepting` log line says
+/// so, the `listening` line says the service is ready.
+///
+/// # Errors
+/// The database cannot be opened or does not verify, or the address cannot be bound.
+pub async fn serve_until(
+    opts: ServeOptions,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+    bound: impl FnOnce(SocketAddr),
+) -> Result<()> {
+    if let Some(f) = &opts.log_file {
+        logging::set_file(f).with_context(|| format!("--log-file {}", f.display()))?;
+    }
+    // One service per database: the in-memory policies must be the only writers. The locks are
+    // released by the OS when the process ends, however it ends.
+    let (path_lock, db_lock) = lock_database(&opts.db)?;
+    // Installed before the start-up check: from now on SIGHUP never ends the process.
+    let hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .context("installing the SIGHUP handler")?;
     let mut limits = opts.limits;
     if let Some(fds) = fd_limit() {
         let budget = fds.saturating_sub(FD_RESERVE).max(1);
@@ -244,8 +366,50 @@ pub async fn serve_until(
             limits.max_connections = budget;
         }
     }
-    let service =
-        service::Service::open_keyed(&opts.db, &opts.admin_token, opts.audit_key_file.as_deref())?;
+    let listener = tokio::net::TcpListener::bind(opts.listen)
+        .await
+        .with_context(|| format!("--listen {}", opts.listen))?;
+    let addr = listener.local_addr()?;
+    api::log(
+        "accepting",
+        serde_json::json!({"addr": addr.to_string(), "db": opts.db.display().to_string(),
+                           "state": "verifying"}),
+    );
+    let ready = std::sync::Arc::new(std::sync::OnceLock::new());
+    let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<()>();
+    let stop = async move {
+        tokio::select! {
+            () = stop => {}
+            _ = failed_rx => {}
+        }
+    };
+    let server = tokio::spawn(server::serve(listener, gate(ready.clone()), limits, stop));
+    let opened = {
+        let (db, token, key) = (
+            opts.db.clone(),
+            opts.admin_token.clone(),
+            opts.audit_key_file.clone(),
+        );
+        tokio::task::spawn_blocking(move || {
+            service::Service::open_keyed(&db, &token, key.as_deref())
+        })
+        .await
+        .context("the start-up check panicked")
+        .and_then(|r| r)
+    };
+    let service = match opened {
+        Ok(s) => s,
+        Err(e) => {
+            api::log(
+                "start-refused",
+                serde_json::json!({"error": format!("{e:#}")}),
+            );
+            let _ = failed_tx.send(());
+            let _ = server.await;
+            return Err(e);
+        }
+    };
+    warn_readable(&opts.db, opts.audit_key_file.as_deref());
     let experiments = service.experiment_count();
     let tokens = service.tokens();
     let (jobs, queue) = tokio::sync::mpsc::channel(4 * api::MAX_BATCH);
@@ -258,31 +422,75 @@ pub async fn serve_until(
                     "hint": "the writer runs at the process's priority; allow it to raise its own (CAP_SYS_NICE, or systemd LimitNICE=) for the throughput of docs/perf.md"}),
             };
             api::log("writer-priority", priority);
-            api::writer(service, queue)
+            api::writer(service, queue);
+            // The database's own lock goes only after the service's connection has closed
+            // (closing another descriptor of the file earlier would drop SQLite's locks).
+            drop(db_lock);
         })
         .context("starting the writer thread")?;
     let state = api::Shared {
         jobs,
-        tokens,
+        tokens: tokens.clone(),
         body_timeout: limits.body_timeout,
+        health: std::sync::Arc::default(),
     };
-    let listener = tokio::net::TcpListener::bind(opts.listen)
-        .await
-        .with_context(|| format!("--listen {}", opts.listen))?;
-    let addr = listener.local_addr()?;
+    let hup = tokio::spawn(reload_on_sighup(hup, tokens, opts.admin_token_file.clone()));
+    let _ = ready.set(api::router(state));
     api::log(
         "listening",
         serde_json::json!({"addr": addr.to_string(), "db": opts.db.display().to_string(), "experiments": experiments,
                            "max_connections": limits.max_connections}),
     );
     bound(addr);
-    let clean = server::serve(listener, api::router(state), limits, stop).await;
+    let clean = server.await.context("the server task panicked")?;
+    // Kept until here: a dropped sender would end the server (its `failed_rx` resolves).
+    drop(failed_tx);
+    hup.abort();
     api::log(
         "stopped",
         serde_json::json!({"connections_closed_at_deadline": clean.closed_at_deadline}),
     );
-    drop(lock);
+    drop(path_lock);
     Ok(())
+}
+
+/// On each SIGHUP (`hup`, installed before the start-up check; signals that came during it are
+/// handled now): reopen the log file ([`logging::reopen`]) and read the admin token again
+/// from `token_file` (a new token replaces the old one at once; an unreadable or short one is
+/// logged and the old one kept). Each is logged.
+async fn reload_on_sighup(
+    mut hup: tokio::signal::unix::Signal,
+    tokens: std::sync::Arc<std::sync::RwLock<service::Tokens>>,
+    token_file: Option<PathBuf>,
+) {
+    while hup.recv().await.is_some() {
+        let log = match logging::reopen() {
+            Ok(Some(p)) => serde_json::json!({"reopened": p.display().to_string()}),
+            Ok(None) => serde_json::json!("standard error"),
+            Err(e) => serde_json::json!({"error": e}),
+        };
+        let token = match &token_file {
+            None => {
+                serde_json::json!({"reloaded": false, "why": format!("the admin token came from {ADMIN_TOKEN_ENV}")})
+            }
+            Some(f) => match read_admin_token(Some(f)) {
+                Ok(t) => {
+                    tokens
+                        .write()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .set_admin(&t);
+                    serde_json::json!({"reloaded": true, "file": f.display().to_string()})
+                }
+                Err(e) => {
+                    serde_json::json!({"reloaded": false, "error": format!("{e:#}"), "kept": "the previous admin token"})
+                }
+            },
+        };
+        api::log(
+            "sighup",
+            serde_json::json!({"log": log, "admin_token": token}),
+        );
+    }
 }
 
 async fn shutdown() {
@@ -297,6 +505,51 @@ async fn shutdown() {
 
 #[cfg(test)]
 mod tests {
+    /// While the start-up check runs, every request is answered 503 JSON with the check's
+    /// progress (`/v1/health`: `"status": "verifying"`, `Retry-After: 1`); once the service's
+    /// router is set, the same gate hands every request to it.
+    #[test]
+    fn the_gate_answers_verifying_then_the_service() {
+        use axum::body::Body;
+        use axum::http::Request;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let ready = std::sync::Arc::new(std::sync::OnceLock::new());
+        let mut g = super::gate(ready.clone());
+        let call = |g: &mut axum::Router, path: &str| {
+            let req = Request::builder().uri(path).body(Body::empty()).unwrap();
+            rt.block_on(async {
+                let r = tower_service::Service::call(g, req).await.unwrap();
+                let status = r.status().as_u16();
+                let retry = r
+                    .headers()
+                    .get("retry-after")
+                    .map(|v| v.to_str().unwrap().to_string());
+                let b = axum::body::to_bytes(r.into_body(), 1 << 20).await.unwrap();
+                (
+                    status,
+                    retry,
+                    serde_json::from_slice::<serde_json::Value>(&b).unwrap(),
+                )
+            })
+        };
+        for path in ["/v1/health", "/v1/experiments/x/decisions"] {
+            let (status, retry, v) = call(&mut g, path);
+            assert_eq!((status, retry.as_deref()), (503, Some("1")), "{v}");
+            assert_eq!(v["status"], "verifying", "{v}");
+            assert!(v["progress"]["entries_total"].is_i64(), "{v}");
+            assert!(v["error"].as_str().unwrap().contains("verified"), "{v}");
+        }
+        let service = axum::Router::new().route(
+            "/v1/health",
+            axum::routing::get(|| async { axum::Json(serde_json::json!({"status": "ok"})) }),
+        );
+        ready.set(service).unwrap();
+        let (status, _, v) = call(&mut g, "/v1/health");
+        assert_eq!((status, v["status"].as_str()), (200, Some("ok")));
+    }
+
     /// The writer's priority is raised on its own thread only: the nice value reported is the
     /// thread's (read back from the kernel), the process's other threads keep theirs; without
     /// the privilege the refusal is the kernel's (EPERM or EACCES), never a silent success.

@@ -16,9 +16,10 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tower_service::Service as _;
 
-/// Refused connections answered at once at most (each holds a descriptor for up to a second);
-/// beyond that a refused connection is closed without an answer. Part of [`crate::FD_RESERVE`].
-const REFUSING_AT_ONCE: usize = 8;
+/// Refused connections answered at once at most (each holds a descriptor until its client
+/// closes, at most a second); beyond that a refused connection is closed without an answer.
+/// Part of [`crate::FD_RESERVE`].
+const REFUSING_AT_ONCE: usize = 128;
 
 /// How the server stopped.
 pub(crate) struct Stopped {

@@ -399,6 +399,11 @@ pub struct Tokens {
 }
 
 impl Tokens {
+    /// Replace the admin token (SIGHUP's reload): the old one is refused from now on.
+    pub fn set_admin(&mut self, admin_token: &str) {
+        self.admin = store::sha256_hex(admin_token.as_bytes());
+    }
+
     /// Check a bearer token: the admin token, or (with `experiment`) that experiment's client
     /// token. Every failure is the same refusal and touches nothing.
     ///

@@ -150,6 +150,36 @@ fn as_f64(v: &Value, key: &str, seq: i64) -> Result<f64> {
         .with_context(|| format!("audit entry seq = {seq}: {key} is not a number"))
 }
 
+/// How far the verification running in this process has come (the start-up check's progress,
+/// answered by `/v1/health` while the service is verifying).
+pub mod progress {
+    use std::sync::atomic::{AtomicI64, Ordering};
+
+    static TOTAL: AtomicI64 = AtomicI64::new(0);
+    static CHECKED: AtomicI64 = AtomicI64::new(0);
+
+    /// A verification of `total` entries starts.
+    pub(super) fn start(total: i64) {
+        TOTAL.store(total, Ordering::Relaxed);
+        CHECKED.store(0, Ordering::Relaxed);
+    }
+
+    /// Entry `seq` is being checked (every 4,096th is recorded).
+    pub(super) fn entry(seq: i64) {
+        if seq & 4095 == 0 {
+            CHECKED.store(seq, Ordering::Relaxed);
+        }
+    }
+
+    /// `(entries checked, entries in the log)` of the newest verification in this process.
+    pub fn get() -> (i64, i64) {
+        (
+            CHECKED.load(Ordering::Relaxed),
+            TOTAL.load(Ordering::Relaxed),
+        )
+    }
+}
+
 /// Verify an open connection (the service's start-up self-check uses its own connection).
 ///
 /// # Errors
@@ -157,6 +187,7 @@ fn as_f64(v: &Value, key: &str, seq: i64) -> Result<f64> {
 pub fn verify_conn(conn: &Connection, key: Option<&AuditKey>, expect: &Expect) -> Result<Report> {
     let keying = store::audit_keying(conn)?;
     let entries_total: i64 = conn.query_row("SELECT COUNT(*) FROM audit", [], |r| r.get(0))?;
+    progress::start(entries_total);
     match (&keying, key) {
         (Some((f, from)), None) => bail!(
             "the audit log is keyed (key fingerprint {f}, from entry {from}): give its key (--audit-key-file)"
@@ -191,6 +222,7 @@ pub fn verify_conn(conn: &Connection, key: Option<&AuditKey>, expect: &Expect) -
     let mut pinned = false;
     while let Some(r) = rows.next()? {
         let seq: i64 = r.get(0)?;
+        progress::entry(seq);
         let (ts, exp, event, body, prev, hash): (String, String, String, String, String, String) = (
             r.get(1)?,
             r.get(2)?,

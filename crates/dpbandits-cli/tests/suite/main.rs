@@ -17,6 +17,7 @@ mod linear;
 mod listing;
 mod replay;
 mod serve;
+mod serve_ops;
 mod session;
 
 /// The `dpbandits` binary under test.

@@ -223,6 +223,10 @@ fn sigkill_under_load_loses_nothing() {
                     assert_eq!(r.retry_after.as_deref(), Some("1"), "{}", r.body);
                     std::thread::sleep(Duration::from_millis(1));
                 }
+                // Restarting: the port answers 503 while the start-up check runs.
+                Ok(r) if r.status == 503 && r.body.contains("\"verifying\"") => {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
                 Ok(r) => return r,
                 // The server is down (killed): retry the same request.
                 Err(_) => std::thread::sleep(Duration::from_millis(5)),
@@ -435,6 +439,10 @@ fn every_setting_survives_sigkill_under_load() {
                 Ok(r) if r.status == 409 && !r.body.contains("\"stopped\"") => {
                     assert_eq!(r.retry_after.as_deref(), Some("1"), "{}", r.body);
                     std::thread::sleep(Duration::from_millis(1));
+                }
+                // Restarting: the port answers 503 while the start-up check runs.
+                Ok(r) if r.status == 503 && r.body.contains("\"verifying\"") => {
+                    std::thread::sleep(Duration::from_millis(5));
                 }
                 Ok(r) => return r,
                 Err(_) => std::thread::sleep(Duration::from_millis(5)),
