@@ -164,6 +164,13 @@ def test_a_whole_trial_through_the_client(server, cli):
     lat = [s for s in families["dpbandits_request_duration_seconds"].samples
            if s.labels.get("route") == "decision" and s.name.endswith("_bucket")]
     assert [s.value for s in lat] == sorted(s.value for s in lat) and lat[-1].labels["le"] == "+Inf"
+    # Process and connection figures (this client's connection is open now).
+    assert families["dpbandits_connections_open"].samples[0].value >= 1
+    assert families["dpbandits_connections_accepted"].samples[0].value >= 1
+    assert families["process_resident_memory_bytes"].samples[0].value > 1e6
+    assert families["process_open_fds"].samples[0].value >= 4
+    assert families["process_cpu_seconds"].samples[0].value > 0
+    assert abs(families["process_start_time_seconds"].samples[0].value - time.time()) < 3600
     with pytest.raises(ServiceError) as e:
         Client(url).metrics()
     assert e.value.status == 401

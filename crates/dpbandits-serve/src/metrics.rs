@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 /// Upper bounds (seconds) of the latency histogram's buckets.
 const LATENCY_BUCKETS: [f64; 12] = [
@@ -100,6 +101,82 @@ pub fn record_commit(requests: usize, seconds: f64) {
     });
 }
 
+/// Connections open now, accepted since start, and refused at the connection limit.
+static CONNECTIONS_OPEN: AtomicI64 = AtomicI64::new(0);
+static CONNECTIONS_ACCEPTED: AtomicU64 = AtomicU64::new(0);
+static CONNECTIONS_REFUSED: AtomicU64 = AtomicU64::new(0);
+
+/// A connection was accepted (`true`) or closed (`false`).
+pub fn record_connection(open: bool) {
+    if open {
+        CONNECTIONS_ACCEPTED.fetch_add(1, Ordering::Relaxed);
+        CONNECTIONS_OPEN.fetch_add(1, Ordering::Relaxed);
+    } else {
+        CONNECTIONS_OPEN.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A connection was refused at the connection limit.
+pub fn record_refusal() {
+    CONNECTIONS_REFUSED.fetch_add(1, Ordering::Relaxed);
+}
+
+/// The process's own figures from `/proc/self` (Linux): resident memory in bytes, open file
+/// descriptors, CPU seconds (user + system) and the start time in seconds since the epoch;
+/// `None` for a figure that cannot be read.
+fn process_figures() -> [(&'static str, &'static str, &'static str, Option<f64>); 4] {
+    // SAFETY: sysconf only reads configuration values.
+    let (page, ticks) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PAGESIZE) as f64,
+            libc::sysconf(libc::_SC_CLK_TCK) as f64,
+        )
+    };
+    let rss = std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<f64>().ok())
+        .map(|pages| pages * page);
+    let fds = std::fs::read_dir("/proc/self/fd")
+        .ok()
+        .map(|d| d.count() as f64);
+    // Fields after the command name (which may hold spaces, inside parentheses).
+    let stat = std::fs::read_to_string("/proc/self/stat").ok();
+    let after = stat
+        .as_deref()
+        .and_then(|s| s.rsplit_once(')'))
+        .map(|(_, rest)| rest.split_whitespace().collect::<Vec<_>>());
+    let field = |i: usize| after.as_ref()?.get(i)?.parse::<f64>().ok();
+    // utime, stime, starttime are fields 14, 15, 22 of stat(5): 11, 12, 19 after the name.
+    let cpu = field(11).zip(field(12)).map(|(u, s)| (u + s) / ticks);
+    let boot = std::fs::read_to_string("/proc/stat").ok().and_then(|s| {
+        s.lines()
+            .find_map(|l| l.strip_prefix("btime "))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+    });
+    let start = field(19).zip(boot).map(|(t, b)| b + t / ticks);
+    [
+        (
+            "process_resident_memory_bytes",
+            "gauge",
+            "Resident memory size in bytes.",
+            rss,
+        ),
+        ("process_open_fds", "gauge", "Open file descriptors.", fds),
+        (
+            "process_cpu_seconds_total",
+            "counter",
+            "User and system CPU time in seconds.",
+            cpu,
+        ),
+        (
+            "process_start_time_seconds",
+            "gauge",
+            "Start time of the process since the epoch, in seconds.",
+            start,
+        ),
+    ]
+}
+
 /// A label value escaped for the text format (backslash, double quote, newline).
 pub fn label(v: &str) -> String {
     v.replace('\\', "\\\\")
@@ -180,6 +257,39 @@ pub fn render(experiments: &[ExperimentGauges]) -> String {
         r.commit_seconds
             .render(&mut out, "dpbandits_commit_seconds", "", &LATENCY_BUCKETS);
     });
+    for (metric, kind, help, v) in [
+        (
+            "dpbandits_connections_open",
+            "gauge",
+            "Client connections open now.",
+            CONNECTIONS_OPEN.load(Ordering::Relaxed) as f64,
+        ),
+        (
+            "dpbandits_connections_accepted_total",
+            "counter",
+            "Client connections accepted since start.",
+            CONNECTIONS_ACCEPTED.load(Ordering::Relaxed) as f64,
+        ),
+        (
+            "dpbandits_connections_refused_total",
+            "counter",
+            "Connections refused at the connection limit (answered 503 or closed).",
+            CONNECTIONS_REFUSED.load(Ordering::Relaxed) as f64,
+        ),
+    ] {
+        let _ = writeln!(
+            out,
+            "# HELP {metric} {help}\n# TYPE {metric} {kind}\n{metric} {v}"
+        );
+    }
+    for (metric, kind, help, v) in process_figures() {
+        if let Some(v) = v {
+            let _ = writeln!(
+                out,
+                "# HELP {metric} {help}\n# TYPE {metric} {kind}\n{metric} {v}"
+            );
+        }
+    }
     out.push_str("# HELP dpbandits_experiments Experiments in the database.\n");
     out.push_str("# TYPE dpbandits_experiments gauge\n");
     let _ = writeln!(out, "dpbandits_experiments {}", experiments.len());

@@ -60,6 +60,7 @@ pub(crate) async fn serve(
                         conns.spawn(connection(sock, router.clone(), limits, stop_rx.clone(), permit));
                     }
                     Err(_) => {
+                        crate::metrics::record_refusal();
                         note_refusal(&refusals, limits.max_connections);
                         if let Ok(slot) = refusing.clone().try_acquire_owned() {
                             tokio::spawn(refuse(sock, limits.max_connections, slot));
@@ -102,6 +103,8 @@ async fn connection(
     mut stop: watch::Receiver<bool>,
     _permit: OwnedSemaphorePermit,
 ) {
+    crate::metrics::record_connection(true);
+    let _open = OnClose(|| crate::metrics::record_connection(false));
     let _ = sock.set_nodelay(true);
     let svc = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
         let mut r = router.clone();
@@ -120,6 +123,15 @@ async fn connection(
     }
     conn.as_mut().graceful_shutdown();
     let _ = conn.await;
+}
+
+/// Runs its closure when dropped (a connection task ends, or is aborted at the deadline).
+struct OnClose<F: FnMut()>(F);
+
+impl<F: FnMut()> Drop for OnClose<F> {
+    fn drop(&mut self) {
+        (self.0)();
+    }
 }
 
 /// Answer a connection over the limit with 503 (JSON, `Retry-After: 1`) and close it, within a
