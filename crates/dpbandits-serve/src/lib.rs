@@ -20,6 +20,7 @@ pub mod api;
 pub mod client;
 pub mod logging;
 pub mod metrics;
+pub mod monitor_html;
 pub mod report_html;
 mod server;
 pub mod service;
