@@ -37,18 +37,65 @@
 //! trial whose outcome distribution drifts is outside it), and that the mean of interest is
 //! the mean of the *clipped* rewards (equal to `mu` when the rewards lie in the boundary).
 //!
+//! # Anytime validity (interim looks)
+//! The union bound above fixes `R` by the closing time. For estimates looked at any number of
+//! times while the trial runs ([`Validity::Anytime`], [`crate::session::Session::interim`]), the
+//! risk is spent over the arm's releases instead: release number `j` of an arm gets
+//! `alpha_j = (1 - level) 6 / (pi^2 j^2)`, which sums to `1 - level` over all `j`
+//! (`sum 1/j^2 = pi^2/6`), so with probability at least `level` **every** release of the arm
+//! covers at its own level, and every look (whichever latest release it shows) covers at once:
+//! the intervals hold simultaneously over all looks, at any times, chosen in any way (Howard,
+//! Ramdas, McAuliffe & Sekhon 2021, "Time-uniform, nonparametric, nonasymptotic confidence
+//! sequences", for the union-bound construction; Robbins 1970 for the spending). A release whose
+//! ordinal is not kept uses an upper bound on it (the public bound `R` at the look), which only
+//! widens its interval. Kinds whose closing report has no fixed `R` (every kind but AdaC-UCB,
+//! AdaP-UCB and AdaP-KLUCB) use this spending at the close too.
+//!
+//! # Estimates kept in the outcome's range
+//! The true mean lies in the boundary `[lo, hi]`, so intersecting an interval with it keeps its
+//! coverage; the point estimate (a noisy release may fall outside) is clamped to `[lo, hi]`
+//! ([`ArmEstimate::clipped`] says when). An interval that misses the range entirely (the release
+//! is farther from it than the half-width) becomes the range end nearest to it, flagged in
+//! [`Report::warnings`]: it has failed to cover, and the report says so instead of printing a
+//! value outside the range.
+//!
+//! # The recommendation ([`Recommendation`])
+//! Three rules, all post-processing: the BAI stopping rule's answer (with its `delta`
+//! guarantee, once it fired), the arm with the largest private estimate (the evidence), and the
+//! most-pulled arm (completed decisions, from counts the caller passes). The report recommends
+//! the first that applies in that order and flags when the argmax of the estimates and the
+//! most-pulled arm differ (a pipelined AdaP-UCB trial pulls arms by its schedule, not by the
+//! evidence: `report::tests`).
+//!
+//! # Linear and contextual kinds ([`LinearEstimate`])
+//! The private estimate `theta~` with a confidence ellipsoid
+//! `{theta : (theta - theta~)^T P (theta - theta~) <= 1}` and per-action value intervals
+//! `<a, theta~> +- sqrt(a^T P^+ a)` (simultaneous over actions: Cauchy-Schwarz), each clipped to the
+//! reward range. GOPE family: the last phase's released `theta~_l`, its public information
+//! matrix `V_l` and the noise law of its placement (see the kind's `linear_estimate`); AdaC-OFUL:
+//! the released `theta~`, `V_tau` and the policy's own radius `beta~` (time-uniform, at level
+//! `1 - delta` of its configuration).
+//!
+//! # Outcome counts
+//! The caller (the decision service) knows which outcomes were observed, imputed for a dropout
+//! (its `dropout_reward`) or arrived late (after their decision was abandoned: not given to the
+//! policy) and passes them per arm ([`OutcomeCounts`]). An arm with imputed outcomes gets a
+//! warning: its statistics mix imputed values with true outcomes, so its interval is for the
+//! mean of that mixture, not of the true outcome.
+//!
 //! Kinds that keep no per-arm release with a known noise law
 //! ([`crate::finite::Policy::released_estimates`] returns `None`) get a report without
 //! estimates, saying so: counts and the recommendation are still public.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The noise law of a release (at the mean level).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum NoiseLaw {
     /// Gaussian with this standard deviation (or a discrete Gaussian whose variance is at most
-    /// its square).
+    /// its square; or, for a sum of several Laplace draws or a local randomizer's per-reward
+    /// noise, the normal approximation of their average).
     Gaussian {
         /// Standard deviation.
         sd: f64,
@@ -74,21 +121,46 @@ impl NoiseLaw {
 /// One released mean: its value, the rewards it covers and its noise law.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Release {
-    /// The released value.
+    /// The released value (on the scale of the mean reward).
     pub value: f64,
     /// Rewards covered.
     pub rewards: u64,
     /// The noise added.
     pub noise: NoiseLaw,
+    /// The width of the range of one summand on the value's scale, when it is not the reward
+    /// range's (a randomized-response bit mapped back to the reward scale: `1/(p00 + p11 - 1)`).
+    pub spread: Option<f64>,
+    /// The release's ordinal among its arm's releases (1-based), or an upper bound on it; 0 when
+    /// not kept (the anytime interval then uses [`Released::releases_bound`]).
+    pub index: u64,
+}
+
+impl Release {
+    /// A release of `value` over `rewards` rewards with `noise`, on the reward scale.
+    pub fn new(value: f64, rewards: u64, noise: NoiseLaw) -> Release {
+        Release {
+            value,
+            rewards,
+            noise,
+            spread: None,
+            index: 0,
+        }
+    }
+
+    /// The same release with its ordinal (or an upper bound on it).
+    pub fn with_index(mut self, index: u64) -> Release {
+        self.index = index;
+        self
+    }
 }
 
 impl From<crate::privacy::NoisyMean> for Release {
     fn from(m: crate::privacy::NoisyMean) -> Self {
-        Release {
-            value: m.value(),
-            rewards: m.samples(),
-            noise: NoiseLaw::Gaussian { sd: m.sigma() },
-        }
+        Release::new(
+            m.value(),
+            m.samples(),
+            NoiseLaw::Gaussian { sd: m.sigma() },
+        )
     }
 }
 
@@ -103,8 +175,9 @@ pub struct Released {
     /// Bound on the rounding error of a released mean.
     pub rounding: f64,
     /// An upper bound on the number of releases any arm has made, fixed by public counts (the
-    /// interval of the latest release is a union bound over all of them: see the module
-    /// documentation).
+    /// closing interval of the latest release is a union bound over all of them: see the module
+    /// documentation); 0 when the kind has no such bound fixed in advance (its closing report
+    /// spends the risk over the releases' ordinals, as the anytime one does).
     pub releases_bound: u64,
 }
 
@@ -121,12 +194,22 @@ pub fn grid_rounding(noise: crate::privacy::NoiseKind, grid_bits: u32, range: (f
     }
 }
 
+/// When the intervals hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Validity {
+    /// At a closing time fixed in advance (the closing report).
+    AtClose,
+    /// Simultaneously over any number of looks at any times (interim monitoring).
+    Anytime,
+}
+
 /// One arm's estimate.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ArmEstimate {
     /// The arm.
     pub arm: usize,
-    /// The released mean (the estimate).
+    /// The released mean (the estimate), clamped to the reward range.
     pub estimate: f64,
     /// Lower end of the interval.
     pub low: f64,
@@ -138,56 +221,321 @@ pub struct ArmEstimate {
     pub noise_sd: f64,
     /// The noise law.
     pub noise: NoiseLaw,
+    /// Whether the release or its interval left the reward range and was clipped to it.
+    pub clipped: bool,
 }
 
-/// Per-arm estimates at confidence `level` (each interval holds with probability about
-/// `level`; they are not simultaneous across arms): `None` for an arm without a release.
+/// `alpha_j = alpha 6 / (pi^2 j^2)`: the risk release number `j >= 1` spends (sums to `alpha`).
+pub fn spending(alpha: f64, j: u64) -> f64 {
+    let j = j.max(1) as f64;
+    alpha * 6.0 / (std::f64::consts::PI * std::f64::consts::PI * j * j)
+}
+
+/// The half-width of one release's interval at risk `alpha` (without rounding): see the module
+/// documentation.
+fn half_width(m: &Release, width: f64, alpha: f64) -> f64 {
+    let n = m.rewards.max(1) as f64;
+    let w = m.spread.unwrap_or(width);
+    let sampling = w * w / (4.0 * n);
+    match m.noise {
+        // Gaussian noise: the sum is (approximately) normal, one quantile.
+        NoiseLaw::Gaussian { sd } => {
+            crate::math::stats::normal_quantile(1.0 - alpha / 2.0) * (sd * sd + sampling).sqrt()
+        }
+        // Laplace noise has heavier tails than a normal of its variance: half the risk to the
+        // sampling error (normal), half to the noise: P(|Z| >= x) <= 2 e^(-x/b) for the Laplace
+        // (e^(-x/b)) and the discrete Laplace of the deployment path (2 p^m / (1 + p),
+        // p = e^(-1/t)), = a/2 at x = b ln(4/a).
+        NoiseLaw::Laplace { scale } => {
+            crate::math::stats::normal_quantile(1.0 - alpha / 4.0) * sampling.sqrt()
+                + scale * (4.0 / alpha).ln()
+        }
+    }
+}
+
+/// Intersect `[low, high]` with `range` and clamp `estimate` into it: `(estimate, low, high,
+/// clipped, missed)`, `missed` when the interval lies wholly outside the range (it then becomes
+/// the nearest range end). An unbounded range changes nothing.
+pub fn clip_to_range(
+    estimate: f64,
+    low: f64,
+    high: f64,
+    range: (f64, f64),
+) -> (f64, f64, f64, bool, bool) {
+    let (lo, hi) = range;
+    let e = estimate.clamp(lo, hi);
+    let (l, h) = (low.max(lo), high.min(hi));
+    let clipped = e != estimate || l != low || h != high;
+    if l > h {
+        // The interval misses the range: it failed to cover the (in-range) truth.
+        return (e, e, e, true, true);
+    }
+    (e, l, h, clipped, false)
+}
+
+/// Per-arm estimates at confidence `level` valid at a closing time fixed in advance (each
+/// interval holds with probability about `level`; they are not simultaneous across arms):
+/// `None` for an arm without a release. See [`estimates_at`].
+pub fn estimates(released: &Released, level: f64) -> Vec<Option<ArmEstimate>> {
+    estimates_at(released, level, Validity::AtClose).0
+}
+
+/// Per-arm estimates at confidence `level`, valid as `validity` says, clipped to the reward
+/// range (module documentation), and the warnings of intervals that missed the range.
 ///
 /// # Panics
 /// Never; `level` outside `(0, 1)` gives intervals of NaN (callers validate it).
-pub fn estimates(released: &Released, level: f64) -> Vec<Option<ArmEstimate>> {
-    // Union bound over the (at most `releases_bound`) releases of the arm: each at level
-    // 1 - (1 - level) / R, so the latest one, whichever it is, at `level`.
-    let r = released.releases_bound.max(1) as f64;
-    let alpha = (1.0 - level) / r;
+pub fn estimates_at(
+    released: &Released,
+    level: f64,
+    validity: Validity,
+) -> (Vec<Option<ArmEstimate>>, Vec<String>) {
     let width = released.range.1 - released.range.0;
-    released
+    let mut warnings = vec![];
+    let estimates = released
         .means
         .iter()
         .enumerate()
         .map(|(arm, m)| {
             let m = (*m)?;
-            let n = m.rewards.max(1) as f64;
-            let sampling = width * width / (4.0 * n);
-            let half = match m.noise {
-                // Gaussian noise: the sum is (approximately) normal, one quantile.
-                NoiseLaw::Gaussian { sd } => {
-                    crate::math::stats::normal_quantile(1.0 - alpha / 2.0)
-                        * (sd * sd + sampling).sqrt()
+            let alpha = match validity {
+                // Union bound over the (at most `releases_bound`) releases of the arm: each at
+                // level 1 - (1 - level) / R, so the latest one, whichever it is, at `level`.
+                Validity::AtClose if released.releases_bound > 0 => {
+                    (1.0 - level) / released.releases_bound as f64
                 }
-                // Laplace noise has heavier tails than a normal of its variance: half the
-                // risk to the sampling error (normal), half to the noise: P(|Z| >= x) <=
-                // 2 e^(-x/b) for the Laplace (e^(-x/b)) and the discrete Laplace of the
-                // deployment path (2 p^m / (1 + p), p = e^(-1/t)), = a/2 at x = b ln(4/a).
-                NoiseLaw::Laplace { scale } => {
-                    crate::math::stats::normal_quantile(1.0 - alpha / 4.0) * sampling.sqrt()
-                        + scale * (4.0 / alpha).ln()
-                }
-            } + released.rounding;
+                // Spending over the releases' ordinals (an upper bound on the ordinal widens).
+                _ => spending(
+                    1.0 - level,
+                    if m.index > 0 {
+                        m.index
+                    } else {
+                        released.releases_bound
+                    },
+                ),
+            };
+            let half = half_width(&m, width, alpha) + released.rounding;
+            let (estimate, low, high, clipped, missed) =
+                clip_to_range(m.value, m.value - half, m.value + half, released.range);
+            if missed {
+                warnings.push(format!(
+                    "arm {arm}: the release {} +- {half} lies outside the outcome range [{}, {}]: \
+                     its interval failed to cover and is shown as the nearest range end",
+                    m.value, released.range.0, released.range.1
+                ));
+            }
             Some(ArmEstimate {
                 arm,
-                estimate: m.value,
-                low: m.value - half,
-                high: m.value + half,
+                estimate,
+                low,
+                high,
                 rewards: m.rewards,
                 noise_sd: m.noise.sd(),
                 noise: m.noise,
+                clipped,
             })
         })
-        .collect()
+        .collect();
+    (estimates, warnings)
 }
 
-/// What a session knows at closing ([`crate::session::Session::report`]).
+/// Per-arm counts of outcomes, passed by the caller (the decision service) that knows them:
+/// observed (a true outcome given to the policy), imputed (a dropout's imputed outcome given to
+/// the policy as if observed) and late (a true outcome that arrived after its decision was
+/// abandoned: stored, not given to the policy). One entry per arm (contextual: per action index
+/// is meaningless; pass empty vectors).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutcomeCounts {
+    /// True outcomes the policy observed.
+    pub observed: Vec<u64>,
+    /// Imputed outcomes (dropouts) the policy observed as rewards.
+    pub imputed: Vec<u64>,
+    /// Late true outcomes (after abandonment), not given to the policy.
+    pub late: Vec<u64>,
+}
+
+impl OutcomeCounts {
+    /// Completed decisions per arm (observed + imputed): what the policy was given.
+    pub fn completed(&self) -> Vec<u64> {
+        let k = self.observed.len().max(self.imputed.len());
+        (0..k)
+            .map(|a| {
+                self.observed.get(a).copied().unwrap_or(0) + self.imputed.get(a).copied().unwrap_or(0)
+            })
+            .collect()
+    }
+}
+
+/// The recommended arm and the rules behind it (module documentation).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Recommendation {
+    /// The recommended arm (`None`: no rule applies yet).
+    pub arm: Option<usize>,
+    /// The rule that gave it: `"stopping_rule"`, `"argmax_estimate"` or `"most_pulled"`.
+    pub rule: Option<&'static str>,
+    /// BAI: the stopping rule's answer, once it fired.
+    pub stopping_rule: Option<usize>,
+    /// BAI, stopped: the risk `delta` the answer is wrong with at most (the fixed-confidence
+    /// guarantee of a threshold proved for the kind; `None` for a heuristic threshold).
+    pub delta: Option<f64>,
+    /// The arm with the largest private estimate (ties: the lowest index).
+    pub argmax_estimate: Option<usize>,
+    /// The arm with the most completed decisions (ties: the lowest index), from the caller's
+    /// counts.
+    pub most_pulled: Option<usize>,
+    /// The argmax of the estimates and the most-pulled arm are both known and differ.
+    pub rules_differ: bool,
+}
+
+/// The largest value's index (ties: the lowest index); `None` when empty.
+fn argmax_of(values: impl IntoIterator<Item = (usize, f64)>) -> Option<usize> {
+    let mut best: Option<(usize, f64)> = None;
+    for (i, v) in values {
+        if best.is_none_or(|(_, b)| v > b) {
+            best = Some((i, v));
+        }
+    }
+    best.map(|(i, _)| i)
+}
+
+/// The recommendation from the stopping rule (`stopped`, with its `delta`), the per-arm point
+/// estimates (`(arm, estimate)`) and the completed decisions per arm.
+pub fn recommend(
+    stopped: Option<usize>,
+    delta: Option<f64>,
+    estimates: &[(usize, f64)],
+    completed: Option<&[u64]>,
+) -> Recommendation {
+    let argmax_estimate = argmax_of(estimates.iter().copied());
+    let most_pulled = completed
+        .filter(|c| c.iter().any(|&n| n > 0))
+        .and_then(|c| argmax_of(c.iter().enumerate().map(|(a, &n)| (a, n as f64))));
+    let (arm, rule) = if let Some(a) = stopped {
+        (Some(a), Some("stopping_rule"))
+    } else if let Some(a) = argmax_estimate {
+        (Some(a), Some("argmax_estimate"))
+    } else if let Some(a) = most_pulled {
+        (Some(a), Some("most_pulled"))
+    } else {
+        (None, None)
+    };
+    Recommendation {
+        arm,
+        rule,
+        stopping_rule: stopped,
+        delta: stopped.and(delta),
+        argmax_estimate,
+        most_pulled,
+        rules_differ: matches!((argmax_estimate, most_pulled), (Some(a), Some(b)) if a != b),
+    }
+}
+
+/// One action's value interval (linear, contextual).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ValueEstimate {
+    /// The action (linear: the arm; contextual: the index of the action set asked about, by
+    /// default the coordinate vectors `e_1..e_d`).
+    pub action: usize,
+    /// `<a, theta~>`, clamped to the reward range.
+    pub estimate: f64,
+    /// Lower end (clipped to the range).
+    pub low: f64,
+    /// Upper end (clipped to the range).
+    pub high: f64,
+    /// Whether clipping changed the estimate or the interval.
+    pub clipped: bool,
+}
+
+/// A linear or contextual kind's private estimate of `theta` (module documentation).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LinearEstimate {
+    /// `theta~` (dimension `d`).
+    pub theta: Vec<f64>,
+    /// The ellipsoid's level (its intervals hold simultaneously over every action).
+    pub level: f64,
+    /// `P` (`d x d`, row-major rows) of the ellipsoid
+    /// `{theta : (theta - theta~)^T P (theta - theta~) <= 1}`; singular when the released
+    /// statistic spans a subspace only (directions outside it are not estimated).
+    pub precision: Vec<Vec<f64>>,
+    /// Rewards behind the estimate.
+    pub rewards: u64,
+    /// Per-action value intervals, simultaneous over actions.
+    pub values: Vec<ValueEstimate>,
+    /// How the estimate and the ellipsoid are computed.
+    pub method: String,
+}
+
+/// What a linear or contextual policy releases for a report: `theta~`, the ellipsoid (`P`) and
+/// a closure-free way to get `sqrt(a^T P^+ a)` for an action (`None`: `a` leaves the estimated
+/// subspace).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LinearReleased {
+    /// `theta~`.
+    pub theta: Vec<f64>,
+    /// The ellipsoid's `P`.
+    pub precision: Vec<Vec<f64>>,
+    /// `P^+` (the shape: `sqrt(a^T P^+ a)` is the half-width of `<a, theta>`).
+    pub shape: Vec<Vec<f64>>,
+    /// The projection onto the estimated subspace (`None`: all of `R^d`).
+    pub span: Option<Vec<Vec<f64>>>,
+    /// The level.
+    pub level: f64,
+    /// Rewards behind it.
+    pub rewards: u64,
+    /// The reward range the intervals are clipped to.
+    pub range: (f64, f64),
+    /// The method line.
+    pub method: String,
+}
+
+impl LinearReleased {
+    /// The estimate with value intervals for `actions` (each of dimension `d`).
+    pub fn estimate(&self, actions: &[Vec<f64>]) -> LinearEstimate {
+        let quad = |m: &[Vec<f64>], a: &[f64]| -> f64 {
+            m.iter()
+                .zip(a)
+                .map(|(row, &ai)| ai * row.iter().zip(a).map(|(x, y)| x * y).sum::<f64>())
+                .sum()
+        };
+        let values = actions
+            .iter()
+            .enumerate()
+            .map(|(i, a)| {
+                let e: f64 = a.iter().zip(&self.theta).map(|(x, y)| x * y).sum();
+                let outside = self.span.as_ref().is_some_and(|p| {
+                    let norm2: f64 = a.iter().map(|x| x * x).sum();
+                    norm2 - quad(p, a) > 1e-9 * norm2.max(1.0)
+                });
+                let half = if outside {
+                    f64::INFINITY
+                } else {
+                    quad(&self.shape, a).max(0.0).sqrt()
+                };
+                let (estimate, low, high, clipped, _) =
+                    clip_to_range(e, e - half, e + half, self.range);
+                ValueEstimate {
+                    action: i,
+                    estimate,
+                    low,
+                    high,
+                    clipped,
+                }
+            })
+            .collect();
+        LinearEstimate {
+            theta: self.theta.clone(),
+            level: self.level,
+            precision: self.precision.clone(),
+            rewards: self.rewards,
+            values,
+            method: self.method.clone(),
+        }
+    }
+}
+
+/// What a session knows at closing ([`crate::session::Session::report`]) or at an interim look
+/// ([`crate::session::Session::interim`]).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Report {
     /// The registry kind.
@@ -196,23 +544,51 @@ pub struct Report {
     pub rounds: u64,
     /// The intervals' confidence level.
     pub level: f64,
+    /// When the intervals hold.
+    pub validity: Validity,
     /// Per-arm estimates (`None` inside: an arm without a release yet), or `None` for a kind
     /// that keeps no released means ([`Report::why_no_estimates`] says why).
     pub estimates: Option<Vec<Option<ArmEstimate>>>,
-    /// How the estimates and intervals are computed ([`METHOD`]).
-    pub method: Option<&'static str>,
+    /// Linear and contextual kinds: `theta~`, its ellipsoid and per-action value intervals.
+    pub linear: Option<LinearEstimate>,
+    /// How the estimates and intervals are computed.
+    pub method: Option<String>,
+    /// How estimates are kept in the outcome's range ([`CLIPPING`]).
+    pub clipping: &'static str,
     /// Why there are no estimates.
     pub why_no_estimates: Option<String>,
-    /// BAI: the recommendation of the stopping rule, once it fired.
+    /// BAI: the recommendation of the stopping rule once it fired, else the current one
+    /// (kept for callers of earlier versions; [`Report::recommended`] has every rule).
     pub recommendation: Option<usize>,
+    /// The recommended arm by every rule, and which one the report follows.
+    pub recommended: Recommendation,
+    /// The caller's per-arm outcome counts, when given.
+    pub counts: Option<OutcomeCounts>,
+    /// Warnings: intervals that missed the range, arms with imputed outcomes.
+    pub warnings: Vec<String>,
 }
 
-/// The method line a report prints beside its estimates.
+/// The method line a report prints beside its estimates (the closing report of the kinds with a
+/// fixed release bound `R`).
 pub const METHOD: &str = "each arm's latest released mean (its last finished episode) with the \
 normal interval m~ +- (z sqrt(sigma^2 + (hi-lo)^2/(4n)) + rounding), noise sd sigma, n rewards, \
 z at level 1 - (1-level)/R for a union bound over the arm's at most R releases (the latest \
 release is selected by the data); post-processing of released statistics (no budget spent); \
 per arm, not simultaneous across arms; valid for a closing time fixed in advance";
+
+/// The method line of the anytime intervals (and of the closing report of kinds without a fixed
+/// release bound).
+pub const METHOD_ANYTIME: &str = "each arm's latest released mean with the normal interval \
+m~ +- (z sqrt(sigma^2 + w^2/(4n)) + rounding) (Laplace noise: z' w/(2 sqrt n) + b ln(4/a)), noise \
+sd sigma, n rewards, w the width of one reward's range; release number j of an arm at risk \
+a_j = (1-level) 6/(pi^2 j^2), which sums to 1-level over all releases: valid simultaneously \
+over any number of looks at any times; post-processing of released statistics (no budget \
+spent); per arm, not simultaneous across arms";
+
+/// How a report keeps estimates in the outcome's range.
+pub const CLIPPING: &str = "point estimates clamped to the outcome range [lo, hi]; intervals \
+intersected with it (the true mean lies in it, so coverage is kept); an interval wholly outside \
+the range is shown as the nearest range end and flagged in warnings";
 
 #[cfg(test)]
 mod tests {

@@ -754,11 +754,47 @@ impl Session {
     }
 
     /// The closing report: per-arm estimates and intervals at confidence `level` from the
-    /// policy's released statistics only ([`crate::report`]; post-processing, no budget).
+    /// policy's released statistics only ([`crate::report`]; post-processing, no budget), valid
+    /// at a closing time fixed in advance. [`Session::report_with`] with no counts.
     ///
     /// # Errors
     /// `level` outside `(0, 1)`.
     pub fn report(&self, level: f64) -> Result<crate::report::Report> {
+        self.report_with(level, crate::report::Validity::AtClose, None, None)
+    }
+
+    /// An interim look: the report's estimates and intervals with the anytime risk spending
+    /// ([`crate::report::Validity::Anytime`]): valid simultaneously over any number of looks at
+    /// any times, from released statistics only (no budget, nothing re-sampled). `counts`: the
+    /// caller's per-arm outcome counts (`docs/bai.md`, "Monitoring").
+    ///
+    /// # Errors
+    /// As [`Session::report_with`].
+    pub fn interim(
+        &self,
+        level: f64,
+        counts: Option<&crate::report::OutcomeCounts>,
+    ) -> Result<crate::report::Report> {
+        self.report_with(level, crate::report::Validity::Anytime, counts, None)
+    }
+
+    /// The report at confidence `level` valid as `validity` says, with the caller's per-arm
+    /// outcome `counts` (observed, imputed, late: the most-pulled rule and the imputation
+    /// warnings use them) and, for a contextual kind, the `actions` (each of the policy's
+    /// dimension) to give value intervals for (default: the coordinate vectors `e_1..e_d`;
+    /// linear kinds always use their arms).
+    ///
+    /// # Errors
+    /// `level` outside `(0, 1)`; counts whose length is not the number of arms (finite, BAI);
+    /// actions of another dimension; each naming the field.
+    pub fn report_with(
+        &self,
+        level: f64,
+        validity: crate::report::Validity,
+        counts: Option<&crate::report::OutcomeCounts>,
+        actions: Option<&[Vec<f64>]>,
+    ) -> Result<crate::report::Report> {
+        use crate::report::{self, Validity};
         if !(level > 0.0 && level < 1.0) {
             return Err(Error::param(
                 "level",
@@ -766,35 +802,125 @@ impl Session {
                 "a confidence level in (0, 1), e.g. 0.95",
             ));
         }
+        let arms = match &self.policy {
+            Restored::Finite(p) => Some(p.num_arms()),
+            Restored::Bai(p) => Some(p.num_arms()),
+            Restored::Linear(_) | Restored::Contextual(_) => None,
+        };
+        if let (Some(c), Some(k)) = (counts, arms) {
+            for (field, v) in [
+                ("counts.observed", &c.observed),
+                ("counts.imputed", &c.imputed),
+                ("counts.late", &c.late),
+            ] {
+                if !v.is_empty() && v.len() != k {
+                    return Err(Error::param(
+                        field,
+                        format!("{} entries", v.len()),
+                        format!("one count per arm ({k} entries) or none"),
+                    ));
+                }
+            }
+        }
         let released = match &self.policy {
             Restored::Finite(p) => p.released_estimates(),
+            Restored::Bai(p) => p.released_estimates(),
             _ => None,
         };
-        let (estimates, method, why) = match released {
-            Some(r) => (
-                Some(crate::report::estimates(&r, level)),
-                Some(crate::report::METHOD),
-                None,
-            ),
-            None => (
-                None,
-                None,
-                Some(format!(
-                    "{} ({}) keeps no per-arm released mean with a known noise law; the report \
-                     gives the public counts and the recommendation only",
-                    self.kind(),
-                    self.setting()
-                )),
-            ),
+        let mut warnings = vec![];
+        let mut points: Vec<(usize, f64)> = vec![];
+        let (estimates, linear, method) = match (&self.policy, released) {
+            (_, Some(r)) => {
+                let (e, w) = report::estimates_at(&r, level, validity);
+                warnings.extend(w);
+                points.extend(e.iter().flatten().map(|e| (e.arm, e.estimate)));
+                let method = if validity == Validity::AtClose && r.releases_bound > 0 {
+                    report::METHOD
+                } else {
+                    report::METHOD_ANYTIME
+                };
+                (Some(e), None, Some(method.to_string()))
+            }
+            (Restored::Linear(p), None) => match p.released_estimate(level) {
+                Some((l, arms)) => {
+                    let est = l.estimate(&arms);
+                    points.extend(est.values.iter().map(|v| (v.action, v.estimate)));
+                    let m = est.method.clone();
+                    (None, Some(est), Some(m))
+                }
+                None => (None, None, None),
+            },
+            (Restored::Contextual(p), None) => match p.released_estimate() {
+                Some(l) => {
+                    let d = p.dim();
+                    let basis: Vec<Vec<f64>>;
+                    let acts = match actions {
+                        Some(a) => {
+                            if let Some((i, bad)) = a.iter().enumerate().find(|(_, x)| x.len() != d)
+                            {
+                                return Err(Error::param(
+                                    format!("actions[{i}]"),
+                                    format!("(dimension {})", bad.len()),
+                                    format!("an action of dimension {d}"),
+                                ));
+                            }
+                            a
+                        }
+                        None => {
+                            basis = (0..d)
+                                .map(|i| (0..d).map(|j| f64::from(u8::from(i == j))).collect())
+                                .collect();
+                            &basis
+                        }
+                    };
+                    let est = l.estimate(acts);
+                    let m = est.method.clone();
+                    (None, Some(est), Some(m))
+                }
+                None => (None, None, None),
+            },
+            _ => (None, None, None),
         };
-        Ok(crate::report::Report {
+        let why = (estimates.is_none() && linear.is_none()).then(|| {
+            format!(
+                "{} ({}) keeps no released statistic with a known noise law (a non-private kind, \
+                 a sliding-window kind whose mean drifts, or the ldp wrapper around a kind that \
+                 keeps none); the report gives the public counts and the recommendation only",
+                self.kind(),
+                self.setting()
+            )
+        });
+        if let (Some(c), Some(e)) = (counts, &estimates) {
+            for (a, &n) in c.imputed.iter().enumerate() {
+                if n > 0 && e.get(a).is_some_and(Option::is_some) {
+                    warnings.push(format!(
+                        "arm {a}: {n} imputed outcome(s) (dropouts) entered its statistics as \
+                         observed rewards: its estimate and interval are for the mean with \
+                         imputation, not of the true outcome"
+                    ));
+                }
+            }
+        }
+        let (stopped, delta) = match &self.policy {
+            Restored::Bai(p) => (self.stopped, p.risk()),
+            _ => (None, None),
+        };
+        let completed = counts.map(report::OutcomeCounts::completed);
+        let recommended = report::recommend(stopped, delta, &points, completed.as_deref());
+        Ok(report::Report {
             kind: self.kind().to_string(),
             rounds: self.t(),
             level,
+            validity,
             estimates,
+            linear,
             method,
+            clipping: report::CLIPPING,
             why_no_estimates: why,
             recommendation: self.recommendation(),
+            recommended,
+            counts: counts.cloned(),
+            warnings,
         })
     }
 

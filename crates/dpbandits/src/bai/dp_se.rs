@@ -435,6 +435,49 @@ impl BaiAlgorithm for DpSeRun {
     fn releases(&self) -> Vec<u64> {
         self.rel.clone()
     }
+
+    fn released_estimates(&self) -> Option<crate::report::Released> {
+        // Arm `a`'s latest release is its epoch `rel[a]` mean (every active arm releases once
+        // per epoch), of `R_e` fresh rewards with Laplace noise of scale `1/(eps R_e)`. `R_e`
+        // grows with the number of arms active in that epoch, which is at least the number
+        // active now: `R_e` at today's count is a lower bound, which widens the interval
+        // (smaller n, larger noise scale), so it stays valid.
+        let e = &*self.engine;
+        let bd = self.gate.boundary();
+        let means = (0..self.rel.len())
+            .map(|a| {
+                let j = self.rel[a];
+                if j == 0 || !self.mu[a].is_finite() {
+                    return None;
+                }
+                let r = e.epoch_len(self.active.len().max(1), j as u32);
+                let scale = crate::privacy::LaplaceMechanism::for_pure_dp(
+                    bd.width() / r as f64,
+                    e.epsilon,
+                )
+                .ok()?
+                .scale();
+                Some(
+                    crate::report::Release::new(
+                        self.mu[a],
+                        r,
+                        crate::report::NoiseLaw::Laplace { scale },
+                    )
+                    .with_index(j),
+                )
+            })
+            .collect();
+        Some(crate::report::Released {
+            means,
+            range: (bd.lo, bd.hi),
+            rounding: crate::report::grid_rounding(e.noise, e.grid_bits, (bd.lo, bd.hi)),
+            releases_bound: 0,
+        })
+    }
+
+    fn risk(&self) -> Option<f64> {
+        Some(self.engine.delta)
+    }
 }
 
 impl crate::config::Config for DpSeBaiConfig {

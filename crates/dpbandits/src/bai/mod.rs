@@ -162,6 +162,17 @@ pub trait BaiAlgorithm: Send + Debug {
     fn noise_draws(&self) -> u64;
     /// Releases per arm so far.
     fn releases(&self) -> Vec<u64>;
+    /// Each arm's latest released mean with its noise law, for a report from released
+    /// statistics only ([`crate::report`]); `None` for an algorithm that keeps none (the
+    /// default).
+    fn released_estimates(&self) -> Option<crate::report::Released> {
+        None
+    }
+    /// The risk `delta` of the fixed-confidence guarantee (the stopping rule recommends a wrong
+    /// arm with probability at most `delta`), when the algorithm knows it.
+    fn risk(&self) -> Option<f64> {
+        None
+    }
     /// Save the run's complete state (counts, released statistics, pending sums, generators,
     /// the requests still to serve) for a bit-identical restore ([`crate::snapshot`]; restore
     /// with `registry::restore_bai`). The shared engine is stored as its parameters and rebuilt.

@@ -944,6 +944,59 @@ impl BaiAlgorithm for TopTwoRun {
     fn releases(&self) -> Vec<u64> {
         self.rel.clone()
     }
+
+    fn released_estimates(&self) -> Option<crate::report::Released> {
+        // The cached released means (never re-sampled). Cumulative (DP-TT): the running mean of
+        // all `n` rewards at the release plus the `rel` Laplace(1/eps) draws of the increments'
+        // sums, noise sd `sqrt(2 rel) b / n` (normal approximation of their sum); forgetting
+        // (AdaP-TT, AdaP-TT*): the mean of the last phase's `w` rewards with one Laplace of
+        // scale `b / w`; exact (EB-TCI): the running mean, no noise. `b` the Laplace scale of
+        // sensitivity 1 (rewards in [0, 1]).
+        let e = &*self.engine;
+        let b = crate::privacy::LaplaceMechanism::for_pure_dp(1.0, e.p.epsilon)
+            .ok()?
+            .scale();
+        let bd = self.gate.boundary();
+        let means = (0..self.rel.len())
+            .map(|a| {
+                let j = self.rel[a];
+                if j == 0 || !self.mu[a].is_finite() || self.w[a] < 1.0 {
+                    return None;
+                }
+                let (n, noise) = match e.p.estimator {
+                    Estimator::Cumulative { .. } => {
+                        let n = self.n_rel[a].max(1);
+                        let sd = (2.0 * j as f64).sqrt() * b / n as f64;
+                        (n, crate::report::NoiseLaw::Gaussian { sd })
+                    }
+                    Estimator::Forgetting => {
+                        let w = self.w[a] as u64;
+                        (
+                            w,
+                            crate::report::NoiseLaw::Laplace {
+                                scale: b / w as f64,
+                            },
+                        )
+                    }
+                    Estimator::Exact => (
+                        self.n_rel[a].max(1),
+                        crate::report::NoiseLaw::Gaussian { sd: 0.0 },
+                    ),
+                };
+                Some(crate::report::Release::new(self.mu[a], n, noise).with_index(j))
+            })
+            .collect();
+        Some(crate::report::Released {
+            means,
+            range: (bd.lo, bd.hi),
+            rounding: 0.0,
+            releases_bound: 0,
+        })
+    }
+
+    fn risk(&self) -> Option<f64> {
+        Some(self.engine.delta)
+    }
 }
 
 #[cfg(test)]

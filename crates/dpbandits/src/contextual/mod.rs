@@ -179,6 +179,12 @@ pub trait ContextualPolicy: Send + Debug {
     /// Draw the release [`Self::release_due`] announces now (the next [`Self::choose`] then
     /// draws none); nothing when none is due. The default does nothing (its `choose` draws).
     fn release_now(&mut self) {}
+    /// The private estimate of `theta` with its confidence ellipsoid, from released statistics
+    /// only ([`crate::report`]), at the level the policy's own radius holds; `None` for a kind
+    /// that keeps none (the default).
+    fn released_estimate(&self) -> Option<crate::report::LinearReleased> {
+        None
+    }
     /// One simulated round: [`Self::choose`], then [`Self::observe`] of `means[i] + noise` for
     /// the chosen `i`, which is returned. The run loop's per-policy path uses it; a policy may
     /// fuse the two calls (the same action and the same state change).

@@ -378,12 +378,14 @@ impl Policy for AdaP {
         let rounding = crate::report::grid_rounding(self.cfg.noise, self.cfg.grid_bits, range);
         let means = (0..self.released.len())
             .map(|a| {
-                self.released[a].map(|value| crate::report::Release {
-                    value,
-                    rewards: self.last_len[a],
-                    noise: crate::report::NoiseLaw::Laplace {
-                        scale: self.last_scale[a],
-                    },
+                self.released[a].map(|value| {
+                    crate::report::Release::new(
+                        value,
+                        self.last_len[a],
+                        crate::report::NoiseLaw::Laplace {
+                            scale: self.last_scale[a],
+                        },
+                    )
                 })
             })
             .collect();

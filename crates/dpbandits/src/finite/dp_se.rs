@@ -223,8 +223,13 @@ impl DpSe {
 
     /// `ln(8|S|e^2/beta)` and `ln(4|S|e^2/beta)` of the current epoch.
     fn logs(&self) -> (f64, f64) {
-        let s = self.active.len() as f64;
-        let e2 = f64::from(self.epoch).powi(2);
+        self.logs_at(self.epoch, self.active.len())
+    }
+
+    /// `ln(8 s e^2/beta)` and `ln(4 s e^2/beta)` of epoch `e` with `s` active arms.
+    fn logs_at(&self, epoch: u32, active: usize) -> (f64, f64) {
+        let s = active as f64;
+        let e2 = f64::from(epoch).powi(2);
         (
             (8.0 * s * e2 / self.cfg.beta).ln(),
             (4.0 * s * e2 / self.cfg.beta).ln(),
@@ -233,8 +238,13 @@ impl DpSe {
 
     /// `R_e` (rounded up; capped at `FOREVER`).
     pub fn epoch_length(&self) -> u64 {
-        let delta = 0.5f64.powi(self.epoch as i32);
-        let (l8, l4) = self.logs();
+        self.length_at(self.epoch, self.active.len())
+    }
+
+    /// `R_e` of epoch `e` with `s` active arms.
+    fn length_at(&self, epoch: u32, active: usize) -> u64 {
+        let delta = 0.5f64.powi(epoch as i32);
+        let (l8, l4) = self.logs_at(epoch, active);
         let stat = 32.0 * l8 / (delta * delta);
         let privacy = if self.cfg.epsilon.is_infinite() {
             0.0
@@ -344,6 +354,38 @@ impl DpSe {
 }
 
 impl Policy for DpSe {
+    fn released_estimates(&self) -> Option<crate::report::Released> {
+        // The cached means of the last finished epoch `e - 1` (the arms active in it, each its
+        // release number `e - 1`): `R_{e-1}` fresh rewards (the epoch's length with as many
+        // active arms as have a mean) and Laplace noise of scale `width/(epsilon R_{e-1})`.
+        let last = self.epoch.checked_sub(1).filter(|&e| e >= 1)?;
+        let active = self.released.iter().filter(|m| m.is_some()).count();
+        let r = self.length_at(last, active.max(1));
+        let width = self.boundary.width();
+        let scale = crate::privacy::LaplaceMechanism::for_pure_dp(width / r as f64, self.cfg.epsilon)
+            .ok()?
+            .scale();
+        let range = (self.boundary.lo, self.boundary.hi);
+        Some(crate::report::Released {
+            means: self
+                .released
+                .iter()
+                .map(|m| {
+                    m.map(|v| {
+                        crate::report::Release::new(
+                            v,
+                            r,
+                            crate::report::NoiseLaw::Laplace { scale },
+                        )
+                        .with_index(u64::from(last))
+                    })
+                })
+                .collect(),
+            range,
+            rounding: crate::report::grid_rounding(self.cfg.noise, self.cfg.grid_bits, range),
+            releases_bound: 0,
+        })
+    }
     fn snapshot(&self) -> Result<crate::snapshot::Snapshot> {
         crate::snapshot::Snapshot::new(Setting::FiniteArmed, DP_SE.kind, self)
     }

@@ -228,6 +228,33 @@ impl DpTs {
 }
 
 impl Policy for DpTs {
+    fn released_estimates(&self) -> Option<crate::report::Released> {
+        // The cached mean of each arm's last doubling batch of `O` rewards (its release number
+        // `log2(O) + 1`) with Laplace noise of scale `b/O` (`b` the sum's scale).
+        let bd = self.gate.boundary();
+        let range = (bd.lo, bd.hi);
+        Some(crate::report::Released {
+            means: self
+                .released
+                .iter()
+                .map(|r| {
+                    r.map(|(mu, o)| {
+                        crate::report::Release::new(
+                            mu,
+                            o,
+                            crate::report::NoiseLaw::Laplace {
+                                scale: self.mech.scale() / o as f64,
+                            },
+                        )
+                        .with_index(u64::from(o.max(1).ilog2()) + 1)
+                    })
+                })
+                .collect(),
+            range,
+            rounding: crate::report::grid_rounding(self.cfg.noise, self.cfg.grid_bits, range),
+            releases_bound: 0,
+        })
+    }
     fn snapshot(&self) -> Result<crate::snapshot::Snapshot> {
         crate::snapshot::Snapshot::new(Setting::FiniteArmed, DP_TS.kind, self)
     }

@@ -361,6 +361,39 @@ impl CfLearner {
 }
 
 impl Policy for CfLearner {
+    fn released_estimates(&self) -> Option<crate::report::Released> {
+        // Local DP: the bits are public; arm `a`'s running bit mean after `n` bits is its
+        // `n`-th release. The bit mean is `(1 - p00) + (p00 + p11 - 1) mu` (the Bernoulli trick
+        // then randomized response), mapped back to `mu` (one bit's range is
+        // `1/(p00 + p11 - 1)` there). A sliding window estimates a mean that drifts: none.
+        let Stats::Cumulative { counts, sums } = &self.stats else {
+            return None;
+        };
+        let means = counts
+            .iter()
+            .zip(sums)
+            .zip(&self.channels)
+            .map(|((&n, &s), ch)| {
+                if n == 0 {
+                    return None;
+                }
+                let gain = ch.p00() + ch.p11() - 1.0;
+                let mut r = crate::report::Release::new(
+                    (s / n as f64 - (1.0 - ch.p00())) / gain,
+                    n,
+                    crate::report::NoiseLaw::Gaussian { sd: 0.0 },
+                );
+                r.spread = Some(1.0 / gain);
+                Some(r.with_index(n))
+            })
+            .collect();
+        Some(crate::report::Released {
+            means,
+            range: (0.0, 1.0),
+            rounding: 0.0,
+            releases_bound: 0,
+        })
+    }
     fn snapshot(&self) -> Result<crate::snapshot::Snapshot> {
         crate::snapshot::Snapshot::new(Setting::FiniteArmed, CF_LEARNER, self)
     }

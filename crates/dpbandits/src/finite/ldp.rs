@@ -416,6 +416,11 @@ impl Policy for Ldp {
     fn num_arms(&self) -> usize {
         self.inner.num_arms()
     }
+    fn released_estimates(&self) -> Option<crate::report::Released> {
+        // The learner's statistics are of the public bits: a corruption-aware learner
+        // (kl-UCB-CF) maps them back to the reward scale; an oblivious one keeps none.
+        self.inner.released_estimates()
+    }
     fn guarantee(&self) -> PrivacyGuarantee {
         match self.randomizer.exact_epsilon() {
             Some(levels) => ldp_guarantee_exact(levels, &self.what, self.randomizer.grid_bits()),

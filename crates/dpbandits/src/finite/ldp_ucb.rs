@@ -321,6 +321,51 @@ impl LdpUcb {
 }
 
 impl Policy for LdpUcb {
+    fn released_estimates(&self) -> Option<crate::report::Released> {
+        // Local DP: every privatized reward is public, so the running mean of an arm's `n`
+        // privatized rewards is its `n`-th release. Laplace (CTL): `r + Lap(b)`, the average's
+        // noise sd `sqrt(2) b / sqrt(n)` (normal approximation); Bernoulli (CTB): bits with mean
+        // `p0 + (p1 - p0) mu`, mapped back to `mu` (one bit's range is `1/(p1 - p0)` there).
+        let range = (self.boundary.lo, self.boundary.hi);
+        let width = self.boundary.width();
+        let means = self
+            .counts
+            .iter()
+            .zip(&self.sums)
+            .map(|(&n, &s)| {
+                if n == 0 {
+                    return None;
+                }
+                let m = s / n as f64;
+                let rel = match self.cfg.mechanism {
+                    LocalMechanism::Laplace => crate::report::Release::new(
+                        m,
+                        n,
+                        crate::report::NoiseLaw::Gaussian {
+                            sd: std::f64::consts::SQRT_2 * self.laplace.scale() / (n as f64).sqrt(),
+                        },
+                    ),
+                    LocalMechanism::Bernoulli => {
+                        let gain = self.p1 - self.p0;
+                        let mut r = crate::report::Release::new(
+                            range.0 + width * (m - self.p0) / gain,
+                            n,
+                            crate::report::NoiseLaw::Gaussian { sd: 0.0 },
+                        );
+                        r.spread = Some(width / gain);
+                        r
+                    }
+                };
+                Some(rel.with_index(n))
+            })
+            .collect();
+        Some(crate::report::Released {
+            means,
+            range,
+            rounding: crate::report::grid_rounding(self.cfg.noise, self.cfg.grid_bits, range),
+            releases_bound: 0,
+        })
+    }
     fn snapshot(&self) -> Result<crate::snapshot::Snapshot> {
         crate::snapshot::Snapshot::new(Setting::FiniteArmed, LDP_UCB.kind, self)
     }

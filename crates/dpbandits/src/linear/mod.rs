@@ -98,6 +98,15 @@ pub trait LinearPolicy: Send + Debug {
     /// [`crate::Error::Protocol`] for another arm, no open commitment, more rounds than are left,
     /// or a sum built by a boundary wider than [`LinearPolicy::boundary`].
     fn observe_batch(&mut self, arm: usize, sum: &RewardSum) -> Result<()>;
+    /// The private estimate of `theta` with its confidence ellipsoid at `level`, from released
+    /// statistics only ([`crate::report`]), and the arm vectors to give value intervals for;
+    /// `None` for a kind that keeps none (the default).
+    fn released_estimate(
+        &self,
+        _level: f64,
+    ) -> Option<(crate::report::LinearReleased, Vec<Vec<f64>>)> {
+        None
+    }
     /// Save the complete state (phase in progress, statistics, generators) for a bit-identical
     /// restore ([`crate::snapshot`]; restore with `registry::restore_linear`). Sensitive data:
     /// it holds raw reward sums and the noise generator's state.
