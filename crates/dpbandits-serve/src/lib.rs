@@ -429,6 +429,7 @@ pub async fn serve_until(
             drop(db_lock);
         })
         .context("starting the writer thread")?;
+    let deadlines = tokio::spawn(enforce_deadlines(jobs.clone()));
     let state = api::Shared {
         jobs,
         tokens: tokens.clone(),
@@ -447,12 +448,45 @@ pub async fn serve_until(
     // Kept until here: a dropped sender would end the server (its `failed_rx` resolves).
     drop(failed_tx);
     hup.abort();
+    deadlines.abort();
     api::log(
         "stopped",
         serde_json::json!({"connections_closed_at_deadline": clean.closed_at_deadline}),
     );
     drop(path_lock);
     Ok(())
+}
+
+/// How often the deadline timer runs ([`enforce_deadlines`]).
+pub const DEADLINE_TICK: Duration = Duration::from_millis(250);
+
+/// The reward-deadline timer: every [`DEADLINE_TICK`] the writer abandons every decision past
+/// its experiment's `reward_deadline` ([`service::Service::expire_all`]), so decisions expire
+/// on time with no decision request (after enrolment ends, `close` need not wait). Each run
+/// that abandons something is logged.
+async fn enforce_deadlines(jobs: tokio::sync::mpsc::Sender<api::Job>) {
+    let mut tick = tokio::time::interval(DEADLINE_TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let job: api::Job = Box::new(|s: &mut service::Service| {
+            let r = s.expire_all();
+            Box::new(move |committed: bool| match r {
+                Ok(0) => {}
+                Ok(n) => api::log(
+                    "deadline-timer",
+                    serde_json::json!({"abandoned": n, "committed": committed}),
+                ),
+                Err(e) => api::log(
+                    "deadline-timer",
+                    serde_json::json!({"error": e.to_string()}),
+                ),
+            }) as api::Reply
+        });
+        if jobs.send(job).await.is_err() {
+            return;
+        }
+    }
 }
 
 /// On each SIGHUP (`hup`, installed before the start-up check; signals that came during it are

@@ -128,19 +128,21 @@ fn intervals_svg(rows: &[(String, f64, f64, f64)], range: (f64, f64)) -> String 
     s
 }
 
-/// A bar of `spent` out of `budget` (the ledger against the guarantee).
+/// A bar of the budget in force against the declared one (100%: as declared; more, in red: a
+/// release was charged more than once).
 fn budget_svg(spent: f64, budget: f64) -> String {
-    let frac = if budget > 0.0 && budget.is_finite() {
-        (spent / budget).clamp(0.0, 1.0)
+    let ratio = if budget > 0.0 && budget.is_finite() && spent.is_finite() {
+        spent / budget
     } else {
         0.0
     };
+    let frac = ratio.clamp(0.0, 1.0);
     let w = W - 20.0;
     format!(
         "<svg viewBox=\"0 0 {W} 40\" width=\"{W}\" height=\"40\" role=\"img\" aria-label=\"budget spent\"><rect x=\"10\" y=\"8\" width=\"{w}\" height=\"20\" fill=\"#eee\" stroke=\"#444\"/><rect x=\"10\" y=\"8\" width=\"{:.1}\" height=\"20\" fill=\"{}\"/><text x=\"14\" y=\"23\" font-size=\"12\">{:.1}%</text></svg>",
         (frac * w).max(1.0),
-        if frac >= 1.0 { "#d62728" } else { "#ff7f0e" },
-        100.0 * frac
+        if ratio > 1.0 { "#d62728" } else { "#2ca02c" },
+        100.0 * ratio
     )
 }
 
@@ -248,21 +250,31 @@ pub fn render(m: &Value) -> String {
     panels.push_str(&panel("interim", "Interim estimates", &interim_body));
 
     let l = &m["ledger"];
-    let spent = l["charged_total"].as_f64().unwrap_or(0.0);
-    let budget = l["budget"].as_f64().unwrap_or(f64::NAN);
-    panels.push_str(&panel(
-        "ledger",
-        "Privacy ledger",
-        &format!(
-            "<p>Spent {} of {} {} ({} charges; guarantee: {}).</p>{}",
-            num(&l["charged_total"]),
-            num(&l["budget"]),
-            esc(l["measure"].as_str().unwrap_or("")),
-            num(&l["charges"]),
+    let declared = l["declared"].as_f64().unwrap_or(f64::NAN);
+    let effective = l["effective"].as_f64().unwrap_or(f64::NAN);
+    let ledger_body = if declared.is_finite() {
+        format!(
+            "<p>Guarantee: {} with {} = {} declared; in force: {} = {} (the declared budget times the most charges of one release, {}). \
+             {} charges over {} releases, {} in total (each release charged its cost; a reward enters one release, so the releases compose in parallel).</p>{}",
             esc(l["guarantee"].as_str().unwrap_or("")),
-            budget_svg(spent, budget)
-        ),
-    ));
+            esc(l["measure"].as_str().unwrap_or("")),
+            num(&l["declared"]),
+            esc(l["measure"].as_str().unwrap_or("")),
+            num(&l["effective"]),
+            num(&l["max_charges_per_release"]),
+            num(&l["charges"]),
+            num(&l["releases"]),
+            num(&l["charged_total"]),
+            budget_svg(effective, declared)
+        )
+    } else {
+        format!(
+            "<table><tr><th>guarantee</th><td>{}</td></tr><tr><th>charges</th><td>{}</td></tr></table>",
+            esc(l["guarantee"].as_str().unwrap_or("none (a non-private kind)")),
+            num(&l["charges"])
+        )
+    };
+    panels.push_str(&panel("ledger", "Privacy ledger", &ledger_body));
 
     let a = &m["audit"];
     panels.push_str(&panel(
@@ -323,7 +335,8 @@ mod tests {
             "allocation": [{"label": "arm 0", "decisions": 10}, {"label": "arm 1", "decisions": 18}],
             "interim": {"level": 0.9, "method": "risk spending", "range": [0.0, 1.0],
                         "estimates": [{"label": "arm 0", "estimate": 0.3, "low": 0.1, "high": 0.5, "releases": 2}]},
-            "ledger": {"charged_total": 1.5, "budget": 2.0, "measure": "rho", "charges": 3, "guarantee": "rho-zCDP"},
+            "ledger": {"charged_total": 3.0, "declared": 1.0, "effective": 2.0, "measure": "rho", "charges": 3,
+                       "releases": 2, "max_charges_per_release": 2, "guarantee": "rho-zCDP"},
             "audit": {"entries": 77, "head": "ab12"},
             "verification": {"state": "verified", "at": "2026-11-28T00:00:00Z", "entries": 70},
         });
@@ -341,7 +354,7 @@ mod tests {
             assert!(html.contains(&format!("data-panel=\"{p}\"")), "{p}");
         }
         assert!(html.contains("<polyline"));
-        assert!(html.contains("75.0%"), "the ledger bar: 1.5 of 2");
+        assert!(html.contains("200.0%") && html.contains("#d62728"), "a release charged twice");
         assert!(html.contains("<circle"), "an interval's estimate");
         for external in ["src=\"http", "href=\"http", "<link", "<img"] {
             assert!(!html.contains(external));

@@ -69,6 +69,8 @@ CREATE TABLE IF NOT EXISTS decisions (
     propensity REAL,
     issued_unix REAL,
     outcome TEXT,
+    late_reward REAL,
+    late_received TEXT,
     PRIMARY KEY (experiment, id)
 );
 CREATE UNIQUE INDEX IF NOT EXISTS decisions_request ON decisions (experiment, request_id)
@@ -165,6 +167,19 @@ pub fn open(path: &Path) -> Result<Connection> {
             "--db {}: schema version {v}, this build reads versions {SCHEMA_VERSION_POLICY_SNAPSHOTS}, {SCHEMA_VERSION_SESSION} and {SCHEMA_VERSION_UNKEYED} (migrated on open) and {SCHEMA_VERSION}",
             path.display()
         ),
+    }
+    // Late outcomes (a true outcome reported after its decision was abandoned): two nullable
+    // columns, added to a database of any schema that lacks them (no version change: an older
+    // build ignores them; `audit-log verify` checks them against `late-outcome` entries).
+    for (column, decl) in [("late_reward", "REAL"), ("late_received", "TEXT")] {
+        let present: i64 = conn.query_row(
+            "SELECT COUNT(*) FROM pragma_table_info('decisions') WHERE name = ?1",
+            [column],
+            |r| r.get(0),
+        )?;
+        if present == 0 {
+            conn.execute_batch(&format!("ALTER TABLE decisions ADD COLUMN {column} {decl}"))?;
+        }
     }
     // The pending decisions by issue time (the reward deadline's query runs at every decision
     // request of an experiment with a deadline: an index, not a scan of its decisions). After
@@ -497,6 +512,11 @@ pub struct DecisionRow {
     pub propensity: Option<f64>,
     /// `reward`, `abandoned` (the dropout reward was recorded), or none while pending.
     pub outcome: Option<String>,
+    /// A true outcome reported after the decision was abandoned (stored, never given to the
+    /// policy).
+    pub late_reward: Option<f64>,
+    /// When the late outcome was received.
+    pub late_received: Option<String>,
 }
 
 /// An experiment's decisions with `decision_id > after`, at most `limit`, in order.
@@ -510,7 +530,8 @@ pub fn decision_rows(
     limit: u64,
 ) -> Result<Vec<DecisionRow>> {
     let mut stmt = conn.prepare(
-        "SELECT id, round, arm, request_id, issued, reward, admitted, rewarded, actions, propensity, outcome
+        "SELECT id, round, arm, request_id, issued, reward, admitted, rewarded, actions, propensity, outcome,
+                late_reward, late_received
          FROM decisions WHERE experiment = ?1 AND id > ?2 ORDER BY id LIMIT ?3",
     )?;
     let rows = stmt
@@ -528,6 +549,8 @@ pub fn decision_rows(
                     actions: None,
                     propensity: r.get(9)?,
                     outcome: r.get(10)?,
+                    late_reward: r.get(11)?,
+                    late_received: r.get(12)?,
                 },
                 r.get::<_, Option<String>>(8)?,
             ))
@@ -614,6 +637,78 @@ pub fn record_reward(
         params![name, id as i64, reward, admitted, now(), outcome],
     )?;
     Ok(())
+}
+
+/// Store a late outcome of an abandoned decision inside `tx`: only the first is kept (returns
+/// `false` when one is stored already).
+///
+/// # Errors
+/// SQLite errors.
+pub fn record_late(tx: &Connection, name: &str, id: u64, reward: f64) -> Result<bool> {
+    let n = tx
+        .prepare_cached(
+            "UPDATE decisions SET late_reward = ?3, late_received = ?4
+             WHERE experiment = ?1 AND id = ?2 AND outcome = 'abandoned' AND late_reward IS NULL",
+        )?
+        .execute(params![name, id as i64, reward, now()])?;
+    Ok(n == 1)
+}
+
+/// Per-arm counts of an experiment's decisions: `(arm, rewarded with a true outcome, abandoned
+/// (imputed), late outcomes stored, pending)`.
+///
+/// # Errors
+/// SQLite errors.
+pub fn outcome_counts(conn: &Connection, name: &str) -> Result<Vec<(usize, [u64; 4])>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT arm,
+                SUM(reward IS NOT NULL AND COALESCE(outcome, 'reward') = 'reward'),
+                SUM(outcome = 'abandoned'),
+                SUM(late_reward IS NOT NULL),
+                SUM(reward IS NULL)
+         FROM decisions WHERE experiment = ?1 GROUP BY arm ORDER BY arm",
+    )?;
+    let rows = stmt
+        .query_map(params![name], |r| {
+            let g = |i: usize| r.get::<_, Option<i64>>(i).map(|v| v.unwrap_or(0) as u64);
+            Ok((r.get::<_, i64>(0)? as usize, [g(1)?, g(2)?, g(3)?, g(4)?]))
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    Ok(rows)
+}
+
+/// Enrolment over time: at most `points` `(unix seconds, decisions issued so far)` pairs of
+/// `name`, evenly spaced over its decisions (one indexed read per point).
+///
+/// # Errors
+/// SQLite errors.
+pub fn enrolment(conn: &Connection, name: &str, points: u64) -> Result<Vec<(f64, u64)>> {
+    let total: i64 = conn
+        .prepare_cached("SELECT COALESCE(MAX(id), 0) FROM decisions WHERE experiment = ?1")?
+        .query_row(params![name], |r| r.get(0))?;
+    let total = total.max(0) as u64;
+    let mut out = Vec::new();
+    if total == 0 {
+        return Ok(out);
+    }
+    let step = total.div_ceil(points.max(1)).max(1);
+    let mut stmt =
+        conn.prepare_cached("SELECT issued_unix FROM decisions WHERE experiment = ?1 AND id = ?2")?;
+    let mut id = 1;
+    loop {
+        let t: Option<f64> = stmt
+            .query_row(params![name, id as i64], |r| r.get(0))
+            .optional()?
+            .flatten();
+        if let Some(t) = t {
+            out.push((t, id));
+        }
+        if id == total {
+            break;
+        }
+        id = (id + step).min(total);
+    }
+    Ok(out)
 }
 
 /// An open release intent (a ledger row of status `intent`).
@@ -1158,6 +1253,18 @@ fn rfc3339(d: std::time::Duration) -> String {
     push(rem % 60, 2, '.');
     push(i64::from(d.subsec_micros()), 6, 'Z');
     out
+}
+
+/// The audit log's head: its newest entry's `(seq, hash)` (`(0, GENESIS)` when empty).
+///
+/// # Errors
+/// SQLite errors.
+pub fn audit_head(conn: &Connection) -> Result<(i64, String)> {
+    Ok(conn
+        .prepare_cached("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1")?
+        .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?
+        .unwrap_or((0, GENESIS.to_string())))
 }
 
 /// Append one entry to the audit chain inside `tx`; returns its `(seq, hash)`.

@@ -131,6 +131,9 @@ struct Seen {
     rewards: u64,
     releases: u64,
     charges: u64,
+    /// `(decision id, reward)` of each `late-outcome` entry (late outcomes of abandoned
+    /// decisions: few, so kept whole).
+    late: Vec<(u64, f64)>,
 }
 
 fn field<'a>(body: &'a Value, key: &str, seq: i64) -> Result<&'a Value> {
@@ -178,6 +181,38 @@ pub mod progress {
             TOTAL.load(Ordering::Relaxed),
         )
     }
+
+    static PASSED: std::sync::Mutex<Option<(String, i64)>> = std::sync::Mutex::new(None);
+
+    /// The start-up check passed on `entries` entries (now).
+    pub fn passed(entries: i64) {
+        *PASSED
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            Some((crate::store::now(), entries));
+    }
+
+    /// The start-up check's outcome for the monitor page: when it passed and on how many
+    /// entries, or that it did not run in this process.
+    pub fn startup_state() -> serde_json::Value {
+        match PASSED
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+        {
+            Some((at, entries)) => serde_json::json!({
+                "state": "verified at start-up (chain, tables and sessions against the log)",
+                "at": at, "entries": entries}),
+            None => {
+                serde_json::json!({"state": "not verified in this process", "at": null, "entries": null})
+            }
+        }
+    }
+}
+
+/// See [`progress::startup_state`].
+pub fn startup_state() -> Value {
+    progress::startup_state()
 }
 
 /// Verify an open connection (the service's start-up self-check uses its own connection).
@@ -436,6 +471,16 @@ fn check_entry(
             }
             s.rewards += 1;
         }
+        "late-outcome" => {
+            let id = as_u64(body, "decision_id", seq)?;
+            let reward = as_f64(body, "reward", seq)?;
+            if s.late.iter().any(|&(d, _)| d == id) {
+                bail!(
+                    "audit entry seq = {seq}: a second late outcome of decision {id} of experiment {exp:?}"
+                );
+            }
+            s.late.push((id, reward));
+        }
         "release" => s.releases += 1,
         "budget-charge" => {
             let id = field(body, "ledger_id", seq)?
@@ -478,6 +523,74 @@ fn check_entry(
             s.charges += 1;
         }
         _ => {}
+    }
+    Ok(())
+}
+
+/// The late outcomes stored with the decisions (`late_reward`) are exactly those the log's
+/// `late-outcome` entries record, bit for bit, and each is of an abandoned decision. A
+/// database without the column (made before late outcomes were stored) must have no such entry.
+fn check_late(conn: &Connection, seen: &BTreeMap<String, Seen>) -> Result<()> {
+    let has_column: i64 = conn.query_row(
+        "SELECT COUNT(*) FROM pragma_table_info('decisions') WHERE name = 'late_reward'",
+        [],
+        |r| r.get(0),
+    )?;
+    let mut stored: BTreeMap<String, Vec<(u64, f64, Option<String>)>> = BTreeMap::new();
+    if has_column == 1 {
+        let mut stmt = conn.prepare(
+            "SELECT experiment, id, late_reward, outcome FROM decisions WHERE late_reward IS NOT NULL ORDER BY experiment, id",
+        )?;
+        let rows = stmt.query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, i64>(1)? as u64,
+                r.get::<_, f64>(2)?,
+                r.get::<_, Option<String>>(3)?,
+            ))
+        })?;
+        for row in rows {
+            let (exp, id, reward, outcome) = row?;
+            stored.entry(exp).or_default().push((id, reward, outcome));
+        }
+    }
+    let empty = Vec::new();
+    for (exp, s) in seen {
+        let mut logged = s.late.clone();
+        logged.sort_by_key(|x| x.0);
+        let rows = stored.get(exp).unwrap_or(&empty);
+        if has_column == 0 && !logged.is_empty() {
+            bail!(
+                "decisions: the table has no late_reward column, but the log records {} late outcome(s) of experiment {exp:?}",
+                logged.len()
+            );
+        }
+        for (i, &(id, reward)) in logged.iter().enumerate() {
+            match rows.get(i) {
+                Some((sid, sr, outcome)) if *sid == id && sr.to_bits() == reward.to_bits() => {
+                    if outcome.as_deref() != Some("abandoned") {
+                        bail!(
+                            "decisions: experiment {exp:?} decision {id} has a late outcome but its outcome is {outcome:?}, not \"abandoned\""
+                        );
+                    }
+                }
+                other => bail!(
+                    "decisions: experiment {exp:?}: the log records late outcome {reward} of decision {id}; the table has {:?}",
+                    other.map(|x| (x.0, x.1))
+                ),
+            }
+        }
+        if rows.len() > logged.len() {
+            let (id, r, _) = &rows[logged.len()];
+            bail!(
+                "decisions: experiment {exp:?} decision {id} has late outcome {r}, which the log does not record"
+            );
+        }
+    }
+    for exp in stored.keys() {
+        if !seen.contains_key(exp) {
+            bail!("decisions: experiment {exp:?} has late outcomes but no entry in the log");
+        }
     }
     Ok(())
 }
@@ -525,6 +638,7 @@ fn check_tables(
             ))
         })?
         .collect::<rusqlite::Result<Vec<Row>>>()?;
+    check_late(conn, seen)?;
     let mut names = std::collections::BTreeSet::new();
     for (name, kind, arms, token_hash, issued, observed, releases, snapshot) in rows {
         let Some(s) = seen.get(&name).filter(|s| s.created.is_some()) else {

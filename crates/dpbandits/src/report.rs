@@ -156,11 +156,7 @@ impl Release {
 
 impl From<crate::privacy::NoisyMean> for Release {
     fn from(m: crate::privacy::NoisyMean) -> Self {
-        Release::new(
-            m.value(),
-            m.samples(),
-            NoiseLaw::Gaussian { sd: m.sigma() },
-        )
+        Release::new(m.value(), m.samples(), NoiseLaw::Gaussian { sd: m.sigma() })
     }
 }
 
@@ -361,7 +357,8 @@ impl OutcomeCounts {
         let k = self.observed.len().max(self.imputed.len());
         (0..k)
             .map(|a| {
-                self.observed.get(a).copied().unwrap_or(0) + self.imputed.get(a).copied().unwrap_or(0)
+                self.observed.get(a).copied().unwrap_or(0)
+                    + self.imputed.get(a).copied().unwrap_or(0)
             })
             .collect()
     }

@@ -1987,6 +1987,41 @@ fn openapi_matches_the_router() {
     oversize("rotate_token", "st", ADMIN);
     let r = call("rotate_token", "st", "", "", a, Some(b"{}"));
     assert_eq!(r.status, 200, "{}", r.body);
+    // bulk abandon, the interim look, the monitor
+    call(
+        "abandonPending",
+        "ep",
+        "",
+        "",
+        c,
+        Some(&j(json!({"older_than": 3600}))),
+    );
+    call("abandonPending", "ep", "", "", c, Some(b"[")); // 400
+    call("abandonPending", "ep", "", "", None, Some(b"{}")); // 401
+    call(
+        "abandonPending",
+        "nope",
+        "",
+        "",
+        a,
+        Some(&j(json!({"older_than": 0}))),
+    ); // 404
+    call(
+        "abandonPending",
+        "ep",
+        "",
+        "",
+        c,
+        Some(&j(json!({"older_than": -1}))),
+    ); // 422
+    oversize("abandonPending", "ep", &tok);
+    for op in ["interim", "monitor"] {
+        call(op, "ep", "", "", a, None);
+        call(op, "ep", "", "", c, None); // 401: admin only
+        call(op, "nope", "", "", a, None); // 404
+        call(op, "ep", "", "?bogus=1", a, None); // 422
+    }
+    call("monitor", "ep", "", "?format=json", a, None);
     // close and report
     call("report", "ep", "", "", c, None); // 404 before closing
     let r = call("decide", "ep", "", "", c, Some(b"{}"));
@@ -2020,6 +2055,14 @@ fn openapi_matches_the_router() {
         Some(&j(json!({"decision_id": pend, "reward": 0.5}))),
     ); // 409
     call("abandon", "ep", &pend.to_string(), "", c, Some(b"{}")); // 409
+    call(
+        "abandonPending",
+        "ep",
+        "",
+        "",
+        c,
+        Some(&j(json!({"older_than": 0}))),
+    ); // 409: closed
     s.terminate();
 
     let seen = seen.into_inner().unwrap();

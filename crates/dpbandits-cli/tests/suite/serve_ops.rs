@@ -12,13 +12,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-const ADMIN: &str = "ops-admin-token-0123456789";
-const TIMEOUT: Duration = Duration::from_secs(10);
+pub(super) const ADMIN: &str = "ops-admin-token-0123456789";
+pub(super) const TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A `serve` process logging to `log` (its `--log-file`), killed when dropped.
-struct Proc {
+pub(super) struct Proc {
     child: Child,
-    addr: SocketAddr,
+    pub(super) addr: SocketAddr,
     log: PathBuf,
 }
 
@@ -31,7 +31,7 @@ impl Drop for Proc {
 
 impl Proc {
     /// Start `serve` on `db` and wait (at most 30 s) until `/v1/health` answers 200.
-    fn start(db: &Path, token_file: &Path, log: &Path, extra: &[&str]) -> Proc {
+    pub(super) fn start(db: &Path, token_file: &Path, log: &Path, extra: &[&str]) -> Proc {
         let port = TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -90,7 +90,7 @@ fn read(p: &Path) -> String {
 }
 
 /// The log lines of `log` with `"event": event`.
-fn events(log: &Path, event: &str) -> Vec<Value> {
+pub(super) fn events(log: &Path, event: &str) -> Vec<Value> {
     read(log)
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
@@ -98,7 +98,7 @@ fn events(log: &Path, event: &str) -> Vec<Value> {
         .collect()
 }
 
-fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+pub(super) fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while !f() {
         assert!(Instant::now() < deadline, "{what}: not within 10 s");
@@ -106,7 +106,7 @@ fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
-fn setup() -> (tempfile::TempDir, PathBuf, PathBuf, PathBuf) {
+pub(super) fn setup() -> (tempfile::TempDir, PathBuf, PathBuf, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let token = dir.path().join("admin-token");
     std::fs::write(&token, format!("{ADMIN}\n")).unwrap();
