@@ -451,12 +451,10 @@ impl BaiAlgorithm for DpSeRun {
                     return None;
                 }
                 let r = e.epoch_len(self.active.len().max(1), j as u32);
-                let scale = crate::privacy::LaplaceMechanism::for_pure_dp(
-                    bd.width() / r as f64,
-                    e.epsilon,
-                )
-                .ok()?
-                .scale();
+                let scale =
+                    crate::privacy::LaplaceMechanism::for_pure_dp(bd.width() / r as f64, e.epsilon)
+                        .ok()?
+                        .scale();
                 Some(
                     crate::report::Release::new(
                         self.mu[a],

@@ -362,9 +362,10 @@ impl Policy for DpSe {
         let active = self.released.iter().filter(|m| m.is_some()).count();
         let r = self.length_at(last, active.max(1));
         let width = self.boundary.width();
-        let scale = crate::privacy::LaplaceMechanism::for_pure_dp(width / r as f64, self.cfg.epsilon)
-            .ok()?
-            .scale();
+        let scale =
+            crate::privacy::LaplaceMechanism::for_pure_dp(width / r as f64, self.cfg.epsilon)
+                .ok()?
+                .scale();
         let range = (self.boundary.lo, self.boundary.hi);
         Some(crate::report::Released {
             means: self
