@@ -523,6 +523,69 @@ impl LinearPolicyConfig for GopeConfig {
 /// A phase is a sequence of blocks `(arm, T_l(arm))`; each block is one commitment, and the last
 /// block's observation ends the phase (one release, elimination).
 impl LinearPolicy for PhasedElimination {
+    fn released_estimate(
+        &self,
+        level: f64,
+    ) -> Option<(crate::report::LinearReleased, Vec<Vec<f64>>)> {
+        // The last phase's release: theta~_l = theta^_l + noise, in the span of its arms
+        // (orthonormal basis B, d x r). V_l^{1/2} (theta~_l - theta) has covariance at most
+        // (s_r^2 + c) I_r: the least-squares error s_r^2 I_r for rewards of variance at most
+        // s_r^2 = ((hi - lo)/2)^2 (Popoviciu; normal approximation) and the placement's noise
+        // c = `noise_in_metric`. So ||theta~_l - theta||^2_(V_l) <= (s_r^2 + c) f(r, 2 a_l)
+        // (Laurent-Massart chi-square tail, `chi2_tail`) with probability 1 - a_l, where phase l
+        // spends a_l = (1 - level) 6/(pi^2 l^2): valid over every phase at once, so at the
+        // close and at any number of interim looks.
+        let rel = self.releases.last()?;
+        let bd = self.gate.boundary();
+        if !(bd.lo.is_finite() && bd.hi.is_finite()) || rel.information.is_empty() {
+            return None;
+        }
+        let r = rel.rank;
+        let d = rel.theta.len();
+        let v = DMatrix::from_row_slice(r, r, &rel.information);
+        let b = DMatrix::from_row_slice(d, r, &rel.basis);
+        let vinv = v.clone().cholesky()?.inverse();
+        let alpha = crate::report::spending(1.0 - level, u64::from(rel.phase));
+        let sr2 = (bd.width() / 2.0).powi(2);
+        let radius2 = (sr2 + rel.noise_in_metric) * chi2_tail(r as f64, 2.0 * alpha);
+        let precision = &b * &v * b.transpose() / radius2;
+        let shape = &b * vinv * b.transpose() * radius2;
+        let proj = &b * b.transpose();
+        let rows = |m: &DMatrix<f64>| -> Vec<Vec<f64>> {
+            (0..m.nrows())
+                .map(|i| (0..m.ncols()).map(|j| m[(i, j)]).collect())
+                .collect()
+        };
+        let released = crate::report::LinearReleased {
+            theta: rel.theta.clone(),
+            precision: rows(&precision),
+            shape: rows(&shape),
+            span: (r < d).then(|| rows(&proj)),
+            level,
+            rewards: rel.samples,
+            range: (bd.lo, bd.hi),
+            method: format!(
+                "{}: the last phase's released theta~_l (phase {}, {} rewards, rank {r}) with the \
+                 ellipsoid ||theta - theta~_l||^2_(V_l) <= (((hi-lo)/2)^2 + c) f(r, 2 a_l), V_l the \
+                 phase's public information matrix, c the placement's noise in that metric, \
+                 f the Laurent-Massart chi-square tail, a_l = (1-level) 6/(pi^2 l^2) spent over \
+                 phases (valid at the close and under any number of looks; normal approximation \
+                 of the least-squares error; rewards assumed in the boundary); value intervals \
+                 <a, theta~_l> +- the ellipsoid's half-width along a (unbounded outside the span), \
+                 simultaneous over arms, clipped to the reward range; post-processing of \
+                 released statistics",
+                self.cfg.kind(),
+                rel.phase,
+                rel.samples
+            ),
+        };
+        let arms = self
+            .arms
+            .iter()
+            .map(|a| a.iter().copied().collect())
+            .collect();
+        Some((released, arms))
+    }
     fn snapshot(&self) -> Result<crate::snapshot::Snapshot> {
         crate::snapshot::Snapshot::new(Setting::Linear, self.cfg.kind(), self)
     }
@@ -706,6 +769,23 @@ pub struct PhaseRelease {
     pub theta: Vec<f64>,
     /// Survivors after elimination.
     pub survivors: Vec<usize>,
+    /// The phase's information matrix `V_l` in the span basis (`rank x rank`, row-major):
+    /// public (a function of the arms and the design). Absent from snapshots written before
+    /// the report used it (the report then has no ellipsoid for that phase).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub information: Vec<f64>,
+    /// The span basis (`d x rank`, row-major; orthonormal columns).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub basis: Vec<f64>,
+    /// `c` with `Cov(V_l^{1/2} (theta~_l - theta^_l)) <= c I` (the placement's noise in the
+    /// ellipsoid's metric): intermediate `sigma^2`, per-arm sums `sigma^2 / min_a T_l(a)`, output
+    /// `sigma^2 lambda_max(V_l)`, non-private 0.
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
+    pub noise_in_metric: f64,
+}
+
+fn is_zero_f64(x: &f64) -> bool {
+    *x == 0.0
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -1030,6 +1110,28 @@ impl PhasedElimination {
             .map(|(&a, _)| a)
             .collect();
         let released: Vec<f64> = (&cur.basis * &theta).iter().copied().collect();
+        let noise_in_metric = match self.cfg.placement {
+            _ if sigma == 0.0 => 0.0,
+            NoisePlacement::Intermediate => sigma * sigma,
+            NoisePlacement::PerArmSums => {
+                let min_n = cur.plan.blocks.iter().map(|&(_, n)| n).min().unwrap_or(1);
+                sigma * sigma / min_n.max(1) as f64
+            }
+            NoisePlacement::Output => {
+                let lmax = v.clone().symmetric_eigen().eigenvalues.max();
+                sigma * sigma * lmax
+            }
+            NoisePlacement::None => 0.0,
+        };
+        let information: Vec<f64> = (0..r)
+            .flat_map(|i| (0..r).map(move |j| (i, j)))
+            .map(|(i, j)| v[(i, j)])
+            .collect();
+        let d = cur.basis.nrows();
+        let basis: Vec<f64> = (0..d)
+            .flat_map(|i| (0..r).map(move |j| (i, j)))
+            .map(|(i, j)| cur.basis[(i, j)])
+            .collect();
         for &x in &released {
             crate::privacy::tap::record(crate::privacy::tap::Family::Gaussian, x);
         }
@@ -1045,6 +1147,9 @@ impl PhasedElimination {
             g2,
             theta: released,
             survivors: survivors.clone(),
+            information,
+            basis,
+            noise_in_metric,
         });
         self.active = survivors;
         self.phase = cur.plan.phase;

@@ -373,6 +373,28 @@ impl ContextualPolicy for OfulDyn {
     fn boundary(&self) -> RewardBoundary {
         self.gate.boundary()
     }
+    fn released_estimate(&self) -> Option<crate::report::LinearReleased> {
+        // `w`: the upper triangle of `beta~^2 V_tau^{-1}`, off-diagonal entries doubled.
+        let d = self.d;
+        let shape = (0..d)
+            .map(|i| {
+                (0..d)
+                    .map(|j| {
+                        let (a, b) = (i.min(j), i.max(j));
+                        let x = self.w[a * d + b];
+                        if a == b { x } else { x / 2.0 }
+                    })
+                    .collect()
+            })
+            .collect();
+        super::oful_released(
+            &self.cfg,
+            self.theta.clone(),
+            shape,
+            self.tau,
+            self.gate.boundary(),
+        )
+    }
     fn snapshot(&self) -> Result<crate::snapshot::Snapshot> {
         let st = OfulSnap {
             d: self.d,

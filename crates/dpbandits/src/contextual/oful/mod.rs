@@ -1044,6 +1044,49 @@ fn contribution<const D: usize>(clip: bool, a: &[f64; D], reward: f64) -> f64 {
     }
 }
 
+/// The report's view of an OFUL-family policy ([`crate::report::LinearReleased`]): the frozen
+/// (released) `theta~` and `beta~^2 V_tau^{-1}` (`shape`), so the ellipsoid is
+/// `||theta - theta~||_{V_tau} <= beta~` at level `1 - delta` (Abbasi-Yadkori et al. 2011, Thm 2,
+/// time-uniform; AdaC-OFUL: Azize & Basu 2024, Thm 14, the radius enlarged by the noise term),
+/// for rewards `<theta*, a> + ` 1-sub-Gaussian noise with `||theta*|| <= s`.
+pub(crate) fn oful_released(
+    cfg: &OfulConfig,
+    theta: Vec<f64>,
+    shape: Vec<Vec<f64>>,
+    rounds: u64,
+    boundary: RewardBoundary,
+) -> Option<crate::report::LinearReleased> {
+    let d = theta.len();
+    let m = nalgebra::DMatrix::from_fn(d, d, |i, j| shape[i][j]);
+    let p = m.try_inverse()?;
+    if !(theta.iter().all(|x| x.is_finite()) && p.iter().all(|x| x.is_finite())) {
+        return None;
+    }
+    Some(crate::report::LinearReleased {
+        theta,
+        precision: (0..d)
+            .map(|i| (0..d).map(|j| p[(i, j)]).collect())
+            .collect(),
+        shape,
+        span: None,
+        level: 1.0 - cfg.delta,
+        rewards: rounds,
+        range: (boundary.lo, boundary.hi),
+        method: format!(
+            "{}: the released theta~ of the last episode update with the policy's own confidence \
+             ellipsoid ||theta - theta~||_(V_tau) <= beta~ (Abbasi-Yadkori, Pal & Szepesvari 2011, \
+             Thm 2, time-uniform; AdaC-OFUL: Azize & Basu 2024, Thm 14), at level 1 - delta = {} \
+             (delta of the configuration, not the requested level), assuming rewards \
+             <theta*, a> + 1-sub-Gaussian noise with ||theta*|| <= s = {}; value intervals \
+             <a, theta~> +- beta~ ||a||_(V_tau^-1), simultaneous over actions and looks, clipped \
+             to the reward range; post-processing of released statistics",
+            cfg.kind(),
+            1.0 - cfg.delta,
+            cfg.s
+        ),
+    })
+}
+
 impl<const D: usize> ContextualPolicy for OfulPolicy<D>
 where
     SMatrix<f64, D, D>: SquareOps,
@@ -1064,6 +1107,19 @@ where
     }
     fn boundary(&self) -> RewardBoundary {
         self.gate.boundary()
+    }
+
+    fn released_estimate(&self) -> Option<crate::report::LinearReleased> {
+        let shape = (0..D)
+            .map(|i| (0..D).map(|j| self.m[(i, j)]).collect())
+            .collect();
+        oful_released(
+            &self.cfg,
+            self.theta.iter().copied().collect(),
+            shape,
+            self.tau,
+            self.gate.boundary(),
+        )
     }
 
     fn snapshot(&self) -> Result<crate::snapshot::Snapshot> {
