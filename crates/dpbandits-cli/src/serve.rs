@@ -168,6 +168,12 @@ pub fn audit_log(cmd: AuditLogCommand) -> Result<ExitCode> {
                                 r.tokens_unchecked.join(", ")
                             );
                         }
+                        if !r.unpinned.is_empty() {
+                            println!(
+                                "parameters and earlier decisions not pinned by the log yet (created by an earlier build; the next serve start pins them): {}",
+                                r.unpinned.join(", ")
+                            );
+                        }
                     }
                     Ok(ExitCode::SUCCESS)
                 }

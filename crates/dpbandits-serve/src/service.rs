@@ -735,6 +735,66 @@ fn load_all(conn: &Connection) -> anyhow::Result<HashMap<String, Experiment>> {
     Ok(experiments)
 }
 
+/// Refuse to key an unkeyed audit log of `entries` entries when keying it would hide a removed
+/// keying: the database says it is schema 4 (keyed), or the key file exists (a key is made for a
+/// database's first keyed start; an old, never-keyed database has none yet). Re-keying such a
+/// log would make a chain re-hashed without the key verify under the new key.
+fn refuse_unkeyed(
+    conn: &Connection,
+    db: &Path,
+    key_path: &Path,
+    entries: u64,
+) -> anyhow::Result<()> {
+    let schema = store::schema_version(conn)?;
+    if schema == store::SCHEMA_VERSION {
+        bail!(
+            "--db {}: refusing to start: the database is schema {schema} (a keyed audit chain) but its meta rows audit_key and audit_keyed_from are missing: its keying was removed; it is never re-keyed (verify it with its key file, restore a backup)",
+            db.display()
+        );
+    }
+    if key_path.exists() {
+        bail!(
+            "--db {}: refusing to start: its audit log ({entries} entries) is not keyed, but the audit key file {} exists: either its keying was removed (meta rows deleted, the chain re-hashed without the key), or the key file belongs to another database; a log is never re-keyed over an existing key. An old database that was never keyed is keyed on its first start only when no key file exists at the key path yet (move the key file away or give another --audit-key-file path after checking the log against a published head)",
+            db.display(),
+            key_path.display()
+        );
+    }
+    Ok(())
+}
+
+/// Pin, at the first start of this build, the experiments an earlier build created
+/// ([`crate::verify::Report::unpinned`]): one `pin` entry each with the configuration values
+/// the service reads back as they stand and the digest of the earlier decisions' request ids,
+/// propensities and issue times ([`crate::verify::LOG_FORMAT`]). What was changed before this
+/// start cannot be proved (docs/service.md, "What an old database cannot prove").
+fn pin_earlier(tx: &Connection, names: &[String]) -> anyhow::Result<()> {
+    if names.is_empty() {
+        return Ok(());
+    }
+    for row in store::load_experiments(tx)? {
+        if !names.contains(&row.name) {
+            continue;
+        }
+        let s = Session::restore(&row.snapshot)
+            .with_context(|| format!("experiment {:?}: its snapshot does not restore", row.name))?;
+        let config = serde_json::from_str::<Value>(&row.config).unwrap_or(Value::Null);
+        let g = serde_json::to_value(s.guarantee().ok())?;
+        let (n, digest) = store::decisions_digest(tx, &row.name, row.counters.issued)?;
+        store::audit(
+            tx,
+            &row.name,
+            "config",
+            &json!({"action": "pin", "format": crate::verify::LOG_FORMAT,
+                    "label": s.label().unwrap_or(s.kind()), "params": s.params(),
+                    "while_pending": s.while_pending(), "guarantee": g,
+                    "dropout_reward": config.get("dropout_reward"),
+                    "reward_deadline": config.get("reward_deadline"),
+                    "decisions": n, "decisions_sha256": digest}),
+        )?;
+    }
+    Ok(())
+}
+
 impl Service {
     /// Open the database, migrate a schema-1 database (bare policy snapshots) to session
     /// snapshots, restore every experiment's session (refusing to start, naming the experiment,
@@ -781,6 +841,10 @@ impl Service {
         let mut conn = store::open(db)?;
         let key_path = key_file.map_or_else(|| store::default_key_path(db), Path::to_path_buf);
         let keying = store::audit_keying(&conn)?;
+        let (entries, _) = store::audit_head(&conn)?;
+        if keying.is_none() && entries > 0 {
+            refuse_unkeyed(&conn, db, &key_path, entries)?;
+        }
         let key = match &keying {
             Some((f, from)) if !key_path.exists() => bail!(
                 "--audit-key-file {}: no such file; the audit log of --db {} is keyed (key fingerprint {f}, from entry {from}): give its key file",
@@ -790,7 +854,7 @@ impl Service {
             Some(_) => store::AuditKey::load(&key_path)?,
             None => store::AuditKey::load_or_create(&key_path)?.0,
         };
-        if self_check {
+        let unpinned = if self_check {
             crate::verify::verify_conn(
                 &conn,
                 keying.as_ref().map(|_| &key),
@@ -801,8 +865,11 @@ impl Service {
                 "--db {}: refusing to start: the database does not verify against its audit log (dpbandits audit-log verify names the same)",
                 db.display()
             )
-            })?;
-        }
+            })?
+            .unpinned
+        } else {
+            Vec::new()
+        };
         store::init_audit_key(&conn, &key, db)?;
         let tx = conn.transaction()?;
         if store::schema_version(&tx)? == store::SCHEMA_VERSION_POLICY_SNAPSHOTS {
@@ -828,6 +895,7 @@ impl Service {
             }
             store::set_schema_version(&tx, store::SCHEMA_VERSION)?;
         }
+        pin_earlier(&tx, &unpinned)?;
         settle_intents(&tx)?;
         tx.commit()?;
         let experiments = load_all(&conn)?;
@@ -1126,7 +1194,9 @@ impl Service {
             &tx,
             &req.name,
             "config",
-            &json!({"action": "create", "kind": kind, "label": label, "arms": arms, "problem": pj, "guarantee": g,
+            &json!({"action": "create", "format": crate::verify::LOG_FORMAT, "kind": kind, "label": label,
+                    "arms": arms, "problem": pj, "guarantee": g, "params": session.params(),
+                    "while_pending": session.while_pending(),
                     "dropout_reward": req.dropout_reward, "reward_deadline": req.reward_deadline,
                     "token_sha256": token_hash}),
         )?;
@@ -1355,6 +1425,7 @@ impl Service {
                     &json!({"arm": arm, "rounds": rounds, "at_round": at_round}),
                 )?;
             }
+            let issued_unix = store::unix_now();
             store::insert_decision(
                 &tx,
                 name,
@@ -1365,12 +1436,22 @@ impl Service {
                     request_id: request_id.as_deref(),
                     actions: actions_json.as_deref(),
                     propensity,
+                    issued_unix,
                 },
             )?;
-            let mut body = json!({"decision_id": id, "arm": arm});
+            // The entry pins everything of the row the service reads back: the arm, the action
+            // set (by its hash), the request id (a retry's answer), the propensity (the export)
+            // and the issue time (the reward deadline).
+            let mut body = json!({"decision_id": id, "arm": arm, "issued_unix": issued_unix});
             if let Some(a) = &actions_json {
                 // The chained entry pins the action set by its hash (the set is in `decisions`).
                 body["actions_sha256"] = json!(store::sha256_hex(a.as_bytes()));
+            }
+            if let Some(r) = &request_id {
+                body["request_id"] = json!(r);
+            }
+            if let Some(p) = propensity {
+                body["propensity"] = json!(p);
             }
             store::audit(&tx, name, "decision", &body)?;
             tx.commit()?;
@@ -2374,12 +2455,65 @@ noise = "simulation""#,
             )
             .unwrap();
         assert_eq!(migrations, 3);
-        // Opening again does not migrate again.
+        // The first start pinned each experiment once (parameters, earlier decisions).
+        assert!(chain.unpinned.is_empty(), "{chain:?}");
+        let pins: i64 = rusqlite::Connection::open(&db)
+            .unwrap()
+            .query_row(
+                "SELECT COUNT(*) FROM audit WHERE body LIKE '%\"action\":\"pin\"%'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(pins, 3);
+        // Opening again does not migrate or pin again.
         drop(Service::open(&db, admin).unwrap());
         assert_eq!(
             crate::verify::verify_default(&db).unwrap().entries,
             chain.entries
         );
+        // After the pin, an earlier build's decision rows cannot be changed unnoticed.
+        for (what, sql, says) in [
+            (
+                "an old decision's issue time",
+                "UPDATE decisions SET issued_unix = 1.0 WHERE experiment = 'episodic' AND id = 1",
+                "the pin entry",
+            ),
+            (
+                "an old decision's request id",
+                "UPDATE decisions SET request_id = 'x' WHERE experiment = 'perstep' AND id = 2",
+                "the pin entry",
+            ),
+            (
+                "an old experiment's dropout reward (config)",
+                "UPDATE experiments SET config = json_set(config, '$.dropout_reward', 0.0) WHERE name = 'deployed'",
+                "config dropout_reward",
+            ),
+        ] {
+            let copy = dir.path().join("tampered.sqlite");
+            let _ = std::fs::remove_file(&copy);
+            let _ = std::fs::remove_file(store::default_key_path(&copy));
+            store::backup(
+                &db,
+                &copy,
+                crate::verify::key_for(&db, None).unwrap().as_ref(),
+            )
+            .unwrap();
+            std::fs::copy(store::default_key_path(&db), store::default_key_path(&copy)).unwrap();
+            rusqlite::Connection::open(&copy)
+                .unwrap()
+                .execute_batch(sql)
+                .unwrap();
+            let e = crate::verify::verify_default(&copy)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(says), "{what}: verify says {e}");
+            let e = format!("{:#}", Service::open(&copy, admin).map(|_| ()).unwrap_err());
+            assert!(
+                e.contains("refusing to start") && e.contains(says),
+                "{what}: {e}"
+            );
+        }
     }
 
     /// The core session the service builds from a policy table (`boundary = "reject"` where

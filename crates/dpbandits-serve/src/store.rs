@@ -447,6 +447,9 @@ pub struct NewDecision<'a> {
     pub actions: Option<&'a str>,
     /// The policy's probability of the chosen action, where the kind defines one.
     pub propensity: Option<f64>,
+    /// When issued, in seconds since the Unix epoch ([`unix_now`]; the reward deadline counts
+    /// from it). The same value goes into the decision's audit entry.
+    pub issued_unix: f64,
 }
 
 /// Insert a decision row inside `tx`.
@@ -466,7 +469,7 @@ pub fn insert_decision(tx: &Connection, name: &str, d: &NewDecision<'_>) -> Resu
             now(),
             d.actions,
             d.propensity,
-            unix_now()
+            d.issued_unix
         ],
     )?;
     Ok(())
@@ -1193,6 +1196,44 @@ pub fn audit(
         params![seq, ts, experiment, event, body, prev, hash],
     )?;
     Ok((seq, hash))
+}
+
+/// The number of audit entries and the head (the last entry's hash; [`GENESIS`] for an empty
+/// log): what `--publish-head` publishes and `--expect-head` checks.
+///
+/// # Errors
+/// SQLite errors.
+pub fn audit_head(conn: &Connection) -> Result<(u64, String)> {
+    let last: Option<(i64, String)> = conn
+        .prepare_cached("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1")?
+        .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    Ok(last.map_or((0, GENESIS.to_string()), |(s, h)| (s as u64, h)))
+}
+
+/// The digest that a `pin` audit entry records for the decisions of an experiment created
+/// before its decision entries carried `request_id`, `propensity` and `issued_unix`: SHA-256
+/// over one line per decision with `id <= upto`, in id order (`id`, `request_id`, the bits of
+/// `propensity` and of `issued_unix`, `-` for none). Returns the number of rows and the digest.
+///
+/// # Errors
+/// SQLite errors.
+pub fn decisions_digest(conn: &Connection, experiment: &str, upto: u64) -> Result<(u64, String)> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT id, request_id, propensity, issued_unix FROM decisions WHERE experiment = ?1 AND id <= ?2 ORDER BY id",
+    )?;
+    let mut rows = stmt.query(params![experiment, upto as i64])?;
+    let mut h = Sha256::new();
+    let mut n = 0u64;
+    let bits = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{:016x}", v.to_bits()));
+    while let Some(r) = rows.next()? {
+        let (id, rid, p, at): (i64, Option<String>, Option<f64>, Option<f64>) =
+            (r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?);
+        let rid = rid.map_or("-".to_string(), |r| format!("{r:?}"));
+        h.update(format!("{id}\t{rid}\t{}\t{}\n", bits(p), bits(at)).as_bytes());
+        n += 1;
+    }
+    Ok((n, hex(&h.finalize())))
 }
 
 /// The report of a closed experiment: the body of its audit log's `close` entry with that
