@@ -626,6 +626,7 @@ fn main() -> anyhow::Result<()> {
         admin_token: ADMIN.into(),
         audit_key_file: None,
         limits: dpbandits_serve::Limits::default(),
+        publish: None,
     };
     let server = external.is_none().then(|| {
         std::thread::spawn(move || -> anyhow::Result<()> {

@@ -1,6 +1,7 @@
 //! The HTTP/JSON layer (axum): routes, authentication, body parsing with field-naming errors,
 //! structured logs (no reward values).
 
+pub use crate::log::log;
 use crate::service::{Caller, CreateRequest, Service, ServiceError, Tokens};
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -37,6 +38,7 @@ pub const MAX_BATCH: usize = 512;
 /// service reloads its state from the database. Ends when every sender is dropped.
 pub fn writer(mut s: Service, mut jobs: tokio::sync::mpsc::Receiver<Job>) {
     let mut last = 0;
+    publish(&mut s);
     while let Some(first) = jobs.blocking_recv() {
         let mut batch = vec![first];
         let mut waited = false;
@@ -71,7 +73,23 @@ pub fn writer(mut s: Service, mut jobs: tokio::sync::mpsc::Receiver<Job>) {
         for r in replies {
             r(ok);
         }
+        publish(&mut s);
     }
+}
+
+/// Publish the committed head when due (`--publish-head`); a failure is logged, not fatal.
+fn publish(s: &mut Service) {
+    match s.publish_if_due() {
+        Ok(true) => log("head-published", json!({})),
+        Ok(false) => {}
+        Err(e) => log("publish-head-failed", json!({"error": format!("{e:#}")})),
+    }
+}
+
+/// A job that only asks for a publication at its batch's commit: the publication timer sends
+/// one every period, so an idle service publishes its last change too.
+pub fn publish_tick() -> Job {
+    Box::new(|_: &mut Service| Box::new(|_| ()))
 }
 
 /// The shared state of the handlers: the writer's queue, the token table (read without the
@@ -250,21 +268,6 @@ async fn authed_body(
             ),
         )),
     }
-}
-
-/// One structured log line on stderr (JSON). Never carries reward values.
-pub fn log(event: &str, fields: Value) {
-    let mut m = Map::new();
-    m.insert("ts".into(), Value::String(crate::store::now()));
-    m.insert("event".into(), Value::String(event.into()));
-    if let Value::Object(f) = fields {
-        m.extend(f);
-    }
-    // One write per line: stderr is unbuffered, and formatting through `eprintln!` would make
-    // a system call per fragment of the line.
-    let mut line = serde_json::to_vec(&Value::Object(m)).unwrap_or_default();
-    line.push(b'\n');
-    let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), &line);
 }
 
 /// An HTTP error: a status, a message naming the field, the value and what is allowed, extra

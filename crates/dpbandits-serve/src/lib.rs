@@ -17,8 +17,11 @@
 //! policy snapshots hold raw reward sums.
 
 pub mod api;
+pub mod backup;
 pub mod client;
+pub mod log;
 pub mod metrics;
+pub mod publish;
 pub mod report_html;
 mod server;
 pub mod service;
@@ -50,6 +53,8 @@ pub struct ServeOptions {
     pub audit_key_file: Option<PathBuf>,
     /// Timeouts and the connection limit.
     pub limits: Limits,
+    /// Publish the audit log's head out of band (`--publish-head`, `--publish-head-cmd`).
+    pub publish: Option<publish::PublishOptions>,
 }
 
 /// Timeouts and the connection limit of the server (`docs/service.md`, "Limits").
@@ -244,8 +249,11 @@ pub async fn serve_until(
             limits.max_connections = budget;
         }
     }
-    let service =
+    let mut service =
         service::Service::open_keyed(&opts.db, &opts.admin_token, opts.audit_key_file.as_deref())?;
+    if let Some(p) = &opts.publish {
+        service.set_publisher(publish::Publisher::new(p.clone(), &opts.db));
+    }
     let experiments = service.experiment_count();
     let tokens = service.tokens();
     let (jobs, queue) = tokio::sync::mpsc::channel(4 * api::MAX_BATCH);
@@ -261,6 +269,20 @@ pub async fn serve_until(
             api::writer(service, queue)
         })
         .context("starting the writer thread")?;
+    if let Some(p) = &opts.publish {
+        // The publication period's timer: a no-op job, so an idle writer publishes too.
+        let (jobs, every) = (jobs.clone(), p.every);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                if jobs.send(api::publish_tick()).await.is_err() {
+                    break;
+                }
+            }
+        });
+    }
     let state = api::Shared {
         jobs,
         tokens,

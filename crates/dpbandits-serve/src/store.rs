@@ -222,6 +222,34 @@ pub fn schema_version(conn: &Connection) -> Result<String> {
     )
 }
 
+/// Open a batch on `conn`: one write transaction (`BEGIN IMMEDIATE`) that the service's
+/// operations share, each a savepoint inside it (group commit).
+///
+/// # Errors
+/// SQLite errors (e.g. a transaction is already open).
+pub fn begin_batch(conn: &Connection) -> Result<()> {
+    conn.execute_batch("BEGIN IMMEDIATE")?;
+    Ok(())
+}
+
+/// Commit the open batch (one fsync for all its operations).
+///
+/// # Errors
+/// SQLite errors (the batch stays open: [`rollback_batch`] it).
+pub fn commit_batch(conn: &Connection) -> Result<()> {
+    conn.execute_batch("COMMIT")?;
+    Ok(())
+}
+
+/// Roll the open batch back.
+///
+/// # Errors
+/// SQLite errors.
+pub fn rollback_batch(conn: &Connection) -> Result<()> {
+    conn.execute_batch("ROLLBACK")?;
+    Ok(())
+}
+
 /// Set `meta.key` to `value` (inserted if missing).
 ///
 /// # Errors
@@ -1236,6 +1264,217 @@ pub fn decisions_digest(conn: &Connection, experiment: &str, upto: u64) -> Resul
     Ok((n, hex(&h.finalize())))
 }
 
+// ---- The verifier's reads (`crate::verify`): the log in order, rows by primary key, counts.
+
+/// Whether the database has an `audit` table (a dpbandits-serve database).
+///
+/// # Errors
+/// SQLite errors (e.g. not an SQLite database).
+pub fn has_audit_table(conn: &Connection) -> Result<bool> {
+    let n: i64 = conn.query_row(
+        "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'audit'",
+        [],
+        |r| r.get(0),
+    )?;
+    Ok(n > 0)
+}
+
+/// The number of audit entries.
+///
+/// # Errors
+/// SQLite errors.
+pub fn audit_count(conn: &Connection) -> Result<i64> {
+    Ok(conn.query_row("SELECT COUNT(*) FROM audit", [], |r| r.get(0))?)
+}
+
+/// One audit entry as stored.
+#[derive(Debug, Clone)]
+pub struct AuditRow {
+    /// Sequence number.
+    pub seq: i64,
+    /// Time written.
+    pub ts: String,
+    /// The experiment (`""`: database-wide).
+    pub experiment: String,
+    /// The event name.
+    pub event: String,
+    /// The body (compact JSON text).
+    pub body: String,
+    /// The previous entry's hash.
+    pub prev: String,
+    /// This entry's hash.
+    pub hash: String,
+}
+
+/// Call `f` with every audit entry in order (one pass, bounded memory).
+///
+/// # Errors
+/// SQLite errors, or `f`'s.
+pub fn for_each_audit_entry(
+    conn: &Connection,
+    mut f: impl FnMut(AuditRow) -> Result<()>,
+) -> Result<()> {
+    let mut stmt = conn
+        .prepare("SELECT seq, ts, experiment, event, body, prev, hash FROM audit ORDER BY seq")?;
+    let mut rows = stmt.query([])?;
+    while let Some(r) = rows.next()? {
+        f(AuditRow {
+            seq: r.get(0)?,
+            ts: r.get(1)?,
+            experiment: r.get(2)?,
+            event: r.get(3)?,
+            body: r.get(4)?,
+            prev: r.get(5)?,
+            hash: r.get(6)?,
+        })?;
+    }
+    Ok(())
+}
+
+/// A decision row as the verifier reads it.
+#[derive(Debug, Clone)]
+pub struct CheckedDecision {
+    /// The chosen arm.
+    pub arm: i64,
+    /// The action set (JSON text).
+    pub actions: Option<String>,
+    /// The reward as reported.
+    pub reward: Option<f64>,
+    /// The reward as admitted.
+    pub admitted: Option<f64>,
+    /// `reward` or `abandoned`.
+    pub outcome: Option<String>,
+    /// The client's request id.
+    pub request_id: Option<String>,
+    /// The propensity.
+    pub propensity: Option<f64>,
+    /// When issued (seconds since the epoch).
+    pub issued_unix: Option<f64>,
+}
+
+/// A settled ledger row as the verifier reads it.
+#[derive(Debug, Clone)]
+pub struct CheckedCharge {
+    /// The experiment.
+    pub experiment: String,
+    /// The release number.
+    pub release: i64,
+    /// The arm.
+    pub arm: i64,
+    /// The budget's measure.
+    pub measure: String,
+    /// The cost.
+    pub cost: f64,
+    /// `intent`, `charged` or `lost`.
+    pub status: String,
+}
+
+/// The verifier's row lookups by primary key (statements prepared once).
+pub struct RowReader<'c> {
+    decision: rusqlite::Statement<'c>,
+    ledger: rusqlite::Statement<'c>,
+}
+
+impl<'c> RowReader<'c> {
+    /// Prepare the lookups on `conn`.
+    ///
+    /// # Errors
+    /// SQLite errors.
+    pub fn new(conn: &'c Connection) -> Result<Self> {
+        Ok(RowReader {
+            decision: conn.prepare(
+                "SELECT arm, actions, reward, admitted, outcome, request_id, propensity, issued_unix FROM decisions WHERE experiment = ?1 AND id = ?2",
+            )?,
+            ledger: conn.prepare(
+                "SELECT experiment, release, arm, measure, cost, status FROM ledger WHERE id = ?1",
+            )?,
+        })
+    }
+
+    /// Decision `id` of `experiment`.
+    ///
+    /// # Errors
+    /// SQLite errors.
+    pub fn decision(&mut self, experiment: &str, id: u64) -> Result<Option<CheckedDecision>> {
+        Ok(self
+            .decision
+            .query_row(params![experiment, id as i64], |r| {
+                Ok(CheckedDecision {
+                    arm: r.get(0)?,
+                    actions: r.get(1)?,
+                    reward: r.get(2)?,
+                    admitted: r.get(3)?,
+                    outcome: r.get(4)?,
+                    request_id: r.get(5)?,
+                    propensity: r.get(6)?,
+                    issued_unix: r.get(7)?,
+                })
+            })
+            .optional()?)
+    }
+
+    /// Ledger row `id`.
+    ///
+    /// # Errors
+    /// SQLite errors.
+    pub fn ledger(&mut self, id: i64) -> Result<Option<CheckedCharge>> {
+        Ok(self
+            .ledger
+            .query_row([id], |r| {
+                Ok(CheckedCharge {
+                    experiment: r.get(0)?,
+                    release: r.get(1)?,
+                    arm: r.get(2)?,
+                    measure: r.get(3)?,
+                    cost: r.get(4)?,
+                    status: r.get(5)?,
+                })
+            })
+            .optional()?)
+    }
+}
+
+/// Row counts per experiment of the tables the log explains.
+#[derive(Debug, Default)]
+pub struct TableCounts {
+    /// Decision rows.
+    pub decisions: std::collections::BTreeMap<String, u64>,
+    /// Decision rows with a reward.
+    pub rewarded: std::collections::BTreeMap<String, u64>,
+    /// Settled ledger rows (`charged`, `lost`).
+    pub charges: std::collections::BTreeMap<String, u64>,
+    /// Ledger rows of status `intent`.
+    pub intents: std::collections::BTreeMap<String, u64>,
+}
+
+/// [`TableCounts`] of the database.
+///
+/// # Errors
+/// SQLite errors.
+pub fn table_counts(conn: &Connection) -> Result<TableCounts> {
+    let counts = |sql: &str| -> Result<std::collections::BTreeMap<String, u64>> {
+        let mut stmt = conn.prepare(sql)?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64))
+            })?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(rows)
+    };
+    Ok(TableCounts {
+        decisions: counts("SELECT experiment, COUNT(*) FROM decisions GROUP BY experiment")?,
+        rewarded: counts(
+            "SELECT experiment, COUNT(*) FROM decisions WHERE reward IS NOT NULL GROUP BY experiment",
+        )?,
+        charges: counts(
+            "SELECT experiment, COUNT(*) FROM ledger WHERE status != 'intent' GROUP BY experiment",
+        )?,
+        intents: counts(
+            "SELECT experiment, COUNT(*) FROM ledger WHERE status = 'intent' GROUP BY experiment",
+        )?,
+    })
+}
+
 /// The report of a closed experiment: the body of its audit log's `close` entry with that
 /// entry's `audit_seq` and `audit_hash` (`None`: not closed).
 ///
@@ -1280,49 +1519,15 @@ pub fn completed_by_arm(conn: &Connection, experiment: &str, arms: usize) -> Res
     Ok(out)
 }
 
-/// Write a consistent copy of the database `db` to `out` while a service may be writing it
-/// (`VACUUM INTO` reads one transaction's snapshot; the WAL is folded in), into a temporary name
-/// beside `out`, mode 0600, verified ([`crate::verify::verify`] with `key`, when the chain is
-/// keyed) and synced before it is renamed to `out`. Returns the copy's verification report.
+/// Copy the database open on `conn` into the new file `to` (`VACUUM INTO`: one transaction's
+/// snapshot, the WAL folded in; what [`crate::backup::backup`] writes and verifies).
 ///
 /// # Errors
-/// `out` exists, the copy cannot be written, or it does not verify (the temporary file is
-/// removed).
-pub fn backup(db: &Path, out: &Path, key: Option<&AuditKey>) -> Result<crate::verify::Report> {
-    if out.exists() {
-        bail!(
-            "--out {}: exists (a backup never overwrites)",
-            out.display()
-        );
-    }
-    let conn = open_read_only(db)?;
-    let mut tmp = out.as_os_str().to_owned();
-    tmp.push(".tmp-backup");
-    let tmp = std::path::PathBuf::from(tmp);
-    let _ = std::fs::remove_file(&tmp);
-    let result = (|| -> Result<crate::verify::Report> {
-        conn.execute(
-            "VACUUM INTO ?1",
-            [tmp.to_str().context("--out: not UTF-8")?],
-        )
-        .with_context(|| format!("--db {}: VACUUM INTO {}", db.display(), tmp.display()))?;
-        {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))?;
-        }
-        let report = crate::verify::verify(&tmp, key, &crate::verify::Expect::default())
-            .context("the copy does not verify")?;
-        std::fs::File::open(&tmp)?.sync_all()?;
-        std::fs::rename(&tmp, out)?;
-        if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::File::open(dir)?.sync_all()?;
-        }
-        Ok(report)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result.with_context(|| format!("backup of --db {} to --out {}", db.display(), out.display()))
+/// `to` is not UTF-8, exists, or SQLite cannot write it.
+pub fn vacuum_into(conn: &Connection, to: &Path) -> Result<()> {
+    conn.execute("VACUUM INTO ?1", [to.to_str().context("--out: not UTF-8")?])
+        .with_context(|| format!("VACUUM INTO {}", to.display()))?;
+    Ok(())
 }
 
 /// A read-only view of one experiment, for tests and operators (reads protected data: rewards).

@@ -27,7 +27,7 @@
 use crate::store::{self, AuditKey, GENESIS};
 use anyhow::{Context, Result, bail};
 use dpbandits::session::Session;
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::Connection;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -88,14 +88,9 @@ pub struct Report {
 /// What does not verify, naming the entry, the row or the counter and what differs.
 pub fn verify(path: &Path, key: Option<&AuditKey>, expect: &Expect) -> Result<Report> {
     let conn = store::open_read_only(path)?;
-    let has_audit: i64 = conn
-        .query_row(
-            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'audit'",
-            [],
-            |r| r.get(0),
-        )
+    let has_audit = store::has_audit_table(&conn)
         .with_context(|| format!("--db {}: not an SQLite database", path.display()))?;
-    if has_audit == 0 {
+    if !has_audit {
         bail!(
             "--db {}: no audit table (not a dpbandits-serve database)",
             path.display()
@@ -188,7 +183,7 @@ fn as_f64(v: &Value, key: &str, seq: i64) -> Result<f64> {
 /// See [`verify`].
 pub fn verify_conn(conn: &Connection, key: Option<&AuditKey>, expect: &Expect) -> Result<Report> {
     let keying = store::audit_keying(conn)?;
-    let entries_total: i64 = conn.query_row("SELECT COUNT(*) FROM audit", [], |r| r.get(0))?;
+    let entries_total = store::audit_count(conn)?;
     match (&keying, key) {
         (Some((f, from)), None) => bail!(
             "the audit log is keyed (key fingerprint {f}, from entry {from}): give its key (--audit-key-file)"
@@ -209,28 +204,20 @@ pub fn verify_conn(conn: &Connection, key: Option<&AuditKey>, expect: &Expect) -
     let keyed_from = keying.as_ref().map(|x| x.1);
 
     let mut seen: BTreeMap<String, Seen> = BTreeMap::new();
-    let mut decision_row = conn.prepare(
-        "SELECT arm, actions, reward, admitted, outcome, request_id, propensity, issued_unix FROM decisions WHERE experiment = ?1 AND id = ?2",
-    )?;
-    let mut ledger_row = conn.prepare(
-        "SELECT experiment, release, arm, measure, cost, status FROM ledger WHERE id = ?1",
-    )?;
-    let mut stmt = conn
-        .prepare("SELECT seq, ts, experiment, event, body, prev, hash FROM audit ORDER BY seq")?;
-    let mut rows = stmt.query([])?;
+    let mut rows = store::RowReader::new(conn)?;
     let mut prev_hash = GENESIS.to_string();
     let mut expect_seq = 1i64;
     let mut pinned = false;
-    while let Some(r) = rows.next()? {
-        let seq: i64 = r.get(0)?;
-        let (ts, exp, event, body, prev, hash): (String, String, String, String, String, String) = (
-            r.get(1)?,
-            r.get(2)?,
-            r.get(3)?,
-            r.get(4)?,
-            r.get(5)?,
-            r.get(6)?,
-        );
+    store::for_each_audit_entry(conn, |entry| {
+        let store::AuditRow {
+            seq,
+            ts,
+            experiment: exp,
+            event,
+            body,
+            prev,
+            hash,
+        } = entry;
         if seq != expect_seq {
             bail!("audit entry seq = {seq}: expected seq = {expect_seq} (an entry is missing)");
         }
@@ -286,18 +273,11 @@ pub fn verify_conn(conn: &Connection, key: Option<&AuditKey>, expect: &Expect) -
                 "audit entry seq = {seq} is the audit-key entry that starts keying, but meta audit_keyed_from = {keyed_from:?}: the keying was removed or moved"
             );
         }
-        check_entry(
-            &mut seen,
-            &mut decision_row,
-            &mut ledger_row,
-            seq,
-            &exp,
-            &event,
-            &body,
-        )?;
+        check_entry(&mut seen, &mut rows, seq, &exp, &event, &body)?;
         prev_hash = hash;
         expect_seq += 1;
-    }
+        Ok(())
+    })?;
     let n = (expect_seq - 1) as u64;
     if let Some(want) = expect.entries
         && n < want
@@ -334,8 +314,7 @@ pub fn verify_conn(conn: &Connection, key: Option<&AuditKey>, expect: &Expect) -
 #[allow(clippy::too_many_arguments)]
 fn check_entry(
     seen: &mut BTreeMap<String, Seen>,
-    decision_row: &mut rusqlite::Statement<'_>,
-    ledger_row: &mut rusqlite::Statement<'_>,
+    rows: &mut store::RowReader<'_>,
     seq: i64,
     exp: &str,
     event: &str,
@@ -388,19 +367,15 @@ fn check_entry(
         "decision" => {
             let id = as_u64(body, "decision_id", seq)?;
             let arm = as_u64(body, "arm", seq)?;
-            type Row = (
-                i64,
-                Option<String>,
-                Option<String>,
-                Option<f64>,
-                Option<f64>,
-            );
-            let row: Option<Row> = decision_row
-                .query_row(params![exp, id as i64], |r| {
-                    Ok((r.get(0)?, r.get(1)?, r.get(5)?, r.get(6)?, r.get(7)?))
-                })
-                .optional()?;
-            let Some((row_arm, actions, request_id, propensity, issued_unix)) = row else {
+            let Some(store::CheckedDecision {
+                arm: row_arm,
+                actions,
+                request_id,
+                propensity,
+                issued_unix,
+                ..
+            }) = rows.decision(exp, id)?
+            else {
                 bail!(
                     "audit entry seq = {seq}: decision {id} of experiment {exp:?} is not in the decisions table (deleted)"
                 );
@@ -432,13 +407,13 @@ fn check_entry(
         "reward" | "abandon" => {
             let id = as_u64(body, "decision_id", seq)?;
             let reward = as_f64(body, "reward", seq)?;
-            type Row = (Option<f64>, Option<f64>, Option<String>);
-            let row: Option<Row> = decision_row
-                .query_row(params![exp, id as i64], |r| {
-                    Ok((r.get(2)?, r.get(3)?, r.get(4)?))
-                })
-                .optional()?;
-            let Some((stored, admitted, outcome)) = row else {
+            let Some(store::CheckedDecision {
+                reward: stored,
+                admitted,
+                outcome,
+                ..
+            }) = rows.decision(exp, id)?
+            else {
                 bail!(
                     "audit entry seq = {seq}: the {event} of decision {id} of experiment {exp:?}, which is not in the decisions table (deleted)"
                 );
@@ -479,20 +454,15 @@ fn check_entry(
             let id = field(body, "ledger_id", seq)?
                 .as_i64()
                 .with_context(|| format!("audit entry seq = {seq}: ledger_id is not an integer"))?;
-            type Row = (String, i64, i64, String, f64, String);
-            let row: Option<Row> = ledger_row
-                .query_row([id], |r| {
-                    Ok((
-                        r.get(0)?,
-                        r.get(1)?,
-                        r.get(2)?,
-                        r.get(3)?,
-                        r.get(4)?,
-                        r.get(5)?,
-                    ))
-                })
-                .optional()?;
-            let Some((lexp, release, arm, measure, cost, status)) = row else {
+            let Some(store::CheckedCharge {
+                experiment: lexp,
+                release,
+                arm,
+                measure,
+                cost,
+                status,
+            }) = rows.ledger(id)?
+            else {
                 bail!(
                     "audit entry seq = {seq}: ledger row {id} of experiment {exp:?} is not in the ledger table (deleted)"
                 );
@@ -664,46 +634,25 @@ fn check_tables(
     seen: &BTreeMap<String, Seen>,
     report: &mut Report,
 ) -> Result<()> {
-    let counts = |sql: &str| -> Result<BTreeMap<String, u64>> {
-        let mut stmt = conn.prepare(sql)?;
-        let rows = stmt
-            .query_map([], |r| {
-                Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64))
-            })?
-            .collect::<rusqlite::Result<_>>()?;
-        Ok(rows)
-    };
-    let decisions = counts("SELECT experiment, COUNT(*) FROM decisions GROUP BY experiment")?;
-    let rewarded = counts(
-        "SELECT experiment, COUNT(*) FROM decisions WHERE reward IS NOT NULL GROUP BY experiment",
-    )?;
-    let charges = counts(
-        "SELECT experiment, COUNT(*) FROM ledger WHERE status != 'intent' GROUP BY experiment",
-    )?;
-    let intents = counts(
-        "SELECT experiment, COUNT(*) FROM ledger WHERE status = 'intent' GROUP BY experiment",
-    )?;
-    let mut stmt = conn.prepare(
-        "SELECT name, kind, arms, token_hash, issued, observed, releases, snapshot, config FROM experiments ORDER BY name",
-    )?;
-    type Row = (String, String, i64, String, i64, i64, i64, Vec<u8>, String);
-    let rows = stmt
-        .query_map([], |r| {
-            Ok((
-                r.get(0)?,
-                r.get(1)?,
-                r.get(2)?,
-                r.get(3)?,
-                r.get(4)?,
-                r.get(5)?,
-                r.get(6)?,
-                r.get(7)?,
-                r.get(8)?,
-            ))
-        })?
-        .collect::<rusqlite::Result<Vec<Row>>>()?;
+    let store::TableCounts {
+        decisions,
+        rewarded,
+        charges,
+        intents,
+    } = store::table_counts(conn)?;
+    let rows = store::load_experiments(conn)?;
     let mut names = std::collections::BTreeSet::new();
-    for (name, kind, arms, token_hash, issued, observed, releases, snapshot, config) in rows {
+    for row in rows {
+        let store::ExperimentRow {
+            name,
+            kind,
+            arms,
+            token_hash,
+            config,
+            snapshot,
+            counters,
+        } = row;
+        let (issued, observed, releases) = (counters.issued, counters.observed, counters.releases);
         let Some(s) = seen.get(&name).filter(|s| s.created.is_some()) else {
             bail!("experiments: {name:?} has no create entry in the audit log");
         };
@@ -730,7 +679,7 @@ fn check_tables(
             ("observed", observed, s.rewards),
             ("releases", releases, s.releases),
         ] {
-            if counter as u64 != log_n {
+            if counter != log_n {
                 bail!(
                     "experiments: {name:?} has counter {what} = {counter}; the audit log explains {log_n}"
                 );
@@ -800,6 +749,7 @@ fn check_tables(
 mod tests {
     use super::*;
     use crate::service::{CreateRequest, Service};
+    use rusqlite::{OptionalExtension, params};
     use serde_json::json;
 
     const ADMIN: &str = "verify-admin-token-0123456789";
@@ -860,7 +810,7 @@ mod tests {
     ) -> (tempfile::TempDir, std::path::PathBuf) {
         let dir = tempfile::tempdir().unwrap();
         let copy = dir.path().join("copy.sqlite");
-        crate::store::backup(db, &copy, key_for(db, None).unwrap().as_ref()).unwrap();
+        crate::backup::backup(db, &copy, key_for(db, None).unwrap().as_ref()).unwrap();
         std::fs::copy(store::default_key_path(db), store::default_key_path(&copy)).unwrap();
         let conn = Connection::open(&copy).unwrap();
         conn.execute_batch(
