@@ -27,6 +27,7 @@ mod server;
 pub mod service;
 pub mod store;
 pub mod verify;
+pub mod writer;
 
 use anyhow::{Context, Result, bail};
 use std::ffi::OsString;
