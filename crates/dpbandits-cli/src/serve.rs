@@ -1,7 +1,7 @@
 //! `dpbandits serve`, `dpbandits audit-log verify` and `dpbandits backup`: thin wrappers over
 //! `dpbandits-serve` (docs/service.md).
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -48,6 +48,18 @@ pub struct ServeArgs {
     /// file-descriptor limit.
     #[arg(long, default_value_t = 512)]
     max_connections: usize,
+    /// Publish the audit log's head (`{"entries", "head", "ts", "key_fingerprint", "db"}`) to
+    /// this file (replaced atomically) at start, at every close and every --publish-every
+    /// seconds when it changed. Put it where whoever can write the database cannot (docs/service.md).
+    #[arg(long, conflicts_with = "publish_head_cmd")]
+    publish_head: Option<PathBuf>,
+    /// Publish the head by running this shell command (`sh -c CMD`: the JSON object on its
+    /// standard input, DPBANDITS_AUDIT_ENTRIES and DPBANDITS_AUDIT_HEAD in its environment).
+    #[arg(long)]
+    publish_head_cmd: Option<String>,
+    /// Seconds between publications of a changed head (with --publish-head or --publish-head-cmd).
+    #[arg(long, default_value_t = 60.0)]
+    publish_every: f64,
 }
 
 /// `dpbandits backup`.
@@ -93,6 +105,10 @@ pub enum AuditLogCommand {
         /// least number of entries the log must have).
         #[arg(long)]
         expect_entries: Option<u64>,
+        /// A head published by `serve --publish-head FILE` (its `head` and `entries`): as
+        /// --expect-head H --expect-entries N.
+        #[arg(long, conflicts_with_all = ["expect_head", "expect_entries"])]
+        expect_head_file: Option<PathBuf>,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
@@ -115,6 +131,16 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
         shutdown_deadline: seconds("shutdown-deadline", args.shutdown_deadline)?,
         max_connections: args.max_connections,
     };
+    let every = seconds("publish-every", args.publish_every)?;
+    let target = match (args.publish_head, args.publish_head_cmd) {
+        (Some(f), _) => Some(dpbandits_serve::publish::Target::File(f)),
+        (None, Some(c)) if c.trim().is_empty() => {
+            bail!("--publish-head-cmd {c:?}: expected a shell command")
+        }
+        (None, Some(c)) => Some(dpbandits_serve::publish::Target::Command(c)),
+        (None, None) => None,
+    };
+    let publish = target.map(|target| dpbandits_serve::publish::PublishOptions { target, every });
     let admin_token = dpbandits_serve::read_admin_token(args.admin_token_file.as_deref())?;
     dpbandits_serve::run(dpbandits_serve::ServeOptions {
         db: args.db,
@@ -124,6 +150,7 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
         log_file: args.log_file,
         audit_key_file: args.audit_key_file,
         limits,
+        publish,
     })?;
     Ok(ExitCode::SUCCESS)
 }
@@ -133,10 +160,24 @@ pub fn audit_log(cmd: AuditLogCommand) -> Result<ExitCode> {
         AuditLogCommand::Verify {
             db,
             audit_key_file,
-            expect_head,
-            expect_entries,
+            mut expect_head,
+            mut expect_entries,
+            expect_head_file,
             json,
         } => {
+            if let Some(f) = &expect_head_file {
+                let text = std::fs::read_to_string(f)
+                    .with_context(|| format!("--expect-head-file {}", f.display()))?;
+                let h: dpbandits_serve::publish::Head = serde_json::from_str(text.trim())
+                    .with_context(|| {
+                        format!(
+                            "--expect-head-file {}: expected the JSON object serve --publish-head writes",
+                            f.display()
+                        )
+                    })?;
+                expect_head = Some(h.head);
+                expect_entries = Some(h.entries);
+            }
             if let Some(h) = &expect_head
                 && (h.len() != 64 || !h.bytes().all(|b| b.is_ascii_hexdigit()))
             {
@@ -174,6 +215,12 @@ pub fn audit_log(cmd: AuditLogCommand) -> Result<ExitCode> {
                                 r.tokens_unchecked.join(", ")
                             );
                         }
+                        if !r.unpinned.is_empty() {
+                            println!(
+                                "parameters and earlier decisions not pinned by the log yet (created by an earlier build; the next serve start pins them): {}",
+                                r.unpinned.join(", ")
+                            );
+                        }
                     }
                     Ok(ExitCode::SUCCESS)
                 }
@@ -188,7 +235,7 @@ pub fn audit_log(cmd: AuditLogCommand) -> Result<ExitCode> {
 
 pub fn backup(args: BackupArgs) -> Result<ExitCode> {
     let key = dpbandits_serve::verify::key_for(&args.db, args.audit_key_file.as_deref())?;
-    let r = dpbandits_serve::store::backup(&args.db, &args.out, key.as_ref())?;
+    let r = dpbandits_serve::backup::backup(&args.db, &args.out, key.as_ref())?;
     println!(
         "backup written: {} ({} audit entries, head {}); verified",
         args.out.display(),

@@ -628,6 +628,7 @@ fn main() -> anyhow::Result<()> {
         log_file: None,
         audit_key_file: None,
         limits: dpbandits_serve::Limits::default(),
+        publish: None,
     };
     let server = external.is_none().then(|| {
         std::thread::spawn(move || -> anyhow::Result<()> {

@@ -17,15 +17,18 @@
 //! policy snapshots hold raw reward sums.
 
 pub mod api;
+pub mod backup;
 pub mod client;
-pub mod logging;
+pub mod log;
 pub mod metrics;
 pub mod monitor_html;
+pub mod publish;
 pub mod report_html;
 mod server;
 pub mod service;
 pub mod store;
 pub mod verify;
+pub mod writer;
 
 use anyhow::{Context, Result, bail};
 use std::ffi::OsString;
@@ -58,6 +61,8 @@ pub struct ServeOptions {
     pub audit_key_file: Option<PathBuf>,
     /// Timeouts and the connection limit.
     pub limits: Limits,
+    /// Publish the audit log's head out of band (`--publish-head`, `--publish-head-cmd`).
+    pub publish: Option<publish::PublishOptions>,
 }
 
 /// Timeouts and the connection limit of the server (`docs/service.md`, "Limits").
@@ -347,7 +352,7 @@ pub async fn serve_until(
     bound: impl FnOnce(SocketAddr),
 ) -> Result<()> {
     if let Some(f) = &opts.log_file {
-        logging::set_file(f).with_context(|| format!("--log-file {}", f.display()))?;
+        log::set_file(f).with_context(|| format!("--log-file {}", f.display()))?;
     }
     // One service per database: the in-memory policies must be the only writers. The locks are
     // released by the OS when the process ends, however it ends.
@@ -398,7 +403,7 @@ pub async fn serve_until(
         .context("the start-up check panicked")
         .and_then(|r| r)
     };
-    let service = match opened {
+    let mut service = match opened {
         Ok(s) => s,
         Err(e) => {
             api::log(
@@ -411,6 +416,9 @@ pub async fn serve_until(
         }
     };
     warn_readable(&opts.db, opts.audit_key_file.as_deref());
+    if let Some(p) = &opts.publish {
+        service.set_publisher(publish::Publisher::new(p.clone(), &opts.db));
+    }
     let experiments = service.experiment_count();
     let tokens = service.tokens();
     let (jobs, queue) = tokio::sync::mpsc::channel(4 * api::MAX_BATCH);
@@ -430,6 +438,20 @@ pub async fn serve_until(
         })
         .context("starting the writer thread")?;
     let deadlines = tokio::spawn(enforce_deadlines(jobs.clone()));
+    if let Some(p) = &opts.publish {
+        // The publication period's timer: a no-op job, so an idle writer publishes too.
+        let (jobs, every) = (jobs.clone(), p.every);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                if jobs.send(api::publish_tick()).await.is_err() {
+                    break;
+                }
+            }
+        });
+    }
     let state = api::Shared {
         jobs,
         tokens: tokens.clone(),
@@ -490,7 +512,7 @@ async fn enforce_deadlines(jobs: tokio::sync::mpsc::Sender<api::Job>) {
 }
 
 /// On each SIGHUP (`hup`, installed before the start-up check; signals that came during it are
-/// handled now): reopen the log file ([`logging::reopen`]) and read the admin token again
+/// handled now): reopen the log file ([`log::reopen`]) and read the admin token again
 /// from `token_file` (a new token replaces the old one at once; an unreadable or short one is
 /// logged and the old one kept). Each is logged.
 async fn reload_on_sighup(
@@ -499,7 +521,7 @@ async fn reload_on_sighup(
     token_file: Option<PathBuf>,
 ) {
     while hup.recv().await.is_some() {
-        let log = match logging::reopen() {
+        let log = match log::reopen() {
             Ok(Some(p)) => serde_json::json!({"reopened": p.display().to_string()}),
             Ok(None) => serde_json::json!("standard error"),
             Err(e) => serde_json::json!({"error": e}),

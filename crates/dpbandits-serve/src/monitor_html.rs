@@ -270,7 +270,9 @@ pub fn render(m: &Value) -> String {
     } else {
         format!(
             "<table><tr><th>guarantee</th><td>{}</td></tr><tr><th>charges</th><td>{}</td></tr></table>",
-            esc(l["guarantee"].as_str().unwrap_or("none (a non-private kind)")),
+            esc(l["guarantee"]
+                .as_str()
+                .unwrap_or("none (a non-private kind)")),
             num(&l["charges"])
         )
     };
@@ -354,7 +356,10 @@ mod tests {
             assert!(html.contains(&format!("data-panel=\"{p}\"")), "{p}");
         }
         assert!(html.contains("<polyline"));
-        assert!(html.contains("200.0%") && html.contains("#d62728"), "a release charged twice");
+        assert!(
+            html.contains("200.0%") && html.contains("#d62728"),
+            "a release charged twice"
+        );
         assert!(html.contains("<circle"), "an interval's estimate");
         for external in ["src=\"http", "href=\"http", "<link", "<img"] {
             assert!(!html.contains(external));

@@ -4,7 +4,7 @@
 //! its database lock, alive).
 
 use crate::Limits;
-use crate::api::log;
+use crate::log::log;
 use axum::Router;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};

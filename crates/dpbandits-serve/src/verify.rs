@@ -26,10 +26,20 @@
 
 use crate::store::{self, AuditKey, GENESIS};
 use anyhow::{Context, Result, bail};
-use rusqlite::{Connection, OptionalExtension, params};
+use dpbandits::session::Session;
+use rusqlite::Connection;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
+
+/// The format of the entries this build writes. 2: a `create` entry pins every configuration
+/// value the service reads back (`params`, `while_pending`, `label`, with `guarantee`,
+/// `dropout_reward`, `reward_deadline`), a `decision` entry every column of its row the service
+/// reads back (`issued_unix`, `request_id`, `propensity`, with `arm` and `actions_sha256`).
+/// An experiment created by an earlier build gets one `pin` entry (`config`, `"action":
+/// "pin"`) at the first start of this build: those values as they stood, and a digest of its
+/// earlier decisions' `request_id`, `propensity` and `issued_unix` ([`store::decisions_digest`]).
+pub const LOG_FORMAT: u64 = 2;
 
 /// What the published head pins (`--expect-head`, `--expect-entries`).
 #[derive(Debug, Clone, Default)]
@@ -66,6 +76,10 @@ pub struct Report {
     /// Experiments whose client-token hash the log cannot check (created before the log recorded
     /// token hashes).
     pub tokens_unchecked: Vec<String>,
+    /// Experiments created by an earlier build whose log does not pin their parameters
+    /// (`params`, `while_pending`) nor their earlier decisions' `request_id`, `propensity` and
+    /// `issued_unix` yet: the next `serve` start pins them as they stand (a `pin` entry).
+    pub unpinned: Vec<String>,
 }
 
 /// Verify the database at `path` read-only (`dpbandits audit-log verify`).
@@ -74,14 +88,9 @@ pub struct Report {
 /// What does not verify, naming the entry, the row or the counter and what differs.
 pub fn verify(path: &Path, key: Option<&AuditKey>, expect: &Expect) -> Result<Report> {
     let conn = store::open_read_only(path)?;
-    let has_audit: i64 = conn
-        .query_row(
-            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'audit'",
-            [],
-            |r| r.get(0),
-        )
+    let has_audit = store::has_audit_table(&conn)
         .with_context(|| format!("--db {}: not an SQLite database", path.display()))?;
-    if has_audit == 0 {
+    if !has_audit {
         bail!(
             "--db {}: no audit table (not a dpbandits-serve database)",
             path.display()
@@ -134,6 +143,24 @@ struct Seen {
     /// `(decision id, reward)` of each `late-outcome` entry (late outcomes of abandoned
     /// decisions: few, so kept whole).
     late: Vec<(u64, f64)>,
+    /// The body of the `create` entry.
+    create: Value,
+    /// The `pin` entry of an experiment created by an earlier build: `(seq, body)`.
+    pin: Option<(i64, Value)>,
+    /// The largest decision id whose entry predates [`LOG_FORMAT`] 2 (no `issued_unix`).
+    old_decisions: Option<u64>,
+}
+
+impl Seen {
+    /// The entry that pins the configuration in full: the `create` entry of [`LOG_FORMAT`] 2,
+    /// or the `pin` entry of an older experiment; `None`: not pinned yet.
+    fn pins(&self) -> Option<(i64, &Value)> {
+        match &self.pin {
+            Some((seq, body)) => Some((*seq, body)),
+            None => (self.create.get("format").and_then(Value::as_u64) >= Some(LOG_FORMAT))
+                .then(|| (self.created.as_ref().map_or(0, |c| c.0), &self.create)),
+        }
+    }
 }
 
 fn field<'a>(body: &'a Value, key: &str, seq: i64) -> Result<&'a Value> {
@@ -221,7 +248,7 @@ pub fn startup_state() -> Value {
 /// See [`verify`].
 pub fn verify_conn(conn: &Connection, key: Option<&AuditKey>, expect: &Expect) -> Result<Report> {
     let keying = store::audit_keying(conn)?;
-    let entries_total: i64 = conn.query_row("SELECT COUNT(*) FROM audit", [], |r| r.get(0))?;
+    let entries_total = store::audit_count(conn)?;
     progress::start(entries_total);
     match (&keying, key) {
         (Some((f, from)), None) => bail!(
@@ -231,11 +258,11 @@ pub fn verify_conn(conn: &Connection, key: Option<&AuditKey>, expect: &Expect) -
             "the audit log is keyed with the key of fingerprint {f}; the key given has fingerprint {}",
             k.fingerprint()
         ),
-        (Some((_, from)), Some(_)) if *from < 1 || *from > entries_total.max(0) + 1 => bail!(
-            "meta audit_keyed_from = {from}: the log has {entries_total} entries (a keyed log starts keying at an entry it has)"
+        (Some((_, from)), _) if *from != 1 && (*from < 1 || *from > entries_total) => bail!(
+            "meta audit_keyed_from = {from}: the log has {entries_total} entries; keying starts at entry 1 or at the audit-key entry the log holds (the keying start was moved, e.g. past the last entry so that a log re-hashed without the key passes)"
         ),
         (None, Some(k)) if entries_total > 0 => bail!(
-            "a key (fingerprint {}) was given but the database says its audit log is not keyed (its meta rows audit_key and audit_keyed_from are missing)",
+            "a key (fingerprint {}) was given but the database says its audit log is not keyed (its meta rows audit_key and audit_keyed_from are missing): its keying was removed (and the chain re-hashed without the key), or the key is not this database's",
             k.fingerprint()
         ),
         _ => {}
@@ -243,29 +270,21 @@ pub fn verify_conn(conn: &Connection, key: Option<&AuditKey>, expect: &Expect) -
     let keyed_from = keying.as_ref().map(|x| x.1);
 
     let mut seen: BTreeMap<String, Seen> = BTreeMap::new();
-    let mut decision_row = conn.prepare(
-        "SELECT arm, actions, reward, admitted, outcome FROM decisions WHERE experiment = ?1 AND id = ?2",
-    )?;
-    let mut ledger_row = conn.prepare(
-        "SELECT experiment, release, arm, measure, cost, status FROM ledger WHERE id = ?1",
-    )?;
-    let mut stmt = conn
-        .prepare("SELECT seq, ts, experiment, event, body, prev, hash FROM audit ORDER BY seq")?;
-    let mut rows = stmt.query([])?;
+    let mut rows = store::RowReader::new(conn)?;
     let mut prev_hash = GENESIS.to_string();
     let mut expect_seq = 1i64;
     let mut pinned = false;
-    while let Some(r) = rows.next()? {
-        let seq: i64 = r.get(0)?;
+    store::for_each_audit_entry(conn, |entry| {
+        let store::AuditRow {
+            seq,
+            ts,
+            experiment: exp,
+            event,
+            body,
+            prev,
+            hash,
+        } = entry;
         progress::entry(seq);
-        let (ts, exp, event, body, prev, hash): (String, String, String, String, String, String) = (
-            r.get(1)?,
-            r.get(2)?,
-            r.get(3)?,
-            r.get(4)?,
-            r.get(5)?,
-            r.get(6)?,
-        );
         if seq != expect_seq {
             bail!("audit entry seq = {seq}: expected seq = {expect_seq} (an entry is missing)");
         }
@@ -312,18 +331,20 @@ pub fn verify_conn(conn: &Connection, key: Option<&AuditKey>, expect: &Expect) -
                 "meta audit_keyed_from = {seq}, but entry {seq} is not the audit-key entry that starts keying"
             );
         }
-        check_entry(
-            &mut seen,
-            &mut decision_row,
-            &mut ledger_row,
-            seq,
-            &exp,
-            &event,
-            &body,
-        )?;
+        if event == "config"
+            && exp.is_empty()
+            && body.get("action").and_then(Value::as_str) == Some("audit-key")
+            && keyed_from != Some(seq)
+        {
+            bail!(
+                "audit entry seq = {seq} is the audit-key entry that starts keying, but meta audit_keyed_from = {keyed_from:?}: the keying was removed or moved"
+            );
+        }
+        check_entry(&mut seen, &mut rows, seq, &exp, &event, &body)?;
         prev_hash = hash;
         expect_seq += 1;
-    }
+        Ok(())
+    })?;
     let n = (expect_seq - 1) as u64;
     if let Some(want) = expect.entries
         && n < want
@@ -350,6 +371,7 @@ pub fn verify_conn(conn: &Connection, key: Option<&AuditKey>, expect: &Expect) -
         charges: 0,
         open_intents: 0,
         tokens_unchecked: Vec::new(),
+        unpinned: Vec::new(),
     };
     check_tables(conn, &seen, &mut report)?;
     Ok(report)
@@ -359,8 +381,7 @@ pub fn verify_conn(conn: &Connection, key: Option<&AuditKey>, expect: &Expect) -
 #[allow(clippy::too_many_arguments)]
 fn check_entry(
     seen: &mut BTreeMap<String, Seen>,
-    decision_row: &mut rusqlite::Statement<'_>,
-    ledger_row: &mut rusqlite::Statement<'_>,
+    rows: &mut store::RowReader<'_>,
     seq: i64,
     exp: &str,
     event: &str,
@@ -387,10 +408,19 @@ fn check_entry(
                     .as_str()
                     .with_context(|| format!("audit entry seq = {seq}: kind is not a string"))?;
                 s.created = Some((seq, kind.to_string(), as_u64(body, "arms", seq)?));
+                s.create = body.clone();
                 match body.get("token_sha256").and_then(Value::as_str) {
                     Some(t) => s.token = Some((t.to_string(), seq)),
                     None => s.token_unknown = true,
                 }
+            }
+            Some("pin") => {
+                if let Some((first, _)) = s.pins() {
+                    bail!(
+                        "audit entry seq = {seq}: a pin entry of experiment {exp:?}, whose configuration entry {first} already pins it"
+                    );
+                }
+                s.pin = Some((seq, body.clone()));
             }
             Some("rotate-token") => match body.get("token_sha256").and_then(Value::as_str) {
                 Some(t) => {
@@ -404,10 +434,15 @@ fn check_entry(
         "decision" => {
             let id = as_u64(body, "decision_id", seq)?;
             let arm = as_u64(body, "arm", seq)?;
-            let row: Option<(i64, Option<String>)> = decision_row
-                .query_row(params![exp, id as i64], |r| Ok((r.get(0)?, r.get(1)?)))
-                .optional()?;
-            let Some((row_arm, actions)) = row else {
+            let Some(store::CheckedDecision {
+                arm: row_arm,
+                actions,
+                request_id,
+                propensity,
+                issued_unix,
+                ..
+            }) = rows.decision(exp, id)?
+            else {
                 bail!(
                     "audit entry seq = {seq}: decision {id} of experiment {exp:?} is not in the decisions table (deleted)"
                 );
@@ -424,18 +459,28 @@ fn check_entry(
                     "decisions: experiment {exp:?} decision {id}: its action set hashes to {stored:?}, the log (entry {seq}) says {logged:?}"
                 );
             }
+            if body.get("issued_unix").is_some() {
+                check_decision_pins(body, exp, id, seq, request_id, propensity, issued_unix)?;
+            } else if s.pins().is_some_and(|(first, _)| first < seq) {
+                bail!(
+                    "audit entry seq = {seq}: decision {id} of experiment {exp:?} has no issued_unix, but the log pins every decision after entry {}",
+                    s.pins().map_or(0, |p| p.0)
+                );
+            } else {
+                s.old_decisions = Some(s.old_decisions.unwrap_or(0).max(id));
+            }
             s.decisions += 1;
         }
         "reward" | "abandon" => {
             let id = as_u64(body, "decision_id", seq)?;
             let reward = as_f64(body, "reward", seq)?;
-            type Row = (Option<f64>, Option<f64>, Option<String>);
-            let row: Option<Row> = decision_row
-                .query_row(params![exp, id as i64], |r| {
-                    Ok((r.get(2)?, r.get(3)?, r.get(4)?))
-                })
-                .optional()?;
-            let Some((stored, admitted, outcome)) = row else {
+            let Some(store::CheckedDecision {
+                reward: stored,
+                admitted,
+                outcome,
+                ..
+            }) = rows.decision(exp, id)?
+            else {
                 bail!(
                     "audit entry seq = {seq}: the {event} of decision {id} of experiment {exp:?}, which is not in the decisions table (deleted)"
                 );
@@ -486,20 +531,15 @@ fn check_entry(
             let id = field(body, "ledger_id", seq)?
                 .as_i64()
                 .with_context(|| format!("audit entry seq = {seq}: ledger_id is not an integer"))?;
-            type Row = (String, i64, i64, String, f64, String);
-            let row: Option<Row> = ledger_row
-                .query_row([id], |r| {
-                    Ok((
-                        r.get(0)?,
-                        r.get(1)?,
-                        r.get(2)?,
-                        r.get(3)?,
-                        r.get(4)?,
-                        r.get(5)?,
-                    ))
-                })
-                .optional()?;
-            let Some((lexp, release, arm, measure, cost, status)) = row else {
+            let Some(store::CheckedCharge {
+                experiment: lexp,
+                release,
+                arm,
+                measure,
+                cost,
+                status,
+            }) = rows.ledger(id)?
+            else {
                 bail!(
                     "audit entry seq = {seq}: ledger row {id} of experiment {exp:?} is not in the ledger table (deleted)"
                 );
@@ -531,35 +571,16 @@ fn check_entry(
 /// `late-outcome` entries record, bit for bit, and each is of an abandoned decision. A
 /// database without the column (made before late outcomes were stored) must have no such entry.
 fn check_late(conn: &Connection, seen: &BTreeMap<String, Seen>) -> Result<()> {
-    let has_column: i64 = conn.query_row(
-        "SELECT COUNT(*) FROM pragma_table_info('decisions') WHERE name = 'late_reward'",
-        [],
-        |r| r.get(0),
-    )?;
-    let mut stored: BTreeMap<String, Vec<(u64, f64, Option<String>)>> = BTreeMap::new();
-    if has_column == 1 {
-        let mut stmt = conn.prepare(
-            "SELECT experiment, id, late_reward, outcome FROM decisions WHERE late_reward IS NOT NULL ORDER BY experiment, id",
-        )?;
-        let rows = stmt.query_map([], |r| {
-            Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, i64>(1)? as u64,
-                r.get::<_, f64>(2)?,
-                r.get::<_, Option<String>>(3)?,
-            ))
-        })?;
-        for row in rows {
-            let (exp, id, reward, outcome) = row?;
-            stored.entry(exp).or_default().push((id, reward, outcome));
-        }
-    }
+    let (has_column, stored) = match store::late_outcomes(conn)? {
+        Some(rows) => (true, rows),
+        None => (false, BTreeMap::new()),
+    };
     let empty = Vec::new();
     for (exp, s) in seen {
         let mut logged = s.late.clone();
         logged.sort_by_key(|x| x.0);
         let rows = stored.get(exp).unwrap_or(&empty);
-        if has_column == 0 && !logged.is_empty() {
+        if !has_column && !logged.is_empty() {
             bail!(
                 "decisions: the table has no late_reward column, but the log records {} late outcome(s) of experiment {exp:?}",
                 logged.len()
@@ -595,52 +616,170 @@ fn check_late(conn: &Connection, seen: &BTreeMap<String, Seen>) -> Result<()> {
     Ok(())
 }
 
+/// Check what the service reads back from an experiment's configuration row and its session
+/// against its `create` entry: `dropout_reward` and `reward_deadline` (an entry without them
+/// predates them: none), the problem, and the budget, boundary and noise grade of the
+/// guarantee as the restored session reports it (the policy's own parameters: an edited `rho`
+/// inside the snapshot shows here).
+fn check_config(name: &str, s: &Seen, config: &str, session: Option<&Session>) -> Result<()> {
+    let seq = s.created.as_ref().map_or(0, |c| c.0);
+    let config: Value = serde_json::from_str(config)
+        .with_context(|| format!("experiments: {name:?}: its config is not JSON"))?;
+    let num = |v: &Value, k: &str| v.get(k).and_then(Value::as_f64).map(f64::to_bits);
+    for key in ["dropout_reward", "reward_deadline"] {
+        if num(&config, key) != num(&s.create, key)
+            || config
+                .get(key)
+                .is_some_and(|v| !v.is_null() && !v.is_number())
+        {
+            bail!(
+                "experiments: {name:?} has config {key} = {}; its create entry (seq {seq}) says {}",
+                config.get(key).unwrap_or(&Value::Null),
+                s.create.get(key).unwrap_or(&Value::Null)
+            );
+        }
+    }
+    if let Some(p) = s.create.get("problem")
+        && config.get("problem") != Some(p)
+    {
+        bail!(
+            "experiments: {name:?} has config problem = {}; its create entry (seq {seq}) says {p}",
+            config.get("problem").unwrap_or(&Value::Null)
+        );
+    }
+    let (Some(session), Some(logged)) = (session, s.create.get("guarantee")) else {
+        return Ok(());
+    };
+    let g = session
+        .guarantee()
+        .map_err(anyhow::Error::from)
+        .and_then(|g| Ok(serde_json::to_value(g)?))
+        .with_context(|| format!("experiments: {name:?}: its session's guarantee"))?;
+    for key in ["budget", "boundary", "noise"] {
+        if let Some(want) = logged.get(key)
+            && g.get(key) != Some(want)
+        {
+            bail!(
+                "experiments: {name:?}: its session snapshot's policy has {key} {}; its create entry (seq {seq}) says {want} (the stored policy's parameters were changed)",
+                g.get(key).unwrap_or(&Value::Null)
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Check an experiment whose configuration the log pins in full ([`Seen::pins`]): the session's
+/// parameters, label and `while_pending`, and for an experiment pinned by a `pin` entry the
+/// digest of the decisions it covers.
+fn check_pinned(conn: &Connection, name: &str, s: &Seen, session: Option<&Session>) -> Result<()> {
+    let Some((seq, pins)) = s.pins() else {
+        return Ok(());
+    };
+    if let Some(session) = session {
+        let wp = serde_json::to_value(session.while_pending())?;
+        for (key, value) in [
+            ("params", session.params().map_or(Value::Null, Value::from)),
+            (
+                "label",
+                Value::from(session.label().unwrap_or(session.kind())),
+            ),
+            ("while_pending", wp),
+        ] {
+            let want = pins.get(key).unwrap_or(&Value::Null);
+            if *want != value {
+                bail!(
+                    "experiments: {name:?}: its session snapshot has {key} = {value}; the audit log (entry {seq}) says {want} (the stored session was changed)"
+                );
+            }
+        }
+    }
+    let Some((pin_seq, pin)) = &s.pin else {
+        return Ok(());
+    };
+    let upto = as_u64(pin, "decisions", *pin_seq)?;
+    if let Some(old) = s.old_decisions
+        && old > upto
+    {
+        bail!(
+            "audit entry seq = {pin_seq}: the pin of experiment {name:?} covers decisions 1 to {upto}, but decision {old}'s entry predates it"
+        );
+    }
+    let (n, digest) = store::decisions_digest(conn, name, upto)?;
+    let want = pin.get("decisions_sha256").and_then(Value::as_str);
+    if n != upto || want != Some(digest.as_str()) {
+        bail!(
+            "decisions: experiment {name:?}: the request ids, propensities and issue times of its decisions 1 to {upto} hash to {digest} ({n} rows); the pin entry (seq {pin_seq}) says {} (a row of an earlier build's decisions was changed)",
+            want.unwrap_or("(none)")
+        );
+    }
+    Ok(())
+}
+
+/// Check a decision row's `request_id`, `propensity` and `issued_unix` against its entry
+/// ([`LOG_FORMAT`] 2): a missing key in the entry means `NULL` in the row.
+fn check_decision_pins(
+    body: &Value,
+    exp: &str,
+    id: u64,
+    seq: i64,
+    request_id: Option<String>,
+    propensity: Option<f64>,
+    issued_unix: Option<f64>,
+) -> Result<()> {
+    let logged_rid = body.get("request_id").and_then(Value::as_str);
+    if logged_rid != request_id.as_deref() {
+        bail!(
+            "decisions: experiment {exp:?} decision {id} has request_id {request_id:?}, the log (entry {seq}) says {logged_rid:?} (a retry with that request id would get another decision)"
+        );
+    }
+    let bits = |x: Option<f64>| x.map(f64::to_bits);
+    for (what, row, logged) in [
+        (
+            "propensity",
+            propensity,
+            body.get("propensity").and_then(Value::as_f64),
+        ),
+        (
+            "issued_unix",
+            issued_unix,
+            body.get("issued_unix").and_then(Value::as_f64),
+        ),
+    ] {
+        if bits(row) != bits(logged) {
+            bail!(
+                "decisions: experiment {exp:?} decision {id} has {what} {row:?}, the log (entry {seq}) says {logged:?}"
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Check the tables against what the log says (counts per experiment, counters, tokens).
 fn check_tables(
     conn: &Connection,
     seen: &BTreeMap<String, Seen>,
     report: &mut Report,
 ) -> Result<()> {
-    let counts = |sql: &str| -> Result<BTreeMap<String, u64>> {
-        let mut stmt = conn.prepare(sql)?;
-        let rows = stmt
-            .query_map([], |r| {
-                Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64))
-            })?
-            .collect::<rusqlite::Result<_>>()?;
-        Ok(rows)
-    };
-    let decisions = counts("SELECT experiment, COUNT(*) FROM decisions GROUP BY experiment")?;
-    let rewarded = counts(
-        "SELECT experiment, COUNT(*) FROM decisions WHERE reward IS NOT NULL GROUP BY experiment",
-    )?;
-    let charges = counts(
-        "SELECT experiment, COUNT(*) FROM ledger WHERE status != 'intent' GROUP BY experiment",
-    )?;
-    let intents = counts(
-        "SELECT experiment, COUNT(*) FROM ledger WHERE status = 'intent' GROUP BY experiment",
-    )?;
-    let mut stmt = conn.prepare(
-        "SELECT name, kind, arms, token_hash, issued, observed, releases, snapshot FROM experiments ORDER BY name",
-    )?;
-    type Row = (String, String, i64, String, i64, i64, i64, Vec<u8>);
-    let rows = stmt
-        .query_map([], |r| {
-            Ok((
-                r.get(0)?,
-                r.get(1)?,
-                r.get(2)?,
-                r.get(3)?,
-                r.get(4)?,
-                r.get(5)?,
-                r.get(6)?,
-                r.get(7)?,
-            ))
-        })?
-        .collect::<rusqlite::Result<Vec<Row>>>()?;
+    let store::TableCounts {
+        decisions,
+        rewarded,
+        charges,
+        intents,
+    } = store::table_counts(conn)?;
+    let rows = store::load_experiments(conn)?;
     check_late(conn, seen)?;
     let mut names = std::collections::BTreeSet::new();
-    for (name, kind, arms, token_hash, issued, observed, releases, snapshot) in rows {
+    for row in rows {
+        let store::ExperimentRow {
+            name,
+            kind,
+            arms,
+            token_hash,
+            config,
+            snapshot,
+            counters,
+        } = row;
+        let (issued, observed, releases) = (counters.issued, counters.observed, counters.releases);
         let Some(s) = seen.get(&name).filter(|s| s.created.is_some()) else {
             bail!("experiments: {name:?} has no create entry in the audit log");
         };
@@ -667,7 +806,7 @@ fn check_tables(
             ("observed", observed, s.rewards),
             ("releases", releases, s.releases),
         ] {
-            if counter as u64 != log_n {
+            if counter != log_n {
                 bail!(
                     "experiments: {name:?} has counter {what} = {counter}; the audit log explains {log_n}"
                 );
@@ -680,7 +819,7 @@ fn check_tables(
             (_, true) | (None, _) => report.tokens_unchecked.push(name.clone()),
             _ => {}
         }
-        if dpbandits::session::Session::is_session_snapshot(&snapshot) {
+        let session = if dpbandits::session::Session::is_session_snapshot(&snapshot) {
             let session = dpbandits::session::Session::restore(&snapshot)
                 .with_context(|| format!("experiments: {name:?}: its snapshot does not restore"))?;
             if session.issued() != s.decisions || session.t() != s.rewards {
@@ -692,6 +831,18 @@ fn check_tables(
                     s.rewards
                 );
             }
+            Some(session)
+        } else if store::schema_version(conn)? == store::SCHEMA_VERSION_POLICY_SNAPSHOTS {
+            None // a schema-1 database before its migration (bare policy snapshots)
+        } else {
+            bail!(
+                "experiments: {name:?}: its snapshot is not a session snapshot (only a schema-1 database, before its migration, holds bare policy snapshots)"
+            );
+        };
+        check_config(&name, s, &config, session.as_ref())?;
+        match s.pins() {
+            Some(_) => check_pinned(conn, &name, s, session.as_ref())?,
+            None => report.unpinned.push(name.clone()),
         }
         report.experiments += 1;
         report.decisions += s.decisions;
@@ -725,6 +876,7 @@ fn check_tables(
 mod tests {
     use super::*;
     use crate::service::{CreateRequest, Service};
+    use rusqlite::{OptionalExtension, params};
     use serde_json::json;
 
     const ADMIN: &str = "verify-admin-token-0123456789";
@@ -738,11 +890,13 @@ mod tests {
         let mut s = Service::open(&db, ADMIN).unwrap();
         for name in ["a", "b"] {
             let req: CreateRequest = serde_json::from_value(json!({"name": name, "arms": 3,
-                "policy": {"kind": "adac_ucb", "rho": 0.5}, "dropout_reward": 0.0}))
+                "policy": {"kind": "adac_ucb", "rho": 0.5}, "dropout_reward": 0.0,
+                "reward_deadline": 3600.0}))
             .unwrap();
             s.create(req).unwrap();
             for i in 0..30u64 {
-                let d = s.decide(name, None, None).unwrap();
+                let rid = (i % 3 == 0).then(|| format!("{name}-{i}"));
+                let d = s.decide(name, rid, None).unwrap();
                 let id = d["decision_id"].as_u64().unwrap();
                 if i % 7 == 3 {
                     s.abandon(name, id).unwrap();
@@ -751,15 +905,26 @@ mod tests {
                 }
             }
         }
+        // A pipelined experiment, every reward in.
+        let req: CreateRequest = serde_json::from_value(json!({"name": "c", "arms": 2,
+            "policy": {"kind": "dp_ts", "epsilon": 1.0}, "while_pending": "pipeline"}))
+        .unwrap();
+        s.create(req).unwrap();
+        for _ in 0..6 {
+            let id = s.decide("c", None, None).unwrap()["decision_id"]
+                .as_u64()
+                .unwrap();
+            s.reward("c", id, 1.0).unwrap();
+        }
         s.rotate_token("a", "test").unwrap();
         s.decide("b", None, None).unwrap();
         drop(s);
         let r = verify_default(&db).unwrap();
         assert!(
-            r.charges > 4 && r.rewards == 60 && r.decisions == 61,
+            r.charges > 4 && r.rewards == 66 && r.decisions == 67,
             "{r:?}"
         );
-        assert!(r.tokens_unchecked.is_empty());
+        assert!(r.tokens_unchecked.is_empty() && r.unpinned.is_empty());
         (dir, db, r.entries, r.head)
     }
 
@@ -772,7 +937,7 @@ mod tests {
     ) -> (tempfile::TempDir, std::path::PathBuf) {
         let dir = tempfile::tempdir().unwrap();
         let copy = dir.path().join("copy.sqlite");
-        crate::store::backup(db, &copy, key_for(db, None).unwrap().as_ref()).unwrap();
+        crate::backup::backup(db, &copy, key_for(db, None).unwrap().as_ref()).unwrap();
         std::fs::copy(store::default_key_path(db), store::default_key_path(&copy)).unwrap();
         let conn = Connection::open(&copy).unwrap();
         conn.execute_batch(
@@ -792,7 +957,9 @@ mod tests {
             .query_row("SELECT hash FROM audit WHERE seq = ?1", [from - 1], |r| {
                 r.get(0)
             })
-            .unwrap();
+            .optional()
+            .unwrap()
+            .unwrap_or_else(|| GENESIS.to_string());
         let rows: Vec<(i64, String, String, String, String)> = conn
             .prepare(
                 "SELECT seq, ts, experiment, event, body FROM audit WHERE seq >= ?1 ORDER BY seq",
@@ -812,6 +979,59 @@ mod tests {
             )
             .unwrap();
             prev = h;
+        }
+    }
+
+    /// Rewrite experiment `name`'s stored session snapshot (its CBOR envelope) with `f`.
+    fn edit_snapshot(conn: &Connection, name: &str, f: impl FnOnce(&mut ciborium::Value)) {
+        let bytes: Vec<u8> = conn
+            .query_row(
+                "SELECT snapshot FROM experiments WHERE name = ?1",
+                [name],
+                |r| r.get(0),
+            )
+            .unwrap();
+        let mut env: ciborium::Value = ciborium::from_reader(&bytes[..]).unwrap();
+        f(&mut env);
+        let mut out = vec![];
+        ciborium::into_writer(&env, &mut out).unwrap();
+        conn.execute(
+            "UPDATE experiments SET snapshot = ?2 WHERE name = ?1",
+            params![name, out],
+        )
+        .unwrap();
+    }
+
+    /// The value of `key` in a CBOR map.
+    fn cbor_get<'a>(v: &'a mut ciborium::Value, key: &str) -> &'a mut ciborium::Value {
+        let ciborium::Value::Map(m) = v else {
+            panic!("a map")
+        };
+        m.iter_mut()
+            .find(|(k, _)| k.as_text() == Some(key))
+            .map(|(_, v)| v)
+            .unwrap_or_else(|| panic!("no {key:?} in the envelope"))
+    }
+
+    /// Set every `key` in a CBOR tree to `to`; whether one was found.
+    fn set_key(v: &mut ciborium::Value, key: &str, to: ciborium::Value) -> bool {
+        match v {
+            ciborium::Value::Map(m) => {
+                let mut found = false;
+                for (k, x) in m.iter_mut() {
+                    if k.as_text() == Some(key) {
+                        *x = to.clone();
+                        found = true;
+                    } else {
+                        found |= set_key(x, key, to.clone());
+                    }
+                }
+                found
+            }
+            ciborium::Value::Array(a) => a
+                .iter_mut()
+                .fold(false, |f, x| set_key(x, key, to.clone()) | f),
+            _ => false,
         }
     }
 
@@ -946,7 +1166,113 @@ mod tests {
                 "DELETE FROM meta WHERE key IN ('audit_key', 'audit_keyed_from')".into(),
                 none(),
                 "not keyed",
-                "contents hash to",
+                "keying was removed",
+            ),
+            (
+                "keying removed, the chain re-hashed with SHA-256 and a reward rewritten (downgrade + re-key)",
+                "DELETE FROM meta WHERE key IN ('audit_key', 'audit_keyed_from');
+                 UPDATE meta SET value = '3' WHERE key = 'schema';
+                 UPDATE decisions SET reward = 1.0, admitted = 1.0 WHERE experiment = 'a' AND id = 2;".into(),
+                Box::new(|c: &Connection| {
+                    c.execute(
+                        "UPDATE audit SET body = json_set(body, '$.reward', 1.0, '$.admitted', 1.0) WHERE experiment = 'a' AND event = 'reward' AND json_extract(body, '$.decision_id') = 2",
+                        [],
+                    )
+                    .unwrap();
+                    rechain(c, 1);
+                }),
+                "keying was removed",
+                "the audit key file",
+            ),
+            (
+                "audit_keyed_from moved past the last entry, the chain re-hashed with SHA-256",
+                "UPDATE meta SET value = (SELECT MAX(seq) + 1 FROM audit) WHERE key = 'audit_keyed_from'".into(),
+                Box::new(|c: &Connection| rechain(c, 1)),
+                "the keying start was moved",
+                "the keying start was moved",
+            ),
+            (
+                "audit_keyed_from moved to a later entry",
+                "UPDATE meta SET value = '5' WHERE key = 'audit_keyed_from'".into(),
+                Box::new(|c: &Connection| rechain(c, 1)),
+                "HMAC under the key",
+                "HMAC under the key",
+            ),
+            (
+                "the stored snapshot's rho edited (checksum recomputed)",
+                String::new(),
+                Box::new(|c: &Connection| edit_snapshot(c, "a", |env| {
+                    let snap = cbor_get(env, "policy");
+                    let ciborium::Value::Bytes(bytes) = snap else { panic!("policy bytes") };
+                    let policy = dpbandits::snapshot::Snapshot::from_cbor(bytes).unwrap();
+                    let mut state = policy.state_value().clone();
+                    assert!(set_key(&mut state, "rho", ciborium::Value::Float(60000.0)), "a rho in the state");
+                    let mut edited = dpbandits::snapshot::Snapshot::new(policy.setting(), policy.kind(), &state).unwrap();
+                    if let Some(l) = &policy.header().label {
+                        edited = edited.with_label(l.clone()).unwrap();
+                    }
+                    *snap = ciborium::Value::Bytes(edited.to_cbor().unwrap());
+                })),
+                "policy has budget",
+                "policy has budget",
+            ),
+            (
+                "config.dropout_reward edited",
+                "UPDATE experiments SET config = json_set(config, '$.dropout_reward', 1.0) WHERE name = 'a'".into(),
+                none(),
+                "config dropout_reward = 1.0",
+                "config dropout_reward = 1.0",
+            ),
+            (
+                "config.reward_deadline edited",
+                "UPDATE experiments SET config = json_set(config, '$.reward_deadline', 1e9) WHERE name = 'b'".into(),
+                none(),
+                "config reward_deadline",
+                "config reward_deadline",
+            ),
+            (
+                "config.reward_deadline removed",
+                "UPDATE experiments SET config = json_remove(config, '$.reward_deadline') WHERE name = 'b'".into(),
+                none(),
+                "config reward_deadline = null",
+                "config reward_deadline = null",
+            ),
+            (
+                "a decision's request_id removed (a retry would get a second decision)",
+                "UPDATE decisions SET request_id = NULL WHERE experiment = 'a' AND id = 4".into(),
+                none(),
+                "decision 4 has request_id None",
+                "decision 4 has request_id None",
+            ),
+            (
+                "a decision's request_id replaced",
+                "UPDATE decisions SET request_id = 'a-3x' WHERE experiment = 'a' AND id = 4".into(),
+                none(),
+                "decision 4 has request_id Some(\"a-3x\")",
+                "decision 4 has request_id",
+            ),
+            (
+                "a propensity written",
+                "UPDATE decisions SET propensity = 0.25 WHERE experiment = 'b' AND id = 9".into(),
+                none(),
+                "decision 9 has propensity Some(0.25)",
+                "decision 9 has propensity",
+            ),
+            (
+                "an issue time moved back (the deadline would abandon it)",
+                "UPDATE decisions SET issued_unix = issued_unix - 86400 WHERE experiment = 'b' AND id = 31".into(),
+                none(),
+                "decision 31 has issued_unix",
+                "decision 31 has issued_unix",
+            ),
+            (
+                "while_pending edited in the stored session",
+                String::new(),
+                Box::new(|c: &Connection| edit_snapshot(c, "c", |env| {
+                    *cbor_get(env, "while_pending") = ciborium::Value::Text("wait".into());
+                })),
+                "while_pending = \"wait\"",
+                "while_pending = \"wait\"",
             ),
         ];
         for (what, sql, edit, says, start_says) in cases {
@@ -974,6 +1300,85 @@ mod tests {
         };
         let e = verify(&copy, Some(&key), &wrong).unwrap_err().to_string();
         assert!(e.contains("the log was rewritten"), "{e}");
+    }
+
+    /// A log written by the previous build (create entries without `format`, `params` and
+    /// `while_pending`; decision entries without `issued_unix`, `request_id` and `propensity`)
+    /// verifies, naming its experiments as not pinned; the first start pins them, and from then
+    /// on an edited old decision row is refused.
+    #[test]
+    fn an_earlier_builds_log_verifies_and_is_pinned_at_the_first_start() {
+        let (_dir, db, _, _) = sample();
+        let key = key_for(&db, None).unwrap().unwrap();
+        let (_d, old) = tampered(
+            &db,
+            "UPDATE audit SET body = json_remove(body, '$.format', '$.params', '$.while_pending') WHERE event = 'config' AND json_extract(body, '$.action') = 'create';
+             UPDATE audit SET body = json_remove(body, '$.issued_unix', '$.request_id', '$.propensity') WHERE event = 'decision';",
+            |c: &Connection| {
+                // Re-chained with the key: what the previous build wrote.
+                let rows: Vec<(i64, String, String, String, String)> = c
+                    .prepare("SELECT seq, ts, experiment, event, body FROM audit ORDER BY seq")
+                    .unwrap()
+                    .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))
+                    .unwrap()
+                    .collect::<rusqlite::Result<_>>()
+                    .unwrap();
+                let mut prev = GENESIS.to_string();
+                for (seq, ts, exp, event, body) in rows {
+                    let h = key.entry_hash(&prev, seq, &ts, &exp, &event, &body);
+                    c.execute(
+                        "UPDATE audit SET prev = ?2, hash = ?3 WHERE seq = ?1",
+                        params![seq, prev, h],
+                    )
+                    .unwrap();
+                    prev = h;
+                }
+            },
+        );
+        let r = verify_default(&old).unwrap();
+        assert_eq!(r.unpinned, ["a", "b", "c"]);
+        // Before the first start, an old decision's request id is not provable (documented).
+        drop(Service::open(&old, ADMIN).unwrap());
+        let r = verify_default(&old).unwrap();
+        assert!(r.unpinned.is_empty(), "{r:?}");
+        drop(Service::open(&old, ADMIN).unwrap());
+        assert_eq!(
+            verify_default(&old).unwrap().entries,
+            r.entries,
+            "pinned once"
+        );
+        for (what, sql, says) in [
+            (
+                "an old decision's request id removed",
+                "UPDATE decisions SET request_id = NULL WHERE experiment = 'a' AND id = 4",
+                "the pin entry",
+            ),
+            (
+                "an old decision's issue time moved",
+                "UPDATE decisions SET issued_unix = issued_unix - 1e5 WHERE experiment = 'b' AND id = 2",
+                "the pin entry",
+            ),
+            (
+                "an old experiment's while_pending edited",
+                "",
+                "while_pending = \"wait\"",
+            ),
+        ] {
+            let (_d2, copy) = tampered(&old, sql, |c: &Connection| {
+                if sql.is_empty() {
+                    edit_snapshot(c, "c", |env| {
+                        *cbor_get(env, "while_pending") = ciborium::Value::Text("wait".into());
+                    });
+                }
+            });
+            let e = format!("{:#}", verify_default(&copy).unwrap_err());
+            assert!(e.contains(says), "{what}: verify says {e}");
+            let e = format!("{:#}", Service::open(&copy, ADMIN).map(|_| ()).unwrap_err());
+            assert!(
+                e.contains("refusing to start") && e.contains(says),
+                "{what}: {e}"
+            );
+        }
     }
 
     /// A keyed database without its key, or with another key, is refused (never re-keyed).

@@ -741,6 +741,12 @@ impl Session {
         self.label.as_deref()
     }
 
+    /// The kind's parameters as the session was created with them (TOML text of the table
+    /// without `kind`), when known (a session migrated from a bare policy snapshot has none).
+    pub fn params(&self) -> Option<&str> {
+        self.params.as_deref()
+    }
+
     /// The privacy claim (with its noise grade).
     ///
     /// # Errors

@@ -1,11 +1,29 @@
-//! Where the structured log lines go: standard error, or a file given at start (`--log-file`)
-//! that SIGHUP reopens (so a log rotator can move it away and the service writes a new one).
+//! The service's structured log: one JSON object a line on stderr, or in a file given at
+//! start (`--log-file`) that SIGHUP reopens (so a log rotator can move it away and the service
+//! writes a new one) (`ts`, `event`, the event's fields). Below every other module of the crate (the HTTP layer, the state machine,
+//! the server and the publisher all write it).
 
+use serde_json::{Map, Value};
 use std::fs::File;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+
+/// One structured log line (JSON) on stderr or the `--log-file`. Never carries reward values.
+pub fn log(event: &str, fields: Value) {
+    let mut m = Map::new();
+    m.insert("ts".into(), Value::String(crate::store::now()));
+    m.insert("event".into(), Value::String(event.into()));
+    if let Value::Object(f) = fields {
+        m.extend(f);
+    }
+    // One write per line: stderr is unbuffered, and formatting through `eprintln!` would make
+    // a system call per fragment of the line.
+    let mut line = serde_json::to_vec(&Value::Object(m)).unwrap_or_default();
+    line.push(b'\n');
+    write_line(&line);
+}
 
 /// The log file and its path, when one is set; else lines go to standard error.
 static SINK: Mutex<Option<(PathBuf, File)>> = Mutex::new(None);

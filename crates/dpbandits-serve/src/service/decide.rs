@@ -1,0 +1,340 @@
+//! Issuing a decision: the action set, the releases a decision draws first, the decision row
+//! and its audit entries.
+
+use super::*;
+
+/// A contextual decision's action set from JSON: `k >= 1` arrays of the same length `d`.
+pub(super) fn action_set(v: &Value) -> ServiceResult<(usize, usize, Vec<f64>)> {
+    let bad = || {
+        let s = v.to_string();
+        let s = if s.chars().count() > 60 {
+            format!("{}...", s.chars().take(60).collect::<String>())
+        } else {
+            s
+        };
+        ServiceError::invalid(
+            "actions",
+            format!(
+                "actions = {s}: expected the round's action set, an array of k >= 1 arrays of d numbers"
+            ),
+        )
+    };
+    let rows = v.as_array().filter(|r| !r.is_empty()).ok_or_else(bad)?;
+    let d = rows[0].as_array().map_or(0, Vec::len);
+    let mut features = Vec::with_capacity(rows.len() * d);
+    for (i, row) in rows.iter().enumerate() {
+        let cells = row.as_array().ok_or_else(bad)?;
+        if cells.len() != d || d == 0 {
+            return Err(ServiceError::invalid(
+                "actions",
+                format!(
+                    "actions[{i}]: {} numbers, expected {d} (every action of the set has the same dimension >= 1)",
+                    cells.len()
+                ),
+            ));
+        }
+        for (j, x) in cells.iter().enumerate() {
+            features.push(x.as_f64().ok_or_else(|| {
+                ServiceError::invalid(
+                    "actions",
+                    format!("actions[{i}][{j}] = {x}: expected a number"),
+                )
+            })?);
+        }
+    }
+    Ok((rows.len(), d, features))
+}
+
+impl Service {
+    /// Issue a decision. A repeated `request_id` returns the decision it already got. A
+    /// contextual experiment needs the round's action set (`actions`, `k x d`); the answer's
+    /// `arm` is the chosen action's index. A best-arm identification experiment answers
+    /// [`ServiceError::Stopped`] once its stopping rule fired (recorded once, in the audit log
+    /// and the status).
+    pub fn decide(
+        &mut self,
+        name: &str,
+        request_id: Option<String>,
+        actions: Option<&Value>,
+    ) -> ServiceResult<Value> {
+        self.experiment(name)?;
+        if let Some(rid) = &request_id {
+            check_request_id(rid)?;
+            if let Some((id, arm)) = store::find_request(&self.conn, name, rid)? {
+                return Ok(json!({"decision_id": id, "arm": arm, "repeat": true}));
+            }
+        }
+        if self.experiment(name)?.closed.is_some() {
+            return Err(ServiceError::Closed { name: name.into() });
+        }
+        let actions = actions.map(action_set).transpose()?;
+        self.expire(name)?;
+        let e = self.experiments.get_mut(name).expect("checked above");
+        // Whether an action set belongs in the request does not depend on the state: refused
+        // first, naming `actions`.
+        match (e.session.dim(), &actions) {
+            (Some(d), None) => {
+                return Err(ServiceError::invalid(
+                    "actions",
+                    format!(
+                        "actions = (missing): expected the round's action set, an array of k >= 1 arrays of d = {d} numbers"
+                    ),
+                ));
+            }
+            (None, Some((k, d, _))) => {
+                return Err(ServiceError::invalid(
+                    "actions",
+                    format!(
+                        "actions = a {k} x {d} array: a {} experiment decides without an action set",
+                        e.session.setting()
+                    ),
+                ));
+            }
+            _ => {}
+        }
+        match e.session.next() {
+            Next::Stopped { recommendation } => {
+                return Err(ServiceError::Stopped { recommendation });
+            }
+            // At a commitment boundary the session would refuse (a protocol error): answered
+            // as a conflict with the counts, before the session is asked.
+            Next::Reward { pending, .. } => {
+                let rounds_left = e
+                    .session
+                    .commitment()
+                    .map_or(0, |(_, rounds, _, observed)| rounds - observed);
+                return Err(ServiceError::Conflict {
+                    pending,
+                    rounds_left,
+                });
+            }
+            Next::Decision | Next::ActionSet { .. } => {}
+        }
+        // The action set is validated before anything is drawn.
+        if let Some((k, d, features)) = &actions {
+            e.session
+                .check_actions(&ActionSet {
+                    d: *d,
+                    k: *k,
+                    features,
+                })
+                .map_err(|err| core_error(err, "actions"))?;
+        }
+        // Releases the decision draws first (contextual: an episode ends; pipelined: a
+        // commitment completed from rewards received): each one's intent is committed first.
+        self.releases_before_decision(name)?;
+        let e = self.experiments.get_mut(name).expect("checked above");
+        let round = e.session.issued();
+        let at_round = e.session.t();
+        // The session validates the action set (or its absence) before the policy sees it; a
+        // refusal leaves it unchanged.
+        let decided = match &actions {
+            Some((k, d, features)) => e.session.decide_with(&ActionSet {
+                d: *d,
+                k: *k,
+                features,
+            }),
+            None => e.session.decide(),
+        }
+        .map_err(|err| match err {
+            dpbandits::Error::Param { .. } | dpbandits::Error::UnknownField { .. } => {
+                core_error(err, "actions")
+            }
+            other => ServiceError::internal(other),
+        })?;
+        let propensity = e.session.propensity();
+        let in_batch = !self.conn.is_autocommit();
+        let stored: ServiceResult<Value> = (|| {
+            let (arm, opened) = match decided {
+                Decision::Play { arm, opened } => (arm, opened),
+                Decision::Stop { recommendation } => {
+                    // The stopping rule fired now: recorded once, then refused as stopped.
+                    let tx = self.conn.savepoint()?;
+                    let releases = e.releases;
+                    store_state(&tx, e, &mut self.stale, name, releases, in_batch)?;
+                    store::audit(
+                        &tx,
+                        name,
+                        "stop",
+                        &json!({"recommendation": recommendation, "at_round": at_round}),
+                    )?;
+                    tx.commit()?;
+                    return Err(ServiceError::Stopped { recommendation });
+                }
+            };
+            let id = e.session.issued();
+            let actions_json = actions.as_ref().map(|(k, d, f)| {
+                Value::Array(
+                    (0..*k)
+                        .map(|i| json!(f[i * d..(i + 1) * d]))
+                        .collect::<Vec<_>>(),
+                )
+                .to_string()
+            });
+            let tx = self.conn.savepoint()?;
+            let releases = e.releases;
+            store_state(&tx, e, &mut self.stale, name, releases, in_batch)?;
+            if let Some(rounds) = opened {
+                store::audit(
+                    &tx,
+                    name,
+                    "commitment",
+                    &json!({"arm": arm, "rounds": rounds, "at_round": at_round}),
+                )?;
+            }
+            let issued_unix = store::unix_now();
+            store::insert_decision(
+                &tx,
+                name,
+                &store::NewDecision {
+                    id,
+                    arm,
+                    round,
+                    request_id: request_id.as_deref(),
+                    actions: actions_json.as_deref(),
+                    propensity,
+                    issued_unix,
+                },
+            )?;
+            // The entry pins everything of the row the service reads back: the arm, the action
+            // set (by its hash), the request id (a retry's answer), the propensity (the export)
+            // and the issue time (the reward deadline).
+            let mut body = json!({"decision_id": id, "arm": arm, "issued_unix": issued_unix});
+            if let Some(a) = &actions_json {
+                // The chained entry pins the action set by its hash (the set is in `decisions`).
+                body["actions_sha256"] = json!(store::sha256_hex(a.as_bytes()));
+            }
+            if let Some(r) = &request_id {
+                body["request_id"] = json!(r);
+            }
+            if let Some(p) = propensity {
+                body["propensity"] = json!(p);
+            }
+            store::audit(&tx, name, "decision", &body)?;
+            tx.commit()?;
+            let mut answer = json!({"decision_id": id, "arm": arm});
+            if let Some(p) = propensity {
+                answer["propensity"] = json!(p);
+            }
+            Ok(answer)
+        })();
+        match stored {
+            Ok(v) => Ok(v),
+            Err(err @ ServiceError::Stopped { .. }) => Err(err),
+            Err(err) => {
+                // The session decided in memory but nothing was stored: back to the stored state.
+                self.undo(name)?;
+                Err(err)
+            }
+        }
+    }
+
+    /// Draw, one at a time, the releases `name`'s next decision draws before it is issued
+    /// ([`Session::prepare_decision`]): each one's ledger intent is committed (durable) before
+    /// its draw, then the release, its charge and the state are stored, as a reward's release is.
+    pub(super) fn releases_before_decision(&mut self, name: &str) -> ServiceResult<()> {
+        loop {
+            let e = self
+                .experiments
+                .get_mut(name)
+                .expect("checked by the caller");
+            let prepared = e.session.prepare_decision();
+            // The preparation may have changed the session (the policy's next commitment,
+            // rewards it took): its state is written with the batch's next commit.
+            if !self.conn.is_autocommit() && !self.stale.contains(name) {
+                self.stale.insert(name.to_string());
+            }
+            let Some(release) = prepared.map_err(ServiceError::internal)? else {
+                return Ok(());
+            };
+            let e = self
+                .experiments
+                .get_mut(name)
+                .expect("checked by the caller");
+            let Some((measure, c)) = cost_of(&e.guarantee) else {
+                e.session
+                    .release_prepared()
+                    .map_err(ServiceError::internal)?;
+                continue;
+            };
+            let release_no = e.releases + 1;
+            let intent = store::insert_intent(
+                &mut self.conn,
+                name,
+                release_no,
+                release.arm,
+                release.rounds,
+                measure,
+                c,
+            )
+            .map_err(ServiceError::from)
+            .and_then(|id| self.flush_batch().map(|()| id));
+            let id = match intent {
+                Ok(id) => id,
+                Err(err) => {
+                    // Nothing drawn: back to the stored state (the preparation included).
+                    self.undo(name)?;
+                    return Err(err);
+                }
+            };
+            let in_batch = !self.conn.is_autocommit();
+            let e = self
+                .experiments
+                .get_mut(name)
+                .expect("checked by the caller");
+            if let Err(err) = e.session.release_prepared() {
+                self.undo(name)?;
+                return Err(ServiceError::internal(err));
+            }
+            let result: ServiceResult<()> = (|| {
+                let tx = self.conn.savepoint()?;
+                store_state(&tx, e, &mut self.stale, name, release_no, in_batch)?;
+                store::audit(
+                    &tx,
+                    name,
+                    "release",
+                    &json!({"release": release_no, "arm": release.arm, "episode_rounds": release.rounds, "at": "decision"}),
+                )?;
+                charge(&tx, name, id, release_no, release.arm, measure, c)?;
+                tx.commit()?;
+                Ok(())
+            })();
+            if let Err(err) = result {
+                self.undo(name)?;
+                return Err(err);
+            }
+            e.releases = release_no;
+            self.count_charge(name, release_no)?;
+        }
+    }
+
+    /// A charge of `name`'s release `release_no` is stored: the maintained counts follow (the
+    /// release's rows through the ledger's index by release, so no scan).
+    pub(super) fn count_charge(&mut self, name: &str, release_no: u64) -> ServiceResult<()> {
+        let per_release = store::ledger_release_charges(&self.conn, name, release_no)?;
+        let e = self
+            .experiments
+            .get_mut(name)
+            .expect("checked by the caller");
+        e.charges += 1;
+        e.max_per_release = e.max_per_release.max(per_release);
+        Ok(())
+    }
+
+    /// After an operation changed `name`'s session but failed to store it: outside a batch,
+    /// put the session back to its stored state; inside one, fail the batch (its rollback
+    /// reloads every experiment from the last commit, since the snapshots of the batch's earlier
+    /// operations are written only at its end).
+    pub(super) fn undo(&mut self, name: &str) -> ServiceResult<()> {
+        if !self.conn.is_autocommit() {
+            self.batch_failed = true;
+            return Ok(());
+        }
+        let snap = store::load_snapshot(&self.conn, name)?;
+        let s = Session::restore(&snap).map_err(ServiceError::internal)?;
+        if let Some(e) = self.experiments.get_mut(name) {
+            e.session = s;
+        }
+        Ok(())
+    }
+}

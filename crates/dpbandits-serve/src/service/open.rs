@@ -1,0 +1,328 @@
+//! Opening the database: the start-up check, migration, pins of earlier experiments, release
+//! intents settled, every experiment restored from its snapshot.
+
+use super::*;
+
+/// A schema-1 experiment's session: the stored bare policy snapshot after `observed` rewards,
+/// with the decisions issued but not yet rewarded (`issued - observed`, all of the open
+/// commitment) issued again from it, so the session stands where the service stood.
+pub(super) fn migrate(row: &store::ExperimentRow) -> anyhow::Result<Session> {
+    let name = &row.name;
+    let c = row.counters;
+    let snap = Snapshot::decode(&row.snapshot)
+        .with_context(|| format!("experiment {name:?}: its policy snapshot does not decode"))?;
+    let mut s = Session::from_policy_snapshot(&snap, c.observed)
+        .with_context(|| format!("experiment {name:?}: its policy snapshot does not restore"))?;
+    let pending = c.issued.checked_sub(c.observed).with_context(|| {
+        format!(
+            "experiment {name:?}: issued = {} < observed = {}",
+            c.issued, c.observed
+        )
+    })?;
+    if pending > 0 {
+        let Some((arm, left)) = c.commit else {
+            bail!("experiment {name:?}: {pending} pending decision(s) without a commitment");
+        };
+        for i in 0..pending {
+            let d = s.decide().with_context(|| {
+                format!("experiment {name:?}: re-issuing its pending decisions")
+            })?;
+            let want = Decision::Play {
+                arm,
+                opened: (i == 0).then_some(left),
+            };
+            if d != want {
+                bail!(
+                    "experiment {name:?}: its policy continues with {d:?}, but the stored commitment is arm {arm}, {left} round(s) left"
+                );
+            }
+        }
+    }
+    Ok(s)
+}
+
+/// Turn every open release intent into a charged `lost` row with its audit entry (a crash, or
+/// a failed batch, between the intent and its state change: the release may have been drawn).
+pub(super) fn settle_intents(tx: &Connection) -> anyhow::Result<()> {
+    for i in store::open_intents(tx)? {
+        store::set_ledger_status(tx, i.id, "lost")?;
+        store::audit(
+            tx,
+            &i.experiment,
+            "budget-charge",
+            &json!({"ledger_id": i.id, "release": i.release, "arm": i.arm, "cost": i.cost,
+                    "status": "lost", "why": "a release intent without its state change (crash): charged, a redo is charged again"}),
+        )?;
+    }
+    Ok(())
+}
+
+/// Every experiment of the database, restored (refusing, naming the experiment, when a snapshot
+/// does not restore or its stored counters disagree with it). The ledger's counts are read here,
+/// once (SQL aggregates), and maintained with each charge afterwards.
+pub(super) fn load_all(conn: &Connection) -> anyhow::Result<HashMap<String, Experiment>> {
+    let mut experiments = HashMap::new();
+    for row in store::load_experiments(conn)? {
+        let name = row.name;
+        let closed = store::close_entry(conn, &name)?;
+        let mut session = Session::restore(&row.snapshot)
+            .with_context(|| format!("experiment {name:?}: its snapshot does not restore"))?;
+        // Which decisions wait for a reward: the decisions table is the record (a snapshot
+        // written before per-decision tracking holds only counts).
+        if session.pending() > 0 {
+            let ids: Vec<u64> = store::pending_decisions(conn, &name)?
+                .into_iter()
+                .map(|id| id.saturating_sub(1))
+                .collect();
+            session.adopt_pending(&ids).with_context(|| {
+                format!("experiment {name:?}: its pending decisions disagree with its session snapshot; refusing to start")
+            })?;
+        }
+        let restored = counters_of(&session, row.counters.releases);
+        if restored != row.counters || session.kind() != row.kind {
+            bail!(
+                "experiment {name:?}: the stored counters ({:?}, kind {:?}) disagree with its session snapshot ({restored:?}, kind {:?}); refusing to start",
+                row.counters,
+                row.kind,
+                session.kind()
+            );
+        }
+        let guarantee = session
+            .guarantee()
+            .with_context(|| format!("experiment {name:?}"))?
+            .clone();
+        // Experiments created before the service served every setting are finite-armed.
+        let config = serde_json::from_str::<Value>(&row.config).unwrap_or(Value::Null);
+        let problem = config
+            .get("problem")
+            .cloned()
+            .unwrap_or_else(|| json!({"setting": "finite", "arms": row.arms}));
+        let totals = store::ledger_totals(conn, &name)?;
+        experiments.insert(
+            name,
+            Experiment {
+                session,
+                arms: row.arms,
+                problem,
+                dropout: config.get("dropout_reward").and_then(Value::as_f64),
+                deadline: config.get("reward_deadline").and_then(Value::as_f64),
+                token_hash: row.token_hash,
+                guarantee,
+                releases: row.counters.releases,
+                closed,
+                charges: totals.charges,
+                max_per_release: totals.max_per_release,
+            },
+        );
+    }
+    Ok(experiments)
+}
+
+/// Refuse to key an unkeyed audit log of `entries` entries when keying it would hide a removed
+/// keying: the database says it is schema 4 (keyed), or the key file exists (a key is made for a
+/// database's first keyed start; an old, never-keyed database has none yet). Re-keying such a
+/// log would make a chain re-hashed without the key verify under the new key.
+pub(super) fn refuse_unkeyed(
+    conn: &Connection,
+    db: &Path,
+    key_path: &Path,
+    entries: u64,
+) -> anyhow::Result<()> {
+    let schema = store::schema_version(conn)?;
+    if schema == store::SCHEMA_VERSION {
+        bail!(
+            "--db {}: refusing to start: the database is schema {schema} (a keyed audit chain) but its meta rows audit_key and audit_keyed_from are missing: its keying was removed; it is never re-keyed (verify it with its key file, restore a backup)",
+            db.display()
+        );
+    }
+    if key_path.exists() {
+        bail!(
+            "--db {}: refusing to start: its audit log ({entries} entries) is not keyed, but the audit key file {} exists: either its keying was removed (meta rows deleted, the chain re-hashed without the key), or the key file belongs to another database; a log is never re-keyed over an existing key. An old database that was never keyed is keyed on its first start only when no key file exists at the key path yet (move the key file away or give another --audit-key-file path after checking the log against a published head)",
+            db.display(),
+            key_path.display()
+        );
+    }
+    Ok(())
+}
+
+/// Pin, at the first start of this build, the experiments an earlier build created
+/// ([`crate::verify::Report::unpinned`]): one `pin` entry each with the configuration values
+/// the service reads back as they stand and the digest of the earlier decisions' request ids,
+/// propensities and issue times ([`crate::verify::LOG_FORMAT`]). What was changed before this
+/// start cannot be proved (docs/service.md, "What an old database cannot prove").
+pub(super) fn pin_earlier(tx: &Connection, names: &[String]) -> anyhow::Result<()> {
+    if names.is_empty() {
+        return Ok(());
+    }
+    for row in store::load_experiments(tx)? {
+        if !names.contains(&row.name) {
+            continue;
+        }
+        let s = Session::restore(&row.snapshot)
+            .with_context(|| format!("experiment {:?}: its snapshot does not restore", row.name))?;
+        let config = serde_json::from_str::<Value>(&row.config).unwrap_or(Value::Null);
+        let g = serde_json::to_value(s.guarantee().ok())?;
+        let (n, digest) = store::decisions_digest(tx, &row.name, row.counters.issued)?;
+        store::audit(
+            tx,
+            &row.name,
+            "config",
+            &json!({"action": "pin", "format": crate::verify::LOG_FORMAT,
+                    "label": s.label().unwrap_or(s.kind()), "params": s.params(),
+                    "while_pending": s.while_pending(), "guarantee": g,
+                    "dropout_reward": config.get("dropout_reward"),
+                    "reward_deadline": config.get("reward_deadline"),
+                    "decisions": n, "decisions_sha256": digest}),
+        )?;
+    }
+    Ok(())
+}
+
+impl Service {
+    /// Open the database, migrate a schema-1 database (bare policy snapshots) to session
+    /// snapshots, restore every experiment's session (refusing to start, naming the experiment,
+    /// when a snapshot does not restore or its stored counters disagree with it) and settle
+    /// release intents left open by a crash (each becomes a `lost` ledger row: charged).
+    ///
+    /// # Errors
+    /// The database cannot be opened, a stored snapshot does not restore or migrate, or an
+    /// experiment's counters disagree with its session.
+    pub fn open(db: &Path, admin_token: &str) -> anyhow::Result<Self> {
+        Service::open_keyed(db, admin_token, None)
+    }
+
+    /// [`Service::open`] with the audit chain's key file `key_file` (default
+    /// [`store::default_key_path`]: `<db>.audit-key`). The key file is created (0600, a fresh
+    /// key) only for a database whose chain is not keyed yet; a keyed database without its key
+    /// is refused. Before anything is written, the database must verify
+    /// ([`crate::verify::verify_conn`]: the chain, and the tables against the log); a database
+    /// that does not is refused, naming what is inconsistent.
+    ///
+    /// # Errors
+    /// As [`Service::open`], a missing or wrong key, or a database that does not verify.
+    pub fn open_keyed(
+        db: &Path,
+        admin_token: &str,
+        key_file: Option<&Path>,
+    ) -> anyhow::Result<Self> {
+        Service::open_inner(db, admin_token, key_file, true)
+    }
+
+    /// [`Service::open`] without the start-up self-check: for tests that fill tables directly
+    /// (rows the log does not explain) to measure something else.
+    #[cfg(test)]
+    pub(crate) fn open_unchecked(db: &Path, admin_token: &str) -> anyhow::Result<Self> {
+        Service::open_inner(db, admin_token, None, false)
+    }
+
+    pub(super) fn open_inner(
+        db: &Path,
+        admin_token: &str,
+        key_file: Option<&Path>,
+        self_check: bool,
+    ) -> anyhow::Result<Self> {
+        let mut conn = store::open(db)?;
+        let key_path = key_file.map_or_else(|| store::default_key_path(db), Path::to_path_buf);
+        let keying = store::audit_keying(&conn)?;
+        let (entries, _) = store::audit_head(&conn)?;
+        if keying.is_none() && entries > 0 {
+            refuse_unkeyed(&conn, db, &key_path, entries)?;
+        }
+        let key = match &keying {
+            Some((f, from)) if !key_path.exists() => bail!(
+                "--audit-key-file {}: no such file; the audit log of --db {} is keyed (key fingerprint {f}, from entry {from}): give its key file",
+                key_path.display(),
+                db.display()
+            ),
+            Some(_) => store::AuditKey::load(&key_path)?,
+            None => store::AuditKey::load_or_create(&key_path)?.0,
+        };
+        let unpinned = if self_check {
+            let checked = crate::verify::verify_conn(
+                &conn,
+                keying.as_ref().map(|_| &key),
+                &crate::verify::Expect::default(),
+            )
+            .with_context(|| {
+            format!(
+                "--db {}: refusing to start: the database does not verify against its audit log (dpbandits audit-log verify names the same)",
+                db.display()
+            )
+            })?;
+            crate::verify::progress::passed(checked.entries as i64);
+            checked.unpinned
+        } else {
+            Vec::new()
+        };
+        store::init_audit_key(&conn, &key, db)?;
+        let tx = conn.transaction()?;
+        if store::schema_version(&tx)? == store::SCHEMA_VERSION_POLICY_SNAPSHOTS {
+            for row in store::load_experiments(&tx)? {
+                let s = migrate(&row).with_context(|| {
+                    format!(
+                        "--db {}: migrating schema {} to {} (session snapshots)",
+                        db.display(),
+                        store::SCHEMA_VERSION_POLICY_SNAPSHOTS,
+                        store::SCHEMA_VERSION
+                    )
+                })?;
+                let snap = s.snapshot()?;
+                let c = counters_of(&s, row.counters.releases);
+                store::update_state(&tx, &row.name, &snap, &c)?;
+                store::audit(
+                    &tx,
+                    &row.name,
+                    "config",
+                    &json!({"action": "migrate", "schema": store::SCHEMA_VERSION,
+                            "state": "session snapshot", "issued": c.issued, "observed": c.observed}),
+                )?;
+            }
+            store::set_schema_version(&tx, store::SCHEMA_VERSION)?;
+        }
+        pin_earlier(&tx, &unpinned)?;
+        settle_intents(&tx)?;
+        tx.commit()?;
+        let experiments = load_all(&conn)?;
+        let tokens = Tokens {
+            admin: store::sha256_hex(admin_token.as_bytes()),
+            clients: experiments
+                .iter()
+                .map(|(n, e)| (n.clone(), e.token_hash.clone()))
+                .collect(),
+        };
+        Ok(Service {
+            conn,
+            experiments,
+            tokens: Arc::new(RwLock::new(tokens)),
+            batch_failed: false,
+            stale: HashSet::new(),
+            publisher: None,
+        })
+    }
+
+    /// Rebuild every experiment from the database (after a failed commit: the in-memory state
+    /// goes back to the stored one, experiments created in the failed batch disappear).
+    ///
+    /// # Errors
+    /// The database cannot be read or a snapshot does not restore.
+    pub fn reload_all(&mut self) -> anyhow::Result<()> {
+        // A release intent made durable in the failed batch may have had its release drawn: it
+        // is charged (`lost`) now, as at a restart.
+        let tx = self.conn.transaction()?;
+        settle_intents(&tx)?;
+        tx.commit()?;
+        let experiments = load_all(&self.conn)?;
+        let mut t = self
+            .tokens
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        t.clients = experiments
+            .iter()
+            .map(|(n, e)| (n.clone(), e.token_hash.clone()))
+            .collect();
+        drop(t);
+        self.experiments = experiments;
+        self.stale.clear();
+        Ok(())
+    }
+}

@@ -1,0 +1,374 @@
+//! Reads of whole tables: what the verifier checks (the log in order, rows by primary key,
+//! counts), the digest a `pin` entry records, and read-only inspection.
+
+use super::db::*;
+use anyhow::{Context, Result};
+use rusqlite::{Connection, OptionalExtension, params};
+use sha2::{Digest, Sha256};
+use std::path::Path;
+
+/// The digest that a `pin` audit entry records for the decisions of an experiment created
+/// before its decision entries carried `request_id`, `propensity` and `issued_unix`: SHA-256
+/// over one line per decision with `id <= upto`, in id order (`id`, `request_id`, the bits of
+/// `propensity` and of `issued_unix`, `-` for none). Returns the number of rows and the digest.
+///
+/// # Errors
+/// SQLite errors.
+pub fn decisions_digest(conn: &Connection, experiment: &str, upto: u64) -> Result<(u64, String)> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT id, request_id, propensity, issued_unix FROM decisions WHERE experiment = ?1 AND id <= ?2 ORDER BY id",
+    )?;
+    let mut rows = stmt.query(params![experiment, upto as i64])?;
+    let mut h = Sha256::new();
+    let mut n = 0u64;
+    let bits = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{:016x}", v.to_bits()));
+    while let Some(r) = rows.next()? {
+        let (id, rid, p, at): (i64, Option<String>, Option<f64>, Option<f64>) =
+            (r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?);
+        let rid = rid.map_or("-".to_string(), |r| format!("{r:?}"));
+        h.update(format!("{id}\t{rid}\t{}\t{}\n", bits(p), bits(at)).as_bytes());
+        n += 1;
+    }
+    Ok((n, hex(&h.finalize())))
+}
+
+/// Whether the database has an `audit` table (a dpbandits-serve database).
+///
+/// # Errors
+/// SQLite errors (e.g. not an SQLite database).
+pub fn has_audit_table(conn: &Connection) -> Result<bool> {
+    let n: i64 = conn.query_row(
+        "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'audit'",
+        [],
+        |r| r.get(0),
+    )?;
+    Ok(n > 0)
+}
+
+/// The number of audit entries.
+///
+/// # Errors
+/// SQLite errors.
+pub fn audit_count(conn: &Connection) -> Result<i64> {
+    Ok(conn.query_row("SELECT COUNT(*) FROM audit", [], |r| r.get(0))?)
+}
+
+/// One audit entry as stored.
+#[derive(Debug, Clone)]
+pub struct AuditRow {
+    /// Sequence number.
+    pub seq: i64,
+    /// Time written.
+    pub ts: String,
+    /// The experiment (`""`: database-wide).
+    pub experiment: String,
+    /// The event name.
+    pub event: String,
+    /// The body (compact JSON text).
+    pub body: String,
+    /// The previous entry's hash.
+    pub prev: String,
+    /// This entry's hash.
+    pub hash: String,
+}
+
+/// Call `f` with every audit entry in order (one pass, bounded memory).
+///
+/// # Errors
+/// SQLite errors, or `f`'s.
+pub fn for_each_audit_entry(
+    conn: &Connection,
+    mut f: impl FnMut(AuditRow) -> Result<()>,
+) -> Result<()> {
+    let mut stmt = conn
+        .prepare("SELECT seq, ts, experiment, event, body, prev, hash FROM audit ORDER BY seq")?;
+    let mut rows = stmt.query([])?;
+    while let Some(r) = rows.next()? {
+        f(AuditRow {
+            seq: r.get(0)?,
+            ts: r.get(1)?,
+            experiment: r.get(2)?,
+            event: r.get(3)?,
+            body: r.get(4)?,
+            prev: r.get(5)?,
+            hash: r.get(6)?,
+        })?;
+    }
+    Ok(())
+}
+
+/// A decision row as the verifier reads it.
+#[derive(Debug, Clone)]
+pub struct CheckedDecision {
+    /// The chosen arm.
+    pub arm: i64,
+    /// The action set (JSON text).
+    pub actions: Option<String>,
+    /// The reward as reported.
+    pub reward: Option<f64>,
+    /// The reward as admitted.
+    pub admitted: Option<f64>,
+    /// `reward` or `abandoned`.
+    pub outcome: Option<String>,
+    /// The client's request id.
+    pub request_id: Option<String>,
+    /// The propensity.
+    pub propensity: Option<f64>,
+    /// When issued (seconds since the epoch).
+    pub issued_unix: Option<f64>,
+}
+
+/// A settled ledger row as the verifier reads it.
+#[derive(Debug, Clone)]
+pub struct CheckedCharge {
+    /// The experiment.
+    pub experiment: String,
+    /// The release number.
+    pub release: i64,
+    /// The arm.
+    pub arm: i64,
+    /// The budget's measure.
+    pub measure: String,
+    /// The cost.
+    pub cost: f64,
+    /// `intent`, `charged` or `lost`.
+    pub status: String,
+}
+
+/// The verifier's row lookups by primary key (statements prepared once).
+pub struct RowReader<'c> {
+    decision: rusqlite::Statement<'c>,
+    ledger: rusqlite::Statement<'c>,
+}
+
+impl<'c> RowReader<'c> {
+    /// Prepare the lookups on `conn`.
+    ///
+    /// # Errors
+    /// SQLite errors.
+    pub fn new(conn: &'c Connection) -> Result<Self> {
+        Ok(RowReader {
+            decision: conn.prepare(
+                "SELECT arm, actions, reward, admitted, outcome, request_id, propensity, issued_unix FROM decisions WHERE experiment = ?1 AND id = ?2",
+            )?,
+            ledger: conn.prepare(
+                "SELECT experiment, release, arm, measure, cost, status FROM ledger WHERE id = ?1",
+            )?,
+        })
+    }
+
+    /// Decision `id` of `experiment`.
+    ///
+    /// # Errors
+    /// SQLite errors.
+    pub fn decision(&mut self, experiment: &str, id: u64) -> Result<Option<CheckedDecision>> {
+        Ok(self
+            .decision
+            .query_row(params![experiment, id as i64], |r| {
+                Ok(CheckedDecision {
+                    arm: r.get(0)?,
+                    actions: r.get(1)?,
+                    reward: r.get(2)?,
+                    admitted: r.get(3)?,
+                    outcome: r.get(4)?,
+                    request_id: r.get(5)?,
+                    propensity: r.get(6)?,
+                    issued_unix: r.get(7)?,
+                })
+            })
+            .optional()?)
+    }
+
+    /// Ledger row `id`.
+    ///
+    /// # Errors
+    /// SQLite errors.
+    pub fn ledger(&mut self, id: i64) -> Result<Option<CheckedCharge>> {
+        Ok(self
+            .ledger
+            .query_row([id], |r| {
+                Ok(CheckedCharge {
+                    experiment: r.get(0)?,
+                    release: r.get(1)?,
+                    arm: r.get(2)?,
+                    measure: r.get(3)?,
+                    cost: r.get(4)?,
+                    status: r.get(5)?,
+                })
+            })
+            .optional()?)
+    }
+}
+
+/// Row counts per experiment of the tables the log explains.
+#[derive(Debug, Default)]
+pub struct TableCounts {
+    /// Decision rows.
+    pub decisions: std::collections::BTreeMap<String, u64>,
+    /// Decision rows with a reward.
+    pub rewarded: std::collections::BTreeMap<String, u64>,
+    /// Settled ledger rows (`charged`, `lost`).
+    pub charges: std::collections::BTreeMap<String, u64>,
+    /// Ledger rows of status `intent`.
+    pub intents: std::collections::BTreeMap<String, u64>,
+}
+
+/// [`TableCounts`] of the database.
+///
+/// # Errors
+/// SQLite errors.
+pub fn table_counts(conn: &Connection) -> Result<TableCounts> {
+    let counts = |sql: &str| -> Result<std::collections::BTreeMap<String, u64>> {
+        let mut stmt = conn.prepare(sql)?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64))
+            })?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(rows)
+    };
+    Ok(TableCounts {
+        decisions: counts("SELECT experiment, COUNT(*) FROM decisions GROUP BY experiment")?,
+        rewarded: counts(
+            "SELECT experiment, COUNT(*) FROM decisions WHERE reward IS NOT NULL GROUP BY experiment",
+        )?,
+        charges: counts(
+            "SELECT experiment, COUNT(*) FROM ledger WHERE status != 'intent' GROUP BY experiment",
+        )?,
+        intents: counts(
+            "SELECT experiment, COUNT(*) FROM ledger WHERE status = 'intent' GROUP BY experiment",
+        )?,
+    })
+}
+
+/// A read-only view of one experiment, for tests and operators (reads protected data: rewards).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Inspection {
+    /// Decisions issued (rows).
+    pub decisions: u64,
+    /// Rewarded decisions.
+    pub rewarded: u64,
+    /// `(decision_id, arm, reward as reported)` of every rewarded decision.
+    pub rewards: Vec<(u64, usize, f64)>,
+    /// The experiment row's counters: issued, observed, releases.
+    pub issued: u64,
+    /// Rewards applied to the policy according to the service's counter.
+    pub observed: u64,
+    /// Completed commitments (episodes) whose release was charged.
+    pub releases: u64,
+    /// Ledger rows by status: `charged`, `lost` (an intent that never completed: charged),
+    /// `intent` (open; only while the service runs).
+    pub ledger_charged: u64,
+    /// See `ledger_charged`.
+    pub ledger_lost: u64,
+    /// See `ledger_charged`.
+    pub ledger_open: u64,
+    /// Sum of the costs of charged and lost ledger rows.
+    pub ledger_total: f64,
+    /// The state of the policy in the stored session snapshot, as JSON.
+    pub policy_state: serde_json::Value,
+}
+
+/// Inspect experiment `name` in the database at `path` (read-only).
+///
+/// # Errors
+/// No such database or experiment.
+pub fn inspect(path: &Path, name: &str) -> Result<Inspection> {
+    let conn = open_read_only(path)?;
+    let (snapshot, issued, observed, releases): (Vec<u8>, i64, i64, i64) = conn
+        .query_row(
+            "SELECT snapshot, issued, observed, releases FROM experiments WHERE name = ?1",
+            [name],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+        )
+        .optional()?
+        .with_context(|| format!("experiment = {name:?}: not in --db {}", path.display()))?;
+    // A session snapshot (schema 2), or a bare policy snapshot (a schema-1 database not yet
+    // opened by this build).
+    let snap = if dpbandits::session::Session::is_session_snapshot(&snapshot) {
+        dpbandits::session::Session::restore(&snapshot)?
+            .policy()
+            .snapshot()?
+    } else {
+        dpbandits::snapshot::Snapshot::decode(&snapshot)?
+    };
+    let decisions: i64 = conn.query_row(
+        "SELECT COUNT(*) FROM decisions WHERE experiment = ?1",
+        [name],
+        |r| r.get(0),
+    )?;
+    let mut stmt = conn.prepare(
+        "SELECT id, arm, reward FROM decisions WHERE experiment = ?1 AND reward IS NOT NULL ORDER BY id",
+    )?;
+    let rewards = stmt
+        .query_map([name], |r| {
+            Ok((
+                r.get::<_, i64>(0)? as u64,
+                r.get::<_, i64>(1)? as usize,
+                r.get(2)?,
+            ))
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let count = |status: &str| -> Result<u64> {
+        Ok(conn.query_row(
+            "SELECT COUNT(*) FROM ledger WHERE experiment = ?1 AND status = ?2",
+            [name, status],
+            |r| r.get::<_, i64>(0),
+        )? as u64)
+    };
+    let ledger_total: f64 = conn.query_row(
+        "SELECT COALESCE(SUM(cost), 0) FROM ledger WHERE experiment = ?1 AND status IN ('charged', 'lost')",
+        [name],
+        |r| r.get(0),
+    )?;
+    Ok(Inspection {
+        decisions: decisions as u64,
+        rewarded: rewards.len() as u64,
+        rewards,
+        issued: issued as u64,
+        observed: observed as u64,
+        releases: releases as u64,
+        ledger_charged: count("charged")?,
+        ledger_lost: count("lost")?,
+        ledger_open: count("intent")?,
+        ledger_total,
+        policy_state: serde_json::to_value(snap.state_value())?,
+    })
+}
+
+/// Late outcomes stored with the decisions, per experiment: `(decision id, late_reward,
+/// outcome)` in id order; `None` for a database without the `late_reward` column.
+///
+/// # Errors
+/// SQLite errors.
+#[allow(clippy::type_complexity)]
+pub fn late_outcomes(
+    conn: &Connection,
+) -> Result<Option<std::collections::BTreeMap<String, Vec<(u64, f64, Option<String>)>>>> {
+    let has_column: i64 = conn.query_row(
+        "SELECT COUNT(*) FROM pragma_table_info('decisions') WHERE name = 'late_reward'",
+        [],
+        |r| r.get(0),
+    )?;
+    if has_column == 0 {
+        return Ok(None);
+    }
+    let mut stored: std::collections::BTreeMap<String, Vec<(u64, f64, Option<String>)>> =
+        std::collections::BTreeMap::new();
+    let mut stmt = conn.prepare(
+        "SELECT experiment, id, late_reward, outcome FROM decisions WHERE late_reward IS NOT NULL ORDER BY experiment, id",
+    )?;
+    let rows = stmt.query_map([], |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, i64>(1)? as u64,
+            r.get::<_, f64>(2)?,
+            r.get::<_, Option<String>>(3)?,
+        ))
+    })?;
+    for row in rows {
+        let (exp, id, reward, outcome) = row?;
+        stored.entry(exp).or_default().push((id, reward, outcome));
+    }
+    Ok(Some(stored))
+}
