@@ -48,6 +48,60 @@ pub fn render(r: &Value) -> String {
             esc(r["method"].as_str().unwrap_or(""))
         ),
     };
+    let mut extra = String::new();
+    let rec = &r["recommended"];
+    if rec.is_object() {
+        extra.push_str(&format!(
+            "<p><b>Every rule:</b> stopping rule {} (delta {}), largest estimate {}, most pulled {}{}.</p>\n",
+            esc(&rec["stopping_rule"].to_string()),
+            esc(&rec["delta"].to_string()),
+            esc(&rec["argmax_estimate"].to_string()),
+            esc(&rec["most_pulled"].to_string()),
+            if rec["rules_differ"] == true {
+                " <b>(the largest estimate and the most-pulled arm differ)</b>"
+            } else {
+                ""
+            }
+        ));
+    }
+    let o = &r["outcomes"];
+    if let (Some(obs), Some(imp), Some(late)) = (
+        o["observed"].as_array(),
+        o["imputed"].as_array(),
+        o["late"].as_array(),
+    ) {
+        extra.push_str("<table><tr><th>arm</th><th>observed outcomes</th><th>imputed (dropouts)</th><th>late (stored, not used)</th></tr>\n");
+        for (arm, ((a, b), c)) in obs.iter().zip(imp).zip(late).enumerate() {
+            extra.push_str(&format!(
+                "<tr><td>{arm}</td><td>{a}</td><td>{b}</td><td>{c}</td></tr>\n"
+            ));
+        }
+        extra.push_str("</table>\n");
+    }
+    if let Some(values) = r["linear"]["values"].as_array() {
+        extra.push_str(&format!(
+            "<p><b>theta~</b> = {} ({} rewards; {})</p><table><tr><th>action</th><th>value estimate</th><th>interval</th></tr>\n",
+            esc(&r["linear"]["theta"].to_string()),
+            r["linear"]["rewards"],
+            esc(r["linear"]["method"].as_str().unwrap_or(""))
+        ));
+        for v in values {
+            extra.push_str(&format!(
+                "<tr><td>{}</td><td>{}</td><td>[{}, {}]</td></tr>\n",
+                v["action"],
+                num(&v["estimate"]),
+                num(&v["low"]),
+                num(&v["high"])
+            ));
+        }
+        extra.push_str("</table>\n");
+    }
+    for w in r["warnings"].as_array().into_iter().flatten() {
+        extra.push_str(&format!(
+            "<p><b>Warning:</b> {}</p>\n",
+            esc(w.as_str().unwrap_or(""))
+        ));
+    }
     let g = &r["guarantee"];
     format!(
         "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>Report: {name}</title>\
@@ -58,7 +112,7 @@ td,th{{border:1px solid #999;padding:0.3em 0.6em;text-align:right}}</style></hea
 Recommended arm: <b>{rec}</b> ({rule}).</p>\n\
 <p>Guarantee: {notion}, budget <code>{budget}</code>, {noise} noise. {cost}.</p>\n\
 <table><tr><th>arm</th><th>completed decisions</th><th>estimate</th><th>{level} interval</th>\
-<th>rewards in the release</th><th>noise sd</th></tr>\n{rows}</table>\n{note}\n\
+<th>rewards in the release</th><th>noise sd</th></tr>\n{rows}</table>\n{note}\n{extra}\
 <p>Audit log entry {seq}, hash <code>{hash}</code>: anyone holding the published head can check \
 this report against the log (<code>dpbandits audit-log verify</code>).</p>\n</body></html>\n",
         kind = esc(r["kind"].as_str().unwrap_or("")),

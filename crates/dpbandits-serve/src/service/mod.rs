@@ -1406,7 +1406,20 @@ noise = "simulation""#,
             let most = (0..3)
                 .max_by_key(|&a| (pulls[a], std::cmp::Reverse(a)))
                 .unwrap();
-            assert_eq!(r["recommended_arm"], json!(most));
+            assert_eq!(r["recommended"]["most_pulled"], json!(most));
+            // The recommendation follows the evidence: the largest estimate.
+            let best = (0..3)
+                .max_by(|&a, &b| {
+                    est[a]["estimate"]
+                        .as_f64()
+                        .unwrap()
+                        .total_cmp(&est[b]["estimate"].as_f64().unwrap())
+                        .then(b.cmp(&a))
+                })
+                .unwrap();
+            assert_eq!(r["recommended_arm"], json!(best));
+            assert_eq!(r["recommended"]["rules_differ"], json!(best != most));
+            assert_eq!(r["outcomes"]["observed"], json!(pulls));
             // Closed: no decisions or rewards; closing again returns the same report.
             assert!(matches!(
                 s.decide("t", None, None).unwrap_err(),

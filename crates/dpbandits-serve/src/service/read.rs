@@ -2,6 +2,7 @@
 //! status, ledger, report, export, the audit export and the closing report.
 
 use super::*;
+use dpbandits::report::Validity;
 
 impl Service {
     /// Every experiment (admin): name, kind, problem, counts, whether it has stopped.
@@ -102,34 +103,28 @@ impl Service {
             return Ok(r);
         }
         let level = level.unwrap_or(0.95);
-        let report = e
-            .session
-            .report(level)
-            .map_err(|err| core_error(err, "level"))?;
         let pending = e.session.pending();
         if pending > 0 {
             return Err(ServiceError::invalid(
                 "pending",
                 format!(
                     "pending = {pending}: decisions wait for their rewards; report them, abandon them \
-                     (POST /v1/experiments/{name}/decisions/{{id}}/abandon) or wait for their reward_deadline, then close"
+                     (POST /v1/experiments/{name}/decisions/{{id}}/abandon, or in bulk POST /v1/experiments/{name}/abandon), \
+                     wait for their reward_deadline, or close with \"abandon_overdue\": true"
                 ),
             ));
         }
+        let report = self.core_report(name, level, Validity::AtClose)?;
         let pulls = store::completed_by_arm(&self.conn, name, e.arms)?;
-        // The recommended arm: BAI's stopping-rule recommendation, else the most-pulled arm
-        // (ties: the lowest index); both are post-processing of the published decisions.
-        let (recommended, rule) = match report.recommendation {
-            Some(r) => (Some(r), "the stopping rule's recommendation"),
-            None if pulls.iter().any(|&p| p > 0) => {
-                let best = pulls
-                    .iter()
-                    .enumerate()
-                    .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(&a.0)))
-                    .map(|(a, _)| a);
-                (best, "the most-pulled arm (ties: the lowest index)")
-            }
-            None => (None, "no completed decision"),
+        // The recommendation follows the evidence: the stopping rule's (BAI, once it fired),
+        // else the largest private estimate, else the most-pulled arm; every rule is reported
+        // (`recommended`), and `rules_differ` flags an argmax that is not the most-pulled arm.
+        let recommended = report.recommended.arm;
+        let rule = match report.recommended.rule {
+            Some("stopping_rule") => "the stopping rule's recommendation",
+            Some("argmax_estimate") => "the largest private estimate (ties: the lowest index)",
+            Some("most_pulled") => "the most-pulled arm (ties: the lowest index)",
+            _ => "no completed decision",
         };
         let ledger = self.ledger_summary(name)?;
         let e = self.experiment(name)?;
@@ -142,10 +137,16 @@ impl Service {
             "pulls": pulls,
             "recommended_arm": recommended,
             "recommendation_rule": rule,
+            "recommended": report.recommended,
             "level": level,
+            "validity": report.validity,
             "estimates": report.estimates,
+            "linear": report.linear,
             "method": report.method,
+            "clipping": report.clipping,
             "why_no_estimates": report.why_no_estimates,
+            "outcomes": report.counts,
+            "warnings": report.warnings,
             "guarantee": e.guarantee,
             "ledger": ledger,
             "cost": "none: the report is post-processing of released statistics and public counts",

@@ -144,7 +144,12 @@ impl Service {
 
     /// The core report of `name` at `level` (`validity`: at close, or anytime for an interim
     /// look), with the outcome counts of a finite-armed or BAI experiment.
-    fn core_report(&self, name: &str, level: f64, validity: Validity) -> ServiceResult<Report> {
+    pub(super) fn core_report(
+        &self,
+        name: &str,
+        level: f64,
+        validity: Validity,
+    ) -> ServiceResult<Report> {
         let e = self.experiment(name)?;
         let counts = if e.session.setting() == Setting::Contextual {
             None
