@@ -1505,6 +1505,13 @@ noise = "simulation""#,
                     if round.is_multiple_of(3) {
                         // The client abandons it itself.
                         assert_eq!(s.abandon("t", id).unwrap()["status"], "abandoned");
+                        // A late true outcome is stored (issue 43), not applied; a second
+                        // one is a duplicate.
+                        let late = s.reward("t", id, 1.0).unwrap();
+                        assert_eq!(
+                            (&late["status"], &late["stored"]),
+                            (&json!("late"), &json!(true))
+                        );
                         let again = s.reward("t", id, 1.0).unwrap();
                         assert_eq!(again["status"], "duplicate");
                         assert_eq!(again["abandoned"], true);

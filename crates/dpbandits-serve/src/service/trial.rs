@@ -83,7 +83,7 @@ impl Service {
         for name in due {
             let before = self.experiment(&name)?.session.pending();
             self.expire(&name)?;
-            n += before.saturating_sub(self.experiment(&name)?.session.pending()) as u64;
+            n += before.saturating_sub(self.experiment(&name)?.session.pending());
         }
         Ok(n)
     }
