@@ -256,7 +256,12 @@ impl ComparisonSpec {
                         slopes.push(slope_row(&c.label(), &means, &b, horizon as f64));
                         overlays.push(Series {
                             name: format!("bound: {}", c.label()),
-                            points: means.iter().map(|&(t, _)| (t, b.at(t.max(2.0)))).collect(),
+                            // From t = 2 on: ln t is 0 at t = 1 (the bounds are stated for T >= 2).
+                            points: means
+                                .iter()
+                                .filter(|&&(t, _)| t >= 2.0)
+                                .map(|&(t, _)| (t, b.at(t)))
+                                .collect(),
                             band: None,
                             role: Role::Theory,
                         });
