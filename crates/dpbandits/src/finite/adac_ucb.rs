@@ -43,8 +43,8 @@ use super::{Episode, InFlight, Pipelined, Policy, PolicyConfig, Pull, argmax};
 use crate::config::{AlgorithmInfo, Setting};
 use crate::error::{Result, check};
 use crate::privacy::{
-    Budget, NoiseGrade, NoiseKind, NoiseSource, NoisyMean, PrivacyGuarantee, REWARD_ADJACENCY,
-    Release, RewardBoundary, RewardSum, TrustModel,
+    BoundaryMode, Budget, NoiseGrade, NoiseKind, NoiseSource, NoisyMean, PrivacyGuarantee,
+    REWARD_ADJACENCY, Release, RewardBoundary, RewardSum, TrustModel,
 };
 use crate::protocol::Gate;
 use serde::Deserialize;
@@ -274,19 +274,60 @@ fn guarantee(cfg: &AdaCUcbConfig) -> PrivacyGuarantee {
 }
 
 /// The snapshot form of [`AdaCUcbConfig`]: every field, including the registry's kind flag that
-/// a parameter table may not set.
+/// a parameter table may not set, in the order snapshots had before the release keys became one
+/// [`Release`] (so a snapshot's bytes did not change; a kind without earlier snapshots writes
+/// `#[serde(flatten)] release: Release` in a `remote` mirror instead, docs/architecture.md).
 #[derive(serde::Serialize, serde::Deserialize)]
-#[serde(remote = "AdaCUcbConfig", deny_unknown_fields)]
-struct AdaCUcbConfigSnap {
+#[serde(deny_unknown_fields)]
+struct AdaCUcbConfigFields {
     rho: f64,
     beta: f64,
     init_count: InitCount,
-    #[serde(flatten)]
-    release: Release,
+    boundary: BoundaryMode,
     non_private_kind: bool,
-    /// Never in a snapshot: a restored policy is never a mutant.
-    #[serde(skip)]
-    mutant: Option<crate::privacy::AuditMutant>,
+    noise: NoiseKind,
+    grid_bits: u32,
+}
+
+/// `#[serde(with)]` of [`AdaCUcb::cfg`] through [`AdaCUcbConfigFields`] (a restored policy is
+/// never a mutant).
+struct AdaCUcbConfigSnap;
+
+impl AdaCUcbConfigSnap {
+    fn serialize<S: serde::Serializer>(
+        c: &AdaCUcbConfig,
+        s: S,
+    ) -> std::result::Result<S::Ok, S::Error> {
+        serde::Serialize::serialize(
+            &AdaCUcbConfigFields {
+                rho: c.rho,
+                beta: c.beta,
+                init_count: c.init_count,
+                boundary: c.release.boundary,
+                non_private_kind: c.non_private_kind,
+                noise: c.release.noise,
+                grid_bits: c.release.grid_bits,
+            },
+            s,
+        )
+    }
+    fn deserialize<'de, D: serde::Deserializer<'de>>(
+        d: D,
+    ) -> std::result::Result<AdaCUcbConfig, D::Error> {
+        let f = <AdaCUcbConfigFields as serde::Deserialize>::deserialize(d)?;
+        Ok(AdaCUcbConfig {
+            rho: f.rho,
+            beta: f.beta,
+            init_count: f.init_count,
+            release: Release {
+                boundary: f.boundary,
+                noise: f.noise,
+                grid_bits: f.grid_bits,
+            },
+            non_private_kind: f.non_private_kind,
+            mutant: None,
+        })
+    }
 }
 
 /// AdaC-UCB state (also the non-private counterpart when `rho = inf`).
@@ -557,7 +598,6 @@ impl crate::config::Config for AdaCUcbConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::privacy::BoundaryMode;
 
     fn run_steps(p: &mut AdaCUcb, rewards: impl Fn(usize, u64) -> f64, horizon: u64) {
         for t in 0..horizon {

@@ -49,8 +49,8 @@ use crate::config::{AlgorithmInfo, Setting};
 use crate::error::{Result, check};
 use crate::math::kl::kl_upper;
 use crate::privacy::{
-    Budget, NoiseGrade, NoiseKind, NoiseSource, PrivacyGuarantee, REWARD_ADJACENCY, Release,
-    RewardBoundary, RewardSum, TrustModel,
+    BoundaryMode, Budget, NoiseGrade, NoiseKind, NoiseSource, PrivacyGuarantee, REWARD_ADJACENCY,
+    Release, RewardBoundary, RewardSum, TrustModel,
 };
 use crate::protocol::Gate;
 use serde::Deserialize;
@@ -197,18 +197,57 @@ fn guarantee(cfg: &AdaPConfig) -> PrivacyGuarantee {
     }
 }
 
-/// The snapshot form of [`AdaPConfig`]: every field, including the index the registry sets.
+/// The snapshot form of [`AdaPConfig`]: every field, including the index the registry sets, in
+/// the order snapshots had before the release keys became one [`Release`] (so a snapshot's bytes
+/// did not change).
 #[derive(serde::Serialize, serde::Deserialize)]
-#[serde(remote = "AdaPConfig", deny_unknown_fields)]
-struct AdaPConfigSnap {
+#[serde(deny_unknown_fields)]
+struct AdaPConfigFields {
     epsilon: f64,
     alpha: f64,
-    #[serde(flatten)]
-    release: Release,
+    boundary: BoundaryMode,
     index: AdaPIndex,
-    /// Never in a snapshot: a restored policy is never a mutant.
-    #[serde(skip)]
-    mutant: Option<crate::privacy::AuditMutant>,
+    noise: NoiseKind,
+    grid_bits: u32,
+}
+
+/// `#[serde(with)]` of [`AdaP::cfg`] through [`AdaPConfigFields`] (a restored policy is never a
+/// mutant).
+struct AdaPConfigSnap;
+
+impl AdaPConfigSnap {
+    fn serialize<S: serde::Serializer>(
+        c: &AdaPConfig,
+        s: S,
+    ) -> std::result::Result<S::Ok, S::Error> {
+        serde::Serialize::serialize(
+            &AdaPConfigFields {
+                epsilon: c.epsilon,
+                alpha: c.alpha,
+                boundary: c.release.boundary,
+                index: c.index,
+                noise: c.release.noise,
+                grid_bits: c.release.grid_bits,
+            },
+            s,
+        )
+    }
+    fn deserialize<'de, D: serde::Deserializer<'de>>(
+        d: D,
+    ) -> std::result::Result<AdaPConfig, D::Error> {
+        let f = <AdaPConfigFields as serde::Deserialize>::deserialize(d)?;
+        Ok(AdaPConfig {
+            epsilon: f.epsilon,
+            alpha: f.alpha,
+            release: Release {
+                boundary: f.boundary,
+                noise: f.noise,
+                grid_bits: f.grid_bits,
+            },
+            index: f.index,
+            mutant: None,
+        })
+    }
 }
 
 /// AdaP-UCB / AdaP-KLUCB state.
