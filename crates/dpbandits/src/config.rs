@@ -97,6 +97,38 @@ pub struct AlgorithmInfo {
     pub source: &'static str,
     /// The module documentation of that file (its `# Parameters` section is what `list` shows).
     pub doc: &'static str,
+    /// Whether the kind is private: its configurations carry a privacy guarantee (the `rho = inf`
+    /// or `epsilon = inf` limit of a private kind is its non-private limit; the non-private
+    /// member of a family, e.g. `adaptive_ucb`, says `false`). The conformance suite checks it
+    /// against the example's guarantee.
+    pub private: bool,
+    /// The release keys its parameter table takes, of `boundary`, `noise` and `grid_bits`
+    /// ([`PRIVATE_RELEASE`] for a kind whose configuration holds a [`crate::privacy::Release`]).
+    /// A private kind taking `noise` deploys (exact discrete noise, `noise = "deployment"`). The
+    /// conformance suite checks it against what the parse accepts.
+    pub release_keys: &'static [&'static str],
+}
+
+/// The release keys of a kind whose configuration holds a [`crate::privacy::Release`] (all three:
+/// `boundary`, `noise`, `grid_bits`).
+pub const PRIVATE_RELEASE: &[&str] = &crate::privacy::Release::KEYS;
+/// The release keys of a kind with a deployment path but its own boundary (`noise`, `grid_bits`).
+pub const NOISE_KEYS: &[&str] = &["noise", "grid_bits"];
+/// No release keys (a non-private kind with no noise path).
+pub const NO_RELEASE: &[&str] = &[];
+
+impl AlgorithmInfo {
+    /// Whether the kind deploys: private, with the exact discrete noise path (`noise =
+    /// "deployment"`). Every private kind of the registry does (the deployment-noise suite).
+    pub fn deployable(&self) -> bool {
+        self.private && self.takes_release_key("noise")
+    }
+
+    /// Whether the kind's parameter table takes the release key `key` (`boundary`, `noise`,
+    /// `grid_bits`). For `ldp`, the keys of its inner kind are its inner kind's.
+    pub fn takes_release_key(&self, key: &str) -> bool {
+        self.release_keys.contains(&key)
+    }
 }
 
 /// What the registry and `dpbandits list` say about one environment kind.
@@ -169,5 +201,70 @@ mod tests {
             "`rho` (> 0), `beta` (default 1)."
         );
         assert_eq!(super::parameters_section("//! nothing"), "");
+    }
+}
+
+/// What a theoretical regret bound reads of the problem (filled by the experiment's cell): the
+/// number of arms (finite, linear) or of actions per round (contextual) `k`, the dimension `d`
+/// (linear, contextual; 0 for finite), and the gaps `max_b mu_b - mu_a` of a fixed finite instance
+/// (every arm; empty when the cell does not know them).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct BoundInstance {
+    /// Arms (or actions per round).
+    pub k: usize,
+    /// Dimension (0 for finite-armed).
+    pub d: usize,
+    /// Gaps of every arm of a finite instance (0 for the best).
+    pub gaps: Vec<f64>,
+}
+
+/// One term `coef * T^t_pow * ln(log_mult * T)^log_pow` of a [`RegretBound`].
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct BoundTerm {
+    /// Constant factor (the theorem's constants times the instance's quantities).
+    pub coef: f64,
+    /// Power of `T`.
+    pub t_pow: f64,
+    /// Power of the logarithm.
+    pub log_pow: f64,
+    /// Factor inside the logarithm (`K` for `ln(KT)`, 1 for `ln T`).
+    pub log_mult: f64,
+}
+
+/// A theoretical regret bound of a configuration on an instance: the paper's formula with the
+/// constants it states, as a sum of [`BoundTerm`]s (every bound of the zCDP paper's Table II has
+/// this form). Figures overlay it on regret against `T` (`[comparison] bounds = true`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct RegretBound {
+    /// Where it comes from (paper and theorem).
+    pub source: &'static str,
+    /// The formula as the paper writes it, with the constants used (e.g. unit constants where
+    /// the theorem leaves them unspecified).
+    pub formula: String,
+    /// The terms, instance and parameters substituted.
+    pub terms: Vec<BoundTerm>,
+}
+
+impl RegretBound {
+    /// The bound at horizon `t` (> 1).
+    pub fn at(&self, t: f64) -> f64 {
+        self.terms
+            .iter()
+            .map(|b| {
+                let log = (b.log_mult * t).ln().max(0.0);
+                b.coef
+                    * t.powf(b.t_pow)
+                    * if b.log_pow == 0.0 {
+                        1.0
+                    } else {
+                        log.powf(b.log_pow)
+                    }
+            })
+            .sum()
+    }
+
+    /// Its log-log slope between `t / 10` and `t`: `log10(B(t) / B(t/10))`.
+    pub fn slope(&self, t: f64) -> f64 {
+        (self.at(t) / self.at(t / 10.0)).log10()
     }
 }

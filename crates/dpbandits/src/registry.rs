@@ -14,6 +14,7 @@ use crate::contextual::{self, ContextualEnvConfig, ContextualPolicyConfig, OfulC
 use crate::error::{Error, Result, ResultExt};
 use crate::finite::{self, EnvConfig, PolicyConfig};
 use crate::linear::{self, LinearEnvConfig, LinearPolicy, LinearPolicyConfig, NoisePlacement};
+use crate::privacy::Release;
 use crate::snapshot::Snapshot;
 use contextual::ContextualPolicy;
 use finite::Policy;
@@ -296,6 +297,143 @@ fn parse_kind<T: Config>(
     Ok(cfg)
 }
 
+/// The field of a configuration that holds its [`Release`].
+const RELEASE_FIELD: &str = "release";
+
+/// [`parse_kind`] for a configuration holding a [`Release`] (`#[serde(default)] pub release:
+/// Release`): the release keys (`boundary`, `noise`, `grid_bits`) are taken out of the table and
+/// parsed into that one field; errors name the keys as the table writes them (`noise`, not
+/// `release.noise`; the allowed keys list the three, not `release`), and a `release` key in the
+/// table is refused as unknown. The release is checked by the caller, once
+/// ([`Release::check`], after the configuration's `validate`: see [`checked_finite`]).
+fn parse_released<T: Config>(
+    mut t: toml::Table,
+    refuse: &[&str],
+    defaults: &[(&str, f64)],
+    set: impl FnOnce(&mut T),
+) -> Result<T> {
+    if t.contains_key(RELEASE_FIELD) {
+        return Err(unnest_release(Error::UnknownField {
+            field: RELEASE_FIELD.into(),
+            allowed: field_names::<T>()
+                .unwrap_or_default()
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+        }));
+    }
+    let mut release = toml::Table::new();
+    for key in Release::KEYS {
+        if let Some(v) = t.remove(key) {
+            release.insert(key.into(), v);
+        }
+    }
+    t.insert(RELEASE_FIELD.into(), toml::Value::Table(release));
+    parse_kind(t, refuse, defaults, set).map_err(unnest_release)
+}
+
+/// An error of a configuration parsed with its release nested ([`parse_released`]), in the terms
+/// of the table as written.
+fn unnest_release(e: Error) -> Error {
+    match e {
+        Error::UnknownField { field, allowed } => Error::UnknownField {
+            field,
+            allowed: allowed
+                .into_iter()
+                .flat_map(|a| {
+                    if a == RELEASE_FIELD {
+                        Release::KEYS.map(String::from).to_vec()
+                    } else {
+                        vec![a]
+                    }
+                })
+                .collect(),
+        },
+        Error::Param {
+            field,
+            value,
+            expected,
+        } => Error::Param {
+            field: field
+                .strip_prefix("release.")
+                .map_or(field.clone(), str::to_string),
+            value,
+            expected,
+        },
+        other => other,
+    }
+}
+
+/// The one check of a finite configuration's [`Release`] against its guarantee (deployment noise
+/// needs a private configuration).
+///
+/// # Errors
+/// [`Release::check`]'s; a kind registered as private without `release()` (a registry bug, which
+/// the conformance suite would show) is an [`Error::Config`].
+fn checked_finite<T: PolicyConfig>(cfg: T) -> Result<T> {
+    let release = cfg.release().ok_or_else(|| no_release(cfg.kind()))?;
+    release.check(cfg.guarantee().is_private())?;
+    Ok(cfg)
+}
+
+fn checked_linear<T: LinearPolicyConfig>(cfg: T) -> Result<T> {
+    let release = cfg.release().ok_or_else(|| no_release(cfg.kind()))?;
+    release.check(cfg.guarantee().is_private())?;
+    Ok(cfg)
+}
+
+fn checked_contextual<T: ContextualPolicyConfig>(cfg: T) -> Result<T> {
+    let release = cfg.release().ok_or_else(|| no_release(cfg.kind()))?;
+    release.check(cfg.guarantee().is_private())?;
+    Ok(cfg)
+}
+
+fn no_release(kind: &str) -> Error {
+    Error::Config(format!(
+        "kind = \"{kind}\" is registered with a release (`private_*` parser) but its configuration's \
+         `release()` returns None"
+    ))
+}
+
+/// A finite kind whose configuration holds a [`Release`]: the registry line
+/// `parse: Parse::Finite(private_finite::<TheConfig>)`.
+fn private_finite<T: Config + PolicyConfig + 'static>(
+    t: toml::Table,
+) -> Result<Box<dyn PolicyConfig>> {
+    Ok(Box::new(checked_finite(parse_released::<T>(
+        t,
+        &[],
+        &[],
+        |_| {},
+    )?)?))
+}
+
+/// A linear kind whose configuration holds a [`Release`] (as [`private_finite`]).
+#[allow(dead_code)]
+fn private_linear<T: Config + LinearPolicyConfig + 'static>(
+    t: toml::Table,
+) -> Result<Box<dyn LinearPolicyConfig>> {
+    Ok(Box::new(checked_linear(parse_released::<T>(
+        t,
+        &[],
+        &[],
+        |_| {},
+    )?)?))
+}
+
+/// A contextual kind whose configuration holds a [`Release`] (as [`private_finite`]).
+#[allow(dead_code)]
+fn private_contextual<T: Config + ContextualPolicyConfig + 'static>(
+    t: toml::Table,
+) -> Result<Box<dyn ContextualPolicyConfig>> {
+    Ok(Box::new(checked_contextual(parse_released::<T>(
+        t,
+        &[],
+        &[],
+        |_| {},
+    )?)?))
+}
+
 // One parser and one restorer per setting: each entry below is `Parse::X(x::<ConfigType>)` and
 // `Restore::X(state_x::<PolicyType>)`; a kind that shares its configuration type with other kinds
 // has a named function (built on `parse_kind`) instead.
@@ -357,13 +495,23 @@ const INF: f64 = f64::INFINITY;
 /// `adaptive_ucb`: AdaC-UCB's non-private counterpart (`rho = inf` unless given).
 fn adaptive_ucb(t: toml::Table) -> Result<Box<dyn PolicyConfig>> {
     let mark = |c: &mut finite::AdaCUcbConfig| c.non_private_kind = true;
-    Ok(Box::new(parse_kind(t, &[], &[("rho", INF)], mark)?))
+    Ok(Box::new(checked_finite(parse_released(
+        t,
+        &[],
+        &[("rho", INF)],
+        mark,
+    )?)?))
 }
 
 /// `adap_ucb` and `adap_klucb`: AdaP with its index.
 fn adap(t: toml::Table, index: finite::AdaPIndex) -> Result<Box<dyn PolicyConfig>> {
     let mark = |c: &mut finite::AdaPConfig| c.index = index;
-    Ok(Box::new(parse_kind(t, &[], &[], mark)?))
+    Ok(Box::new(checked_finite(parse_released(
+        t,
+        &[],
+        &[],
+        mark,
+    )?)?))
 }
 
 /// `sw_klucb_cf`: kl-UCB-CF with a sliding window.
@@ -612,7 +760,7 @@ pub static POLICIES: &[PolicyEntry] = &[
     },
     PolicyEntry {
         info: &finite::ADAC_UCB,
-        parse: Parse::Finite(finite::<finite::AdaCUcbConfig>),
+        parse: Parse::Finite(private_finite::<finite::AdaCUcbConfig>),
         restore: Restore::Finite(state_finite::<finite::AdaCUcb>),
     },
     PolicyEntry {
@@ -629,6 +777,12 @@ pub static POLICIES: &[PolicyEntry] = &[
         info: &finite::DP_SE,
         parse: Parse::Finite(finite::<finite::DpSeConfig>),
         restore: Restore::Finite(state_finite::<finite::DpSe>),
+    },
+    #[cfg(feature = "exercise")]
+    PolicyEntry {
+        info: &finite::EXERCISE_UCB,
+        parse: Parse::Finite(private_finite::<finite::ExerciseUcbConfig>),
+        restore: Restore::Finite(state_finite::<finite::ExerciseUcb>),
     },
     PolicyEntry {
         info: &finite::DP_TS,
@@ -795,13 +949,32 @@ impl PolicyEntry {
         self.takes_in(key, &t)
     }
 
-    /// Whether this kind takes `key` in a table like `table` (without `kind`): `table` with `key`
+    /// Whether this kind takes `key` in a table like `table` (without `kind`). A release key
+    /// (`boundary`, `noise`, `grid_bits`) is answered from the records, without parsing: the
+    /// kind's [`AlgorithmInfo::release_keys`], and for `ldp` a key it does not take itself is its
+    /// inner kind's (the table's `inner`, else the example's). Any other key: `table` with `key`
     /// set to a probe value is parsed, and the key is not taken when the parse refuses it as an
-    /// unknown field ([`Error::UnknownField`]: its list of allowed keys is checked, whichever
-    /// key it names) or as a key of a shared configuration type that does not apply to this kind
-    /// ([`Error::NotApplicable`]). No message text is matched. A table broken otherwise answers
-    /// `true` (the real parse then reports what is broken).
+    /// unknown field ([`Error::UnknownField`]) or as a key of a shared configuration type that
+    /// does not apply to this kind ([`Error::NotApplicable`]); a table broken otherwise answers
+    /// `true` (the real parse then reports what is broken). The conformance suite checks the
+    /// records against the parse.
     pub fn takes_in(&self, key: &str, table: &toml::Table) -> bool {
+        if Release::KEYS.contains(&key) {
+            if self.info.takes_release_key(key) {
+                return true;
+            }
+            if self.kind() == finite::LDP.kind {
+                let example: toml::Table = toml::from_str(self.info.example).unwrap_or_default();
+                let inner = table
+                    .get("inner")
+                    .or_else(|| example.get("inner"))
+                    .and_then(|v| v.as_str());
+                return inner
+                    .and_then(|k| policy(k).ok())
+                    .is_some_and(|e| e.kind() != self.kind() && e.takes_in(key, table));
+            }
+            return false;
+        }
         let mut t = table.clone();
         t.insert(key.to_string(), toml::Value::String(TAKES_PROBE.into()));
         match self.build(t) {

@@ -87,3 +87,77 @@ fn unequal_budgets_are_refused() {
         "{err}"
     );
 }
+
+/// Issue 44's Table II files, quick look (2 runs, T = 3000): each runs; its comparison plot is
+/// log-log with a theory curve (`bound: <label>`) for every kind that states a bound (AdaC-UCB and
+/// its counterpart, AdaC-GOPE and GOPE, AdaC-OFUL), and `comparison.md` has the slope table with
+/// a row per bound, its measured and bound slopes finite, its source named.
+#[test]
+fn table2_files_run_with_bound_overlays() {
+    // The kinds that state a bound, per file (a label is the kind, alone or with parameters).
+    for (file, bounded) in [
+        ("table2_finite", &["adaptive_ucb", "adac_ucb"][..]),
+        ("table2_linear", &["gope", "adac_gope"][..]),
+        ("table2_contextual", &["adac_oful"][..]),
+    ] {
+        let out = tempfile::tempdir().unwrap();
+        let st = bin()
+            .arg("run")
+            .arg(repo().join(format!("experiments/{file}.toml")))
+            .args(["--runs", "2", "--horizon", "3000", "--quiet", "--out"])
+            .arg(out.path())
+            .output()
+            .unwrap();
+        assert!(
+            st.status.success(),
+            "{file}: {}",
+            String::from_utf8_lossy(&st.stderr)
+        );
+        let plot: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(out.path().join("comparison.plot.json")).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(plot["log_x"], true, "{file}");
+        assert_eq!(plot["log_y"], true, "{file}");
+        let series = plot["series"].as_array().unwrap();
+        let theory: Vec<&str> = series
+            .iter()
+            .filter(|s| s["role"] == "theory")
+            .map(|s| s["full_name"].as_str().unwrap())
+            .collect();
+        let md = std::fs::read_to_string(out.path().join("comparison.md")).unwrap();
+        assert!(
+            md.contains("| policy | measured slope | bound slope |"),
+            "{file}: {md}"
+        );
+        let of_kind = |label: &str, kind: &str| {
+            label
+                .strip_prefix(kind)
+                .is_some_and(|r| r.is_empty() || r.starts_with('('))
+        };
+        for kind in bounded {
+            assert!(
+                theory
+                    .iter()
+                    .any(|t| t.strip_prefix("bound: ").is_some_and(|l| of_kind(l, kind))),
+                "{file}: no bound of {kind} in {theory:?}"
+            );
+            let slopes = &md[md.find("| policy | measured slope").unwrap()..];
+            let row = slopes
+                .lines()
+                .filter(|l| l.contains("Azize & Basu"))
+                .find(|l| {
+                    l.strip_prefix("| `")
+                        .and_then(|r| r.split('`').next())
+                        .is_some_and(|label| of_kind(label, kind))
+                })
+                .unwrap_or_else(|| panic!("{file}: no slope row for {kind}:\n{md}"));
+            let cols: Vec<&str> = row.split(" | ").collect();
+            for c in &cols[1..3] {
+                let v: f64 = c.parse().unwrap_or_else(|_| panic!("{file}: {row}"));
+                assert!(v.is_finite() && v > -1.0 && v < 2.0, "{file}: {row}");
+            }
+        }
+        assert_eq!(theory.len(), bounded.len(), "{file}: {theory:?}");
+    }
+}

@@ -182,8 +182,12 @@ pub(super) fn policy_table(v: &Value) -> ServiceResult<toml::Table> {
 /// The session of a policy table with the service's rules: a reward outside the boundary is
 /// refused (`boundary = "reject"` unless the table says otherwise, where the kind takes the key),
 /// and deployment-grade noise unless the table says `noise = "simulation"` (kinds without a
-/// deployment path need that explicitly). Which keys a kind takes is the registry's answer
-/// ([`registry::PolicyEntry::takes_in`]).
+/// deployment path need that explicitly). Which keys a kind takes, and whether it is private and
+/// deploys, is the registry's record ([`registry::PolicyEntry::takes_in`],
+/// [`dpbandits::config::AlgorithmInfo::deployable`]): the table is parsed once (twice only for a
+/// private kind configured at its non-private limit, e.g. `rho = inf`, with no `noise`: its
+/// refusal of the deployment path is answered by serving it as is, then refused below unless
+/// `allow_non_private`).
 pub(super) fn build_session(
     mut t: toml::Table,
     req: &CreateRequest,
@@ -235,35 +239,35 @@ pub(super) fn build_session(
             build(t).map_err(bad)?
         }
         _ if explicit.is_some() => build(t).map_err(bad)?,
-        _ if entry.takes_in("noise", &t) => {
+        _ if entry.info.deployable() => {
             let mut dep = t.clone();
             dep.insert("noise".into(), toml::Value::String("deployment".into()));
             match build(dep) {
                 Ok(s) => s,
-                Err(e) => {
-                    // A non-private member of a family has no deployment path: served as is.
+                // The non-private limit of a private kind (`rho = inf`) has no deployment path:
+                // served as is (then refused below unless `allow_non_private`).
+                Err(e) if matches!(&e, dpbandits::Error::Param { field, .. } if field == "noise") =>
+                {
                     let plain = build(t).map_err(bad)?;
                     if is_private(&plain)? {
                         return Err(bad(e));
                     }
                     plain
                 }
+                Err(e) => return Err(bad(e)),
             }
         }
-        _ => {
-            let plain = build(t).map_err(bad)?;
-            if is_private(&plain)? {
-                return Err(ServiceError::invalid(
-                    "policy.noise",
-                    format!(
-                        "policy.noise = (missing): kind {kind:?} has no deployment-grade noise path; \
-                         set noise = \"simulation\" explicitly to serve it with simulation-grade noise \
-                         (seeded floating-point noise, not fit for deployment)"
-                    ),
-                ));
-            }
-            plain
+        _ if entry.info.private => {
+            return Err(ServiceError::invalid(
+                "policy.noise",
+                format!(
+                    "policy.noise = (missing): kind {kind:?} has no deployment-grade noise path; \
+                     set noise = \"simulation\" explicitly to serve it with simulation-grade noise \
+                     (seeded floating-point noise, not fit for deployment)"
+                ),
+            ));
         }
+        _ => build(t).map_err(bad)?,
     };
     if !is_private(&session)? && !allow_non_private {
         return Err(ServiceError::invalid(

@@ -40,12 +40,11 @@
 //! "The Laplace family"), `grid_bits` (1..=32, default 20: rewards rounded to multiples of `2^-k`).
 
 use super::top_two::{Challenger, Estimator, Forcing, Leader, StopCost, TopTwoParams};
-use super::{BaiConfig, BaiEngine, ThresholdKind, TopTwo, fmt_num, forcing_label};
+use super::{ThresholdKind, TopTwo, TopTwoConfig, fmt_num, forcing_label};
 use crate::config::{AlgorithmInfo, Setting};
 use crate::error::Result;
-use crate::privacy::{NoiseKind, PrivacyGuarantee};
+use crate::privacy::NoiseKind;
 use serde::Deserialize;
-use std::sync::Arc;
 
 /// Registry record of `adap_tt`.
 pub const ADAP_TT: AlgorithmInfo = AlgorithmInfo {
@@ -57,6 +56,8 @@ pub const ADAP_TT: AlgorithmInfo = AlgorithmInfo {
     example: "epsilon = 1.0",
     source: file!(),
     doc: include_str!("adap_tt.rs"),
+    private: true,
+    release_keys: crate::config::NOISE_KEYS,
 };
 
 /// Registry record of `adap_tt_star`.
@@ -69,6 +70,8 @@ pub const ADAP_TT_STAR: AlgorithmInfo = AlgorithmInfo {
     example: "epsilon = 1.0",
     source: file!(),
     doc: include_str!("adap_tt.rs"),
+    private: true,
+    release_keys: crate::config::NOISE_KEYS,
 };
 
 /// AdaP-TT / AdaP-TT* configuration (`star` selects AdaP-TT*; set by the registry kind).
@@ -188,18 +191,14 @@ impl AdapTtConfig {
     }
 }
 
-impl BaiConfig for AdapTtConfig {
-    fn kind(&self) -> &'static str {
-        if self.star {
-            ADAP_TT_STAR.kind
-        } else {
-            ADAP_TT.kind
-        }
+impl TopTwoConfig for AdapTtConfig {
+    fn top_two_info(&self) -> &'static AlgorithmInfo {
+        if self.star { &ADAP_TT_STAR } else { &ADAP_TT }
     }
-    fn label(&self) -> String {
+    fn top_two_label(&self) -> String {
         let label = format!(
             "{}(eps={},threshold={},beta={},lazy={},fe={})",
-            self.kind(),
+            self.top_two_info().kind,
             fmt_num(self.epsilon),
             self.threshold.name(),
             self.beta,
@@ -208,30 +207,17 @@ impl BaiConfig for AdapTtConfig {
         );
         crate::privacy::noise_label(label, self.noise, self.grid_bits)
     }
-    fn epsilon(&self) -> f64 {
-        self.epsilon
+    fn top_two_params(&self) -> TopTwoParams {
+        self.params()
     }
-    fn threshold_name(&self) -> &'static str {
-        self.threshold.name()
+    fn top_two_check(&self) -> Result<()> {
+        self.validate()
     }
-    fn threshold_proved(&self) -> bool {
-        self.threshold.proved()
-    }
-    fn guarantee(&self) -> PrivacyGuarantee {
-        super::pure_dp_guarantee_noise(
-            self.epsilon,
+    fn top_two_mechanism(&self) -> (&'static str, &'static str) {
+        (
             "Laplace mechanism, scale 1/(eps N~) (rounded up) on each per-arm phase mean (sensitivity 1/N~), doubling phases with forgetting (Azize et al. 2023, AdaP-TT; thesis Alg. 5.x)",
             "on each per-arm phase: the integer sum of its N~ rewards rounded to the 2^-k grid (sensitivity 2^k), discrete Laplace scale t = 2^k/eps exactly (the same eps), released mean (sum + noise)/(2^k N~)",
-            self.noise,
-            self.grid_bits,
         )
-    }
-    fn describe(&self) -> serde_json::Value {
-        super::describe_top_two(self.lazy, self.threshold)
-    }
-    fn prepare(&self, k: usize, delta: f64) -> Result<Arc<dyn BaiEngine>> {
-        self.validate()?;
-        Ok(Arc::new(TopTwo::new(self.params(), k, delta)?))
     }
 }
 

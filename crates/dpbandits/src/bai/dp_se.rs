@@ -65,6 +65,8 @@ pub const DP_SE_BAI: AlgorithmInfo = AlgorithmInfo {
     example: "epsilon = 1.0",
     source: file!(),
     doc: include_str!("dp_se.rs"),
+    private: true,
+    release_keys: crate::config::NOISE_KEYS,
 };
 
 /// DP-SE (fixed-confidence BAI) configuration.

@@ -50,12 +50,11 @@
 //! "The Laplace family"), `grid_bits` (1..=32, default 20: rewards rounded to multiples of `2^-k`).
 
 use super::top_two::{Challenger, Estimator, Forcing, Leader, StopCost, TopTwoParams};
-use super::{BaiConfig, BaiEngine, ThresholdKind, TopTwo, fmt_num, forcing_label};
+use super::{ThresholdKind, TopTwo, TopTwoConfig, fmt_num, forcing_label};
 use crate::config::{AlgorithmInfo, Setting};
 use crate::error::Result;
-use crate::privacy::{NoiseKind, PrivacyGuarantee};
+use crate::privacy::NoiseKind;
 use serde::Deserialize;
-use std::sync::Arc;
 
 /// Registry record of `dp_tt`.
 pub const DP_TT: AlgorithmInfo = AlgorithmInfo {
@@ -67,6 +66,8 @@ pub const DP_TT: AlgorithmInfo = AlgorithmInfo {
     example: "epsilon = 1.0",
     source: file!(),
     doc: include_str!("dp_tt.rs"),
+    private: true,
+    release_keys: crate::config::NOISE_KEYS,
 };
 
 /// DP-TT configuration.
@@ -177,11 +178,11 @@ impl DpTtConfig {
     }
 }
 
-impl BaiConfig for DpTtConfig {
-    fn kind(&self) -> &'static str {
-        DP_TT.kind
+impl TopTwoConfig for DpTtConfig {
+    fn top_two_info(&self) -> &'static AlgorithmInfo {
+        &DP_TT
     }
-    fn label(&self) -> String {
+    fn top_two_label(&self) -> String {
         let label = format!(
             "dp_tt(eps={},threshold={},eta={},beta={},lazy={},fe={})",
             fmt_num(self.epsilon),
@@ -193,30 +194,17 @@ impl BaiConfig for DpTtConfig {
         );
         crate::privacy::noise_label(label, self.noise, self.grid_bits)
     }
-    fn epsilon(&self) -> f64 {
-        self.epsilon
+    fn top_two_params(&self) -> TopTwoParams {
+        self.params()
     }
-    fn threshold_name(&self) -> &'static str {
-        self.threshold.name()
+    fn top_two_check(&self) -> Result<()> {
+        self.validate()
     }
-    fn threshold_proved(&self) -> bool {
-        self.threshold.proved()
-    }
-    fn guarantee(&self) -> PrivacyGuarantee {
-        super::pure_dp_guarantee_noise(
-            self.epsilon,
+    fn top_two_mechanism(&self) -> (&'static str, &'static str) {
+        (
             "Laplace mechanism, scale 1/eps (rounded up) on each per-arm phase increment of the reward sum (sensitivity 1), geometric phases ceil((1+eta)^j), cumulative sums, no forgetting (Jourdan & Azize 2025, Alg. 1)",
             "on each per-arm phase increment: the integer sum of its rewards rounded to the 2^-k grid (sensitivity 2^k), discrete Laplace scale t = 2^k/eps exactly (the same eps as Alg. 1), released (sum + noise)/2^k",
-            self.noise,
-            self.grid_bits,
         )
-    }
-    fn describe(&self) -> serde_json::Value {
-        super::describe_top_two(self.lazy, self.threshold)
-    }
-    fn prepare(&self, k: usize, delta: f64) -> Result<Arc<dyn BaiEngine>> {
-        self.validate()?;
-        Ok(Arc::new(TopTwo::new(self.params(), k, delta)?))
     }
 }
 

@@ -19,12 +19,10 @@
 //! `beta` (default 1/2), `threshold` (`r` or `eb`), `lazy` (no effect: a release after every sample).
 
 use super::top_two::{Challenger, Estimator, Forcing, Leader, StopCost, TopTwoParams};
-use super::{BaiConfig, BaiEngine, ThresholdKind, TopTwo, forcing_label};
+use super::{ThresholdKind, TopTwo, TopTwoConfig, forcing_label};
 use crate::config::{AlgorithmInfo, Setting};
 use crate::error::Result;
-use crate::privacy::PrivacyGuarantee;
 use serde::Deserialize;
-use std::sync::Arc;
 
 /// Registry record of `eb_tci`.
 pub const EB_TCI: AlgorithmInfo = AlgorithmInfo {
@@ -36,6 +34,8 @@ pub const EB_TCI: AlgorithmInfo = AlgorithmInfo {
     example: "",
     source: file!(),
     doc: include_str!("eb_tci.rs"),
+    private: false,
+    release_keys: crate::config::NO_RELEASE,
 };
 
 /// EB-TCI configuration.
@@ -112,11 +112,11 @@ impl EbTciConfig {
     }
 }
 
-impl BaiConfig for EbTciConfig {
-    fn kind(&self) -> &'static str {
-        EB_TCI.kind
+impl TopTwoConfig for EbTciConfig {
+    fn top_two_info(&self) -> &'static AlgorithmInfo {
+        &EB_TCI
     }
-    fn label(&self) -> String {
+    fn top_two_label(&self) -> String {
         format!(
             "eb_tci(threshold={},beta={},fe={})",
             self.threshold.name(),
@@ -124,24 +124,18 @@ impl BaiConfig for EbTciConfig {
             forcing_label(self.forced_exploration, self.forcing_scale)
         )
     }
-    fn epsilon(&self) -> f64 {
-        f64::INFINITY
+    fn top_two_params(&self) -> TopTwoParams {
+        self.params()
     }
-    fn threshold_name(&self) -> &'static str {
-        self.threshold.name()
+    fn top_two_check(&self) -> Result<()> {
+        self.validate()
     }
-    fn threshold_proved(&self) -> bool {
-        self.threshold.proved()
+    /// Non-private (`epsilon = inf`): no mechanism.
+    fn top_two_mechanism(&self) -> (&'static str, &'static str) {
+        ("", "")
     }
-    fn guarantee(&self) -> PrivacyGuarantee {
-        PrivacyGuarantee::non_private()
-    }
-    fn describe(&self) -> serde_json::Value {
+    fn top_two_describe(&self) -> serde_json::Value {
         serde_json::json!({ "lazy_challenger": 0.0 })
-    }
-    fn prepare(&self, k: usize, delta: f64) -> Result<Arc<dyn BaiEngine>> {
-        self.validate()?;
-        Ok(Arc::new(TopTwo::new(self.params(), k, delta)?))
     }
 }
 

@@ -241,6 +241,64 @@ pub trait BaiConfig: Send + Sync + Debug {
     fn prepare(&self, k: usize, delta: f64) -> Result<Arc<dyn BaiEngine>>;
 }
 
+/// A configuration of a Top Two kind (DP-TT, AdaP-TT, AdaP-TT*, EB-TCI): what differs between
+/// the kinds (record, label, engine parameters, the kind's checks, the mechanism text). Its
+/// [`BaiConfig`] is the one impl below, from the engine parameters: budget, threshold name and
+/// proof, the pure-DP guarantee on the noise path of the parameters, the manifest facts and the
+/// engine.
+pub trait TopTwoConfig: Send + Sync + Debug {
+    /// The kind's registry record.
+    fn top_two_info(&self) -> &'static crate::config::AlgorithmInfo;
+    /// The label (every parameter; it keys the run's policy seed).
+    fn top_two_label(&self) -> String;
+    /// The engine parameters.
+    fn top_two_params(&self) -> TopTwoParams;
+    /// The kind's own checks (the thresholds it accepts, ...), run again before an engine is
+    /// prepared.
+    ///
+    /// # Errors
+    /// Naming the field.
+    fn top_two_check(&self) -> Result<()>;
+    /// The mechanism text of the simulation path and of the deployment path (see
+    /// `pure_dp_guarantee_noise`); unused for an infinite budget (non-private).
+    fn top_two_mechanism(&self) -> (&'static str, &'static str);
+    /// Facts for the manifest (default: the lazy challenger and the threshold's note).
+    fn top_two_describe(&self) -> serde_json::Value {
+        let p = self.top_two_params();
+        describe_top_two(p.lazy, p.threshold)
+    }
+}
+
+impl<T: TopTwoConfig> BaiConfig for T {
+    fn kind(&self) -> &'static str {
+        self.top_two_info().kind
+    }
+    fn label(&self) -> String {
+        self.top_two_label()
+    }
+    fn epsilon(&self) -> f64 {
+        self.top_two_params().epsilon
+    }
+    fn threshold_name(&self) -> &'static str {
+        self.top_two_params().threshold.name()
+    }
+    fn threshold_proved(&self) -> bool {
+        self.top_two_params().threshold.proved()
+    }
+    fn guarantee(&self) -> PrivacyGuarantee {
+        let p = self.top_two_params();
+        let (simulation, deployment) = self.top_two_mechanism();
+        pure_dp_guarantee_noise(p.epsilon, simulation, deployment, p.noise, p.grid_bits)
+    }
+    fn describe(&self) -> serde_json::Value {
+        self.top_two_describe()
+    }
+    fn prepare(&self, k: usize, delta: f64) -> Result<Arc<dyn BaiEngine>> {
+        self.top_two_check()?;
+        Ok(Arc::new(TopTwo::new(self.top_two_params(), k, delta)?))
+    }
+}
+
 pub(crate) fn fmt_num(x: f64) -> String {
     if x.is_infinite() {
         "inf".into()

@@ -231,9 +231,28 @@ pub trait ContextualPolicyConfig: Send + Sync + Debug + std::any::Any {
     fn guarantee(&self) -> PrivacyGuarantee;
     /// Build for dimension `d` and horizon `horizon`; `seed` keys the policy's streams.
     fn build(&self, d: usize, horizon: u64, seed: u64) -> Result<Box<dyn ContextualPolicy>>;
-    /// Label `kind(p=v,...)`.
+    /// Label `kind(p=v,...)`. With a [`release`](Self::release), its noise path's suffix
+    /// ([`crate::privacy::Release::label`]: `[deployment]` on the deployment path).
     fn label(&self) -> String {
-        crate::config::label(self.kind(), &self.params())
+        let label = crate::config::label(self.kind(), &self.params());
+        match self.release() {
+            Some(r) => r.label(label),
+            None => label,
+        }
+    }
+    /// The release keys (`boundary`, `noise`, `grid_bits`) the registry parsed into this
+    /// configuration, for a kind whose configuration holds a [`crate::privacy::Release`] (then:
+    /// `Some(&self.release)`, the one line such a kind writes); `None` otherwise.
+    fn release(&self) -> Option<&crate::privacy::Release> {
+        None
+    }
+    /// The algorithm's theoretical regret bound on `instance` (the paper's formula with its
+    /// stated constants), overlaid by `[comparison] bounds = true`; `None` (default): none stated.
+    fn regret_bound(
+        &self,
+        _instance: &crate::config::BoundInstance,
+    ) -> Option<crate::config::RegretBound> {
+        None
     }
     /// Optional, for the run loop's speed only: the policy family whose batched driver can play
     /// a group of these policies together ([`BatchFamily`], in `lanes.rs`; the OFUL family's is

@@ -143,6 +143,14 @@ pub struct ContextualCell {
 }
 
 impl Cell for ContextualCell {
+    fn regret_bound(&self) -> Option<crate::config::RegretBound> {
+        let env = &self.group.env;
+        self.group.policies[self.index].regret_bound(&crate::config::BoundInstance {
+            k: env.max_actions(),
+            d: env.dim(),
+            gaps: vec![],
+        })
+    }
     fn label(&self) -> String {
         self.group.policies[self.index].label()
     }

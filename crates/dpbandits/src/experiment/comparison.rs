@@ -16,10 +16,20 @@
 //! delta = 1e-6             # for the (epsilon, delta) column
 //! conversion = "cks2020"   # or "bun_steinke"
 //! require_equal = true
+//! bounds = true            # overlay each algorithm's theoretical regret bound (default false)
 //! ```
+//!
+//! With `bounds = true` the plot has log-log axes and every policy whose configuration states a
+//! regret bound (`regret_bound` of its setting's configuration trait: the paper's formula with its
+//! constants, [`RegretBound`]) gets its bound as a theory curve (grey, dashed, `bound: <label>`),
+//! and `comparison.md` a second table: per policy, the log-log slope of its mean regret over the
+//! last decade of checkpoints (`[T/10, T]`, least squares) beside its bound's slope over the same
+//! decade, with the bound's source and formula. Adding an algorithm to a comparison file is one
+//! `[[policy]]` table; its bound comes with its kind.
 
 use super::Plan;
 use super::plot::{PlotSpec, Role, Series};
+use crate::config::RegretBound;
 use crate::error::{Error, Result};
 use crate::math::stats::Summary;
 use crate::privacy::{
@@ -43,6 +53,10 @@ pub struct ComparisonSpec {
     /// Refuse the plan unless all private policies have the same zCDP budget (default true).
     #[serde(default = "yes")]
     pub require_equal: bool,
+    /// Overlay each algorithm's theoretical regret bound, log-log axes, and the slope table
+    /// (default false).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub bounds: bool,
 }
 
 fn yes() -> bool {
@@ -207,6 +221,7 @@ impl ComparisonSpec {
         );
         let fmt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.4}"));
         let mut series = vec![];
+        let (mut overlays, mut slopes) = (vec![], vec![]);
         for (c, runs) in plan.cells.iter().zip(cells) {
             let g = c.guarantee();
             let row = budget_row(&g, self.delta, self.conversion)?;
@@ -235,6 +250,22 @@ impl ComparisonSpec {
                             (t as f64, s.q05, s.q95)
                         })
                         .collect();
+                    if self.bounds
+                        && let Some(b) = c.regret_bound()
+                    {
+                        slopes.push(slope_row(&c.label(), &means, &b, horizon as f64));
+                        overlays.push(Series {
+                            name: format!("bound: {}", c.label()),
+                            // From t = 2 on: ln t is 0 at t = 1 (the bounds are stated for T >= 2).
+                            points: means
+                                .iter()
+                                .filter(|&&(t, _)| t >= 2.0)
+                                .map(|&(t, _)| (t, b.at(t)))
+                                .collect(),
+                            band: None,
+                            role: Role::Theory,
+                        });
+                    }
                     series.push(Series {
                         name: c.label(),
                         points: means,
@@ -267,6 +298,20 @@ impl ComparisonSpec {
                 fmt(row.approx_epsilon),
             );
         }
+        if self.bounds {
+            let _ = write!(
+                md,
+                "\nLog-log slope of the mean regret over the last decade of checkpoints (least \
+                 squares on [T/10, T]) and of the algorithm's theoretical bound over the same \
+                 decade (`-`: no bound stated for the kind).\n\n\
+                 | policy | measured slope | bound slope | bound at T | bound (source) |\n\
+                 |---|---|---|---|---|\n"
+            );
+            for row in &slopes {
+                md.push_str(row);
+            }
+            series.extend(overlays);
+        }
         let p = dir.join("comparison.md");
         std::fs::write(&p, md).map_err(|e| Error::Io {
             path: p.display().to_string(),
@@ -280,9 +325,9 @@ impl ComparisonSpec {
             ),
             x_label: "t".into(),
             y_label: "regret".into(),
-            // linear y: a log axis cannot show zero regret
+            // linear y: a log axis cannot show zero regret (the bound overlays ask for log-log)
             log_x: true,
-            log_y: false,
+            log_y: self.bounds,
             series,
             notes: super::outcome::notes(plan, None),
             ..Default::default()
@@ -290,6 +335,39 @@ impl ComparisonSpec {
         files.extend(super::plot::draw(&dir.join("comparison"), &spec)?);
         Ok(files)
     }
+}
+
+/// Least-squares slope of `ln y` on `ln t` over the points with `t >= t_max / 10` and `y > 0`
+/// (`None` with fewer than two).
+pub fn loglog_slope(points: &[(f64, f64)], t_max: f64) -> Option<f64> {
+    let pts: Vec<(f64, f64)> = points
+        .iter()
+        .filter(|&&(t, y)| t >= t_max / 10.0 && t > 0.0 && y > 0.0)
+        .map(|&(t, y)| (t.ln(), y.ln()))
+        .collect();
+    if pts.len() < 2 {
+        return None;
+    }
+    let n = pts.len() as f64;
+    let (mx, my) = (
+        pts.iter().map(|p| p.0).sum::<f64>() / n,
+        pts.iter().map(|p| p.1).sum::<f64>() / n,
+    );
+    let sxx: f64 = pts.iter().map(|p| (p.0 - mx).powi(2)).sum();
+    let sxy: f64 = pts.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+    (sxx > 0.0).then(|| sxy / sxx)
+}
+
+/// One row of the slope table.
+fn slope_row(label: &str, means: &[(f64, f64)], b: &RegretBound, horizon: f64) -> String {
+    let measured = loglog_slope(means, horizon).map_or("-".into(), |s| format!("{s:.3}"));
+    format!(
+        "| `{label}` | {measured} | {:.3} | {:.4e} | {} ({}) |\n",
+        b.slope(horizon),
+        b.at(horizon),
+        b.formula,
+        b.source
+    )
 }
 
 #[cfg(test)]
@@ -333,5 +411,30 @@ mod tests {
         )
         .unwrap();
         assert_eq!(n.zcdp_rho, None);
+    }
+
+    /// The slope of `c t^a` is `a`; of a log curve, small; too few points: none.
+    #[test]
+    fn slopes() {
+        let pts: Vec<(f64, f64)> = (1..=40)
+            .map(|i| {
+                let t = 10f64.powf(i as f64 / 10.0);
+                (t, 3.0 * t.sqrt())
+            })
+            .collect();
+        assert!((loglog_slope(&pts, 1e4).unwrap() - 0.5).abs() < 1e-12);
+        assert_eq!(loglog_slope(&pts[..1], 1e4), None);
+        let b = RegretBound {
+            source: "test",
+            formula: "T^0.5".into(),
+            terms: vec![crate::config::BoundTerm {
+                coef: 2.0,
+                t_pow: 0.5,
+                log_pow: 0.0,
+                log_mult: 1.0,
+            }],
+        };
+        assert!((b.slope(1e6) - 0.5).abs() < 1e-12);
+        assert!((b.at(100.0) - 20.0).abs() < 1e-12);
     }
 }

@@ -43,8 +43,8 @@ use super::{Episode, InFlight, Pipelined, Policy, PolicyConfig, Pull, argmax};
 use crate::config::{AlgorithmInfo, Setting};
 use crate::error::{Result, check};
 use crate::privacy::{
-    BoundaryMode, Budget, DEFAULT_GRID_BITS, NoiseGrade, NoiseKind, NoiseSource, NoisyMean,
-    PrivacyGuarantee, REWARD_ADJACENCY, RewardBoundary, RewardSum, TrustModel,
+    BoundaryMode, Budget, NoiseGrade, NoiseKind, NoiseSource, NoisyMean, PrivacyGuarantee,
+    REWARD_ADJACENCY, Release, RewardBoundary, RewardSum, TrustModel,
 };
 use crate::protocol::Gate;
 use serde::Deserialize;
@@ -59,6 +59,8 @@ pub const ADAPTIVE_UCB: AlgorithmInfo = AlgorithmInfo {
     example: "beta = 1.0",
     source: file!(),
     doc: include_str!("adac_ucb.rs"),
+    private: false,
+    release_keys: crate::config::PRIVATE_RELEASE,
 };
 
 /// Registry record of `adac_ucb`.
@@ -71,6 +73,8 @@ pub const ADAC_UCB: AlgorithmInfo = AlgorithmInfo {
     example: "rho = 1.0",
     source: file!(),
     doc: include_str!("adac_ucb.rs"),
+    private: true,
+    release_keys: crate::config::PRIVATE_RELEASE,
 };
 
 /// Which sample count the index uses right after initialisation (spec zcdp §2.6).
@@ -97,15 +101,9 @@ pub struct AdaCUcbConfig {
     /// Sample count after initialisation.
     #[serde(default)]
     pub init_count: InitCount,
-    /// What to do with rewards outside [0, 1].
+    /// `boundary`, `noise`, `grid_bits`: parsed by the registry ([`Release`]).
     #[serde(default)]
-    pub boundary: BoundaryMode,
-    /// Noise path: seeded `f64` (simulation, default) or exact discrete on an OS-seeded CSPRNG.
-    #[serde(default)]
-    pub noise: NoiseKind,
-    /// Deployment grid: rewards are rounded to multiples of `2^-grid_bits`.
-    #[serde(default = "default_grid_bits")]
-    pub grid_bits: u32,
+    pub release: Release,
     /// Set by the registry: whether this is the non-private `adaptive_ucb` entry.
     #[serde(skip)]
     pub non_private_kind: bool,
@@ -118,10 +116,6 @@ fn one() -> f64 {
     1.0
 }
 
-fn default_grid_bits() -> u32 {
-    DEFAULT_GRID_BITS
-}
-
 impl AdaCUcbConfig {
     /// A private configuration with the paper's defaults (beta = 1, literal count, clip).
     pub fn private(rho: f64) -> Self {
@@ -129,9 +123,7 @@ impl AdaCUcbConfig {
             rho,
             beta: 1.0,
             init_count: InitCount::Literal,
-            boundary: BoundaryMode::Clip,
-            noise: NoiseKind::Simulation,
-            grid_bits: DEFAULT_GRID_BITS,
+            release: Release::default(),
             non_private_kind: false,
             mutant: None,
         }
@@ -149,7 +141,6 @@ impl AdaCUcbConfig {
     pub fn validate(&self) -> Result<()> {
         check::budget("rho", self.rho)?;
         check::positive("beta", self.beta)?;
-        crate::privacy::check_noise(self.noise, self.grid_bits, self.rho.is_finite())?;
         if self.non_private_kind && self.rho.is_finite() {
             return Err(crate::error::Error::param(
                 "rho",
@@ -182,12 +173,59 @@ impl PolicyConfig for AdaCUcbConfig {
     fn guarantee(&self) -> PrivacyGuarantee {
         crate::privacy::mutant_guarantee(guarantee(self), self.mutant)
     }
-    fn label(&self) -> String {
-        crate::privacy::noise_label(
-            crate::config::label(self.kind(), &self.params()),
-            self.noise,
-            self.grid_bits,
-        )
+    fn release(&self) -> Option<&Release> {
+        Some(&self.release)
+    }
+    /// Table II's AdaC-UCB row: problem dependent (Thm 10, without its `2 beta / (beta - 3)`
+    /// constant, as Table II quotes it) on an instance with known gaps, else minimax (Thm 11,
+    /// the constants of its proof, without the `3 beta / (beta - 3) sum Delta_a` constant).
+    /// Stated for `beta > 3`; drawn at the configuration's `beta`. `rho = inf` (the non-private
+    /// counterpart) drops the privacy term.
+    fn regret_bound(
+        &self,
+        instance: &crate::config::BoundInstance,
+    ) -> Option<crate::config::RegretBound> {
+        use crate::config::{BoundTerm, RegretBound};
+        let beta = self.beta;
+        let private = (8.0 * (beta / self.rho).sqrt()).min(f64::MAX);
+        let term = |coef: f64, t_pow: f64, log_pow: f64| BoundTerm {
+            coef,
+            t_pow,
+            log_pow,
+            log_mult: 1.0,
+        };
+        let gaps: Vec<f64> = instance.gaps.iter().copied().filter(|&g| g > 0.0).collect();
+        let (source, formula, mut terms) = if gaps.is_empty() {
+            let k = instance.k as f64;
+            (
+                "Azize & Basu 2024, Thm 11 (constants of its proof)",
+                format!(
+                    "4 sqrt(2 beta K T ln T) + 8 K sqrt(beta ln T / rho), beta = {beta}, K = {k}"
+                ),
+                vec![
+                    term(4.0 * (2.0 * beta * k).sqrt(), 0.5, 0.5),
+                    term(k * private, 0.0, 0.5),
+                ],
+            )
+        } else {
+            let inv: f64 = gaps.iter().map(|g| 1.0 / g).sum();
+            (
+                "Azize & Basu 2024, Thm 10 (Table II)",
+                format!(
+                    "sum over Delta_a > 0 of (8 beta / Delta_a) ln T + 8 sqrt(beta / rho) sqrt(ln T), beta = {beta}"
+                ),
+                vec![
+                    term(8.0 * beta * inv, 0.0, 1.0),
+                    term(gaps.len() as f64 * private, 0.0, 0.5),
+                ],
+            )
+        };
+        terms.retain(|t| t.coef > 0.0);
+        Some(RegretBound {
+            source,
+            formula,
+            terms,
+        })
     }
     fn build(&self, k: usize, seed: u64) -> Result<Box<dyn Policy>> {
         Ok(Box::new(AdaCUcb::new(k, self.clone(), seed)?))
@@ -195,7 +233,7 @@ impl PolicyConfig for AdaCUcbConfig {
 }
 
 fn guarantee(cfg: &AdaCUcbConfig) -> PrivacyGuarantee {
-    let (rho, mode, init) = (cfg.rho, cfg.boundary, cfg.init_count);
+    let (rho, mode, init) = (cfg.rho, cfg.release.boundary, cfg.init_count);
     if rho.is_infinite() {
         return PrivacyGuarantee::non_private();
     }
@@ -205,7 +243,7 @@ fn guarantee(cfg: &AdaCUcbConfig) -> PrivacyGuarantee {
         }
         InitCount::Actual => "episode length (App. D)",
     };
-    let mechanism = match cfg.noise {
+    let mechanism = match cfg.release.noise {
         NoiseKind::Simulation => format!(
             "Gaussian mechanism on each (arm, episode) mean of rewards clipped to [0,1]: \
              sigma^2 = 1/(2 rho n^2) (Eq. 14, Thm 18), n = {count} ; released once per episode and cached; \
@@ -221,7 +259,7 @@ fn guarantee(cfg: &AdaCUcbConfig) -> PrivacyGuarantee {
              with L > 2^(53-{k}) rewards uses the grid 2^-k', k' = 53 - ceil(log2 L) (public, keeps \
              sums exact); noise from ChaCha20 seeded by the operating system: outputs are not \
              reproducible",
-            k = cfg.grid_bits
+            k = cfg.release.grid_bits
         ),
     };
     PrivacyGuarantee {
@@ -231,15 +269,17 @@ fn guarantee(cfg: &AdaCUcbConfig) -> PrivacyGuarantee {
         budget: Budget::Zcdp { rho },
         mechanism,
         boundary: Some(RewardBoundary::unit(mode)),
-        noise: NoiseGrade::of(cfg.noise),
+        noise: NoiseGrade::of(cfg.release.noise),
     }
 }
 
 /// The snapshot form of [`AdaCUcbConfig`]: every field, including the registry's kind flag that
-/// a parameter table may not set.
+/// a parameter table may not set, in the order snapshots had before the release keys became one
+/// [`Release`] (so a snapshot's bytes did not change; a kind without earlier snapshots writes
+/// `#[serde(flatten)] release: Release` in a `remote` mirror instead, docs/architecture.md).
 #[derive(serde::Serialize, serde::Deserialize)]
-#[serde(remote = "AdaCUcbConfig", deny_unknown_fields)]
-struct AdaCUcbConfigSnap {
+#[serde(deny_unknown_fields)]
+struct AdaCUcbConfigFields {
     rho: f64,
     beta: f64,
     init_count: InitCount,
@@ -247,9 +287,47 @@ struct AdaCUcbConfigSnap {
     non_private_kind: bool,
     noise: NoiseKind,
     grid_bits: u32,
-    /// Never in a snapshot: a restored policy is never a mutant.
-    #[serde(skip)]
-    mutant: Option<crate::privacy::AuditMutant>,
+}
+
+/// `#[serde(with)]` of [`AdaCUcb::cfg`] through [`AdaCUcbConfigFields`] (a restored policy is
+/// never a mutant).
+struct AdaCUcbConfigSnap;
+
+impl AdaCUcbConfigSnap {
+    fn serialize<S: serde::Serializer>(
+        c: &AdaCUcbConfig,
+        s: S,
+    ) -> std::result::Result<S::Ok, S::Error> {
+        serde::Serialize::serialize(
+            &AdaCUcbConfigFields {
+                rho: c.rho,
+                beta: c.beta,
+                init_count: c.init_count,
+                boundary: c.release.boundary,
+                non_private_kind: c.non_private_kind,
+                noise: c.release.noise,
+                grid_bits: c.release.grid_bits,
+            },
+            s,
+        )
+    }
+    fn deserialize<'de, D: serde::Deserializer<'de>>(
+        d: D,
+    ) -> std::result::Result<AdaCUcbConfig, D::Error> {
+        let f = <AdaCUcbConfigFields as serde::Deserialize>::deserialize(d)?;
+        Ok(AdaCUcbConfig {
+            rho: f.rho,
+            beta: f.beta,
+            init_count: f.init_count,
+            release: Release {
+                boundary: f.boundary,
+                noise: f.noise,
+                grid_bits: f.grid_bits,
+            },
+            non_private_kind: f.non_private_kind,
+            mutant: None,
+        })
+    }
 }
 
 /// AdaC-UCB state (also the non-private counterpart when `rho = inf`).
@@ -285,13 +363,13 @@ impl AdaCUcb {
     pub fn new(k: usize, cfg: AdaCUcbConfig, seed: u64) -> Result<Self> {
         check::arms("K", k)?;
         cfg.validate()?;
-        let boundary = RewardBoundary::unit(cfg.boundary);
+        let boundary = RewardBoundary::unit(cfg.release.boundary);
         let gate_boundary = if cfg.rho.is_finite() {
             boundary
         } else {
             RewardBoundary::numeric()
         };
-        let noise = NoiseSource::new(cfg.noise, cfg.grid_bits, seed)?;
+        let noise = NoiseSource::new(cfg.release.noise, cfg.release.grid_bits, seed)?;
         Ok(AdaCUcb {
             gate: Gate::new(gate_boundary),
             boundary,
@@ -449,7 +527,8 @@ impl Policy for AdaCUcb {
             // The non-private counterpart neither clips nor bounds its rewards: no interval.
             return None;
         }
-        let rounding = crate::report::grid_rounding(self.cfg.noise, self.cfg.grid_bits, range);
+        let rounding =
+            crate::report::grid_rounding(self.cfg.release.noise, self.cfg.release.grid_bits, range);
         // Episodes of an arm double (1, 1, 2, 4, ...), so after t rounds an arm has made at most
         // floor(log2 t) + 2 releases.
         let t: u64 = self.pulls.iter().sum::<u64>().max(1);

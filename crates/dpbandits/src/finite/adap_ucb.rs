@@ -49,8 +49,8 @@ use crate::config::{AlgorithmInfo, Setting};
 use crate::error::{Result, check};
 use crate::math::kl::kl_upper;
 use crate::privacy::{
-    BoundaryMode, Budget, DEFAULT_GRID_BITS, NoiseGrade, NoiseKind, NoiseSource, PrivacyGuarantee,
-    REWARD_ADJACENCY, RewardBoundary, RewardSum, TrustModel,
+    BoundaryMode, Budget, NoiseGrade, NoiseKind, NoiseSource, PrivacyGuarantee, REWARD_ADJACENCY,
+    Release, RewardBoundary, RewardSum, TrustModel,
 };
 use crate::protocol::Gate;
 use serde::Deserialize;
@@ -65,6 +65,8 @@ pub const ADAP_UCB: AlgorithmInfo = AlgorithmInfo {
     example: "epsilon = 1.0",
     source: file!(),
     doc: include_str!("adap_ucb.rs"),
+    private: true,
+    release_keys: crate::config::PRIVATE_RELEASE,
 };
 
 /// Registry record of `adap_klucb`.
@@ -77,6 +79,8 @@ pub const ADAP_KLUCB: AlgorithmInfo = AlgorithmInfo {
     example: "epsilon = 1.0",
     source: file!(),
     doc: include_str!("adap_ucb.rs"),
+    private: true,
+    release_keys: crate::config::PRIVATE_RELEASE,
 };
 
 /// Which optimistic index the AdaP framework uses.
@@ -98,15 +102,9 @@ pub struct AdaPConfig {
     /// Optimism parameter alpha (default 3.1, as in the paper's experiments).
     #[serde(default = "default_alpha")]
     pub alpha: f64,
-    /// What to do with rewards outside [0, 1].
+    /// `boundary`, `noise`, `grid_bits`: parsed by the registry ([`Release`]).
     #[serde(default)]
-    pub boundary: BoundaryMode,
-    /// Noise path: seeded `f64` (simulation, default) or exact discrete on an OS-seeded CSPRNG.
-    #[serde(default)]
-    pub noise: NoiseKind,
-    /// Deployment grid: rewards are rounded to multiples of `2^-grid_bits`.
-    #[serde(default = "default_grid_bits")]
-    pub grid_bits: u32,
+    pub release: Release,
     /// Set by the registry from the kind.
     #[serde(skip)]
     pub index: AdaPIndex,
@@ -119,19 +117,13 @@ fn default_alpha() -> f64 {
     3.1
 }
 
-fn default_grid_bits() -> u32 {
-    DEFAULT_GRID_BITS
-}
-
 impl AdaPConfig {
     /// AdaP-UCB or AdaP-KLUCB with the paper's alpha = 3.1 and clipping.
     pub fn new(epsilon: f64, index: AdaPIndex) -> Self {
         AdaPConfig {
             epsilon,
             alpha: default_alpha(),
-            boundary: BoundaryMode::Clip,
-            noise: NoiseKind::Simulation,
-            grid_bits: DEFAULT_GRID_BITS,
+            release: Release::default(),
             index,
             mutant: None,
         }
@@ -141,7 +133,6 @@ impl AdaPConfig {
     pub fn validate(&self) -> Result<()> {
         check::budget("epsilon", self.epsilon)?;
         check::positive("alpha", self.alpha)?;
-        crate::privacy::check_noise(self.noise, self.grid_bits, self.epsilon.is_finite())?;
         Ok(())
     }
 }
@@ -163,12 +154,8 @@ impl PolicyConfig for AdaPConfig {
     fn guarantee(&self) -> PrivacyGuarantee {
         crate::privacy::mutant_guarantee(guarantee(self), self.mutant)
     }
-    fn label(&self) -> String {
-        crate::privacy::noise_label(
-            crate::config::label(self.kind(), &self.params()),
-            self.noise,
-            self.grid_bits,
-        )
+    fn release(&self) -> Option<&Release> {
+        Some(&self.release)
     }
     fn build(&self, k: usize, seed: u64) -> Result<Box<dyn Policy>> {
         Ok(Box::new(AdaP::new(k, self.clone(), seed)?))
@@ -176,7 +163,7 @@ impl PolicyConfig for AdaPConfig {
 }
 
 fn guarantee(cfg: &AdaPConfig) -> PrivacyGuarantee {
-    let (epsilon, mode) = (cfg.epsilon, cfg.boundary);
+    let (epsilon, mode) = (cfg.epsilon, cfg.release.boundary);
     if epsilon.is_infinite() {
         return PrivacyGuarantee::non_private();
     }
@@ -185,7 +172,7 @@ fn guarantee(cfg: &AdaPConfig) -> PrivacyGuarantee {
         model: TrustModel::Central,
         adjacency: REWARD_ADJACENCY.into(),
         budget: Budget::PureDp { epsilon },
-        mechanism: match cfg.noise {
+        mechanism: match cfg.release.noise {
             NoiseKind::Simulation => {
                 "Laplace mechanism on each (arm, episode) mean of rewards clipped to [0,1]: \
                  scale 1/(epsilon L), L = episode length (Alg. 1); released once per episode and \
@@ -202,27 +189,65 @@ fn guarantee(cfg: &AdaPConfig) -> PrivacyGuarantee {
                  compose in parallel (Lemma 1); an episode with L > 2^(53-{k}) rewards uses the \
                  grid 2^-k', k' = 53 - ceil(log2 L) (public, keeps sums exact); noise from \
                  ChaCha20 seeded by the operating system: outputs are not reproducible",
-                k = cfg.grid_bits
+                k = cfg.release.grid_bits
             ),
         },
         boundary: Some(RewardBoundary::unit(mode)),
-        noise: NoiseGrade::of(cfg.noise),
+        noise: NoiseGrade::of(cfg.release.noise),
     }
 }
 
-/// The snapshot form of [`AdaPConfig`]: every field, including the index the registry sets.
+/// The snapshot form of [`AdaPConfig`]: every field, including the index the registry sets, in
+/// the order snapshots had before the release keys became one [`Release`] (so a snapshot's bytes
+/// did not change).
 #[derive(serde::Serialize, serde::Deserialize)]
-#[serde(remote = "AdaPConfig", deny_unknown_fields)]
-struct AdaPConfigSnap {
+#[serde(deny_unknown_fields)]
+struct AdaPConfigFields {
     epsilon: f64,
     alpha: f64,
     boundary: BoundaryMode,
     index: AdaPIndex,
     noise: NoiseKind,
     grid_bits: u32,
-    /// Never in a snapshot: a restored policy is never a mutant.
-    #[serde(skip)]
-    mutant: Option<crate::privacy::AuditMutant>,
+}
+
+/// `#[serde(with)]` of [`AdaP::cfg`] through [`AdaPConfigFields`] (a restored policy is never a
+/// mutant).
+struct AdaPConfigSnap;
+
+impl AdaPConfigSnap {
+    fn serialize<S: serde::Serializer>(
+        c: &AdaPConfig,
+        s: S,
+    ) -> std::result::Result<S::Ok, S::Error> {
+        serde::Serialize::serialize(
+            &AdaPConfigFields {
+                epsilon: c.epsilon,
+                alpha: c.alpha,
+                boundary: c.release.boundary,
+                index: c.index,
+                noise: c.release.noise,
+                grid_bits: c.release.grid_bits,
+            },
+            s,
+        )
+    }
+    fn deserialize<'de, D: serde::Deserializer<'de>>(
+        d: D,
+    ) -> std::result::Result<AdaPConfig, D::Error> {
+        let f = <AdaPConfigFields as serde::Deserialize>::deserialize(d)?;
+        Ok(AdaPConfig {
+            epsilon: f.epsilon,
+            alpha: f.alpha,
+            release: Release {
+                boundary: f.boundary,
+                noise: f.noise,
+                grid_bits: f.grid_bits,
+            },
+            index: f.index,
+            mutant: None,
+        })
+    }
 }
 
 /// AdaP-UCB / AdaP-KLUCB state.
@@ -258,8 +283,8 @@ impl AdaP {
     pub fn new(k: usize, cfg: AdaPConfig, seed: u64) -> Result<Self> {
         check::arms("K", k)?;
         cfg.validate()?;
-        let boundary = RewardBoundary::unit(cfg.boundary);
-        let noise = NoiseSource::new(cfg.noise, cfg.grid_bits, seed)?;
+        let boundary = RewardBoundary::unit(cfg.release.boundary);
+        let noise = NoiseSource::new(cfg.release.noise, cfg.release.grid_bits, seed)?;
         Ok(AdaP {
             gate: Gate::new(boundary),
             boundary,
@@ -375,7 +400,8 @@ impl Policy for AdaP {
         // The cached releases (each arm's last finished episode, never re-sampled) with their
         // episode length and Laplace scale. Rounding on the deployment path: as AdaC-UCB's.
         let range = (self.boundary.lo, self.boundary.hi);
-        let rounding = crate::report::grid_rounding(self.cfg.noise, self.cfg.grid_bits, range);
+        let rounding =
+            crate::report::grid_rounding(self.cfg.release.noise, self.cfg.release.grid_bits, range);
         let means = (0..self.released.len())
             .map(|a| {
                 self.released[a].map(|value| {

@@ -36,6 +36,8 @@ pub const D_UCB: AlgorithmInfo = AlgorithmInfo {
     example: "gamma = 0.999",
     source: file!(),
     doc: include_str!("d_ucb.rs"),
+    private: false,
+    release_keys: crate::config::NO_RELEASE,
 };
 
 /// `kind = "d_ucb"`.

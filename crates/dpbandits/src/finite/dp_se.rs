@@ -60,6 +60,8 @@ pub const DP_SE: AlgorithmInfo = AlgorithmInfo {
     example: "epsilon = 1.0\nbeta = 0.001",
     source: file!(),
     doc: include_str!("dp_se.rs"),
+    private: true,
+    release_keys: crate::config::PRIVATE_RELEASE,
 };
 
 /// The commitment length used for "until the end" (2^62 rounds: far beyond any horizon, and

@@ -58,6 +58,8 @@ pub const DP_TS: AlgorithmInfo = AlgorithmInfo {
     example: "epsilon = 1.0",
     source: file!(),
     doc: include_str!("dp_ts.rs"),
+    private: true,
+    release_keys: crate::config::PRIVATE_RELEASE,
 };
 
 /// `kind = "dp_ts"`.

@@ -36,6 +36,8 @@ pub const KL_UCB: AlgorithmInfo = AlgorithmInfo {
     example: "",
     source: file!(),
     doc: include_str!("kl_ucb.rs"),
+    private: false,
+    release_keys: crate::config::NO_RELEASE,
 };
 
 /// `kind = "kl_ucb"`; `c` (default 0, >= 0) weights the `ln ln t` term.

@@ -62,6 +62,8 @@ pub const KL_UCB_CF: AlgorithmInfo = AlgorithmInfo {
     example: "epsilon = 1.0",
     source: file!(),
     doc: include_str!("kl_ucb_cf.rs"),
+    private: true,
+    release_keys: crate::config::NOISE_KEYS,
 };
 
 /// Registry record of `sw_klucb_cf`.
@@ -74,6 +76,8 @@ pub const SW_KLUCB_CF: AlgorithmInfo = AlgorithmInfo {
     example: "epsilon = 1.0\nwindow = 1000",
     source: file!(),
     doc: include_str!("kl_ucb_cf.rs"),
+    private: true,
+    release_keys: crate::config::NOISE_KEYS,
 };
 
 /// The exploration function `f(x) = ln x + c ln(max(1, ln x))` (spec ldp §2.4 item 1).

@@ -56,6 +56,8 @@ pub const LDP: AlgorithmInfo = AlgorithmInfo {
     example: "inner = \"kl_ucb\"\nepsilon = 1.0",
     source: file!(),
     doc: include_str!("ldp.rs"),
+    private: true,
+    release_keys: crate::config::NOISE_KEYS,
 };
 
 /// The eps-LDP guarantee of a learner fed by `channels`.

@@ -55,6 +55,8 @@ pub const LDP_UCB: AlgorithmInfo = AlgorithmInfo {
     example: "epsilon = 1.0",
     source: file!(),
     doc: include_str!("ldp_ucb.rs"),
+    private: true,
+    release_keys: crate::config::PRIVATE_RELEASE,
 };
 
 /// The local randomiser applied to each reward.

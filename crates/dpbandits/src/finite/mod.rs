@@ -54,6 +54,8 @@ pub mod blocks;
 mod d_ucb;
 mod dp_se;
 mod dp_ts;
+#[cfg(feature = "exercise")]
+mod exercise_ucb;
 mod gaussian;
 mod kl_ucb;
 mod kl_ucb_cf;
@@ -74,6 +76,8 @@ pub use beta::{BETA, BetaArms, BetaConfig};
 pub use d_ucb::{D_UCB, DUcb, DUcbConfig};
 pub use dp_se::{DP_SE, DpSe, DpSeConfig};
 pub use dp_ts::{DP_TS, DpTs, DpTsConfig};
+#[cfg(feature = "exercise")]
+pub use exercise_ucb::{EXERCISE_UCB, ExerciseUcb, ExerciseUcbConfig};
 pub use gaussian::{GAUSSIAN, Gaussian, GaussianConfig};
 pub use kl_ucb::{KL_UCB, KlUcb, KlUcbConfig};
 pub use kl_ucb_cf::{
@@ -271,9 +275,28 @@ pub trait PolicyConfig: Send + Sync + Debug {
     /// Build the policy for `k` arms; `seed` is the run's policy seed (policies derive their
     /// policy and noise streams from it).
     fn build(&self, k: usize, seed: u64) -> Result<Box<dyn Policy>>;
-    /// Label `kind(p1=v1,p2=v2)`; used in outputs and to key random streams.
+    /// Label `kind(p1=v1,p2=v2)`; used in outputs and to key random streams. With a [`release`](Self::release), its noise path's suffix
+    /// ([`crate::privacy::Release::label`]: `[deployment]` on the deployment path).
     fn label(&self) -> String {
-        crate::config::label(self.kind(), &self.params())
+        let label = crate::config::label(self.kind(), &self.params());
+        match self.release() {
+            Some(r) => r.label(label),
+            None => label,
+        }
+    }
+    /// The release keys (`boundary`, `noise`, `grid_bits`) the registry parsed into this
+    /// configuration, for a kind whose configuration holds a [`crate::privacy::Release`] (then:
+    /// `Some(&self.release)`, the one line such a kind writes); `None` otherwise.
+    fn release(&self) -> Option<&crate::privacy::Release> {
+        None
+    }
+    /// The algorithm's theoretical regret bound on `instance` (the paper's formula with its
+    /// stated constants), overlaid by `[comparison] bounds = true`; `None` (default): none stated.
+    fn regret_bound(
+        &self,
+        _instance: &crate::config::BoundInstance,
+    ) -> Option<crate::config::RegretBound> {
+        None
     }
 }
 

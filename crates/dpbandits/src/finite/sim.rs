@@ -141,6 +141,15 @@ impl FiniteCell {
 }
 
 impl Cell for FiniteCell {
+    fn regret_bound(&self) -> Option<crate::config::RegretBound> {
+        let means = self.env.means();
+        let best = means.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        self.policy.regret_bound(&crate::config::BoundInstance {
+            k: means.len(),
+            d: 0,
+            gaps: means.iter().map(|m| best - m).collect(),
+        })
+    }
     fn label(&self) -> String {
         self.label.clone()
     }

@@ -42,6 +42,8 @@ pub const SW_UCB: AlgorithmInfo = AlgorithmInfo {
     example: "window = 1000",
     source: file!(),
     doc: include_str!("sw_ucb.rs"),
+    private: false,
+    release_keys: crate::config::NO_RELEASE,
 };
 
 /// Registry record of `sw_kl_ucb`.
@@ -54,6 +56,8 @@ pub const SW_KL_UCB: AlgorithmInfo = AlgorithmInfo {
     example: "window = 1000",
     source: file!(),
     doc: include_str!("sw_ucb.rs"),
+    private: false,
+    release_keys: crate::config::NO_RELEASE,
 };
 
 /// `kind = "sw_ucb"`.

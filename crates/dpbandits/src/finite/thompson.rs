@@ -41,6 +41,8 @@ pub const THOMPSON: AlgorithmInfo = AlgorithmInfo {
     example: "",
     source: file!(),
     doc: include_str!("thompson.rs"),
+    private: false,
+    release_keys: crate::config::NO_RELEASE,
 };
 
 /// `kind = "thompson"` (no parameters).

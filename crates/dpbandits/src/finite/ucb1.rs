@@ -34,6 +34,8 @@ pub const UCB1: AlgorithmInfo = AlgorithmInfo {
     example: "",
     source: file!(),
     doc: include_str!("ucb1.rs"),
+    private: false,
+    release_keys: crate::config::NO_RELEASE,
 };
 
 /// `kind = "ucb1"`; `alpha` (default 2, > 0) scales the exploration bonus.

@@ -110,6 +110,8 @@ pub const GOPE: AlgorithmInfo = AlgorithmInfo {
     example: "delta = 0.001",
     source: file!(),
     doc: include_str!("adac_gope.rs"),
+    private: false,
+    release_keys: crate::config::NOISE_KEYS,
 };
 
 /// Registry record of `adac_gope`.
@@ -122,6 +124,8 @@ pub const ADAC_GOPE: AlgorithmInfo = AlgorithmInfo {
     example: "rho = 1.0\ndelta = 0.001",
     source: file!(),
     doc: include_str!("adac_gope.rs"),
+    private: true,
+    release_keys: crate::config::NOISE_KEYS,
 };
 
 /// Registry record of `adar_gope_var`.
@@ -134,6 +138,8 @@ pub const ADAR_GOPE_VAR: AlgorithmInfo = AlgorithmInfo {
     example: "rho = 1.0\ndelta = 0.001",
     source: file!(),
     doc: include_str!("adac_gope.rs"),
+    private: true,
+    release_keys: crate::config::NOISE_KEYS,
 };
 
 /// Registry record of `gope_output_perturbation`.
@@ -146,6 +152,8 @@ pub const GOPE_OUTPUT_PERTURBATION: AlgorithmInfo = AlgorithmInfo {
     example: "rho = 1.0\ndelta = 0.001",
     source: file!(),
     doc: include_str!("adac_gope.rs"),
+    private: true,
+    release_keys: crate::config::NOISE_KEYS,
 };
 
 /// Where the privacy noise enters (spec §3.7).
@@ -486,6 +494,41 @@ impl GopeConfig {
 }
 
 impl LinearPolicyConfig for GopeConfig {
+    /// Table II's AdaC-GOPE row (Thm 4 with `delta = 1/T`): `A sqrt(d T ln(KT)) + B (d /
+    /// sqrt(rho)) ln^{3/2}(KT)`; the theorem leaves `A` and `B` unspecified, drawn with `A = B =
+    /// 1` (the shape). AdaC-GOPE and GOPE (`rho = inf`: the first term) only.
+    fn regret_bound(
+        &self,
+        instance: &crate::config::BoundInstance,
+    ) -> Option<crate::config::RegretBound> {
+        use crate::config::{BoundTerm, RegretBound};
+        if !matches!(
+            self.placement,
+            NoisePlacement::Intermediate | NoisePlacement::None
+        ) {
+            return None;
+        }
+        let (d, k) = (instance.d as f64, instance.k as f64);
+        let mut terms = vec![BoundTerm {
+            coef: d.sqrt(),
+            t_pow: 0.5,
+            log_pow: 0.5,
+            log_mult: k,
+        }];
+        if self.rho.is_finite() {
+            terms.push(BoundTerm {
+                coef: d / self.rho.sqrt(),
+                t_pow: 0.0,
+                log_pow: 1.5,
+                log_mult: k,
+            });
+        }
+        Some(RegretBound {
+            source: "Azize & Basu 2024, Thm 4 (Table II; A = B = 1, unspecified in the paper)",
+            formula: format!("sqrt(d T ln(KT)) + (d / sqrt(rho)) ln^1.5(KT), d = {d}, K = {k}"),
+            terms,
+        })
+    }
     fn kind(&self) -> &'static str {
         GopeConfig::kind(self)
     }

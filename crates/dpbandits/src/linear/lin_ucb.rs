@@ -41,6 +41,8 @@ pub const LIN_UCB: AlgorithmInfo = AlgorithmInfo {
     example: "",
     source: file!(),
     doc: include_str!("lin_ucb.rs"),
+    private: false,
+    release_keys: crate::config::NO_RELEASE,
 };
 
 /// `kind = "lin_ucb"`.

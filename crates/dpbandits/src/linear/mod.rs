@@ -122,9 +122,28 @@ pub trait LinearPolicy: Send + Debug {
 pub trait LinearPolicyConfig: Send + Sync + Debug {
     /// Registry kind.
     fn kind(&self) -> &'static str;
-    /// Label `kind(p=v,...)`; keys the policy's random streams.
+    /// Label `kind(p=v,...)`; keys the policy's random streams. With a [`release`](Self::release), its noise path's suffix
+    /// ([`crate::privacy::Release::label`]: `[deployment]` on the deployment path).
     fn label(&self) -> String {
-        crate::config::label(self.kind(), &self.params())
+        let label = crate::config::label(self.kind(), &self.params());
+        match self.release() {
+            Some(r) => r.label(label),
+            None => label,
+        }
+    }
+    /// The release keys (`boundary`, `noise`, `grid_bits`) the registry parsed into this
+    /// configuration, for a kind whose configuration holds a [`crate::privacy::Release`] (then:
+    /// `Some(&self.release)`, the one line such a kind writes); `None` otherwise.
+    fn release(&self) -> Option<&crate::privacy::Release> {
+        None
+    }
+    /// The algorithm's theoretical regret bound on `instance` (the paper's formula with its
+    /// stated constants), overlaid by `[comparison] bounds = true`; `None` (default): none stated.
+    fn regret_bound(
+        &self,
+        _instance: &crate::config::BoundInstance,
+    ) -> Option<crate::config::RegretBound> {
+        None
     }
     /// Numeric parameters identifying the cell.
     fn params(&self) -> Vec<(&'static str, f64)>;

@@ -96,6 +96,14 @@ impl LinearCell {
 }
 
 impl Cell for LinearCell {
+    fn regret_bound(&self) -> Option<crate::config::RegretBound> {
+        let (arms, _) = self.env.build(self.master_seed, 0).ok()?;
+        self.policy.regret_bound(&crate::config::BoundInstance {
+            k: arms.len(),
+            d: arms.first().map_or(0, |a| a.len()),
+            gaps: vec![],
+        })
+    }
     fn label(&self) -> String {
         self.label.clone()
     }

@@ -23,6 +23,7 @@ mod gaussian;
 mod laplace;
 mod noise;
 mod randomized_response;
+mod release;
 pub(crate) mod tap;
 
 pub use boundary::{BoundaryMode, MAX_ABS_REWARD, RewardBoundary, RewardSum};
@@ -39,6 +40,7 @@ pub use randomized_response::{LocalRandomizer, PerArmChannel, RandomizedResponse
 pub(crate) use randomized_response::{
     channels_for, check_channel_spec, exact_levels_for, randomizer_for,
 };
+pub use release::Release;
 
 use serde::Serialize;
 

@@ -132,6 +132,11 @@ pub trait Cell: Send + Sync + Debug {
     fn group(&self) -> Option<GroupMember> {
         None
     }
+    /// The algorithm's theoretical regret bound on this cell's instance (regret settings; the
+    /// policy configuration's `regret_bound`), `None` by default.
+    fn regret_bound(&self) -> Option<crate::config::RegretBound> {
+        None
+    }
 }
 
 /// Results of all runs of one cell: `values[run][i]`, or the error that stopped it.

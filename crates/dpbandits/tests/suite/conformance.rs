@@ -223,6 +223,28 @@ fn private_kinds_require_their_budget() {
 fn private_configs_declare_a_boundary() {
     for (e, b) in examples() {
         let (_, g) = kind_and_guarantee(&b);
+        assert_eq!(
+            e.info.private,
+            g.is_private(),
+            "{}: AlgorithmInfo::private disagrees with the example's guarantee",
+            e.kind()
+        );
+        // A kind holding a `Release` (parsed by the registry) says so in its record: it takes the
+        // three release keys. (Kinds not yet converted take them as fields of their own.)
+        let release = match &b {
+            Built::Finite(c) => c.release().copied(),
+            Built::Linear(c) => c.release().copied(),
+            Built::Contextual(c) => c.release().copied(),
+            Built::Bai(_) => None,
+        };
+        if release.is_some() {
+            assert_eq!(
+                e.info.release_keys,
+                dpbandits::config::PRIVATE_RELEASE,
+                "{}: holds a Release but its record's release_keys differ",
+                e.kind()
+            );
+        }
         if g.is_private() {
             assert!(
                 g.boundary.is_some(),
@@ -939,9 +961,13 @@ fn registry_takes_agrees_with_the_parsers() {
     let mut taking = std::collections::BTreeMap::new();
     for e in POLICIES {
         let example: toml::Table = toml::from_str(e.info.example).unwrap();
-        for (key, value) in [("boundary", "reject"), ("noise", "simulation")] {
+        for (key, value) in [
+            ("boundary", toml::Value::String("reject".into())),
+            ("noise", toml::Value::String("simulation".into())),
+            ("grid_bits", toml::Value::Integer(20)),
+        ] {
             let mut t = example.clone();
-            t.insert(key.into(), toml::Value::String(value.into()));
+            t.insert(key.into(), value.clone());
             let parsed = e.build(t);
             assert_eq!(
                 e.takes(key),

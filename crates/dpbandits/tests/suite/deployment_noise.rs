@@ -178,7 +178,7 @@ fn guarantees_carry_the_noise_grade() {
     let sim = AdaCUcbConfig::private(0.5);
     assert_eq!(sim.guarantee().noise, NoiseGrade::Simulation);
     let mut dep = AdaCUcbConfig::private(0.5);
-    dep.noise = NoiseKind::Deployment;
+    dep.release.noise = NoiseKind::Deployment;
     assert_eq!(dep.guarantee().noise, NoiseGrade::Deployment);
     assert_eq!(dep.guarantee().budget, sim.guarantee().budget);
     assert_eq!(
@@ -186,7 +186,7 @@ fn guarantees_carry_the_noise_grade() {
         NoiseGrade::NotApplicable
     );
     let mut lap = AdaPConfig::new(0.5, AdaPIndex::Ucb);
-    lap.noise = NoiseKind::Deployment;
+    lap.release.noise = NoiseKind::Deployment;
     assert_eq!(lap.guarantee().noise, NoiseGrade::Deployment);
     // A deployment policy is built from OS entropy, not from the seed: it runs without panics.
     let mut p = dep.build(3, 1).unwrap();
@@ -197,8 +197,8 @@ fn guarantees_carry_the_noise_grade() {
     // The finest grid with episodes far beyond its exact range (2^32 * 2^25 > 2^53): those
     // releases use a coarser grid instead of failing, for both kinds.
     let (mut dep32, mut lap32) = (dep.clone(), lap.clone());
-    dep32.grid_bits = 32;
-    lap32.grid_bits = 32;
+    dep32.release.grid_bits = 32;
+    lap32.release.grid_bits = 32;
     let fine: [Box<dyn PolicyConfig>; 2] = [Box::new(dep32), Box::new(lap32)];
     for cfg in fine {
         let mut p = cfg.build(2, 1).unwrap();
@@ -219,9 +219,9 @@ fn guarantees_carry_the_noise_grade() {
 #[test]
 fn deployment_noise_snapshots_as_a_marker() {
     let mut dep = AdaCUcbConfig::private(0.5);
-    dep.noise = NoiseKind::Deployment;
+    dep.release.noise = NoiseKind::Deployment;
     let mut lap = AdaPConfig::new(0.5, AdaPIndex::Ucb);
-    lap.noise = NoiseKind::Deployment;
+    lap.release.noise = NoiseKind::Deployment;
     for cfg in [&dep as &dyn PolicyConfig, &lap] {
         let mut p = cfg.build(2, 1).unwrap();
         // 11 rounds: initial episodes and the start of an open episode.
@@ -261,7 +261,7 @@ fn deployment_noise_snapshots_as_a_marker() {
 #[test]
 fn restored_deployment_noise_is_fresh() {
     let mut dep = AdaCUcbConfig::private(0.5);
-    dep.noise = NoiseKind::Deployment;
+    dep.release.noise = NoiseKind::Deployment;
     let p = dep.build(4, 1).unwrap();
     let snap = p.snapshot().unwrap();
     let run = |snap: &Snapshot| -> String {
@@ -365,7 +365,19 @@ fn every_private_kind_builds_with_deployment_noise() {
             "{kind}"
         );
     }
-    assert_eq!(private, 17, "private kinds in the registry");
+    // Every kind its record calls private deploys (the records say which; nothing probes).
+    let recorded = registry::POLICIES
+        .iter()
+        .filter(|e| e.info.private)
+        .inspect(|e| {
+            assert!(
+                e.info.deployable(),
+                "{}: private but not deployable",
+                e.kind()
+            )
+        })
+        .count();
+    assert_eq!(private, recorded, "private kinds in the registry");
 }
 
 /// `bai_mu1`'s DP-TT (the BAI setting) end to end through the experiment path in deployment mode,

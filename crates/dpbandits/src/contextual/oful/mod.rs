@@ -112,6 +112,8 @@ pub const OFUL: AlgorithmInfo = AlgorithmInfo {
     example: "",
     source: file!(),
     doc: include_str!("mod.rs"),
+    private: false,
+    release_keys: crate::config::NOISE_KEYS,
 };
 
 /// Registry record of `rs_oful`.
@@ -124,6 +126,8 @@ pub const RS_OFUL: AlgorithmInfo = AlgorithmInfo {
     example: "c = 1.0",
     source: file!(),
     doc: include_str!("mod.rs"),
+    private: false,
+    release_keys: crate::config::NOISE_KEYS,
 };
 
 /// Registry record of `adac_oful`.
@@ -136,6 +140,8 @@ pub const ADAC_OFUL: AlgorithmInfo = AlgorithmInfo {
     example: "rho = 1.0",
     source: file!(),
     doc: include_str!("mod.rs"),
+    private: true,
+    release_keys: crate::config::NOISE_KEYS,
 };
 
 /// Largest dimension of the fixed-size engine ([`OfulPolicy`], instantiated for 1..=MAX_DIM);
@@ -326,6 +332,38 @@ impl OfulConfig {
 }
 
 impl ContextualPolicyConfig for OfulConfig {
+    /// Table II's AdaC-OFUL row (Thm 5): `O(d ln(T) sqrt(T)) + O((d^2 / sqrt(rho)) ln^2 T)`,
+    /// drawn with unit constants (the shape; the proof's explicit form, spec zcdp §5.3, needs
+    /// the confidence radii). AdaC-OFUL only.
+    fn regret_bound(
+        &self,
+        instance: &crate::config::BoundInstance,
+    ) -> Option<crate::config::RegretBound> {
+        use crate::config::{BoundTerm, RegretBound};
+        if self.kind != OfulKind::AdacOful {
+            return None;
+        }
+        let d = instance.d as f64;
+        let mut terms = vec![BoundTerm {
+            coef: d,
+            t_pow: 0.5,
+            log_pow: 1.0,
+            log_mult: 1.0,
+        }];
+        if self.rho.is_finite() {
+            terms.push(BoundTerm {
+                coef: d * d / self.rho.sqrt(),
+                t_pow: 0.0,
+                log_pow: 2.0,
+                log_mult: 1.0,
+            });
+        }
+        Some(RegretBound {
+            source: "Azize & Basu 2024, Thm 5 (Table II; unit constants)",
+            formula: format!("d sqrt(T) ln T + (d^2 / sqrt(rho)) ln^2 T, d = {d}"),
+            terms,
+        })
+    }
     fn kind(&self) -> &'static str {
         match self.kind {
             OfulKind::Oful => OFUL.kind,
