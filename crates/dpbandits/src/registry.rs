@@ -366,6 +366,17 @@ fn adap(t: toml::Table, index: finite::AdaPIndex) -> Result<Box<dyn PolicyConfig
     Ok(Box::new(parse_kind(t, &[], &[], mark)?))
 }
 
+/// `dp_ucb`, `dp_ucb_bound` and `dp_ucb_hybrid`: the tree-based UCB family with its counter; the
+/// hybrid kinds take no `horizon`.
+fn dp_ucb(t: toml::Table, variant: finite::DpUcbVariant) -> Result<Box<dyn PolicyConfig>> {
+    let refuse: &[&str] = match variant {
+        finite::DpUcbVariant::Tree => &[],
+        _ => &["horizon"],
+    };
+    let mark = |c: &mut finite::DpUcbConfig| c.variant = variant;
+    Ok(Box::new(parse_kind(t, refuse, &[], mark)?))
+}
+
 /// `sw_klucb_cf`: kl-UCB-CF with a sliding window.
 fn sw_klucb_cf(t: toml::Table) -> Result<Box<dyn PolicyConfig>> {
     let mark = |c: &mut finite::CfConfig| c.windowed = true;
@@ -629,6 +640,21 @@ pub static POLICIES: &[PolicyEntry] = &[
         info: &finite::DP_SE,
         parse: Parse::Finite(finite::<finite::DpSeConfig>),
         restore: Restore::Finite(state_finite::<finite::DpSe>),
+    },
+    PolicyEntry {
+        info: &finite::DP_UCB,
+        parse: Parse::Finite(|t| dp_ucb(t, finite::DpUcbVariant::Tree)),
+        restore: Restore::Finite(state_finite::<finite::DpUcb>),
+    },
+    PolicyEntry {
+        info: &finite::DP_UCB_BOUND,
+        parse: Parse::Finite(|t| dp_ucb(t, finite::DpUcbVariant::HybridBound)),
+        restore: Restore::Finite(state_finite::<finite::DpUcb>),
+    },
+    PolicyEntry {
+        info: &finite::DP_UCB_HYBRID,
+        parse: Parse::Finite(|t| dp_ucb(t, finite::DpUcbVariant::HybridMixture)),
+        restore: Restore::Finite(state_finite::<finite::DpUcb>),
     },
     PolicyEntry {
         info: &finite::DP_TS,

@@ -24,6 +24,7 @@ mod laplace;
 mod noise;
 mod randomized_response;
 pub(crate) mod tap;
+mod tree;
 
 pub use boundary::{BoundaryMode, MAX_ABS_REWARD, RewardBoundary, RewardSum};
 pub use conversion::{
@@ -38,6 +39,10 @@ pub use noise::{
 pub use randomized_response::{LocalRandomizer, PerArmChannel, RandomizedResponse};
 pub(crate) use randomized_response::{
     channels_for, check_channel_spec, exact_levels_for, randomizer_for,
+};
+pub use tree::{
+    BinaryCounter, HybridCounter, NoiseFamily, TreeBudget, binary_releases, hybrid_releases,
+    levels_for, noise_bound,
 };
 
 use serde::Serialize;
