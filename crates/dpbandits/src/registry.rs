@@ -310,6 +310,18 @@ fn linear<T: Config + LinearPolicyConfig + 'static>(
     Ok(Box::new(parse::<T>(t)?))
 }
 
+fn contextual<T: Config + ContextualPolicyConfig + 'static>(
+    t: toml::Table,
+) -> Result<Box<dyn ContextualPolicyConfig>> {
+    Ok(Box::new(parse::<T>(t)?))
+}
+
+fn state_contextual<T: ContextualPolicy + serde::de::DeserializeOwned + 'static>(
+    s: &Snapshot,
+) -> Result<Box<dyn ContextualPolicy>> {
+    Ok(Box::new(s.state::<T>()?))
+}
+
 fn bai<T: Config + BaiConfig + 'static>(t: toml::Table) -> Result<Box<dyn BaiConfig>> {
     Ok(Box::new(parse::<T>(t)?))
 }
@@ -760,6 +772,11 @@ pub static POLICIES: &[PolicyEntry] = &[
         info: &contextual::ADAC_OFUL,
         parse: Parse::Contextual(|t| oful(t, OfulKind::AdacOful)),
         restore: Restore::Contextual(contextual::restore_oful),
+    },
+    PolicyEntry {
+        info: &contextual::LIN_PRIV,
+        parse: Parse::Contextual(contextual::<contextual::LinPrivConfig>),
+        restore: Restore::Contextual(state_contextual::<contextual::LinPriv>),
     },
 ];
 

@@ -719,12 +719,14 @@ fn design(kind: &str, b: &Built) -> (u64, Vec<u64>, bool) {
 }
 
 /// How many releases hold the target according to the kind's own accounting: a finite kind's
-/// [`crate::finite::PolicyConfig::releases_per_reward`] of arm 0's `target`-th reward (the
-/// tree-based kinds' p-sums), 1 for the other settings (each of their kinds releases a reward
-/// once: disjoint episodes and phases).
-fn claimed_releases(b: &Built, target: u64) -> u64 {
+/// [`crate::finite::PolicyConfig::releases_per_reward`] of arm 0's `target`-th reward, a
+/// contextual kind's [`crate::contextual::ContextualPolicyConfig::releases_per_round`] of round
+/// `target` (the tree-based kinds' p-sums), 1 for the other settings (each of their kinds
+/// releases a reward once: disjoint phases).
+fn claimed_releases(b: &Built, horizon: u64, target: u64) -> u64 {
     match b {
         Built::Finite(c) => c.releases_per_reward(target),
+        Built::Contextual(c) => c.releases_per_round(horizon, target),
         _ => 1,
     }
 }
@@ -864,7 +866,7 @@ pub fn audit_white_box(
             target,
             releases_per_run,
             keys,
-            releases: claimed_releases(&honest, target),
+            releases: claimed_releases(&honest, horizon, target),
             carrying,
             per_release,
             composed,

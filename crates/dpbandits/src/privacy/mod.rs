@@ -41,8 +41,8 @@ pub(crate) use randomized_response::{
     channels_for, check_channel_spec, exact_levels_for, randomizer_for,
 };
 pub use tree::{
-    BinaryCounter, HybridCounter, NoiseFamily, TreeBudget, binary_releases, hybrid_releases,
-    levels_for, noise_bound,
+    BinaryCounter, HybridCounter, NoiseFamily, TreeBudget, VectorTree, binary_releases,
+    hybrid_releases, levels_for, noise_bound,
 };
 
 use serde::Serialize;
