@@ -253,13 +253,11 @@ impl LinPriv {
 
     /// `x^T V^{-1} y`.
     fn quad(&self, x: &[f64], y: &[f64]) -> f64 {
-        let d = self.d;
-        let mut s = 0.0;
-        for i in 0..d {
-            let row = &self.vinv[i * d..(i + 1) * d];
-            s += x[i] * row.iter().zip(y).map(|(a, b)| a * b).sum::<f64>();
-        }
-        s
+        self.vinv
+            .chunks_exact(self.d)
+            .zip(x)
+            .map(|(row, xi)| xi * row.iter().zip(y).map(|(a, b)| a * b).sum::<f64>())
+            .sum()
     }
 
     /// The radius `beta_t + gamma_t` (module docs).
@@ -370,6 +368,20 @@ impl ContextualPolicy for LinPriv {
         self.absorb(actions.action(arm), reward)?;
         self.gate = gate;
         Ok(())
+    }
+    /// A round observed out of order (pipelined session): the same boundary and statistics as
+    /// [`Self::observe`], without the gate's one open round. The tree's positions are the order
+    /// in which rewards arrive (public), so the accounting is unchanged.
+    fn observe_round(&mut self, action: &[f64], reward: f64) -> Result<()> {
+        if action.len() != self.d {
+            return Err(Error::Protocol(format!(
+                "observed an action of length {} (the policy has d = {})",
+                action.len(),
+                self.d
+            )));
+        }
+        let reward = self.gate.boundary().admit(reward)?;
+        self.absorb(action, reward)
     }
     fn snapshot(&self) -> Result<crate::snapshot::Snapshot> {
         crate::snapshot::Snapshot::new(Setting::Contextual, LIN_PRIV.kind, self)

@@ -640,7 +640,7 @@ impl VectorTree {
             ));
         }
         let norm2: f64 = w.iter().map(|x| x * x).sum();
-        if w.len() != self.dim || !(norm2 <= 1.0 + 1e-12) {
+        if w.len() != self.dim || norm2.is_nan() || norm2 > 1.0 + 1e-12 {
             return Err(Error::param(
                 "weights",
                 format!("{w:?}"),
