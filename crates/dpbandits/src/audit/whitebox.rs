@@ -140,7 +140,8 @@ pub struct TargetEstimate {
     /// Releases carrying the target.
     pub carrying: Vec<KeyEstimate>,
     /// How many releases the kind's claim says hold the target (its composition: 1 for the
-    /// episodic kinds, the tree's p-sums for the tree-based ones; [`claimed_releases`]).
+    /// episodic kinds, the tree's p-sums for the tree-based ones: the kinds'
+    /// `releases_per_reward` / `releases_per_round`).
     pub releases: u64,
     /// The largest single release's loss, in the claim's currency (`rho` or `epsilon`).
     pub per_release: f64,
