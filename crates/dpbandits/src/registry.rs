@@ -448,6 +448,18 @@ fn linear<T: Config + LinearPolicyConfig + 'static>(
     Ok(Box::new(parse::<T>(t)?))
 }
 
+fn contextual<T: Config + ContextualPolicyConfig + 'static>(
+    t: toml::Table,
+) -> Result<Box<dyn ContextualPolicyConfig>> {
+    Ok(Box::new(parse::<T>(t)?))
+}
+
+fn state_contextual<T: ContextualPolicy + serde::de::DeserializeOwned + 'static>(
+    s: &Snapshot,
+) -> Result<Box<dyn ContextualPolicy>> {
+    Ok(Box::new(s.state::<T>()?))
+}
+
 fn bai<T: Config + BaiConfig + 'static>(t: toml::Table) -> Result<Box<dyn BaiConfig>> {
     Ok(Box::new(parse::<T>(t)?))
 }
@@ -512,6 +524,17 @@ fn adap(t: toml::Table, index: finite::AdaPIndex) -> Result<Box<dyn PolicyConfig
         &[],
         mark,
     )?)?))
+}
+
+/// `dp_ucb`, `dp_ucb_bound` and `dp_ucb_hybrid`: the tree-based UCB family with its counter; the
+/// hybrid kinds take no `horizon`.
+fn dp_ucb(t: toml::Table, variant: finite::DpUcbVariant) -> Result<Box<dyn PolicyConfig>> {
+    let refuse: &[&str] = match variant {
+        finite::DpUcbVariant::Tree => &[],
+        _ => &["horizon"],
+    };
+    let mark = |c: &mut finite::DpUcbConfig| c.variant = variant;
+    Ok(Box::new(parse_kind(t, refuse, &[], mark)?))
 }
 
 /// `sw_klucb_cf`: kl-UCB-CF with a sliding window.
@@ -785,6 +808,21 @@ pub static POLICIES: &[PolicyEntry] = &[
         restore: Restore::Finite(state_finite::<finite::ExerciseUcb>),
     },
     PolicyEntry {
+        info: &finite::DP_UCB,
+        parse: Parse::Finite(|t| dp_ucb(t, finite::DpUcbVariant::Tree)),
+        restore: Restore::Finite(state_finite::<finite::DpUcb>),
+    },
+    PolicyEntry {
+        info: &finite::DP_UCB_BOUND,
+        parse: Parse::Finite(|t| dp_ucb(t, finite::DpUcbVariant::HybridBound)),
+        restore: Restore::Finite(state_finite::<finite::DpUcb>),
+    },
+    PolicyEntry {
+        info: &finite::DP_UCB_HYBRID,
+        parse: Parse::Finite(|t| dp_ucb(t, finite::DpUcbVariant::HybridMixture)),
+        restore: Restore::Finite(state_finite::<finite::DpUcb>),
+    },
+    PolicyEntry {
         info: &finite::DP_TS,
         parse: Parse::Finite(finite::<finite::DpTsConfig>),
         restore: Restore::Finite(state_finite::<finite::DpTs>),
@@ -888,6 +926,11 @@ pub static POLICIES: &[PolicyEntry] = &[
         info: &contextual::ADAC_OFUL,
         parse: Parse::Contextual(|t| oful(t, OfulKind::AdacOful)),
         restore: Restore::Contextual(contextual::restore_oful),
+    },
+    PolicyEntry {
+        info: &contextual::LIN_PRIV,
+        parse: Parse::Contextual(contextual::<contextual::LinPrivConfig>),
+        restore: Restore::Contextual(state_contextual::<contextual::LinPriv>),
     },
 ];
 

@@ -139,6 +139,10 @@ pub struct TargetEstimate {
     pub keys: usize,
     /// Releases carrying the target.
     pub carrying: Vec<KeyEstimate>,
+    /// How many releases the kind's claim says hold the target (its composition: 1 for the
+    /// episodic kinds, the tree's p-sums for the tree-based ones: the kinds'
+    /// `releases_per_reward` / `releases_per_round`).
+    pub releases: u64,
     /// The largest single release's loss, in the claim's currency (`rho` or `epsilon`).
     pub per_release: f64,
     /// The run's loss composed over the carrying releases (claim's currency), and its interval.
@@ -715,6 +719,19 @@ fn design(kind: &str, b: &Built) -> (u64, Vec<u64>, bool) {
     (horizon, targets, by_row)
 }
 
+/// How many releases hold the target according to the kind's own accounting: a finite kind's
+/// [`crate::finite::PolicyConfig::releases_per_reward`] of arm 0's `target`-th reward, a
+/// contextual kind's [`crate::contextual::ContextualPolicyConfig::releases_per_round`] of round
+/// `target` (the tree-based kinds' p-sums), 1 for the other settings (each of their kinds
+/// releases a reward once: disjoint phases).
+fn claimed_releases(b: &Built, horizon: u64, target: u64) -> u64 {
+    match b {
+        Built::Finite(c) => c.releases_per_reward(target),
+        Built::Contextual(c) => c.releases_per_round(horizon, target),
+        _ => 1,
+    }
+}
+
 /// White-box audit of `kind` with `params`. `opts` gives the seed, confidence, noise multiplier,
 /// horizon, arms and mutant (its runs, deltas, scenarios and events are the black-box mode's and
 /// are not used).
@@ -850,6 +867,7 @@ pub fn audit_white_box(
             target,
             releases_per_run,
             keys,
+            releases: claimed_releases(&honest, horizon, target),
             carrying,
             per_release,
             composed,

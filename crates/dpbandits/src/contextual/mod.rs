@@ -38,6 +38,7 @@ mod classification;
 mod file;
 mod gaussian;
 mod lanes;
+mod lin_priv;
 mod oful;
 mod sim;
 
@@ -48,6 +49,7 @@ pub use classification::{
 pub use file::{CONTEXTUAL_FILE, ContextOrder, ContextualFile, ContextualFileConfig, FeatureTable};
 pub use gaussian::{CONTEXTUAL_GAUSSIAN, ContextualGaussian, ContextualGaussianConfig};
 pub use lanes::{ActionLanes, BatchDriver, BatchFamily, LaneSource};
+pub use lin_priv::{LIN_PRIV, LIN_PRIV_MAX_ACTION_NORM, LinPriv, LinPrivConfig};
 pub use oful::{
     ADAC_OFUL, MAX_DIM, MAX_DIM_DYN, OFUL, OFUL_BOUNDARY, OFUL_MAX_ACTION_NORM, OfulConfig,
     OfulDyn, OfulKind, OfulPolicy, PrivacyMode, RS_OFUL, RadiusMode, SquareOps, chi2_tail,
@@ -253,6 +255,15 @@ pub trait ContextualPolicyConfig: Send + Sync + Debug + std::any::Any {
         _instance: &crate::config::BoundInstance,
     ) -> Option<crate::config::RegretBound> {
         None
+    }
+    /// How many releases the reward of round `t` (0-based) enters in a run of `horizon` rounds,
+    /// once they are all made: the composition the guarantee accounts for (the white-box
+    /// auditor compares the releases it finds carrying one reward with it). Default 1: the
+    /// episodic kinds release each reward once; the tree-based kinds (`lin_priv.rs`) say how
+    /// many p-sums hold it.
+    fn releases_per_round(&self, horizon: u64, t: u64) -> u64 {
+        let _ = (horizon, t);
+        1
     }
     /// Optional, for the run loop's speed only: the policy family whose batched driver can play
     /// a group of these policies together ([`BatchFamily`], in `lanes.rs`; the OFUL family's is

@@ -9,7 +9,7 @@
 //! * one file per paper algorithm family, named after it: `adac_ucb.rs` (AdaC-UCB and its
 //!   non-private counterpart), `adap_ucb.rs` (AdaP-UCB, AdaP-KLUCB), `dp_se.rs`, `dp_ts.rs`,
 //!   `ldp_ucb.rs`, `kl_ucb_cf.rs`, `ldp.rs`, `sw_ucb.rs`, `d_ucb.rs`, `ucb1.rs`, `kl_ucb.rs`,
-//!   `thompson.rs`;
+//!   `thompson.rs`, `dp_ucb.rs` (DP-UCB, DP-UCB-Bound, DP-UCB-Hybrid: the tree-based baselines);
 //! * `pipeline.rs`: pipelined episodes of the episodic policies (delayed outcomes);
 //! * `sim.rs`: the run loop ([`simulate_finite`]) and the experiment cell ([`FiniteCell`]).
 //!
@@ -54,6 +54,7 @@ pub mod blocks;
 mod d_ucb;
 mod dp_se;
 mod dp_ts;
+mod dp_ucb;
 #[cfg(feature = "exercise")]
 mod exercise_ucb;
 mod gaussian;
@@ -76,6 +77,7 @@ pub use beta::{BETA, BetaArms, BetaConfig};
 pub use d_ucb::{D_UCB, DUcb, DUcbConfig};
 pub use dp_se::{DP_SE, DpSe, DpSeConfig};
 pub use dp_ts::{DP_TS, DpTs, DpTsConfig};
+pub use dp_ucb::{DP_UCB, DP_UCB_BOUND, DP_UCB_HYBRID, DpUcb, DpUcbConfig, DpUcbVariant};
 #[cfg(feature = "exercise")]
 pub use exercise_ucb::{EXERCISE_UCB, ExerciseUcb, ExerciseUcbConfig};
 pub use gaussian::{GAUSSIAN, Gaussian, GaussianConfig};
@@ -297,6 +299,15 @@ pub trait PolicyConfig: Send + Sync + Debug {
         _instance: &crate::config::BoundInstance,
     ) -> Option<crate::config::RegretBound> {
         None
+    }
+    /// How many releases the `j`-th reward (0-based) of an arm enters, once they are all made:
+    /// the composition the guarantee accounts for (the white-box auditor compares the releases
+    /// it finds carrying one reward with it). Default 1: the episodic and per-reward kinds
+    /// release each reward once (disjoint episodes, parallel composition); the tree-based kinds
+    /// (`dp_ucb.rs`) say how many p-sums hold it.
+    fn releases_per_reward(&self, j: u64) -> u64 {
+        let _ = j;
+        1
     }
 }
 

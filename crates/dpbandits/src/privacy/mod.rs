@@ -25,6 +25,7 @@ mod noise;
 mod randomized_response;
 mod release;
 pub(crate) mod tap;
+mod tree;
 
 pub use boundary::{BoundaryMode, MAX_ABS_REWARD, RewardBoundary, RewardSum};
 pub use conversion::{
@@ -41,6 +42,10 @@ pub(crate) use randomized_response::{
     channels_for, check_channel_spec, exact_levels_for, randomizer_for,
 };
 pub use release::Release;
+pub use tree::{
+    BinaryCounter, HybridCounter, NoiseFamily, TreeBudget, VectorTree, binary_releases,
+    hybrid_releases, levels_for, noise_bound,
+};
 
 use serde::Serialize;
 

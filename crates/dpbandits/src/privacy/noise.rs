@@ -456,6 +456,31 @@ impl LinearSum {
         Ok(())
     }
 
+    /// Add the blocks of `other` (a statistic on the same grids and of the same dimension)
+    /// exactly: `U += U_other`, `max ||W||^2` the larger of the two. The tree-based vector
+    /// release (`privacy/tree.rs`, [`super::VectorTree`]) merges its lower p-sums this way; the
+    /// sensitivity argument is unchanged (one reward still moves one block's `S_b`).
+    ///
+    /// # Errors
+    /// Other grids or dimension; an integer overflow. `self` is unchanged on error.
+    pub fn absorb(&mut self, other: &LinearSum) -> Result<()> {
+        if (self.k, self.m, self.n_max, self.u.len())
+            != (other.k, other.m, other.n_max, other.u.len())
+        {
+            return Err(Error::Protocol(
+                "linear statistics on different grids cannot be added".into(),
+            ));
+        }
+        let overflow = || Error::Protocol("linear statistic beyond 2^127 grid units".into());
+        let mut next = self.u.clone();
+        for (a, b) in next.iter_mut().zip(&other.u) {
+            *a = a.checked_add(*b).ok_or_else(overflow)?;
+        }
+        self.u = next;
+        self.w2max = self.w2max.max(other.w2max);
+        Ok(())
+    }
+
     /// Empty the statistic (after its release), keeping its grids.
     pub fn clear(&mut self) {
         self.u.iter_mut().for_each(|x| *x = 0);

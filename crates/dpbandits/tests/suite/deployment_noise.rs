@@ -295,7 +295,7 @@ fn session_problem(setting: dpbandits::config::Setting) -> dpbandits::session::P
 }
 
 /// Conformance: walk `registry::POLICIES`; every private kind (its example's guarantee is not
-/// `not-applicable`; all 17 of them) is built through the online session with
+/// `not-applicable`; all 21 of them) is built through the online session with
 /// `noise = "deployment"` and says deployment-grade with its budget unchanged; every non-private
 /// kind refuses `noise = "deployment"` naming `noise`. Finite and BAI kinds are then driven
 /// through the session (rewards in [0, 1]); every kind is snapshotted (the noise is a marker)

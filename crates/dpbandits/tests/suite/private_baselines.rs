@@ -112,3 +112,44 @@ fn fast_path_and_step_loop_agree() {
         assert_eq!(steps, fast, "{kind}");
     }
 }
+
+/// Issue 44: `experiments/table2_finite.toml` (Table II's finite row: DP-UCB, DP-UCB-Bound,
+/// DP-UCB-Hybrid at epsilon = 1 against AdaC-UCB at rho = 0.5) plans with its `[comparison]`
+/// (equal zCDP budgets, else the plan is refused), and its quick look (2 runs, T = 3000) runs
+/// every cell with a finite regret below the worst possible (0.5 T); the private kinds pay for
+/// their privacy (more regret than UCB1 at this T, on the same environment streams).
+#[test]
+fn table2_finite_quick_look() {
+    use dpbandits::experiment::{self, ExperimentSpec, Plan};
+    let text = include_str!("../../../../experiments/table2_finite.toml");
+    let mut spec = ExperimentSpec::from_toml(text).unwrap();
+    spec.with_overrides(Some(2), Some(3000)).unwrap();
+    let plan = Plan::new(spec).unwrap();
+    let out = experiment::run(&plan, &|| {});
+    let mut finals = vec![];
+    for (cell, rows) in plan.cells.iter().zip(&out.cells) {
+        let rows = rows.as_ref().unwrap();
+        assert_eq!(rows.len(), 2);
+        let f = rows.iter().map(|r| r[r.len() - 1]).sum::<f64>() / 2.0;
+        assert!(
+            f.is_finite() && f > 0.0 && f < 1500.0,
+            "{}: {f}",
+            cell.label()
+        );
+        finals.push((cell.label(), f));
+    }
+    let labels: Vec<&str> = finals.iter().map(|(l, _)| l.as_str()).collect();
+    for kind in [
+        "ucb1",
+        "adac_ucb",
+        "dp_ucb(",
+        "dp_ucb_bound",
+        "dp_ucb_hybrid",
+    ] {
+        assert!(labels.iter().any(|l| l.starts_with(kind)), "{labels:?}");
+    }
+    let ucb1 = finals[0].1;
+    for (l, f) in &finals[2..] {
+        assert!(*f > ucb1, "{l}: {f} vs ucb1 {ucb1}");
+    }
+}
