@@ -67,6 +67,8 @@ pub const LIN_PRIV: AlgorithmInfo = AlgorithmInfo {
     example: "rho = 1.0",
     source: file!(),
     doc: include_str!("lin_priv.rs"),
+    private: true,
+    release_keys: crate::config::NOISE_KEYS,
 };
 
 /// The largest action norm LinPriv accepts (longer actions are scaled into the unit ball for

@@ -79,6 +79,8 @@ pub const DP_UCB: AlgorithmInfo = AlgorithmInfo {
     example: "epsilon = 2.0\nhorizon = 8",
     source: file!(),
     doc: include_str!("dp_ucb.rs"),
+    private: true,
+    release_keys: crate::config::PRIVATE_RELEASE,
 };
 
 /// Registry record of `dp_ucb_bound`.
@@ -91,6 +93,8 @@ pub const DP_UCB_BOUND: AlgorithmInfo = AlgorithmInfo {
     example: "epsilon = 2.0",
     source: file!(),
     doc: include_str!("dp_ucb.rs"),
+    private: true,
+    release_keys: crate::config::PRIVATE_RELEASE,
 };
 
 /// Registry record of `dp_ucb_hybrid`.
@@ -103,6 +107,8 @@ pub const DP_UCB_HYBRID: AlgorithmInfo = AlgorithmInfo {
     example: "epsilon = 2.0",
     source: file!(),
     doc: include_str!("dp_ucb.rs"),
+    private: true,
+    release_keys: crate::config::PRIVATE_RELEASE,
 };
 
 /// Which counter and which noise bound (set by the registry from the kind).
