@@ -60,7 +60,10 @@ pub(crate) fn replay(a: ReplayArgs) -> Result<ExitCode> {
         bail!("--replays {}: expected an integer >= 1", a.replays);
     }
     if !(a.switch_tau > 0.0) {
-        bail!("--switch-tau {}: expected a number > 0 (inf: switch-DR is DR)", a.switch_tau);
+        bail!(
+            "--switch-tau {}: expected a number > 0 (inf: switch-DR is DR)",
+            a.switch_tau
+        );
     }
     if !(a.confidence > 0.0 && a.confidence < 1.0) {
         bail!("--confidence {}: expected a number in (0, 1)", a.confidence);

@@ -825,7 +825,8 @@ impl EnvConfig for PyEnvConfig {
                 let called = match self.horizon {
                     Some(h) => {
                         let kw = PyDict::new(py);
-                        kw.set_item("horizon", h).map_err(|e| Error::Config(e.to_string()))?;
+                        kw.set_item("horizon", h)
+                            .map_err(|e| Error::Config(e.to_string()))?;
                         f.call((seed,), Some(&kw))
                     }
                     None => f.call1((seed,)),
@@ -1284,7 +1285,11 @@ impl Experiment {
                     note: note.clone(),
                     horizon: env_horizon,
                 };
-                (Some(Box::new(cfg) as Box<dyn EnvConfig>), Some(fault), Some(note))
+                (
+                    Some(Box::new(cfg) as Box<dyn EnvConfig>),
+                    Some(fault),
+                    Some(note),
+                )
             }
         };
         let plan = if env.is_none() && custom.is_empty() {
@@ -1550,8 +1555,10 @@ impl Experiment {
                 ));
             }
             if cell.kind() != "python" {
-                let outside: Vec<&(u64, JobNote)> =
-                    runs.iter().filter(|(_, n)| n.outside_unit.is_some()).collect();
+                let outside: Vec<&(u64, JobNote)> = runs
+                    .iter()
+                    .filter(|(_, n)| n.outside_unit.is_some())
+                    .collect();
                 if let Some((r, n)) = outside.first() {
                     let (t, x) = n.outside_unit.expect("filtered");
                     out.push(format!(

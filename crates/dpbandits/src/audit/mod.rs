@@ -937,9 +937,7 @@ fn audit_built(
         // (the whole-curve mode tests other deltas too: judged on its rows' deltas only when off)
         let hopeless = curve_row.is_none()
             && curve.is_none()
-            && rows
-                .iter()
-                .all(|r| strongest(n_eval, r.delta) <= r.claimed);
+            && rows.iter().all(|r| strongest(n_eval, r.delta) <= r.claimed);
         hopeless.then(|| {
             let needed = (1..=40)
                 .map(|i| opts.runs << i)

@@ -564,7 +564,10 @@ fn designs_without_power_are_inconclusive() {
     .unwrap();
     assert_eq!(short.verdict, Verdict::Inconclusive, "{}", short.table());
     let why = short.why_inconclusive.as_deref().unwrap();
-    assert!(why.contains("within horizon 2") && why.contains("raise the horizon"), "{why}");
+    assert!(
+        why.contains("within horizon 2") && why.contains("raise the horizon"),
+        "{why}"
+    );
     assert!(short.table().contains("verdict: INCONCLUSIVE"));
     let json = serde_json::to_value(&short).unwrap();
     assert_eq!(json["verdict"], "inconclusive");

@@ -566,10 +566,7 @@ impl Report {
         if let Some(sum) = d.propensity_sum {
             s += &format!(", propensities sum to {sum:.6}");
         }
-        s += &format!(
-            ", mass on never-logged actions {:.4}\n",
-            d.unsupported_mass
-        );
+        s += &format!(", mass on never-logged actions {:.4}\n", d.unsupported_mass);
         if let Some(sp) = &self.spread {
             s += &format!(
                 "replay over {} seeds: mean {:.6}, s.d. {:.6}, range [{:.6}, {:.6}]\n",
@@ -948,7 +945,14 @@ fn evaluate_once(
         let correction = wi * (ev.reward - q[ev.action]);
         dr.push(direct + correction);
         dm.push(direct);
-        sw_dr.push(direct + if wi <= opts.switch_tau { correction } else { 0.0 });
+        sw_dr.push(
+            direct
+                + if wi <= opts.switch_tau {
+                    correction
+                } else {
+                    0.0
+                },
+        );
         if rejection && u_accept >= p_min / ev.propensity {
             eval.unmatched()?;
             continue;
