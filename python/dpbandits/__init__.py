@@ -289,6 +289,13 @@ def _user_policies(spec: Dict[str, Any], policies: Any) -> List[Tuple[int, str, 
     for i, t in enumerate(tables):
         if callable(t) and not isinstance(t, Mapping):
             t = {"policy": t}
+        if isinstance(t, Mapping) and "label" in t and t.get("kind", "python") != "python" and not callable(t.get("policy")):
+            raise ValueError(
+                f"policy[{i}].label = {t['label']!r}: a registry kind takes no label (its label is "
+                f"kind(params), e.g. {t.get('kind')}(...), and it keys the kind's random stream "
+                "POLICY_RUN: a renamed cell would be another run); drop label, or rename the "
+                "column after the run (res.summary.replace(...))"
+            )
         if isinstance(t, Mapping) and callable(t.get("policy")):
             rest = set(t) - {"policy", "label", "kind"}
             if rest or t.get("kind", "python") != "python":

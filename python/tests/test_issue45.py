@@ -316,6 +316,8 @@ def test_friction_one_policy_dict_boundary_list_and_did_you_mean(tmp_path):
 
     r = dpbandits.run({**SPEC, "policy": [{"policy": Claimed, "label": "c"}]})
     assert "claimed by a user policy" in json.dumps(r.manifest)
+    with pytest.raises(ValueError, match=r"policy\[0\].label = 'mine': a registry kind takes no label"):
+        dpbandits.run({**SPEC, "policy": [{"kind": "ucb1", "label": "mine"}]})
     with pytest.raises(ValueError, match='did you mean "ucb1"'):
         dpbandits.run({**SPEC, "policy": [{"kind": "ucb"}]})
     with pytest.raises(ValueError, match='did you mean "adac_ucb"'):
@@ -331,3 +333,12 @@ def test_friction_save_errors_name_force_true(tmp_path):
     assert "force=True" in str(e.value) and "--force" not in str(e.value)
     b.save(tmp_path / "f", force=True)
     assert not (tmp_path / "f" / "run.lock").exists()
+
+
+def test_friction_service_reward_nan_names_reward():
+    from dpbandits.service import Client
+
+    exp = Client("http://127.0.0.1:1", retries=0, timeout=1).experiment("e")
+    for bad in (float("nan"), float("inf")):
+        with pytest.raises(ValueError, match=r"reward = (nan|inf): expected a finite number"):
+            exp.reward(1, bad)
