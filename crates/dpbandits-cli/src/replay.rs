@@ -59,7 +59,7 @@ pub(crate) fn replay(a: ReplayArgs) -> Result<ExitCode> {
     if a.replays == 0 {
         bail!("--replays {}: expected an integer >= 1", a.replays);
     }
-    if !(a.switch_tau > 0.0) {
+    if a.switch_tau.is_nan() || a.switch_tau <= 0.0 {
         bail!(
             "--switch-tau {}: expected a number > 0 (inf: switch-DR is DR)",
             a.switch_tau

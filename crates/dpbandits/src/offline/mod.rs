@@ -818,7 +818,7 @@ pub fn evaluate(data: &LoggedData, target: &Target, opts: &ReplayOptions) -> Res
     if opts.replays == 0 {
         return Err(Error::param("replays", opts.replays, "an integer >= 1"));
     }
-    if !(opts.switch_tau > 0.0) {
+    if opts.switch_tau.is_nan() || opts.switch_tau <= 0.0 {
         return Err(Error::param(
             "switch_tau",
             opts.switch_tau,
