@@ -17,9 +17,12 @@ See docs/python.md.
 
 from __future__ import annotations
 
+import difflib
 import io
 import json
 import os
+import re
+import warnings as _warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
@@ -29,8 +32,30 @@ from . import _native
 from ._decision import Decision
 from ._native import Environment, Policy
 
-__all__ = ["Policy", "Decision", "Environment", "Result", "Saved", "load", "CellError", "policy_generator", "run", "kinds", "environments", "RayExecutor", "__version__"]
+__all__ = ["Policy", "Decision", "Environment", "Result", "Saved", "load", "CellError", "DpbanditsWarning", "policy_generator", "run", "kinds", "environments", "RayExecutor", "__version__"]
 __version__ = _native.version()
+
+
+class DpbanditsWarning(UserWarning):
+    """A result that is not silently wrong but needs a look: runs that are not independent,
+    rewards outside the kinds' range, a Python environment a ``horizon=`` override could not
+    rescale, an off-policy estimate the log cannot support. The same text is on the result
+    (``Result.warnings``, ``replay(...).attrs["warnings"]``)."""
+
+
+def _did_you_mean(e: ValueError) -> ValueError:
+    """A ``kind = "X": expected one of: a, b, ...`` error with the closest kinds appended."""
+    msg = str(e)
+    m = re.search(r'kind = "([^"]*)": expected one of: ([^;()]*)', msg)
+    if not m or "did you mean" in msg:
+        return e
+    known = [k.strip() for k in m.group(2).split(",") if k.strip()]
+    close = difflib.get_close_matches(m.group(1), known, n=3, cutoff=0.5)
+    if not close:
+        return e
+    out = ValueError(msg + " (did you mean " + " or ".join(f'"{c}"' for c in close) + "?)")
+    out.__cause__ = e
+    return out
 
 
 def kinds() -> List[Dict[str, str]]:
@@ -169,8 +194,26 @@ class Result(_Tables):
     def manifest(self) -> Dict[str, Any]:
         return json.loads(self._outcome.manifest_json())
 
+    @property
+    def warnings(self) -> List[str]:
+        """What the numbers do not show, one sentence each (also issued as
+        :class:`DpbanditsWarning` by :func:`run`): runs that drew identical environment streams,
+        rewards outside the kinds' range without a declared ``reward_range``, a Python
+        environment a ``horizon=`` override could not rescale. Empty: nothing found."""
+        return list(self._outcome.warnings)
+
+    @property
+    def not_reproducing(self) -> List[str]:
+        """Why the folder :meth:`save` writes is not reproduced by its ``experiment.toml`` (a
+        Python environment, user policies); empty: ``dpbandits run`` on it reproduces the folder.
+        The saved ``experiment.toml`` then starts with a ``# NOT REPRODUCING`` header naming
+        why, and ``manifest.json`` carries ``not_reproducing``."""
+        return list(self._outcome.not_reproducing)
+
     def save(self, dir: Union[str, os.PathLike], force: bool = False) -> List[str]:
-        """Write the CLI's results folder (journal, manifest, summary.csv, plots) into ``dir``."""
+        """Write the CLI's results folder (journal, manifest, summary.csv, plots) into ``dir``;
+        ``force=True`` clears a folder holding another run. A result that its
+        ``experiment.toml`` cannot reproduce (:attr:`not_reproducing`) is marked as such."""
         return self._outcome.save(os.fspath(dir), force)
 
 
@@ -232,9 +275,9 @@ def _user_policies(spec: Dict[str, Any], policies: Any) -> List[Tuple[int, str, 
     callable ``policy``) by ``{"kind": "python", "label": ...}`` tables, append those of
     ``policies=`` (a dict label -> factory, or a list of factories), and return
     ``[(index, label, factory)]``."""
-    tables = list(spec.get("policy") or [])
-    if isinstance(tables, Mapping):
-        tables = [tables]
+    got = spec.get("policy") or []
+    # One table (a dict, or one factory) is a list of one.
+    tables = [got] if isinstance(got, Mapping) or callable(got) else list(got)
     out: List[Tuple[int, str, Any]] = []
     extra: List[Tuple[str, Any]] = []
     if isinstance(policies, Mapping):
@@ -246,6 +289,13 @@ def _user_policies(spec: Dict[str, Any], policies: Any) -> List[Tuple[int, str, 
     for i, t in enumerate(tables):
         if callable(t) and not isinstance(t, Mapping):
             t = {"policy": t}
+        if isinstance(t, Mapping) and "label" in t and t.get("kind", "python") != "python" and not callable(t.get("policy")):
+            raise ValueError(
+                f"policy[{i}].label = {t['label']!r}: a registry kind takes no label (its label is "
+                f"kind(params), e.g. {t.get('kind')}(...), and it keys the kind's random stream "
+                "POLICY_RUN: a renamed cell would be another run); drop label, or rename the "
+                "column after the run (res.summary.replace(...))"
+            )
         if isinstance(t, Mapping) and callable(t.get("policy")):
             rest = set(t) - {"policy", "label", "kind"}
             if rest or t.get("kind", "python") != "python":
@@ -407,8 +457,8 @@ def _executor_of(executor):
 
 def run(
     spec: Union[str, os.PathLike, Mapping[str, Any]],
-    runs: Optional[int] = None,
-    horizon: Optional[int] = None,
+    runs: Optional[Union[int, float]] = None,
+    horizon: Optional[Union[int, float]] = None,
     threads: Optional[int] = None,
     executor: Any = None,
     shards: Optional[int] = None,
@@ -447,7 +497,10 @@ def run(
         user = _user_policies(extra, policies)
         for _i, label, _f in user:
             text += f"\n[[policy]]\nkind = \"python\"\nlabel = {json.dumps(label)}\n"
-    exp = _native.Experiment(text, runs, horizon, env, user or None)
+    try:
+        exp = _native.Experiment(text, runs, horizon, env, user or None)
+    except ValueError as e:
+        raise _did_you_mean(e) from e.__cause__
     ex = _executor_of(executor)
     if ex is None:
         rows = exp.run_shard(0, 1, threads, progress)
@@ -468,6 +521,8 @@ def run(
             if progress is not None:
                 progress(len(rows), exp.jobs)
     res = Result(exp.assemble(rows), exp.name)
+    for w in res.warnings:
+        _warnings.warn(w, DpbanditsWarning, stacklevel=2)
     if errors == "raise" and res.errors:
         failed = "; ".join(f"{k}: {v}" for k, v in res.errors.items())
         raise CellError(
@@ -501,35 +556,51 @@ def replay(
     seed: int = 20240917,
     confidence: float = 0.95,
     rejection: str = "auto",
+    replays: int = 10,
+    switch_tau: float = 100.0,
 ):
-    """Offline evaluation on logged feedback (docs/offline.md): replay, IPS, SNIPS and DR.
+    """Offline evaluation on logged feedback (docs/offline.md): replay, IPS, SNIPS, DR, DM and
+    switch-DR, with the log's diagnostics.
 
     ``log``: a CSV file (``format="csv"``, header ``action,reward,propensity[,x0,...]``) or an
     Open Bandit Dataset campaign folder (``format="obd"``). Evaluates a registry ``kind`` with
     ``params`` (finite-armed or contextual) or a fixed ``target`` (action probabilities).
     Returns a pandas DataFrame, one row per estimator (``estimator, value, lo, hi, events,
-    interval``), with the run's counts in ``df.attrs`` (``events``, ``accepted``, ``matched``,
-    ``rejection``, ``p_min``, ``policy``, ...): the numbers of ``dpbandits replay`` with the
-    same arguments.
+    interval, valid, why_invalid``), with the run's counts in ``df.attrs`` (``events``,
+    ``accepted``, ``matched``, ``rejection``, ``p_min``, ``policy``, ``diagnostics``: mean
+    importance weight with its interval, effective sample size, mass on never-logged actions,
+    a context-free log's propensity sum; ``spread``: a kind's replay over ``replays`` seeds;
+    ``warnings``): the numbers of ``dpbandits replay`` with the same arguments. Every warning is
+    also issued as a :class:`DpbanditsWarning`; an estimate the log cannot support has
+    ``valid = False``.
     """
     import pandas as pd
 
     items = [f"{k}={_param_text(v)}" for k, v in (params or {}).items()]
-    text = _native.replay_json(
-        os.fspath(log),
-        format,
-        kind,
-        items,
-        None if target is None else [float(p) for p in target],
-        str(position),
-        arms,
-        int(seed),
-        float(confidence),
-        rejection,
-    )
+    if isinstance(replays, bool) or not isinstance(replays, (int, np.integer)) or replays < 1:
+        raise ValueError(f"replays = {replays!r}: expected an integer >= 1")
+    try:
+        text = _native.replay_json(
+            os.fspath(log),
+            format,
+            kind,
+            items,
+            None if target is None else [float(p) for p in target],
+            str(position),
+            arms,
+            int(seed),
+            float(confidence),
+            rejection,
+            int(replays),
+            float(switch_tau),
+        )
+    except ValueError as e:
+        raise _did_you_mean(e) from e.__cause__
     report = json.loads(text)
     df = pd.DataFrame(report.pop("estimates"))
     df.attrs.update(report)
+    for w in report["warnings"]:
+        _warnings.warn(w, DpbanditsWarning, stacklevel=2)
     return df
 
 
@@ -556,7 +627,10 @@ def audit(
     (``policy="adac_ucb", params={"rho": 0.5}``) or of a user policy (``policy=Make``, a
     callable ``make(arms, rng)`` whose ``guarantee`` attribute states the claim, e.g.
     ``{"epsilon": 1.0}``), black-box on its decisions. Returns the CLI's ``--json`` report as a
-    dict (``verdict``, ``eps_lower_bound``, ``claimed``, ``results``: one row per scenario and
+    dict (``verdict``: ``pass``, ``fail``, or ``inconclusive`` when the design could not have
+    refuted the claim, with ``why_inconclusive`` saying what to change (runs, horizon,
+    scenario; also issued as a :class:`DpbanditsWarning`); ``eps_lower_bound``, ``claimed``,
+    ``results``: one row per scenario and
     delta, ``pandas.DataFrame(report["results"])``). The bound holds with probability
     ``confidence`` over all scenarios at once: a correctly private policy fails with probability
     at most ``1 - confidence``. ``frame=True``: the ``results`` as a pandas DataFrame with the
@@ -577,7 +651,7 @@ def audit(
             f"policy = {policy!r}: expected a registry kind (str) or a user policy "
             "(a callable make(arms, rng))"
         )
-    text = _native.audit_json(
+    call = lambda: _native.audit_json(  # noqa: E731
         kind,
         items,
         factory,
@@ -592,7 +666,15 @@ def audit(
         list(scenarios or []),
         threads,
     )
+    try:
+        text = call()
+    except ValueError as e:
+        raise _did_you_mean(e) from e.__cause__
     report = json.loads(text)
+    if report["verdict"] == "inconclusive":
+        _warnings.warn(
+            "audit inconclusive: " + str(report.get("why_inconclusive")), DpbanditsWarning, stacklevel=2
+        )
     if frame:
         import pandas as pd
 

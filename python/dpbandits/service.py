@@ -366,6 +366,8 @@ class Experiment:
         ``"duplicate"`` and not applied; ``"differs": true`` when the first value differed)."""
         if isinstance(reward, bool) or not isinstance(reward, (int, float)):
             raise TypeError(f"reward = {reward!r}: expected a number")
+        if not float(reward) == float(reward) or float(reward) in (float("inf"), float("-inf")):
+            raise ValueError(f"reward = {reward!r}: expected a finite number (NaN and inf are refused)")
         return self._call(
             "POST", "/rewards", {"decision_id": int(decision_id), "reward": float(reward)}
         )

@@ -124,6 +124,8 @@ pub(crate) fn audit(a: AuditArgs) -> Result<ExitCode> {
     Ok(match report.verdict {
         Verdict::Pass => ExitCode::SUCCESS,
         Verdict::Fail => ExitCode::from(1),
+        // 4: the design could not have refuted the claim (the table says what to change)
+        Verdict::Inconclusive => ExitCode::from(4),
     })
 }
 

@@ -23,7 +23,8 @@
 //!
 //! Exit codes: 0 done; 1 some configurations failed (the others were written); 2 an error
 //! (printed with its whole chain); 130 stopped by SIGINT/SIGTERM/SIGHUP (`status =
-//! "interrupted"`, continue with `--resume`).
+//! "interrupted"`, continue with `--resume`). `audit`: 1 fail, 3 over-noised (white-box), 4
+//! inconclusive (the design could not have refuted the claim; the table says what to change).
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};

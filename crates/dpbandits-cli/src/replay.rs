@@ -40,6 +40,13 @@ pub(crate) struct ReplayArgs {
     /// Rejection sampling in replay: auto (on when the propensities differ), on, off.
     #[arg(long, default_value = "auto")]
     rejection: String,
+    /// Repetitions of a registry kind's replay over seeds (the spread; >= 1).
+    #[arg(long, default_value_t = 10)]
+    replays: u32,
+    /// The switch-DR threshold: events with an importance weight above it use the reward model
+    /// only (> 0; inf: switch-DR is DR).
+    #[arg(long, default_value_t = 100.0)]
+    switch_tau: f64,
     /// Write the report as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -49,6 +56,15 @@ pub(crate) fn replay(a: ReplayArgs) -> Result<ExitCode> {
     let format = Format::parse(&a.format).context("--format")?;
     let slot = Slot::parse(&a.position).context("--position")?;
     let rejection = Rejection::parse(&a.rejection).context("--rejection")?;
+    if a.replays == 0 {
+        bail!("--replays {}: expected an integer >= 1", a.replays);
+    }
+    if a.switch_tau.is_nan() || a.switch_tau <= 0.0 {
+        bail!(
+            "--switch-tau {}: expected a number > 0 (inf: switch-DR is DR)",
+            a.switch_tau
+        );
+    }
     if !(a.confidence > 0.0 && a.confidence < 1.0) {
         bail!("--confidence {}: expected a number in (0, 1)", a.confidence);
     }
@@ -67,6 +83,8 @@ pub(crate) fn replay(a: ReplayArgs) -> Result<ExitCode> {
         seed: a.seed,
         confidence: a.confidence,
         rejection,
+        replays: a.replays,
+        switch_tau: a.switch_tau,
     };
     let report = offline::evaluate(&data, &target, &opts).with_context(|| match &a.kind {
         Some(k) => format!("--kind {k}"),

@@ -142,6 +142,10 @@ pub struct Policy {
     /// The claim an old (`dpbandits-python-policy`) BAI snapshot carried: a session restored
     /// from it knows its policy, not its parameters.
     legacy_guarantee: Option<serde_json::Value>,
+    /// A contextual policy's horizon `T` (its confidence radius uses it): it makes `T`
+    /// decisions, and `choose` past them raises. `None`: other settings, or restored from a
+    /// snapshot (which does not record it).
+    horizon: Option<u64>,
 }
 
 impl Policy {
@@ -149,6 +153,7 @@ impl Policy {
         Policy {
             session: Mutex::new(session),
             legacy_guarantee: None,
+            horizon: None,
         }
     }
 
@@ -166,6 +171,15 @@ impl Policy {
         let set = actions.map(action_set).transpose()?;
         let mut s = self.session();
         let index = s.issued();
+        if let Some(h) = self.horizon
+            && index >= h
+        {
+            return Err(PyValueError::new_err(format!(
+                "t = {index}: this contextual policy was built for horizon = {h} (the horizon \
+                 enters its confidence radius, so its guarantees stop there): it makes {h} \
+                 decisions; build a new Policy with a larger horizon= to go on"
+            )));
+        }
         let decision = match &set {
             None => s.decide(),
             Some((k, d, features)) => s.decide_with(&ActionSet {
@@ -281,9 +295,19 @@ impl Policy {
                 "arms = {a}: expected an integer >= 2 (a bandit needs at least two arms)"
             )));
         }
+        let horizon = table.get("horizon").and_then(|v| {
+            v.as_integer()
+                .or_else(|| v.as_float().filter(|f| f.fract() == 0.0).map(|f| f as i64))
+        });
         let mut session = Session::from_table(kind, table, seed).map_err(err)?;
         session.set_while_pending(mode).map_err(err)?;
-        Ok(Policy::of(session))
+        let contextual = session.setting() == Setting::Contextual;
+        Ok(Policy {
+            horizon: horizon
+                .filter(|_| contextual)
+                .and_then(|h| u64::try_from(h).ok()),
+            ..Policy::of(session)
+        })
     }
 
     /// What the policy does when every round of its open commitment is decided and rewards are
@@ -642,6 +666,7 @@ mod legacy {
         Ok(Policy {
             session: std::sync::Mutex::new(s),
             legacy_guarantee: if bai { e.bai_guarantee } else { None },
+            horizon: None,
         })
     }
 }
@@ -673,6 +698,43 @@ struct PyEnvConfig {
     error: user::Raised,
     /// Why the current run fails (a bad reward, means that changed): taken after each job.
     fault: Arc<Mutex<Option<String>>>,
+    /// What the current run drew (its stream's fingerprint, a reward outside [0, 1]): written
+    /// when the run's environment is dropped, taken after each job.
+    note: Arc<Mutex<Option<JobNote>>>,
+    /// The experiment's horizon, passed as `horizon=` to a factory that takes it.
+    horizon: Option<u64>,
+}
+
+/// What one run of a Python environment drew (issue 45): the fingerprint of its stream (every
+/// `(arm, t, n, reward)` in order), and the first reward outside `[0, 1]` when no
+/// `reward_range` is declared.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct JobNote {
+    stream: u64,
+    outside_unit: Option<(u64, f64)>,
+}
+
+/// Whether the callable `f` takes a `horizon` keyword (a parameter of that name, or `**kwargs`).
+fn takes_horizon(f: &Bound<'_, PyAny>) -> bool {
+    let py = f.py();
+    (|| -> PyResult<bool> {
+        let sig = py.import("inspect")?.getattr("signature")?.call1((f,))?;
+        let params = sig.getattr("parameters")?;
+        if params.contains("horizon")? {
+            return Ok(true);
+        }
+        let var_kw = py
+            .import("inspect")?
+            .getattr("Parameter")?
+            .getattr("VAR_KEYWORD")?;
+        for p in params.call_method0("values")?.try_iter()? {
+            if p?.getattr("kind")?.eq(&var_kw)? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    })()
+    .unwrap_or(false)
 }
 
 fn means_of(v: &Bound<'_, PyAny>) -> Option<Vec<f64>> {
@@ -759,7 +821,17 @@ impl EnvConfig for PyEnvConfig {
     fn build(&self, seed: u64) -> dpbandits::Result<Box<dyn Environment>> {
         Python::attach(|py| {
             let obj = if self.factory {
-                let o = self.obj.bind(py).call1((seed,)).map_err(|e| {
+                let f = self.obj.bind(py);
+                let called = match self.horizon {
+                    Some(h) => {
+                        let kw = PyDict::new(py);
+                        kw.set_item("horizon", h)
+                            .map_err(|e| Error::Config(e.to_string()))?;
+                        f.call((seed,), Some(&kw))
+                    }
+                    None => f.call1((seed,)),
+                };
+                let o = called.map_err(|e| {
                     let msg = format!("env factory (seed {seed}): {e}");
                     lock(&self.error).get_or_insert(e);
                     Error::Config(msg)
@@ -780,7 +852,11 @@ impl EnvConfig for PyEnvConfig {
                 obj,
                 has_sum,
                 dynamic: self.dynamic,
-                cache: std::cell::RefCell::new(None),
+                cache: std::cell::RefCell::new(std::collections::VecDeque::new()),
+                stream: 0xcbf2_9ce4_8422_2325,
+                outside_unit: None,
+                declared: self.range.0.is_finite() && self.range.1.is_finite(),
+                note: self.note.clone(),
                 means: self.means.clone(),
                 best: self.means.iter().copied().fold(f64::NEG_INFINITY, f64::max),
                 range: self.range,
@@ -804,8 +880,16 @@ struct PyEnv {
     obj: Py<PyAny>,
     has_sum: bool,
     dynamic: bool,
-    /// `means_at(t)` of the last `t` asked: `(t, means, best)`.
-    cache: std::cell::RefCell<Option<(u64, Vec<f64>, f64)>>,
+    /// `means_at(t)` of the rounds asked since the start of the current regret span:
+    /// `(t, means, best)`, increasing `t` (so `means_at(t)` is asked at most once per round).
+    cache: std::cell::RefCell<std::collections::VecDeque<(u64, Vec<f64>, f64)>>,
+    /// FNV-1a over `(arm, t, n, reward bits)` of every draw ([`JobNote`]).
+    stream: u64,
+    /// The first reward (or per-reward mean of a sum) outside `[0, 1]`, when `declared` is false.
+    outside_unit: Option<(u64, f64)>,
+    /// Whether `reward_range` is declared (finite).
+    declared: bool,
+    note: Arc<Mutex<Option<JobNote>>>,
     means: Vec<f64>,
     best: f64,
     range: (f64, f64),
@@ -813,9 +897,31 @@ struct PyEnv {
     fault: Arc<Mutex<Option<String>>>,
 }
 
+impl Drop for PyEnv {
+    fn drop(&mut self) {
+        *lock(&self.note) = Some(JobNote {
+            stream: self.stream,
+            outside_unit: self.outside_unit,
+        });
+    }
+}
+
 impl PyEnv {
     fn fail(&self, msg: impl FnOnce() -> String) {
         lock(&self.fault).get_or_insert_with(msg);
+    }
+
+    /// Record a draw in the stream's fingerprint and, without a declared range, the first
+    /// reward outside `[0, 1]` (a sum of `n`: outside `[0, n]`).
+    fn record(&mut self, arm: usize, t: u64, n: u64, x: f64) {
+        for v in [arm as u64, t, n, x.to_bits()] {
+            for b in v.to_le_bytes() {
+                self.stream = (self.stream ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+            }
+        }
+        if !self.declared && self.outside_unit.is_none() && !(0.0..=n as f64).contains(&x) {
+            self.outside_unit = Some((t, x / n.max(1) as f64));
+        }
     }
 
     /// The declared `reward_range` is a promise the run loop relies on (a sum drawn by
@@ -870,11 +976,12 @@ impl PyEnv {
         }
     }
 
-    /// `means_at(t)` and its maximum (cached for the last `t`).
+    /// `means_at(t)` and its maximum, cached for the rounds since the start of the current
+    /// regret span (the run loop asks rounds in increasing order; the regret of an episode split
+    /// at a checkpoint asks its first rounds twice): `means_at(t)` is called at most once per
+    /// round.
     fn at(&self, t: u64) -> (Vec<f64>, f64) {
-        if let Some((ct, m, b)) = &*self.cache.borrow()
-            && *ct == t
-        {
+        if let Some((_, m, b)) = self.cache.borrow().iter().rev().find(|(ct, ..)| *ct == t) {
             return (m.clone(), *b);
         }
         let got = Python::attach(
@@ -907,8 +1014,20 @@ impl PyEnv {
             }
         };
         let b = m.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        *self.cache.borrow_mut() = Some((t, m.clone(), b));
+        let mut cache = self.cache.borrow_mut();
+        if cache.back().is_some_and(|(ct, ..)| *ct > t) || cache.len() >= 1 << 20 {
+            cache.clear();
+        }
+        cache.push_back((t, m.clone(), b));
         (m, b)
+    }
+
+    /// Forget the cached rounds before `t` (the start of a regret span).
+    fn forget_before(&self, t: u64) {
+        let mut cache = self.cache.borrow_mut();
+        while cache.front().is_some_and(|(ct, ..)| *ct < t) {
+            cache.pop_front();
+        }
     }
 
     /// Call `name(args)` under the GIL; an exception or a non-float result is kept and NaN
@@ -954,6 +1073,7 @@ impl Environment for PyEnv {
         }
         let x = self.in_range("pull", x, t, 1);
         self.check_means(t);
+        self.record(arm, t, 1, x);
         x
     }
     fn pull_sum(&mut self, arm: usize, t: u64, n: u64) -> f64 {
@@ -964,6 +1084,7 @@ impl Environment for PyEnv {
             }
             let x = self.in_range("pull_sum", x, t, n);
             self.check_means(t);
+            self.record(arm, t, n, x);
             x
         } else {
             (0..n).map(|i| self.pull(arm, t + i)).sum()
@@ -974,6 +1095,7 @@ impl Environment for PyEnv {
     }
     fn regret(&self, arm: usize, t: u64, n: u64) -> f64 {
         if self.dynamic {
+            self.forget_before(t);
             (t..t + n)
                 .map(|s| {
                     let (m, b) = self.at(s);
@@ -1003,6 +1125,14 @@ pub struct Experiment {
     /// Whether Python code runs inside the jobs (a Python environment or user policies): such
     /// plans run on the calling thread, which holds the GIL.
     callbacks: bool,
+    /// What the current job of a Python environment drew ([`JobNote`]).
+    note: Option<Arc<Mutex<Option<JobNote>>>>,
+    /// The notes of the jobs run so far, by job.
+    notes: Mutex<std::collections::BTreeMap<u64, JobNote>>,
+    /// Warnings known when the experiment is planned (a Python environment that cannot rescale).
+    plan_warnings: Vec<String>,
+    /// Why the saved folder's `experiment.toml` does not reproduce it (empty: it does).
+    not_reproducing: Vec<String>,
 }
 
 /// A non-negative integer argument (`seed`, `arm`): an int or a numpy integer; a negative or
@@ -1093,32 +1223,57 @@ impl Experiment {
         let runs = runs.map(|v| count("runs", v)).transpose()?;
         let horizon = horizon.map(|v| count("horizon", v)).transpose()?;
         let mut spec = spec_of(spec)?;
+        let written_horizon = spec.horizon;
         spec.with_overrides(runs, horizon).map_err(err)?;
+        let mut plan_warnings = vec![];
+        let mut not_reproducing = vec![];
         let canonical = durable::canonical(&spec).map_err(err)?;
         let raised: user::Raised = Arc::new(Mutex::new(None));
         let mut custom = vec![];
         for (i, label, factory) in policies.unwrap_or_default() {
+            let h = takes_horizon(&factory).then_some(spec.horizon);
+            not_reproducing.push(format!(
+                "policy {label} is a Python user policy (kind = \"python\" in experiment.toml): its code is not in the folder; rerun from Python"
+            ));
             custom.push((
                 i,
-                Box::new(user::PyPolicyConfig::new(label, factory, raised.clone())?)
+                Box::new(user::PyPolicyConfig::new(label, factory, raised.clone())?.with_horizon(h))
                     as Box<dyn dpbandits::finite::PolicyConfig>,
             ));
         }
         let callbacks = env.is_some() || !custom.is_empty();
-        let (env, fault) = match env {
-            None => (None, None),
+        let (env, fault, note) = match env {
+            None => (None, None, None),
             Some(obj) => {
                 // A class is a factory (`env=MyEnv`: MyEnv(seed) per run), as is any callable
                 // without `pull`.
                 let factory = obj.is_instance_of::<pyo3::types::PyType>()
                     || (!obj.hasattr("pull")? && obj.is_callable());
-                let probe = if factory {
-                    obj.call1((0u64,))?
-                } else {
-                    obj.clone()
+                let env_horizon = (factory && takes_horizon(obj)).then_some(spec.horizon);
+                let probe = match env_horizon {
+                    Some(h) => {
+                        let kw = PyDict::new(obj.py());
+                        kw.set_item("horizon", h)?;
+                        obj.call((0u64,), Some(&kw))?
+                    }
+                    None if factory => obj.call1((0u64,))?,
+                    None => obj.clone(),
                 };
                 let (means, range, dynamic) = env_attrs(&probe)?;
+                if dynamic && env_horizon.is_none() && spec.horizon != written_horizon {
+                    plan_warnings.push(format!(
+                        "env: horizon = {} rescales the spec's schedule (written for {written_horizon}), but the Python environment {} cannot be rescaled: its means_at(t) schedule stays as written, so a change it places after t = {} never happens; give a factory make(seed, horizon) that places its changes by the horizon it receives",
+                        spec.horizon,
+                        obj.repr().map(|r| r.to_string()).unwrap_or_default(),
+                        spec.horizon
+                    ));
+                }
+                not_reproducing.push(format!(
+                    "the environment that ran is a Python object ({}), not the [env] table of experiment.toml; rerun from Python with the same env=",
+                    obj.repr().map(|r| r.to_string()).unwrap_or_default()
+                ));
                 let fault = Arc::new(Mutex::new(None));
+                let note = Arc::new(Mutex::new(None));
                 let cfg = PyEnvConfig {
                     obj: obj.clone().unbind(),
                     factory,
@@ -1127,8 +1282,14 @@ impl Experiment {
                     dynamic,
                     error: raised.clone(),
                     fault: fault.clone(),
+                    note: note.clone(),
+                    horizon: env_horizon,
                 };
-                (Some(Box::new(cfg) as Box<dyn EnvConfig>), Some(fault))
+                (
+                    Some(Box::new(cfg) as Box<dyn EnvConfig>),
+                    Some(fault),
+                    Some(note),
+                )
             }
         };
         let plan = if env.is_none() && custom.is_empty() {
@@ -1143,6 +1304,10 @@ impl Experiment {
             raised,
             fault,
             callbacks,
+            note,
+            notes: Mutex::new(Default::default()),
+            plan_warnings,
+            not_reproducing,
         })
     }
 
@@ -1234,6 +1399,9 @@ impl Experiment {
                 let mut row = jobs.run(j);
                 if let Some(msg) = self.fault.as_ref().and_then(|f| lock(f).take()) {
                     row = Err(Error::Config(msg));
+                }
+                if let Some(n) = self.note.as_ref().and_then(|f| lock(f).take()) {
+                    lock(&self.notes).insert(j, n);
                 }
                 rows.push((j, Some(row)));
                 report(py, rows.len() as u64, &mut last);
@@ -1329,11 +1497,80 @@ impl Experiment {
         }
         let runs = durable::assemble(&self.plan, results).map_err(err)?;
         ok.sort_by_key(|r| r.0);
+        let mut warnings = self.plan_warnings.clone();
+        warnings.extend(self.note_warnings());
         Ok(Outcome {
             plan: self.plan.clone(),
             runs,
             rows: ok,
+            warnings,
+            not_reproducing: self.not_reproducing.clone(),
         })
+    }
+}
+
+impl Experiment {
+    /// Per cell, from the jobs' [`JobNote`]s: runs that drew identical environment streams (not
+    /// independent: an env factory that ignores its seed, one seeded object for every run), and
+    /// runs of a registry kind that drew rewards outside `[0, 1]` without a declared
+    /// `reward_range` (the kinds assume rewards in [0, 1]; the private ones clip to their
+    /// boundary). One warning per cell and problem.
+    fn note_warnings(&self) -> Vec<String> {
+        let notes = lock(&self.notes);
+        if notes.is_empty() {
+            return vec![];
+        }
+        let jobs = dpbandits::sim::JobSet::new(&self.plan.cells, self.plan.spec.runs);
+        let mut per_cell: std::collections::BTreeMap<usize, Vec<(u64, JobNote)>> =
+            Default::default();
+        for (&j, n) in notes.iter() {
+            if let Some(&c) = jobs.cells_of(j).first() {
+                per_cell.entry(c).or_default().push((j % jobs.runs(), *n));
+            }
+        }
+        let mut out = vec![];
+        for (c, runs) in per_cell {
+            let cell = &self.plan.cells[c];
+            let label = cell.label();
+            let mut first: std::collections::HashMap<u64, u64> = Default::default();
+            let mut same = vec![];
+            for (r, n) in &runs {
+                match first.get(&n.stream) {
+                    Some(&r0) => same.push((r0, *r)),
+                    None => {
+                        first.insert(n.stream, *r);
+                    }
+                }
+            }
+            if !same.is_empty() {
+                let pairs: Vec<String> = same
+                    .iter()
+                    .take(3)
+                    .map(|(a, b)| format!("{a} and {b}"))
+                    .collect();
+                out.push(format!(
+                    "{label}: runs {}{} drew identical environment streams (the same rewards for the same arms at the same rounds): the runs are not independent, and std/sem understate the spread; the env factory must use its seed (make(seed) gets a different one per run; an Environment(..., master_seed=...) built the same for every run repeats one stream)",
+                    pairs.join(", "),
+                    if same.len() > 3 { format!(" (and {} more)", same.len() - 3) } else { String::new() }
+                ));
+            }
+            if cell.kind() != "python" {
+                let outside: Vec<&(u64, JobNote)> = runs
+                    .iter()
+                    .filter(|(_, n)| n.outside_unit.is_some())
+                    .collect();
+                if let Some((r, n)) = outside.first() {
+                    let (t, x) = n.outside_unit.expect("filtered");
+                    out.push(format!(
+                        "{label}: {} of {} runs drew rewards outside [0, 1] (run {r}: {x} at t = {t}) from an environment without reward_range: {} assumes rewards in [0, 1] (private kinds clip to their boundary), so its confidence bounds and regret are off; declare env.reward_range = (lo, hi) and rescale the rewards to [0, 1]",
+                        outside.len(),
+                        runs.len(),
+                        cell.kind()
+                    ));
+                }
+            }
+        }
+        out
     }
 }
 
@@ -1343,6 +1580,11 @@ pub struct Outcome {
     plan: Arc<Plan>,
     runs: Runs,
     rows: Vec<JobRow>,
+    /// What the result carries besides its numbers (not independent runs, rewards outside the
+    /// kinds' range, a Python environment that could not be rescaled).
+    warnings: Vec<String>,
+    /// Why the saved `experiment.toml` does not reproduce the folder.
+    not_reproducing: Vec<String>,
 }
 
 #[pymethods]
@@ -1357,8 +1599,23 @@ impl Outcome {
     /// The manifest as JSON text (the CLI's `manifest.json` without the run-folder fields
     /// `status`, `config_hash` and `jobs`).
     fn manifest_json(&self) -> PyResult<String> {
-        let m = dpbandits::experiment::manifest(&self.plan, &self.runs).map_err(err)?;
+        let mut m = dpbandits::experiment::manifest(&self.plan, &self.runs).map_err(err)?;
+        self.annotate(&mut m);
         serde_json::to_string_pretty(&m).map_err(|e| PyValueError::new_err(e.to_string()))
+    }
+
+    /// The warnings the result carries (issue 45): runs that are not independent, rewards
+    /// outside the kinds' range without a declared `reward_range`, a Python environment that a
+    /// `horizon=` override could not rescale.
+    #[getter]
+    fn warnings(&self) -> Vec<String> {
+        self.warnings.clone()
+    }
+
+    /// Why the saved folder's `experiment.toml` does not reproduce it (empty: it does).
+    #[getter]
+    fn not_reproducing(&self) -> Vec<String> {
+        self.not_reproducing.clone()
     }
 
     /// `[(label, kind, values)]` per cell in cell order: `values` a runs x width float64 array
@@ -1415,8 +1672,67 @@ impl Outcome {
                     },
                 )
             })
-            .map_err(err)?;
+            // The CLI's flags named as save()'s argument.
+            .map_err(|e| {
+                PyValueError::new_err(
+                    e.to_string()
+                        .replace("--force clears", "save(..., force=True) clears")
+                        .replace("--resume/--force", "force=True")
+                        .replace("choose another --out", "choose another folder"),
+                )
+            })?;
+        // The lock only guards a running process: a saved folder is complete.
+        let _ = std::fs::remove_file(dir.join(durable::LOCK));
+        let files: Vec<std::path::PathBuf> = files
+            .into_iter()
+            .filter(|p| p.file_name() != Some(std::ffi::OsStr::new(durable::LOCK)))
+            .collect();
+        if !self.not_reproducing.is_empty() || !self.warnings.is_empty() {
+            self.mark_saved(&dir)?;
+        }
         Ok(files.iter().map(|p| p.display().to_string()).collect())
+    }
+}
+
+impl Outcome {
+    /// The manifest's `not_reproducing` and `warnings` (absent when empty: the CLI's bytes).
+    fn annotate(&self, m: &mut serde_json::Value) {
+        if let Some(obj) = m.as_object_mut() {
+            if !self.not_reproducing.is_empty() {
+                obj.insert("not_reproducing".into(), json(&self.not_reproducing));
+            }
+            if !self.warnings.is_empty() {
+                obj.insert("warnings".into(), json(&self.warnings));
+            }
+        }
+    }
+
+    /// A saved folder that `experiment.toml` does not reproduce says so: a header in
+    /// `experiment.toml` naming why, and `not_reproducing` (and the result's `warnings`) in
+    /// `manifest.json`.
+    fn mark_saved(&self, dir: &std::path::Path) -> PyResult<()> {
+        let io = |e: std::io::Error| pyo3::exceptions::PyOSError::new_err(e.to_string());
+        if !self.not_reproducing.is_empty() {
+            let path = dir.join(dpbandits::experiment::report::EXPERIMENT);
+            if let Ok(text) = std::fs::read_to_string(&path) {
+                let mut head = String::from(
+                    "# NOT REPRODUCING: `dpbandits run` on this file does not reproduce this folder:\n",
+                );
+                for why in &self.not_reproducing {
+                    head += &format!("# - {why}\n");
+                }
+                std::fs::write(&path, head + &text).map_err(io)?;
+            }
+        }
+        let mpath = dir.join(durable::MANIFEST);
+        let text = std::fs::read_to_string(&mpath).map_err(io)?;
+        let mut m: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        self.annotate(&mut m);
+        let text =
+            serde_json::to_string_pretty(&m).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        std::fs::write(&mpath, text + "\n").map_err(io)?;
+        Ok(())
     }
 }
 

@@ -16,7 +16,7 @@ fn err(e: dpbandits::Error) -> PyErr {
 /// The replay report as JSON text (the CLI's `--json`). `params`: `key=value` strings (the
 /// CLI's `--param`); `target`: a fixed policy's action probabilities instead of a kind.
 #[pyfunction]
-#[pyo3(signature = (log, format, kind, params, target, position, arms, seed, confidence, rejection))]
+#[pyo3(signature = (log, format, kind, params, target, position, arms, seed, confidence, rejection, replays = 10, switch_tau = 100.0))]
 #[allow(clippy::too_many_arguments)]
 fn replay_json(
     log: std::path::PathBuf,
@@ -29,6 +29,8 @@ fn replay_json(
     seed: u64,
     confidence: f64,
     rejection: &str,
+    replays: u32,
+    switch_tau: f64,
 ) -> PyResult<String> {
     let ctx = |flag: &str, e: dpbandits::Error| PyValueError::new_err(format!("{flag}: {e}"));
     let format = Format::parse(format).map_err(|e| ctx("format", e))?;
@@ -62,6 +64,8 @@ fn replay_json(
         seed,
         confidence,
         rejection,
+        replays,
+        switch_tau,
     };
     let report = offline::evaluate(&data, &target, &opts).map_err(err)?;
     serde_json::to_string(&report).map_err(|e| PyValueError::new_err(e.to_string()))

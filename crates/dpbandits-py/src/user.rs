@@ -37,6 +37,11 @@ pub struct PyPolicyConfig {
     factory: Py<PyAny>,
     guarantee: PrivacyGuarantee,
     raised: Raised,
+    /// Passed as `horizon=` to a factory that takes it.
+    horizon: Option<u64>,
+    /// Every object the factory returned (kept alive, so that identity means the same
+    /// object): a factory returning one object twice would share its state across runs.
+    made: Mutex<Vec<Py<PyAny>>>,
 }
 
 fn num(d: &Bound<'_, PyDict>, key: &str) -> PyResult<Option<f64>> {
@@ -92,7 +97,17 @@ fn claim(label: &str, g: Option<Bound<'_, PyAny>>) -> PyResult<PrivacyGuarantee>
     let boundary = match d.get_item("boundary")? {
         None => RewardBoundary::unit(BoundaryMode::Clip),
         Some(b) => {
-            let (lo, hi): (f64, f64) = b.extract().map_err(|_| {
+            // A tuple, a list or any sequence of two numbers (a numpy array too).
+            let pair: Option<(f64, f64)> = b.extract::<(f64, f64)>().ok().or_else(|| {
+                let v: Vec<f64> = b
+                    .try_iter()
+                    .ok()?
+                    .map(|x| x.and_then(|x| x.extract::<f64>()))
+                    .collect::<PyResult<_>>()
+                    .ok()?;
+                (v.len() == 2).then(|| (v[0], v[1]))
+            });
+            let (lo, hi): (f64, f64) = pair.ok_or_else(|| {
                 PyValueError::new_err(format!(
                     "policy {label}: guarantee.boundary = {b}: expected a pair (lo, hi)"
                 ))
@@ -132,7 +147,15 @@ impl PyPolicyConfig {
             factory: factory.unbind(),
             guarantee,
             raised,
+            horizon: None,
+            made: Mutex::new(vec![]),
         })
+    }
+
+    /// The factory is called with `horizon=h` too (it takes a `horizon` keyword).
+    pub fn with_horizon(mut self, horizon: Option<u64>) -> Self {
+        self.horizon = horizon;
+        self
     }
 }
 
@@ -157,7 +180,14 @@ impl PolicyConfig for PyPolicyConfig {
                     .getattr("PCG64")?
                     .call1((dpbandits::rng::user_policy_seed(seed),))?;
                 let rng = np.getattr("Generator")?.call1((bits,))?;
-                self.factory.bind(py).call1((k, rng))
+                match self.horizon {
+                    Some(h) => {
+                        let kw = PyDict::new(py);
+                        kw.set_item("horizon", h)?;
+                        self.factory.bind(py).call((k, rng), Some(&kw))
+                    }
+                    None => self.factory.bind(py).call1((k, rng)),
+                }
             })();
             let obj = match made {
                 Ok(o) => o,
@@ -167,6 +197,20 @@ impl PolicyConfig for PyPolicyConfig {
                     return Err(Error::Config(msg));
                 }
             };
+            {
+                let mut made = lock(&self.made);
+                if made.iter().any(|o| o.bind(py).is(&obj)) {
+                    return Err(Error::Config(format!(
+                        "policy {}: make(arms, rng) returned an object it had already returned for \
+                         an earlier run ({}): runs would share its state and not be independent; \
+                         return a new object per call (e.g. pass the class, not `lambda arms, rng: \
+                         shared`)",
+                        self.label,
+                        obj.repr().map(|r| r.to_string()).unwrap_or_default()
+                    )));
+                }
+                made.push(obj.clone().unbind());
+            }
             for m in ["choose", "observe"] {
                 if !obj.hasattr(m).unwrap_or(false) {
                     return Err(Error::Config(format!(

@@ -331,6 +331,14 @@ pub const REPLAY_POLICY: Derivation = Derivation {
     stream: Stream::Replay,
     path: &[Coord::Const(2), Coord::Label],
 };
+/// Offline replay: the master seed of repetition `r >= 1` of a registry kind's replay (the
+/// spread over seeds, `ReplayOptions::replays`); repetition 0 is the master seed itself.
+pub const REPLAY_REPEAT: Derivation = Derivation {
+    name: "replay repetition r",
+    parent: "master_seed",
+    stream: Stream::Replay,
+    path: &[Coord::Const(3), Coord::Run],
+};
 
 /// Instance paths below `master_seed` on [`Stream::Instance`]: random parts of a problem instance,
 /// drawn once per experiment (or per run, where an environment says so).
@@ -504,6 +512,21 @@ pub fn replay_policy_seed(master: u64, label: &str) -> u64 {
         master,
         Coords {
             label,
+            ..Coords::default()
+        },
+    )
+}
+
+/// The master seed of replay repetition `r` ([`REPLAY_REPEAT`]; `r = 0` is `master` itself, so
+/// the first repetition is the single replay of earlier versions).
+pub fn replay_repeat_seed(master: u64, r: u64) -> u64 {
+    if r == 0 {
+        return master;
+    }
+    REPLAY_REPEAT.seed(
+        master,
+        Coords {
+            run: r,
             ..Coords::default()
         },
     )

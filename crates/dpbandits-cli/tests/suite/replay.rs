@@ -67,8 +67,19 @@ fn replay_on_the_obd_uniform_random_log() {
         // About 10,000 / 34 = 294 events match a policy's decision.
         assert!((150..500).contains(&matched), "{v}");
         let est = v["estimates"].as_array().unwrap();
-        assert_eq!(est.len(), 4);
+        // replay, ips, snips, dr, dm, switch_dr (issue 45), all supported by this log.
+        assert_eq!(est.len(), 6);
         assert_eq!(est[0]["events"].as_u64(), Some(matched));
+        assert!(est.iter().all(|e| e["valid"] == true), "{v}");
+        let d = &v["diagnostics"];
+        assert!(
+            (d["propensity_sum"].as_f64().unwrap() - 1.0).abs() < 1e-9,
+            "{d}"
+        );
+        assert_eq!(d["unsupported_mass"], 0.0);
+        assert_eq!(d["weights_off"], false);
+        assert_eq!(v["spread"]["replays"], 10);
+        assert_eq!(v["warnings"].as_array().map(Vec::len), Some(0), "{v}");
         for e in est {
             let (x, lo, hi) = (
                 e["value"].as_f64().unwrap(),

@@ -229,6 +229,32 @@ pub enum Verdict {
     Pass,
     /// The claim is refuted (at the stated confidence).
     Fail,
+    /// No refutation, but the design could not have refuted the claim: every run made the same
+    /// decisions on both tables, or even a perfect distinguishing event would give a bound
+    /// below the claim with these runs ([`AuditReport::why_inconclusive`] says what to change).
+    Inconclusive,
+}
+
+impl Verdict {
+    /// `pass`, `FAIL` or `INCONCLUSIVE` (the text tables).
+    pub fn shout(self) -> &'static str {
+        match self {
+            Verdict::Pass => "pass",
+            Verdict::Fail => "FAIL",
+            Verdict::Inconclusive => "INCONCLUSIVE",
+        }
+    }
+}
+
+/// The largest lower bound on epsilon at `delta` that any event can give with `n` evaluation
+/// runs per table at per-event level `a`: an event seen in every run of one table and in none
+/// of the other.
+pub fn strongest_possible_bound(n: u64, a: f64, delta: f64) -> f64 {
+    stats::eps_bound(
+        crate::math::stats::clopper_pearson_lower(n, n, a),
+        crate::math::stats::clopper_pearson_upper(0, n, a),
+        delta,
+    )
 }
 
 /// One (scenario, delta) result.
@@ -289,8 +315,11 @@ pub struct AuditReport {
     pub arms: usize,
     /// Master seed.
     pub seed: u64,
-    /// `fail` if any row fails.
+    /// `fail` if any row fails; `inconclusive` if none does but the design had no power.
     pub verdict: Verdict,
+    /// Why the verdict is `inconclusive`, and what to change (runs, horizon, scenario).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub why_inconclusive: Option<String>,
     /// Wall-clock seconds.
     pub seconds: f64,
     /// Every (scenario, delta).
@@ -809,6 +838,7 @@ fn audit_built(
         seed: opts.seed,
     };
     let mut designs = vec![];
+    let mut powered_scenarios = 0usize;
     for &sc in &opts.scenarios {
         let run_label = format!("{base_label}/{}", sc.name());
         let (background, target_row) = match sc {
@@ -843,6 +873,9 @@ fn audit_built(
             runner.runs(&tables[0], &run_label, false, opts.runs)?,
             runner.runs(&tables[1], &run_label, true, opts.runs)?,
         ];
+        if sides.iter().flatten().any(|r| r != &sides[0][0]) {
+            powered_scenarios += 1;
+        }
         let half = (opts.runs / 2) as usize;
         let (sel_d, ev_d) = sides[0].split_at(half);
         let (sel_d2, ev_d2) = sides[1].split_at(half);
@@ -890,6 +923,46 @@ fn audit_built(
     } else {
         Verdict::Fail
     };
+    let why_inconclusive = if verdict == Verdict::Fail {
+        None
+    } else if powered_scenarios == 0 {
+        Some(format!(
+            "in every scenario all {} runs made the same decisions on both neighbouring tables: within horizon {horizon} the decisions do not depend on the rewards, so no event can show a leak; raise the horizon past the point where the policy first uses its rewards (e.g. past an exploration phase), or try another scenario (`tuned`)",
+            opts.runs
+        ))
+    } else {
+        // The most favourable event: one selected event (per-event level alpha / 2).
+        let n_eval = opts.runs - opts.runs / 2;
+        let strongest = |n: u64, delta: f64| strongest_possible_bound(n, alpha / 2.0, delta);
+        // (the whole-curve mode tests other deltas too: judged on its rows' deltas only when off)
+        let hopeless = curve_row.is_none()
+            && curve.is_none()
+            && rows.iter().all(|r| strongest(n_eval, r.delta) <= r.claimed);
+        hopeless.then(|| {
+            let needed = (1..=40)
+                .map(|i| opts.runs << i)
+                .find(|&runs| {
+                    rows.iter()
+                        .any(|r| strongest(runs - runs / 2, r.delta) > r.claimed)
+                });
+            let best = rows
+                .iter()
+                .map(|r| strongest(n_eval, r.delta))
+                .fold(0.0, f64::max);
+            format!(
+                "with {} runs per table ({} evaluated) the strongest possible event gives a bound of at most {best:.4}, not above the claim {:.4}: this audit cannot refute the claim whatever the policy does; raise runs{}",
+                opts.runs,
+                n_eval,
+                worst.claimed,
+                needed.map_or(String::new(), |r| format!(" (at least {r})"))
+            )
+        })
+    };
+    let verdict = if why_inconclusive.is_some() {
+        Verdict::Inconclusive
+    } else {
+        verdict
+    };
     Ok(AuditReport {
         kind: kind.into(),
         params: serde_json::to_value(params).unwrap_or(serde_json::Value::Null),
@@ -910,6 +983,7 @@ fn audit_built(
         arms: opts.arms,
         seed: opts.seed,
         verdict,
+        why_inconclusive,
         seconds: start.elapsed().as_secs_f64(),
         results: rows,
         designs,
@@ -1133,10 +1207,7 @@ impl AuditReport {
                 r.delta,
                 r.claimed,
                 r.eps_lower_bound,
-                match r.verdict {
-                    Verdict::Pass => "pass",
-                    Verdict::Fail => "FAIL",
-                },
+                r.verdict.shout(),
                 r.event.as_ref().map_or("-".into(), |e| format!(
                     "{} (p^ {:.4}, q^ {:.4})",
                     e.event, e.p_hat, e.q_hat
@@ -1156,12 +1227,12 @@ impl AuditReport {
         }
         s += &format!(
             "verdict: {} ({:.2} s)\n",
-            match self.verdict {
-                Verdict::Pass => "pass",
-                Verdict::Fail => "FAIL",
-            },
+            self.verdict.shout(),
             self.seconds
         );
+        if let Some(why) = &self.why_inconclusive {
+            s += &format!("inconclusive: {why}\n");
+        }
         s
     }
 }

@@ -83,7 +83,8 @@ fn every_private_kind_passes_its_audit() {
             ..AuditOptions::default()
         };
         let r = audit(e.kind(), &params, &opts).unwrap();
-        assert_eq!(r.verdict, Verdict::Pass, "{}", r.table());
+        // pass, or inconclusive where 2000 runs cannot reach the claim (issue 45)
+        assert_ne!(r.verdict, Verdict::Fail, "{}", r.table());
         assert!(r.results.iter().all(|x| x.eps_lower_bound <= x.claimed));
     }
 }
@@ -152,7 +153,7 @@ fn caught_where_honest_passes(kind: &str, params: &str, opts: AuditOptions) -> (
         ..opts.clone()
     };
     let h = audit(kind, &t, &honest_opts).unwrap();
-    assert_eq!(h.verdict, Verdict::Pass, "honest fails:\n{}", h.table());
+    assert_ne!(h.verdict, Verdict::Fail, "honest fails:\n{}", h.table());
     let r = audit(kind, &t, &opts).unwrap();
     assert_eq!(r.verdict, Verdict::Fail, "not caught:\n{}", r.table());
     assert_eq!(r.designs.len(), h.designs.len());
@@ -541,4 +542,46 @@ fn deployment_noise_is_audited() {
     )
     .unwrap();
     assert!(r.reproducible && !r.table().contains("not reproducible"));
+}
+
+/// Issue 45, item 5: a design without power says so. AdaC-UCB at horizon 2 on 2 arms plays
+/// each arm once whatever the rewards (every run identical on both tables): `inconclusive`,
+/// naming the horizon. At 30 runs even a perfect event cannot reach the zCDP claim at delta
+/// 1e-5: `inconclusive`, naming the runs needed. A design with power still passes (the honest
+/// legs above and `every_private_kind_passes_its_audit`). Deterministic (fixed seeds).
+#[test]
+fn designs_without_power_are_inconclusive() {
+    let t: toml::Table = toml::from_str("rho = 0.5").unwrap();
+    let short = audit(
+        "adac_ucb",
+        &t,
+        &AuditOptions {
+            runs: 200,
+            horizon: Some(2),
+            ..AuditOptions::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(short.verdict, Verdict::Inconclusive, "{}", short.table());
+    let why = short.why_inconclusive.as_deref().unwrap();
+    assert!(
+        why.contains("within horizon 2") && why.contains("raise the horizon"),
+        "{why}"
+    );
+    assert!(short.table().contains("verdict: INCONCLUSIVE"));
+    let json = serde_json::to_value(&short).unwrap();
+    assert_eq!(json["verdict"], "inconclusive");
+    let few = audit(
+        "adac_ucb",
+        &t,
+        &AuditOptions {
+            runs: 30,
+            ..AuditOptions::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(few.verdict, Verdict::Inconclusive, "{}", few.table());
+    let why = few.why_inconclusive.as_deref().unwrap();
+    assert!(why.contains("raise runs (at least"), "{why}");
+    assert!(strongest_possible_bound(15, 0.005, 1e-5) < few.claimed);
 }

@@ -151,8 +151,10 @@ pub struct ExperimentSpec {
 impl ExperimentSpec {
     /// Parse TOML text.
     pub fn from_toml(text: &str) -> Result<Self> {
-        let spec: ExperimentSpec = toml::from_str(text)
-            .map_err(|e| Error::Config(e.to_string().trim_end().to_string()))?;
+        let spec: ExperimentSpec = toml::from_str(text).map_err(|e| {
+            figure_error(text)
+                .unwrap_or_else(|| Error::Config(e.to_string().trim_end().to_string()))
+        })?;
         spec.check_scalars()?;
         Ok(spec)
     }
@@ -298,6 +300,74 @@ impl ExperimentSpec {
     }
 }
 
+/// A `[[figure]]` table that does not parse, named by its key (issue 45). A figure is an
+/// internally tagged enum, which serde reads from a buffer without positions, so the TOML error
+/// points at the table's header and names no field: here each key of the first failing table is
+/// left out in turn, and the key whose absence cures the error (or turns it into "missing
+/// field") is the one named, with its line: `figure[0].horizons = -10000 (line 11): invalid
+/// type: ...`. `None` when no figure table is at fault (the TOML error stands).
+fn figure_error(text: &str) -> Option<Error> {
+    let doc: toml::Table = text.parse().ok()?;
+    let figures = doc.get("figure")?.as_array()?;
+    for (i, f) in figures.iter().enumerate() {
+        let table = f.as_table()?;
+        let parse = |t: &toml::Table| {
+            toml::Value::Table(t.clone())
+                .try_into::<super::figures::FigureSpec>()
+                .err()
+                .map(|e| e.to_string().trim_end().to_string())
+        };
+        let Some(whole) = parse(table) else {
+            continue;
+        };
+        for (key, value) in table.iter().filter(|(k, _)| k.as_str() != "kind") {
+            let mut without = table.clone();
+            without.remove(key);
+            let cured = match parse(&without) {
+                None => true,
+                Some(e) => e.contains(&format!("missing field `{key}`")),
+            };
+            if cured {
+                // The value as written (a float's Display would spell 1e300 out in full).
+                let (written, line) = match figure_key_line(text, i, key) {
+                    Some((l, raw)) => (raw, format!(" (line {l})")),
+                    None => (value.to_string(), String::new()),
+                };
+                return Some(Error::Config(format!(
+                    "figure[{i}].{key} = {written}{line}: {whole}"
+                )));
+            }
+        }
+        return Some(Error::Config(format!("figure[{i}]: {whole}")));
+    }
+    None
+}
+
+/// The 1-based line of `key = ...` in the `i`-th `[[figure]]` table of `text`, and the value as
+/// written there (up to a comment).
+fn figure_key_line(text: &str, i: usize, key: &str) -> Option<(usize, String)> {
+    let mut seen = 0usize;
+    let mut inside = false;
+    for (n, line) in text.lines().enumerate() {
+        let l = line.trim();
+        if l.starts_with('[') {
+            inside = l.starts_with("[[figure]]") && {
+                seen += 1;
+                seen == i + 1
+            };
+            continue;
+        }
+        if inside
+            && let Some(rest) = l.strip_prefix(key)
+            && let Some(raw) = rest.trim_start().strip_prefix('=')
+        {
+            let raw = raw.split(" #").next().unwrap_or(raw).trim();
+            return Some((n + 1, raw.to_string()));
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -357,5 +427,28 @@ mod tests {
         let mut s = ExperimentSpec::from_toml(text).unwrap();
         s.with_overrides(Some(20), Some(1_000_000)).unwrap();
         assert!(s.overrides.is_none());
+    }
+
+    /// Issue 45: an error inside a `[[figure]]` table names the key and its line.
+    #[test]
+    fn figure_errors_name_the_key() {
+        let base = "name = \"f\"\nmaster_seed = 1\nhorizon = 1000\nruns = 2\n[env]\nkind = \"bernoulli\"\nmeans = [0.5, 0.4]\n[[policy]]\nkind = \"ucb1\"\n[[figure]]\nkind = \"gap_vs_param\"\nprivate = \"ucb1\"\nbaseline = \"ucb1\"\n";
+        for (extra, want) in [
+            (
+                "horizons = -10000\n",
+                "figure[0].horizons = -10000 (line 14): ",
+            ),
+            (
+                "horizons = [100]\nparam = 1e300\n",
+                "figure[0].param = 1e300 (line 15): ",
+            ),
+        ] {
+            let e = ExperimentSpec::from_toml(&format!("{base}{extra}"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.starts_with(want), "{e}");
+        }
+        let ok = ExperimentSpec::from_toml(&format!("{base}horizons = [100]\n"));
+        assert!(ok.is_ok());
     }
 }

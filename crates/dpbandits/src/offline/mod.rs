@@ -381,6 +381,14 @@ pub struct ReplayOptions {
     pub confidence: f64,
     /// Rejection sampling in replay.
     pub rejection: Rejection,
+    /// Repetitions of a registry kind's replay (>= 1; default 10): repetition `r` runs under the
+    /// master seed [`crate::rng::replay_repeat_seed`]`(seed, r)` (its rejection coins and the
+    /// policy's own randomness), and the report gives the replay values' spread. The estimates
+    /// are those of repetition 0 (the master seed itself). A fixed target is replayed once.
+    pub replays: u32,
+    /// The switch-DR threshold `tau` (> 0; default 100): an event whose importance weight
+    /// exceeds it contributes the reward model only.
+    pub switch_tau: f64,
 }
 
 impl Default for ReplayOptions {
@@ -389,6 +397,8 @@ impl Default for ReplayOptions {
             seed: 20240917,
             confidence: 0.95,
             rejection: Rejection::Auto,
+            replays: 10,
+            switch_tau: 100.0,
         }
     }
 }
@@ -408,6 +418,72 @@ pub struct Estimate {
     pub events: u64,
     /// How the interval is computed.
     pub interval: String,
+    /// Whether the log supports this estimate ([`Diagnostics`]); `false`: do not use it.
+    pub valid: bool,
+    /// Why the estimate is invalid (`None` when valid).
+    pub why_invalid: Option<String>,
+}
+
+impl Estimate {
+    fn invalidate(&mut self, why: &str) {
+        self.valid = false;
+        match &mut self.why_invalid {
+            Some(w) => {
+                w.push_str("; ");
+                w.push_str(why);
+            }
+            None => self.why_invalid = Some(why.into()),
+        }
+    }
+}
+
+/// What the log can support (docs/offline.md "Diagnostics"): the importance weights, the target's
+/// mass on actions the log never shows, and the propensities of a context-free log.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Diagnostics {
+    /// The mean importance weight `(1/N) sum_i w_i`: 1 in expectation when the propensities are
+    /// the logger's probabilities and the target is supported.
+    pub mean_weight: f64,
+    /// Its interval at the report's confidence (CLT).
+    pub mean_weight_lo: f64,
+    /// Upper end.
+    pub mean_weight_hi: f64,
+    /// Whether the mean weight is too far from 1 to be chance: `|mean - 1| > 3.29 se` (a
+    /// correct log is flagged with probability about 0.1%).
+    pub weights_off: bool,
+    /// The effective sample size `(sum w)^2 / sum w^2` (Kish): the number of events the
+    /// weighted estimators are worth.
+    pub ess: f64,
+    /// The actions that never appear in the log.
+    pub never_logged: Vec<usize>,
+    /// The target's average mass on never-logged actions (a registry kind: the share of events
+    /// at which its decision was a never-logged action). Above 0: no estimator sees those
+    /// rewards, and every estimate is marked invalid.
+    pub unsupported_mass: f64,
+    /// A log without contexts whose propensity is constant per action: the sum of the logged
+    /// actions' propensities (1 when every action is logged; at most 1 otherwise). `None`: the
+    /// log has contexts, or an action's propensity varies (a logger that changed over time).
+    pub propensity_sum: Option<f64>,
+    /// Whether `propensity_sum` is wrong (off 1 by more than 1e-6 with every action logged, or
+    /// above 1).
+    pub propensities_off: bool,
+}
+
+/// The spread of a registry kind's replay estimate over [`ReplayOptions::replays`] seeds.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReplaySpread {
+    /// Repetitions.
+    pub replays: u32,
+    /// The replay estimate of each repetition (repetition 0 first: the report's `replay`).
+    pub values: Vec<f64>,
+    /// Their mean.
+    pub mean: f64,
+    /// Their sample standard deviation (0 for one repetition).
+    pub sd: f64,
+    /// Smallest value.
+    pub min: f64,
+    /// Largest value.
+    pub max: f64,
 }
 
 /// The result of [`evaluate`].
@@ -433,8 +509,18 @@ pub struct Report {
     pub seed: u64,
     /// Confidence of the intervals.
     pub confidence: f64,
-    /// Replay, IPS, SNIPS, DR.
+    /// Replay, IPS, SNIPS, DR, DM, switch-DR.
     pub estimates: Vec<Estimate>,
+    /// The reward model of DR, DM and switch-DR.
+    pub reward_model: String,
+    /// The switch-DR threshold.
+    pub switch_tau: f64,
+    /// What the log can support.
+    pub diagnostics: Diagnostics,
+    /// A registry kind's replay over several seeds (`None` for a fixed target).
+    pub spread: Option<ReplaySpread>,
+    /// What is wrong with the log or the estimates, one sentence each (empty: nothing found).
+    pub warnings: Vec<String>,
 }
 
 impl Report {
@@ -464,12 +550,31 @@ impl Report {
         );
         for e in &self.estimates {
             s += &format!(
-                "{:<10} {:>12.6} {:>27} {:>10}\n",
+                "{:<10} {:>12.6} {:>27} {:>10}{}\n",
                 e.estimator,
                 e.value,
                 format!("[{:.6}, {:.6}]", e.lo, e.hi),
-                e.events
+                e.events,
+                if e.valid { "" } else { "  INVALID" }
             );
+        }
+        let d = &self.diagnostics;
+        s += &format!(
+            "diagnostics: mean importance weight {:.4} [{:.4}, {:.4}] (1 expected), effective sample size {:.1} of {}",
+            d.mean_weight, d.mean_weight_lo, d.mean_weight_hi, d.ess, self.events
+        );
+        if let Some(sum) = d.propensity_sum {
+            s += &format!(", propensities sum to {sum:.6}");
+        }
+        s += &format!(", mass on never-logged actions {:.4}\n", d.unsupported_mass);
+        if let Some(sp) = &self.spread {
+            s += &format!(
+                "replay over {} seeds: mean {:.6}, s.d. {:.6}, range [{:.6}, {:.6}]\n",
+                sp.replays, sp.mean, sp.sd, sp.min, sp.max
+            );
+        }
+        for w in &self.warnings {
+            s += &format!("warning: {w}\n");
         }
         s
     }
@@ -494,6 +599,8 @@ fn clt(name: &str, terms: &[f64], z: f64) -> Estimate {
         hi: mean + half,
         events: terms.len() as u64,
         interval: "normal approximation (CLT on the per-event terms)".into(),
+        valid: true,
+        why_invalid: None,
     }
 }
 
@@ -619,31 +726,83 @@ pub fn problem_for(kind: &str, data: &LoggedData) -> Result<Problem> {
     }
 }
 
-/// The per-action mean reward of the events of `fold` (index parity), each action with no event
-/// there getting the fold's overall mean.
-fn fold_model(data: &LoggedData, fold: usize) -> Vec<f64> {
-    let k = data.actions;
-    let (mut sum, mut n) = (vec![0.0; k], vec![0u64; k]);
-    let (mut all, mut m) = (0.0, 0u64);
-    for e in data.events.iter().skip(fold).step_by(2) {
-        sum[e.action] += e.reward;
-        n[e.action] += 1;
-        all += e.reward;
-        m += 1;
-    }
-    let overall = if m > 0 { all / m as f64 } else { 0.0 };
-    (0..k)
-        .map(|a| {
-            if n[a] > 0 {
-                sum[a] / n[a] as f64
-            } else {
-                overall
-            }
-        })
-        .collect()
+/// The reward model `q(x, a)` of DR, DM and switch-DR fitted on one fold: per action, the mean
+/// reward (a log without contexts) or a ridge regression of the reward on `[1, x]` (penalty 1
+/// on the slopes, none on the intercept); an action with no event in the fold predicts the
+/// fold's overall mean.
+struct RewardModel {
+    /// Per action: `[intercept, slopes...]` (slopes empty without contexts).
+    coef: Vec<Vec<f64>>,
 }
 
-/// Evaluate `target` on `data`: replay, IPS, SNIPS and DR (module docs).
+impl RewardModel {
+    fn fit(data: &LoggedData, fold: usize) -> RewardModel {
+        let k = data.actions;
+        let d = data.dim;
+        let (mut sum, mut n) = (vec![0.0; k], vec![0u64; k]);
+        let (mut all, mut m) = (0.0, 0u64);
+        for e in data.events.iter().skip(fold).step_by(2) {
+            sum[e.action] += e.reward;
+            n[e.action] += 1;
+            all += e.reward;
+            m += 1;
+        }
+        let overall = if m > 0 { all / m as f64 } else { 0.0 };
+        let coef = (0..k)
+            .map(|a| {
+                if n[a] == 0 {
+                    let mut c = vec![overall];
+                    c.resize(d + 1, 0.0);
+                    return c;
+                }
+                if d == 0 {
+                    return vec![sum[a] / n[a] as f64];
+                }
+                // Normal equations (X'X + diag(0, 1, ..., 1)) b = X'y on rows [1, x].
+                let p = d + 1;
+                let mut xtx = nalgebra::DMatrix::<f64>::zeros(p, p);
+                let mut xty = nalgebra::DVector::<f64>::zeros(p);
+                let mut row = vec![1.0; p];
+                for e in data
+                    .events
+                    .iter()
+                    .skip(fold)
+                    .step_by(2)
+                    .filter(|e| e.action == a)
+                {
+                    row[1..].copy_from_slice(&e.context);
+                    for i in 0..p {
+                        xty[i] += row[i] * e.reward;
+                        for j in 0..p {
+                            xtx[(i, j)] += row[i] * row[j];
+                        }
+                    }
+                }
+                for i in 1..p {
+                    xtx[(i, i)] += 1.0;
+                }
+                match xtx.cholesky() {
+                    Some(c) => c.solve(&xty).iter().copied().collect(),
+                    None => {
+                        let mut c = vec![sum[a] / n[a] as f64];
+                        c.resize(p, 0.0);
+                        c
+                    }
+                }
+            })
+            .collect();
+        RewardModel { coef }
+    }
+
+    fn predict(&self, a: usize, x: &[f64]) -> f64 {
+        let c = &self.coef[a];
+        c[0] + c[1..].iter().zip(x).map(|(b, x)| b * x).sum::<f64>()
+    }
+}
+
+/// Evaluate `target` on `data`: replay, IPS, SNIPS, DR, DM and switch-DR, with the log's
+/// diagnostics, and for a registry kind the replay's spread over [`ReplayOptions::replays`]
+/// seeds (module docs).
 ///
 /// # Errors
 /// Options out of range, a target of the wrong number of actions, a kind's parameter errors
@@ -656,6 +815,60 @@ pub fn evaluate(data: &LoggedData, target: &Target, opts: &ReplayOptions) -> Res
             "a number in (0, 1)",
         ));
     }
+    if opts.replays == 0 {
+        return Err(Error::param("replays", opts.replays, "an integer >= 1"));
+    }
+    if opts.switch_tau.is_nan() || opts.switch_tau <= 0.0 {
+        return Err(Error::param(
+            "switch_tau",
+            opts.switch_tau,
+            "a number > 0 (inf: switch-DR is DR)",
+        ));
+    }
+    let mut report = evaluate_once(data, target, opts, opts.seed)?;
+    if let Target::Kind { .. } = target {
+        let mut values = vec![report.estimates[0].value];
+        for r in 1..u64::from(opts.replays) {
+            let seed = rng::replay_repeat_seed(opts.seed, r);
+            values.push(evaluate_once(data, target, opts, seed)?.estimates[0].value);
+        }
+        let finite: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
+        let n = finite.len() as f64;
+        let mean = finite.iter().sum::<f64>() / n;
+        let sd = if finite.len() >= 2 {
+            (finite.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt()
+        } else {
+            0.0
+        };
+        let spread = ReplaySpread {
+            replays: opts.replays,
+            min: finite.iter().copied().fold(f64::INFINITY, f64::min),
+            max: finite.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+            values,
+            mean,
+            sd,
+        };
+        if opts.replays >= 2 && spread.sd > 0.0 {
+            let r = &report.estimates[0];
+            if spread.min < r.lo || spread.max > r.hi {
+                report.warnings.push(format!(
+                    "the replay estimate varies over seeds more than its interval shows: {} seeds give [{:.6}, {:.6}] (s.d. {:.6}) against the single replay's interval [{:.6}, {:.6}]; the interval is one trajectory's, report the spread",
+                    spread.replays, spread.min, spread.max, spread.sd, r.lo, r.hi
+                ));
+            }
+        }
+        report.spread = Some(spread);
+    }
+    Ok(report)
+}
+
+/// One pass over the log under the master seed `seed`.
+fn evaluate_once(
+    data: &LoggedData,
+    target: &Target,
+    opts: &ReplayOptions,
+    seed: u64,
+) -> Result<Report> {
     let k = data.actions;
     let (mut eval, policy): (Box<dyn Evaluated>, String) = match target {
         Target::Fixed(f) => {
@@ -671,8 +884,8 @@ pub fn evaluate(data: &LoggedData, target: &Target, opts: &ReplayOptions) -> Res
         Target::Kind { kind, params } => {
             let problem = problem_for(kind, data)?;
             let label = format!("{kind}{}", label_params(params));
-            let seed = rng::replay_policy_seed(opts.seed, &label);
-            let session = Session::new(kind, params.clone(), &problem, seed)?;
+            let policy_seed = rng::replay_policy_seed(seed, &label);
+            let session = Session::new(kind, params.clone(), &problem, policy_seed)?;
             (
                 Box::new(Replayed {
                     session,
@@ -691,28 +904,55 @@ pub fn evaluate(data: &LoggedData, target: &Target, opts: &ReplayOptions) -> Res
     };
     let p_min = data.p_min();
     let z = normal_quantile(0.5 + opts.confidence / 2.0);
-    let models = [fold_model(data, 1), fold_model(data, 0)]; // for even, odd events
-    let mut accept_rng = rng::replay_rng(opts.seed, &REPLAY_ACCEPT);
-    let mut target_rng = rng::replay_rng(opts.seed, &REPLAY_TARGET);
+    let models = [RewardModel::fit(data, 1), RewardModel::fit(data, 0)]; // for even, odd events
+    let mut logged = vec![false; k];
+    for e in &data.events {
+        logged[e.action] = true;
+    }
+    let mut accept_rng = rng::replay_rng(seed, &REPLAY_ACCEPT);
+    let mut target_rng = rng::replay_rng(seed, &REPLAY_TARGET);
     let n = data.events.len();
-    let (mut ips, mut dr, mut w) = (
+    let (mut ips, mut dr, mut dm, mut sw_dr, mut w) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
         Vec::with_capacity(n),
         Vec::with_capacity(n),
         Vec::with_capacity(n),
     );
     let mut rewards = vec![];
     let mut accepted = 0u64;
+    let mut unsupported = 0.0;
     let mut pi = vec![0.0; k];
+    let mut q = vec![0.0; k];
     for (i, ev) in data.events.iter().enumerate() {
         let u_accept: f64 = accept_rng.random();
         let u_target: f64 = target_rng.random();
         eval.distribution(ev, &mut pi)?;
         let wi = pi[ev.action] / ev.propensity;
-        let q = &models[i % 2];
-        let dm: f64 = pi.iter().zip(q).map(|(p, q)| p * q).sum();
+        let model = &models[i % 2];
+        for (a, qa) in q.iter_mut().enumerate() {
+            *qa = model.predict(a, &ev.context);
+        }
+        let direct: f64 = pi.iter().zip(&q).map(|(p, q)| p * q).sum();
+        unsupported += pi
+            .iter()
+            .zip(&logged)
+            .filter(|(_, l)| !**l)
+            .map(|(p, _)| p)
+            .sum::<f64>();
         w.push(wi);
         ips.push(wi * ev.reward);
-        dr.push(dm + wi * (ev.reward - q[ev.action]));
+        let correction = wi * (ev.reward - q[ev.action]);
+        dr.push(direct + correction);
+        dm.push(direct);
+        sw_dr.push(
+            direct
+                + if wi <= opts.switch_tau {
+                    correction
+                } else {
+                    0.0
+                },
+        );
         if rejection && u_accept >= p_min / ev.propensity {
             eval.unmatched()?;
             continue;
@@ -748,7 +988,84 @@ pub fn evaluate(data: &LoggedData, target: &Target, opts: &ReplayOptions) -> Res
         hi: v + z * se,
         events: n as u64,
         interval: "delta method, se = sqrt(sum w^2 (r - V)^2) / sum w".into(),
+        valid: true,
+        why_invalid: None,
     };
+    let mut estimates = vec![
+        replay,
+        clt("ips", &ips, z),
+        snips,
+        clt("dr", &dr, z),
+        clt("dm", &dm, z),
+        clt("switch_dr", &sw_dr, z),
+    ];
+    // Diagnostics.
+    let weight = clt("weight", &w, z);
+    let weight_se = (weight.hi - weight.value) / z;
+    let weights_off = n >= 2
+        && (weight.value - 1.0).abs() > normal_quantile(0.9995) * weight_se.max(f64::EPSILON);
+    let sw2: f64 = w.iter().map(|x| x * x).sum();
+    let ess = if sw2 > 0.0 { sw * sw / sw2 } else { 0.0 };
+    let never_logged: Vec<usize> = (0..k).filter(|a| !logged[*a]).collect();
+    let unsupported_mass = unsupported / n as f64;
+    let propensity_sum = if data.dim == 0 {
+        let mut per = vec![None::<f64>; k];
+        let mut constant = true;
+        for e in &data.events {
+            match per[e.action] {
+                None => per[e.action] = Some(e.propensity),
+                Some(p) => constant &= (p - e.propensity).abs() <= 1e-9 * p,
+            }
+        }
+        constant.then(|| per.iter().flatten().sum::<f64>())
+    } else {
+        None
+    };
+    let propensities_off = propensity_sum.is_some_and(|sum| {
+        sum > 1.0 + 1e-6 || (never_logged.is_empty() && (sum - 1.0).abs() > 1e-6)
+    });
+    let mut warnings = vec![];
+    if unsupported_mass > 0.0 {
+        let why = format!(
+            "the target puts mass {unsupported_mass:.4} on actions the log never shows ({never_logged:?}): no estimator sees their rewards"
+        );
+        for e in &mut estimates {
+            e.invalidate(&why);
+        }
+        warnings.push(format!("{why}; every estimate is invalid"));
+    }
+    let scale_dependent = ["ips", "dr", "switch_dr"];
+    if weights_off {
+        let why = format!(
+            "the mean importance weight is {:.4} [{:.4}, {:.4}], not 1: the logged propensities are not the logging policy's probabilities (or the target leaves the logger's support)",
+            weight.value, weight.lo, weight.hi
+        );
+        for e in estimates
+            .iter_mut()
+            .filter(|e| scale_dependent.contains(&e.estimator.as_str()))
+        {
+            e.invalidate(&why);
+        }
+        warnings.push(format!("{why}; ips, dr and switch_dr are invalid"));
+    }
+    if propensities_off {
+        let sum = propensity_sum.unwrap_or(f64::NAN);
+        let why = format!(
+            "the logged propensities of this context-free log sum to {sum:.6} over the actions (expected 1{}): they are not a probability distribution",
+            if never_logged.is_empty() {
+                ""
+            } else {
+                " at most, some actions never logged"
+            }
+        );
+        for e in estimates
+            .iter_mut()
+            .filter(|e| scale_dependent.contains(&e.estimator.as_str()))
+        {
+            e.invalidate(&why);
+        }
+        warnings.push(format!("{why}; ips, dr and switch_dr are invalid"));
+    }
     Ok(Report {
         source: data.source.clone(),
         policy,
@@ -758,9 +1075,31 @@ pub fn evaluate(data: &LoggedData, target: &Target, opts: &ReplayOptions) -> Res
         matched: rewards.len() as u64,
         rejection,
         p_min,
-        seed: opts.seed,
+        seed,
         confidence: opts.confidence,
-        estimates: vec![replay, clt("ips", &ips, z), snips, clt("dr", &dr, z)],
+        estimates,
+        reward_model: if data.dim == 0 {
+            "per-action mean reward, cross-fitted on two folds".into()
+        } else {
+            format!(
+                "per-action ridge regression of the reward on [1, x] ({} features, penalty 1 on the slopes), cross-fitted on two folds",
+                data.dim
+            )
+        },
+        switch_tau: opts.switch_tau,
+        diagnostics: Diagnostics {
+            mean_weight: weight.value,
+            mean_weight_lo: weight.lo,
+            mean_weight_hi: weight.hi,
+            weights_off,
+            ess,
+            never_logged,
+            unsupported_mass,
+            propensity_sum,
+            propensities_off,
+        },
+        spread: None,
+        warnings,
     })
 }
 

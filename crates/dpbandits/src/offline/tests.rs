@@ -100,6 +100,7 @@ fn estimators_cover_the_known_value() {
                 let data = synthetic(logger, 2000, seed);
                 let opts = ReplayOptions {
                     seed: seed ^ 0x5eed,
+                    replays: 1,
                     ..ReplayOptions::default()
                 };
                 let r = evaluate(&data, &Target::Fixed(target.clone()), &opts).unwrap();
@@ -353,4 +354,161 @@ fn session_withdraw() {
         Session::new("ucb1", toml::Table::new(), &Problem::Finite { arms: 2 }, 1).unwrap();
     fin.decide().unwrap();
     assert!(fin.withdraw().is_err(), "finite-armed commitments are kept");
+}
+
+/// A log whose events all have propensity `recorded` (the logger is uniform over the first
+/// `logged` of 4 actions): issue 45, item 1.
+fn mislabelled(logged: usize, recorded: f64, n: usize, seed: u64) -> LoggedData {
+    let mut r = SimRng::seed_from_u64(seed);
+    let events = (0..n)
+        .map(|i| {
+            let a = ((r.random::<f64>() * logged as f64) as usize).min(logged - 1);
+            LoggedEvent {
+                action: a,
+                reward: f64::from(u8::from(r.random::<f64>() < MEANS[a])),
+                propensity: recorded,
+                context: vec![],
+                line: i + 2,
+            }
+        })
+        .collect();
+    LoggedData::new("mislabelled".into(), Some(4), 0, events, "a", "r", "p").unwrap()
+}
+
+/// Issue 45, item 1: propensities that are not the logger's (uniform over 4 actions recorded
+/// as 0.5 or 0.05) are caught by the mean importance weight and by the context-free sum; IPS,
+/// DR and switch-DR are marked invalid, SNIPS (scale-free) stays valid. A correct log of the
+/// same logger raises nothing. Deterministic (fixed seeds); on a correct log the weight check
+/// fires with probability about 0.1% per log (|mean - 1| > 3.29 se).
+#[test]
+fn wrong_propensities_are_flagged() {
+    let target = Target::Fixed(FixedTarget::new("t", vec![0.1, 0.2, 0.3, 0.4]).unwrap());
+    let opts = ReplayOptions::default();
+    let ok = evaluate(&mislabelled(4, 0.25, 4000, 1), &target, &opts).unwrap();
+    assert!(ok.warnings.is_empty(), "{}", ok.table());
+    assert!(ok.estimates.iter().all(|e| e.valid));
+    assert!(!ok.diagnostics.weights_off && !ok.diagnostics.propensities_off);
+    assert!((ok.diagnostics.propensity_sum.unwrap() - 1.0).abs() < 1e-12);
+    assert!(ok.diagnostics.ess > 2000.0 && ok.diagnostics.ess < 4000.0);
+    for recorded in [0.5, 0.05] {
+        let r = evaluate(&mislabelled(4, recorded, 4000, 1), &target, &opts).unwrap();
+        let d = &r.diagnostics;
+        assert!(d.weights_off && d.propensities_off, "{}", r.table());
+        assert!((d.propensity_sum.unwrap() - 4.0 * recorded).abs() < 1e-12);
+        assert!((d.mean_weight - 0.25 / recorded).abs() < 0.05 * 0.25 / recorded);
+        let valid: Vec<&str> = r
+            .estimates
+            .iter()
+            .filter(|e| e.valid)
+            .map(|e| e.estimator.as_str())
+            .collect();
+        assert_eq!(valid, ["replay", "snips", "dm"], "{}", r.table());
+        assert!(r.warnings.len() == 2, "{:?}", r.warnings);
+        assert!(r.table().contains("INVALID"));
+        // SNIPS still covers the truth 0.465.
+        let s = &r.estimates[2];
+        assert!(s.lo <= 0.465 && 0.465 <= s.hi, "{}", r.table());
+    }
+}
+
+/// Issue 45, item 1: a target with mass 0.4 on an action the logger never played: every
+/// estimate is marked invalid and the report names the action and the mass; a registry kind
+/// that plays a never-logged action is caught the same way.
+#[test]
+fn unsupported_target_is_invalid() {
+    let data = mislabelled(3, 1.0 / 3.0, 3000, 2);
+    let target = Target::Fixed(FixedTarget::new("t", vec![0.1, 0.2, 0.3, 0.4]).unwrap());
+    let r = evaluate(&data, &target, &ReplayOptions::default()).unwrap();
+    assert_eq!(r.diagnostics.never_logged, vec![3]);
+    assert!((r.diagnostics.unsupported_mass - 0.4).abs() < 1e-12);
+    assert!(r.estimates.iter().all(|e| !e.valid), "{}", r.table());
+    assert!(r.warnings[0].contains("mass 0.4000 on actions the log never shows ([3])"));
+    let kind = Target::Kind {
+        kind: "ucb1".into(),
+        params: toml::Table::new(),
+    };
+    let k = evaluate(&data, &kind, &ReplayOptions::default()).unwrap();
+    assert!(k.diagnostics.unsupported_mass > 0.0, "{}", k.table());
+    assert!(k.estimates.iter().all(|e| !e.valid));
+}
+
+/// Issue 45, item 1: with contexts, the reward model of DR/DM/switch-DR regresses on the
+/// context. A logger that prefers action 0 when x is large (mu(0 | x) = x) and rewards
+/// Bernoulli(x) for action 0: the per-action mean of action 0 in the log is E[x^2]/E[x] = 2/3,
+/// so a context-free DM would report 0.667 for "always action 0"; the truth is E[x] = 0.5.
+/// Fixed seed; the tolerance 0.03 is about 6 standard errors of DM at 20,000 events.
+#[test]
+fn reward_model_uses_the_context() {
+    let mut r = SimRng::seed_from_u64(4);
+    let events: Vec<LoggedEvent> = (0..20_000)
+        .map(|i| {
+            let x: f64 = r.random::<f64>().clamp(0.02, 0.98);
+            let a = usize::from(r.random::<f64>() >= x);
+            let m = if a == 0 { x } else { 1.0 - x };
+            LoggedEvent {
+                action: a,
+                reward: f64::from(u8::from(r.random::<f64>() < m)),
+                propensity: if a == 0 { x } else { 1.0 - x },
+                context: vec![x],
+                line: i + 2,
+            }
+        })
+        .collect();
+    let data = LoggedData::new("ctx".into(), Some(2), 1, events, "a", "r", "p").unwrap();
+    let rep = evaluate(
+        &data,
+        &Target::Fixed(FixedTarget::arm(0, 2).unwrap()),
+        &ReplayOptions::default(),
+    )
+    .unwrap();
+    assert!(rep.reward_model.contains("ridge"), "{}", rep.reward_model);
+    let est = |name: &str| rep.estimates.iter().find(|e| e.estimator == name).unwrap();
+    for name in ["dm", "dr", "switch_dr", "ips"] {
+        assert!(
+            (est(name).value - 0.5).abs() < 0.03,
+            "{name}: {}",
+            rep.table()
+        );
+    }
+    assert_eq!(rep.diagnostics.propensity_sum, None);
+}
+
+/// Issue 45, item 1: a randomised learning policy is replayed over 10 seeds by default and the
+/// report carries the spread; repetition 0 is the single replay of before (the master seed).
+#[test]
+fn randomised_policy_replays_over_seeds() {
+    let data = synthetic(&[0.25; 4], 4000, 6);
+    let t = Target::Kind {
+        kind: "thompson".into(),
+        params: toml::Table::new(),
+    };
+    let r = evaluate(&data, &t, &ReplayOptions::default()).unwrap();
+    let sp = r.spread.as_ref().unwrap();
+    assert_eq!((sp.replays, sp.values.len()), (10, 10));
+    assert_eq!(sp.values[0], r.estimates[0].value);
+    assert!(sp.sd > 0.0 && sp.min < sp.max, "{}", r.table());
+    assert!(r.table().contains("replay over 10 seeds"));
+    let one = evaluate(
+        &data,
+        &t,
+        &ReplayOptions {
+            replays: 1,
+            ..ReplayOptions::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(one.estimates, r.estimates);
+    let fixed = evaluate(
+        &data,
+        &Target::Fixed(FixedTarget::arm(1, 4).unwrap()),
+        &ReplayOptions::default(),
+    )
+    .unwrap();
+    assert!(fixed.spread.is_none());
+    let bad = ReplayOptions {
+        replays: 0,
+        ..ReplayOptions::default()
+    };
+    let e = evaluate(&data, &t, &bad).unwrap_err().to_string();
+    assert!(e.starts_with("replays = 0"), "{e}");
 }
