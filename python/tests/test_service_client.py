@@ -6,6 +6,7 @@ import os
 import random
 import socket
 import subprocess
+import sys
 import threading
 import time
 
@@ -469,3 +470,30 @@ def test_the_client_falls_back_to_retry_after_and_bounds_the_wait():
         assert len(s.seen) == 1
     finally:
         s.close()
+
+
+def test_the_http_client_imports_without_the_compiled_core():
+    """`dpbandits.service` is standard library only: with the compiled core and numpy made
+    unimportable, it imports and builds a client, and any other name of the package raises an
+    ImportError that says what is missing (issue 41)."""
+    code = r'''
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name == "numpy" or name.startswith("numpy.") or name == "dpbandits._native":
+            raise ImportError(f"blocked: {name}")
+        return None
+sys.meta_path.insert(0, Block())
+from dpbandits.service import Client, ServiceError
+c = Client("http://127.0.0.1:1", retries=0, timeout=0.5)
+import dpbandits
+try:
+    dpbandits.run
+except ImportError as e:
+    assert "compiled core" in str(e) and "dpbandits.service" in str(e), e
+else:
+    raise SystemExit("dpbandits.run did not raise")
+print("ok")
+'''
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
