@@ -1,5 +1,5 @@
 //! `dpbandits.replay`: offline evaluation on logged feedback (`dpbandits::offline`,
-//! docs/offline.md). The Python wrapper (`python/dpbandits/__init__.py`) turns the JSON report
+//! docs/offline.md). The Python wrapper (`python/dpbandits/_api.py`) turns the JSON report
 //! into a pandas DataFrame; the numbers are those of `dpbandits replay` with the same arguments.
 
 use dpbandits::offline::{self, Format, Rejection, ReplayOptions, Target, obd::Slot};
