@@ -204,20 +204,12 @@ fn raise_priority(boost: i32) -> std::io::Result<i32> {
     }
 }
 
-/// Serve until `stop` completes (graceful within the shutdown deadline), calling `bound` with
-/// the listening address once the socket is bound. [`run`] is this with SIGTERM/SIGINT as
-/// `stop`; embedders (the benchmark) pass their own future.
-///
-/// # Errors
-/// The database cannot be opened or the address cannot be bound.
-pub async fn serve_until(
-    opts: ServeOptions,
-    stop: impl std::future::Future<Output = ()> + Send + 'static,
-    bound: impl FnOnce(SocketAddr),
-) -> Result<()> {
+/// Take the database's lock file ([`lock_path`], 0600): one service per database (the
+/// in-memory policies must be the only writers).
+fn lock_db(db: &Path) -> Result<std::fs::File> {
     // One service per database: the in-memory policies must be the only writers. The lock is
     // released by the OS when the process ends, however it ends.
-    let lock_path = lock_path(&opts.db);
+    let lock_path = lock_path(db);
     let lock = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
@@ -227,18 +219,24 @@ pub async fn serve_until(
         .with_context(|| {
             format!(
                 "--db {}: cannot create {}",
-                opts.db.display(),
+                db.display(),
                 lock_path.display()
             )
         })?;
     if lock.try_lock().is_err() {
         bail!(
             "--db {}: another dpbandits serve holds {} (one service per database)",
-            opts.db.display(),
+            db.display(),
             lock_path.display()
         );
     }
-    let mut limits = opts.limits;
+    Ok(lock)
+}
+
+/// `limits` with `max_connections` lowered to fit the file-descriptor limit (less
+/// [`FD_RESERVE`]), logged when lowered.
+fn fit_connections(limits: Limits) -> Limits {
+    let mut limits = limits;
     if let Some(fds) = fd_limit() {
         let budget = fds.saturating_sub(FD_RESERVE).max(1);
         if limits.max_connections > budget {
@@ -250,6 +248,22 @@ pub async fn serve_until(
             limits.max_connections = budget;
         }
     }
+    limits
+}
+
+/// Serve until `stop` completes (graceful within the shutdown deadline), calling `bound` with
+/// the listening address once the socket is bound. [`run`] is this with SIGTERM/SIGINT as
+/// `stop`; embedders (the benchmark) pass their own future.
+///
+/// # Errors
+/// The database cannot be opened or the address cannot be bound.
+pub async fn serve_until(
+    opts: ServeOptions,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+    bound: impl FnOnce(SocketAddr),
+) -> Result<()> {
+    let lock = lock_db(&opts.db)?;
+    let limits = fit_connections(opts.limits);
     let mut service =
         service::Service::open_keyed(&opts.db, &opts.admin_token, opts.audit_key_file.as_deref())?;
     if let Some(p) = &opts.publish {

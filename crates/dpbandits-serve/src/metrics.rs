@@ -180,6 +180,12 @@ pub fn render(experiments: &[ExperimentGauges]) -> String {
         r.commit_seconds
             .render(&mut out, "dpbandits_commit_seconds", "", &LATENCY_BUCKETS);
     });
+    render_experiments(&mut out, experiments);
+    out
+}
+
+/// The per-experiment gauges of [`render`].
+fn render_experiments(out: &mut String, experiments: &[ExperimentGauges]) {
     out.push_str("# HELP dpbandits_experiments Experiments in the database.\n");
     out.push_str("# TYPE dpbandits_experiments gauge\n");
     let _ = writeln!(out, "dpbandits_experiments {}", experiments.len());
@@ -229,5 +235,4 @@ pub fn render(experiments: &[ExperimentGauges]) -> String {
             e.charged_total
         );
     }
-    out
 }

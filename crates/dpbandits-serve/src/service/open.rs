@@ -178,6 +178,35 @@ pub(super) fn pin_earlier(tx: &Connection, names: &[String]) -> anyhow::Result<(
     Ok(())
 }
 
+/// Migrate a schema-1 database (bare policy snapshots) to session snapshots inside `tx`, each
+/// experiment with its `migrate` audit entry; any other schema: nothing.
+pub(super) fn migrate_all(tx: &Connection, db: &Path) -> anyhow::Result<()> {
+    if store::schema_version(tx)? == store::SCHEMA_VERSION_POLICY_SNAPSHOTS {
+        for row in store::load_experiments(tx)? {
+            let s = migrate(&row).with_context(|| {
+                format!(
+                    "--db {}: migrating schema {} to {} (session snapshots)",
+                    db.display(),
+                    store::SCHEMA_VERSION_POLICY_SNAPSHOTS,
+                    store::SCHEMA_VERSION
+                )
+            })?;
+            let snap = s.snapshot()?;
+            let c = counters_of(&s, row.counters.releases);
+            store::update_state(tx, &row.name, &snap, &c)?;
+            store::audit(
+                tx,
+                &row.name,
+                "config",
+                &json!({"action": "migrate", "schema": store::SCHEMA_VERSION,
+                        "state": "session snapshot", "issued": c.issued, "observed": c.observed}),
+            )?;
+        }
+        store::set_schema_version(tx, store::SCHEMA_VERSION)?;
+    }
+    Ok(())
+}
+
 impl Service {
     /// Open the database, migrate a schema-1 database (bare policy snapshots) to session
     /// snapshots, restore every experiment's session (refusing to start, naming the experiment,
@@ -255,29 +284,7 @@ impl Service {
         };
         store::init_audit_key(&conn, &key, db)?;
         let tx = conn.transaction()?;
-        if store::schema_version(&tx)? == store::SCHEMA_VERSION_POLICY_SNAPSHOTS {
-            for row in store::load_experiments(&tx)? {
-                let s = migrate(&row).with_context(|| {
-                    format!(
-                        "--db {}: migrating schema {} to {} (session snapshots)",
-                        db.display(),
-                        store::SCHEMA_VERSION_POLICY_SNAPSHOTS,
-                        store::SCHEMA_VERSION
-                    )
-                })?;
-                let snap = s.snapshot()?;
-                let c = counters_of(&s, row.counters.releases);
-                store::update_state(&tx, &row.name, &snap, &c)?;
-                store::audit(
-                    &tx,
-                    &row.name,
-                    "config",
-                    &json!({"action": "migrate", "schema": store::SCHEMA_VERSION,
-                            "state": "session snapshot", "issued": c.issued, "observed": c.observed}),
-                )?;
-            }
-            store::set_schema_version(&tx, store::SCHEMA_VERSION)?;
-        }
+        migrate_all(&tx, db)?;
         pin_earlier(&tx, &unpinned)?;
         settle_intents(&tx)?;
         tx.commit()?;
@@ -296,6 +303,7 @@ impl Service {
             batch_failed: false,
             stale: HashSet::new(),
             publisher: None,
+            health_at: None,
         })
     }
 
