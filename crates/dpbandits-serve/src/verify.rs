@@ -193,72 +193,35 @@ pub fn verify_conn(conn: &Connection, key: Option<&AuditKey>, expect: &Expect) -
     let mut expect_seq = 1i64;
     let mut pinned = false;
     store::for_each_audit_entry(conn, |entry| {
-        let store::AuditRow {
-            seq,
-            ts,
-            experiment: exp,
-            event,
-            body,
-            prev,
-            hash,
-        } = entry;
-        if seq != expect_seq {
-            bail!("audit entry seq = {seq}: expected seq = {expect_seq} (an entry is missing)");
-        }
-        if prev != prev_hash {
-            bail!(
-                "audit entry seq = {seq}: prev = {prev} does not match the hash of entry {} ({prev_hash})",
-                seq - 1
-            );
-        }
-        let keyed = keyed_from.is_some_and(|from| seq >= from);
-        let want = match (keyed, key) {
-            (true, Some(k)) => k.entry_hash(&prev, seq, &ts, &exp, &event, &body),
-            _ => store::entry_hash(&prev, seq, &ts, &exp, &event, &body),
-        };
-        if hash != want {
-            bail!(
-                "audit entry seq = {seq}: hash = {hash}, but its contents {} to {want} (the entry was changed, or forged without the key)",
-                if keyed { "HMAC under the key" } else { "hash" }
-            );
-        }
+        let seq = entry.seq;
+        check_link(&entry, &prev_hash, expect_seq, keyed_from, key)?;
+        let hash = &entry.hash;
         if let (Some(h), Some(n)) = (&expect.head, expect.entries)
             && seq as u64 == n
         {
-            if hash != *h {
+            if hash != h {
                 bail!(
                     "audit entry seq = {seq}: hash {hash}, but the published head says entry {n} is {h} (the log was rewritten)"
                 );
             }
             pinned = true;
         } else if let (Some(h), None) = (&expect.head, expect.entries)
-            && hash == *h
+            && hash == h
         {
             pinned = true;
         }
-        let body: Value = serde_json::from_str(&body)
+        let body: Value = serde_json::from_str(&entry.body)
             .with_context(|| format!("audit entry seq = {seq}: its body is not JSON"))?;
-        if keyed_from == Some(seq)
-            && seq > 1
-            && !(event == "config"
-                && body.get("action").and_then(Value::as_str) == Some("audit-key")
-                && body.get("keyed_from").and_then(Value::as_i64) == Some(seq))
-        {
-            bail!(
-                "meta audit_keyed_from = {seq}, but entry {seq} is not the audit-key entry that starts keying"
-            );
-        }
-        if event == "config"
-            && exp.is_empty()
-            && body.get("action").and_then(Value::as_str) == Some("audit-key")
-            && keyed_from != Some(seq)
-        {
-            bail!(
-                "audit entry seq = {seq} is the audit-key entry that starts keying, but meta audit_keyed_from = {keyed_from:?}: the keying was removed or moved"
-            );
-        }
-        check_entry(&mut seen, &mut rows, seq, &exp, &event, &body)?;
-        prev_hash = hash;
+        check_key_entry(seq, &entry.experiment, &entry.event, &body, keyed_from)?;
+        check_entry(
+            &mut seen,
+            &mut rows,
+            seq,
+            &entry.experiment,
+            &entry.event,
+            &body,
+        )?;
+        prev_hash = entry.hash;
         expect_seq += 1;
         Ok(())
     })?;
@@ -279,6 +242,79 @@ pub fn verify_conn(conn: &Connection, key: Option<&AuditKey>, expect: &Expect) -
     };
     check_tables(conn, &seen, &mut report)?;
     Ok(report)
+}
+
+/// One link of the chain: entry `expect_seq`, following `prev_hash`, its hash recomputed (HMAC
+/// under `key` from `keyed_from` on, SHA-256 before).
+fn check_link(
+    entry: &store::AuditRow,
+    prev_hash: &str,
+    expect_seq: i64,
+    keyed_from: Option<i64>,
+    key: Option<&AuditKey>,
+) -> Result<()> {
+    let store::AuditRow {
+        seq,
+        ts,
+        experiment: exp,
+        event,
+        body,
+        prev,
+        hash,
+    } = entry;
+    let seq = *seq;
+    if seq != expect_seq {
+        bail!("audit entry seq = {seq}: expected seq = {expect_seq} (an entry is missing)");
+    }
+    if prev != prev_hash {
+        bail!(
+            "audit entry seq = {seq}: prev = {prev} does not match the hash of entry {} ({prev_hash})",
+            seq - 1
+        );
+    }
+    let keyed = keyed_from.is_some_and(|from| seq >= from);
+    let want = match (keyed, key) {
+        (true, Some(k)) => k.entry_hash(prev, seq, ts, exp, event, body),
+        _ => store::entry_hash(prev, seq, ts, exp, event, body),
+    };
+    if *hash != want {
+        bail!(
+            "audit entry seq = {seq}: hash = {hash}, but its contents {} to {want} (the entry was changed, or forged without the key)",
+            if keyed { "HMAC under the key" } else { "hash" }
+        );
+    }
+    Ok(())
+}
+
+/// Keying starts at entry `keyed_from` only if that entry is the `audit-key` entry (or entry 1),
+/// and an `audit-key` entry is only where keying starts.
+fn check_key_entry(
+    seq: i64,
+    exp: &str,
+    event: &str,
+    body: &Value,
+    keyed_from: Option<i64>,
+) -> Result<()> {
+    if keyed_from == Some(seq)
+        && seq > 1
+        && !(event == "config"
+            && body.get("action").and_then(Value::as_str) == Some("audit-key")
+            && body.get("keyed_from").and_then(Value::as_i64) == Some(seq))
+    {
+        bail!(
+            "meta audit_keyed_from = {seq}, but entry {seq} is not the audit-key entry that starts keying"
+        );
+    }
+    if event == "config"
+        && exp.is_empty()
+        && body.get("action").and_then(Value::as_str) == Some("audit-key")
+        && keyed_from != Some(seq)
+    {
+        bail!(
+            "audit entry seq = {seq} is the audit-key entry that starts keying, but meta audit_keyed_from = {keyed_from:?}: the keying was removed or moved"
+        );
+    }
+    Ok(())
 }
 
 /// The key given against how `meta` says the chain is keyed: a keyed log needs its key, keying
