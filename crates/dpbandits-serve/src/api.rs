@@ -131,7 +131,7 @@ async fn json_errors(resp: Response) -> Response {
 }
 
 /// Authenticate a request from its header alone (the token table, not the service's lock), then
-/// read its body: at most [`crate::MAX_BODY`] bytes (else 413) within the body timeout (else
+/// read its body: at most [`crate::limits::MAX_BODY`] bytes (else 413) within the body timeout (else
 /// 408). An unauthenticated request is refused (401) before any of its body is read, so a
 /// stalled upload without a valid token holds no buffer. `admin`: only the admin token.
 async fn authed_body(
@@ -155,7 +155,7 @@ async fn authed_body(
             413,
             format!(
                 "body: larger than {} bytes; expected a JSON object of at most that size",
-                crate::MAX_BODY
+                crate::limits::MAX_BODY
             ),
         )
     };
@@ -163,12 +163,12 @@ async fn authed_body(
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > crate::MAX_BODY as u64) {
+    if declared.is_some_and(|n| n > crate::limits::MAX_BODY as u64) {
         return Err(too_large());
     }
     match tokio::time::timeout(
         state.body_timeout,
-        axum::body::to_bytes(body, crate::MAX_BODY),
+        axum::body::to_bytes(body, crate::limits::MAX_BODY),
     )
     .await
     {

@@ -19,6 +19,7 @@
 pub mod api;
 pub mod backup;
 pub mod client;
+pub mod limits;
 pub mod log;
 pub mod metrics;
 pub mod publish;
@@ -28,6 +29,8 @@ pub mod service;
 pub mod store;
 pub mod verify;
 pub mod writer;
+
+pub use limits::{FD_RESERVE, Limits, MAX_BODY};
 
 use anyhow::{Context, Result, bail};
 use std::ffi::OsString;
@@ -58,43 +61,6 @@ pub struct ServeOptions {
     pub publish: Option<publish::PublishOptions>,
 }
 
-/// Timeouts and the connection limit of the server (`docs/service.md`, "Limits").
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Limits {
-    /// A request's header must arrive within this time, counted from the connection's start or
-    /// the end of the previous response (so it is also the idle keep-alive timeout); else the
-    /// connection is closed.
-    pub header_timeout: Duration,
-    /// A request's body must arrive within this time after its header (else 408, and the
-    /// connection is closed). Bodies are read only after the token is checked.
-    pub body_timeout: Duration,
-    /// After SIGTERM/SIGINT, in-flight requests get this long to finish; then every open
-    /// connection is closed and the process exits (releasing the database lock).
-    pub shutdown_deadline: Duration,
-    /// Open connections at most; one more is answered 503 (JSON, `Retry-After: 1`), logged, and
-    /// closed. Lowered at start to fit the file-descriptor limit ([`FD_RESERVE`] kept free).
-    pub max_connections: usize,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            header_timeout: Duration::from_secs(10),
-            body_timeout: Duration::from_secs(10),
-            shutdown_deadline: Duration::from_secs(5),
-            max_connections: 512,
-        }
-    }
-}
-
-/// File descriptors kept for everything but client connections: the database, its WAL and
-/// shared-memory files, the lock file, the listening socket, standard streams, the runtime's
-/// epoll and event descriptors, a refused connection being answered, with a margin.
-pub const FD_RESERVE: usize = 32;
-
-/// The largest body a request may carry (bytes); a larger one is answered 413.
-pub const MAX_BODY: usize = 2 * 1024 * 1024;
-
 /// Read the admin token: from `file` if given (first line, trimmed), else from the environment
 /// variable [`ADMIN_TOKEN_ENV`]. At least 16 characters.
 ///
@@ -107,7 +73,7 @@ pub fn read_admin_token(file: Option<&std::path::Path>) -> Result<String> {
         use std::os::unix::fs::PermissionsExt;
         let mode = m.permissions().mode() & 0o777;
         if mode & 0o077 != 0 {
-            api::log(
+            log::log(
                 "warning",
                 serde_json::json!({"message": format!(
                     "--admin-token-file {}: mode {mode:o} lets other users read the admin token; chmod 600 it",
@@ -240,7 +206,7 @@ fn fit_connections(limits: Limits) -> Limits {
     if let Some(fds) = fd_limit() {
         let budget = fds.saturating_sub(FD_RESERVE).max(1);
         if limits.max_connections > budget {
-            api::log(
+            log::log(
                 "connection-limit-lowered",
                 serde_json::json!({"max_connections": budget, "asked": limits.max_connections,
                                    "fd_limit": fds, "fd_reserve": FD_RESERVE}),
@@ -280,7 +246,7 @@ pub async fn serve_until(
                 Err(e) => serde_json::json!({"raised": false, "error": e.to_string(),
                     "hint": "the writer runs at the process's priority; allow it to raise its own (CAP_SYS_NICE, or systemd LimitNICE=) for the throughput of docs/perf.md"}),
             };
-            api::log("writer-priority", priority);
+            log::log("writer-priority", priority);
             api::writer(service, queue)
         })
         .context("starting the writer thread")?;
@@ -307,14 +273,14 @@ pub async fn serve_until(
         .await
         .with_context(|| format!("--listen {}", opts.listen))?;
     let addr = listener.local_addr()?;
-    api::log(
+    log::log(
         "listening",
         serde_json::json!({"addr": addr.to_string(), "db": opts.db.display().to_string(), "experiments": experiments,
                            "max_connections": limits.max_connections}),
     );
     bound(addr);
     let clean = server::serve(listener, api::router(state), limits, stop).await;
-    api::log(
+    log::log(
         "stopped",
         serde_json::json!({"connections_closed_at_deadline": clean.closed_at_deadline}),
     );
@@ -327,8 +293,8 @@ async fn shutdown() {
     let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
     let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
     tokio::select! {
-        _ = term.recv() => api::log("signal", serde_json::json!({"signal": "SIGTERM"})),
-        _ = int.recv() => api::log("signal", serde_json::json!({"signal": "SIGINT"})),
+        _ = term.recv() => log::log("signal", serde_json::json!({"signal": "SIGTERM"})),
+        _ = int.recv() => log::log("signal", serde_json::json!({"signal": "SIGINT"})),
     }
 }
 

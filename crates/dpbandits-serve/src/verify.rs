@@ -24,7 +24,7 @@
 //! Memory is bounded by the number of experiments: the log is read once in order and each entry
 //! is checked against its row by primary key.
 
-use crate::store::{self, AuditKey, GENESIS};
+use crate::store::{self, Action, AuditKey, Event, GENESIS};
 use anyhow::{Context, Result, bail};
 use dpbandits::session::Session;
 use rusqlite::Connection;
@@ -297,17 +297,17 @@ fn check_key_entry(
 ) -> Result<()> {
     if keyed_from == Some(seq)
         && seq > 1
-        && !(event == "config"
-            && body.get("action").and_then(Value::as_str) == Some("audit-key")
+        && !(event == Event::Config.name()
+            && Action::of(body) == Some(Action::AuditKey)
             && body.get("keyed_from").and_then(Value::as_i64) == Some(seq))
     {
         bail!(
             "meta audit_keyed_from = {seq}, but entry {seq} is not the audit-key entry that starts keying"
         );
     }
-    if event == "config"
+    if event == Event::Config.name()
         && exp.is_empty()
-        && body.get("action").and_then(Value::as_str) == Some("audit-key")
+        && Action::of(body) == Some(Action::AuditKey)
         && keyed_from != Some(seq)
     {
         bail!(
@@ -379,28 +379,31 @@ fn check_entry(
         return Ok(()); // database-wide entries (the audit key)
     }
     let s = seen.entry(exp.to_string()).or_default();
-    if s.created.is_none() && !(event == "config" && body["action"] == "create") {
+    let parsed = Event::parse(event);
+    if s.created.is_none()
+        && !(parsed == Some(Event::Config) && Action::of(body) == Some(Action::Create))
+    {
         bail!(
             "audit entry seq = {seq}: {event} of experiment {exp:?} before its create entry (entries were deleted)"
         );
     }
-    match event {
-        "config" => seen_config(s, seq, exp, body),
-        "decision" => seen_decision(s, rows, seq, exp, body),
-        "reward" | "abandon" => seen_reward(s, rows, seq, exp, event, body),
-        "release" => {
+    match parsed {
+        Some(Event::Config) => seen_config(s, seq, exp, body),
+        Some(Event::Decision) => seen_decision(s, rows, seq, exp, body),
+        Some(e @ (Event::Reward | Event::Abandon)) => seen_reward(s, rows, seq, exp, e, body),
+        Some(Event::Release) => {
             s.releases += 1;
             Ok(())
         }
-        "budget-charge" => seen_charge(s, rows, seq, exp, body),
+        Some(Event::BudgetCharge) => seen_charge(s, rows, seq, exp, body),
         _ => Ok(()),
     }
 }
 
 /// A `config` entry: the create entry, a pin, a token rotation.
 fn seen_config(s: &mut Seen, seq: i64, exp: &str, body: &Value) -> Result<()> {
-    match body.get("action").and_then(Value::as_str) {
-        Some("create") => {
+    match Action::of(body) {
+        Some(Action::Create) => {
             if let Some((first, _, _)) = &s.created {
                 bail!(
                     "audit entry seq = {seq}: a second create entry of experiment {exp:?} (the first is entry {first})"
@@ -416,7 +419,7 @@ fn seen_config(s: &mut Seen, seq: i64, exp: &str, body: &Value) -> Result<()> {
                 None => s.token_unknown = true,
             }
         }
-        Some("pin") => {
+        Some(Action::Pin) => {
             if let Some((first, _)) = s.pins() {
                 bail!(
                     "audit entry seq = {seq}: a pin entry of experiment {exp:?}, whose configuration entry {first} already pins it"
@@ -424,7 +427,7 @@ fn seen_config(s: &mut Seen, seq: i64, exp: &str, body: &Value) -> Result<()> {
             }
             s.pin = Some((seq, body.clone()));
         }
-        Some("rotate-token") => match body.get("token_sha256").and_then(Value::as_str) {
+        Some(Action::RotateToken) => match body.get("token_sha256").and_then(Value::as_str) {
             Some(t) => {
                 s.token = Some((t.to_string(), seq));
                 s.token_unknown = false;
@@ -491,7 +494,7 @@ fn seen_reward(
     rows: &mut store::RowReader<'_>,
     seq: i64,
     exp: &str,
-    event: &str,
+    event: Event,
     body: &Value,
 ) -> Result<()> {
     let id = as_u64(body, "decision_id", seq)?;
@@ -504,12 +507,14 @@ fn seen_reward(
     }) = rows.decision(exp, id)?
     else {
         bail!(
-            "audit entry seq = {seq}: the {event} of decision {id} of experiment {exp:?}, which is not in the decisions table (deleted)"
+            "audit entry seq = {seq}: the {} of decision {id} of experiment {exp:?}, which is not in the decisions table (deleted)",
+            event.name()
         );
     };
     let Some(stored) = stored else {
         bail!(
-            "decisions: experiment {exp:?} decision {id} has no reward, but the log (entry {seq}) records its {event} ({reward}): the reward was removed"
+            "decisions: experiment {exp:?} decision {id} has no reward, but the log (entry {seq}) records its {} ({reward}): the reward was removed",
+            event.name()
         );
     };
     if stored.to_bits() != reward.to_bits() {
@@ -524,12 +529,14 @@ fn seen_reward(
             "decisions: experiment {exp:?} decision {id} has admitted reward {admitted:?}, the log (entry {seq}) says {a}"
         );
     }
-    let want = if event == "abandon" {
+    let want = if event == Event::Abandon {
         "abandoned"
     } else {
         "reward"
     };
-    if outcome.as_deref().is_some_and(|o| o != want) || (event == "abandon" && outcome.is_none()) {
+    if outcome.as_deref().is_some_and(|o| o != want)
+        || (event == Event::Abandon && outcome.is_none())
+    {
         bail!(
             "decisions: experiment {exp:?} decision {id} has outcome {outcome:?}, the log (entry {seq}) says {want:?}"
         );

@@ -30,8 +30,6 @@ mod read;
 mod reward;
 
 pub use create::CreateRequest;
-use create::*;
-use reward::*;
 
 /// Why an operation was refused. Every message names the field, the value and what is allowed;
 /// the state is unchanged.

@@ -49,7 +49,7 @@ pub(super) fn settle_intents(tx: &Connection) -> anyhow::Result<()> {
         store::audit(
             tx,
             &i.experiment,
-            "budget-charge",
+            store::Event::BudgetCharge,
             &json!({"ledger_id": i.id, "release": i.release, "arm": i.arm, "cost": i.cost,
                     "status": "lost", "why": "a release intent without its state change (crash): charged, a redo is charged again"}),
         )?;
@@ -166,8 +166,8 @@ pub(super) fn pin_earlier(tx: &Connection, names: &[String]) -> anyhow::Result<(
         store::audit(
             tx,
             &row.name,
-            "config",
-            &json!({"action": "pin", "format": crate::verify::LOG_FORMAT,
+            store::Event::Config,
+            &json!({"action": store::Action::Pin.name(), "format": crate::verify::LOG_FORMAT,
                     "label": s.label().unwrap_or(s.kind()), "params": s.params(),
                     "while_pending": s.while_pending(), "guarantee": g,
                     "dropout_reward": config.get("dropout_reward"),
@@ -197,8 +197,8 @@ pub(super) fn migrate_all(tx: &Connection, db: &Path) -> anyhow::Result<()> {
             store::audit(
                 tx,
                 &row.name,
-                "config",
-                &json!({"action": "migrate", "schema": store::SCHEMA_VERSION,
+                store::Event::Config,
+                &json!({"action": store::Action::Migrate.name(), "schema": store::SCHEMA_VERSION,
                         "state": "session snapshot", "issued": c.issued, "observed": c.observed}),
             )?;
         }
