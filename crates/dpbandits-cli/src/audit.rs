@@ -98,7 +98,7 @@ pub(crate) fn audit(a: AuditArgs) -> Result<ExitCode> {
             .map(|s| Scenario::parse(s))
             .collect::<dpbandits::error::Result<_>>()?;
     }
-    let pool = crate::thread_pool(a.threads)?;
+    let pool = crate::pool::thread_pool(a.threads)?;
     if a.white_box || a.mode == "white-box" {
         let w = WhiteBoxOptions {
             samples: a.samples,

@@ -40,9 +40,12 @@ use std::time::Instant;
 
 mod audit;
 mod bounds;
+mod pool;
 mod replay;
 mod serve;
 mod session;
+
+use pool::thread_pool;
 
 /// The experiment run by `dpbandits run --default`: the paper's finite-armed Figure 4(a).
 const DEFAULT_EXPERIMENT: &str = include_str!("../../../experiments/fig4a.toml");
@@ -442,17 +445,6 @@ fn run_plan(
         );
         Ok(ExitCode::from(1))
     }
-}
-
-/// The worker pool of `--threads N` (default: all cores); 0 is refused.
-pub(crate) fn thread_pool(threads: Option<usize>) -> Result<rayon::ThreadPool> {
-    if threads == Some(0) {
-        bail!("--threads 0: expected an integer >= 1");
-    }
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(threads.unwrap_or(0))
-        .build()
-        .context("starting worker threads")
 }
 
 /// A progress bar over `jobs` jobs with an ETA (hidden with `--quiet`); its message shows the

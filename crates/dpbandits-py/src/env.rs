@@ -8,7 +8,7 @@
 //! Python environment that wraps a built-in one, sees the same data as `dpbandits run` (a test
 //! compares the rewards a user policy observes inside `run()` with this object's).
 
-use crate::{err, index, lock, setting_id};
+use crate::convert::{count, dict_to_table, err, index, json_to_py, lock, setting_id};
 use dpbandits::bai::BaiEnvironment;
 use dpbandits::config::Setting;
 use dpbandits::contextual::ContextualEnvironment;
@@ -188,10 +188,10 @@ impl BuiltinEnv {
     ) -> PyResult<Self> {
         let master_seed = master_seed.map_or(Ok(0), |s| index("master_seed", s, u64::MAX))?;
         let run = run.map_or(Ok(0), |s| index("run", s, u64::MAX))?;
-        let horizon = horizon.map(|h| crate::count("horizon", h)).transpose()?;
+        let horizon = horizon.map(|h| count("horizon", h)).transpose()?;
         let seed = seed.map(|s| index("seed", s, u64::MAX)).transpose()?;
         let table = match params {
-            Some(d) => crate::dict_to_table("", d)?,
+            Some(d) => dict_to_table("", d)?,
             None => toml::Table::new(),
         };
         Self::build(kind, table, master_seed, run, horizon, seed)
@@ -213,13 +213,13 @@ impl BuiltinEnv {
             let env = env.cast::<PyDict>().map_err(|_| {
                 PyValueError::new_err("spec.env: expected a dict (the [env] table)")
             })?;
-            let env = crate::dict_to_table("env", env)?;
+            let env = dict_to_table("env", env)?;
             let master_seed = match d.get_item("master_seed")? {
                 Some(s) => index("master_seed", &s, u64::MAX)?,
                 None => 0,
             };
             let horizon = match d.get_item("horizon")? {
-                Some(h) => Some(crate::count("horizon", &h)?),
+                Some(h) => Some(count("horizon", &h)?),
                 None => None,
             };
             (env, master_seed, horizon)
@@ -304,7 +304,7 @@ impl BuiltinEnv {
 
     /// Instance facts as in the experiment's manifest (e.g. drawn arms, theta*, segments).
     fn describe<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        crate::json_to_py(py, &self.describe)
+        json_to_py(py, &self.describe)
     }
 
     /// Number of arms (finite-armed, linear, BAI).

@@ -26,14 +26,10 @@ pub struct Shared {
     /// A request body must arrive within this time after its header (else 408).
     pub body_timeout: Duration,
     /// The newest health probe's durable write (when it committed, and the experiment count
-    /// then); held while a probe writes, so that probes write one at a time ([`HEALTH_WRITE_EVERY`]).
+    /// then); held while a probe writes, so that probes write one at a time ([`crate::service::HEALTH_WRITE_EVERY`]).
     pub health: Arc<tokio::sync::Mutex<Option<(Instant, usize)>>>,
 }
 
-/// Health probes write to the database at most once in this interval: a probe within it is
-/// answered from the newest write (its age in `write_age_ms`), so a flood of unauthenticated
-/// probes cannot take the writer from the experiments.
-pub const HEALTH_WRITE_EVERY: Duration = Duration::from_secs(1);
 
 /// The router of API version 1.
 pub fn router(state: Shared) -> Router {
@@ -142,7 +138,7 @@ async fn json_errors(resp: Response) -> Response {
 }
 
 /// Authenticate a request from its header alone (the token table, not the service's lock), then
-/// read its body: at most [`crate::MAX_BODY`] bytes (else 413) within the body timeout (else
+/// read its body: at most [`crate::limits::MAX_BODY`] bytes (else 413) within the body timeout (else
 /// 408). An unauthenticated request is refused (401) before any of its body is read, so a
 /// stalled upload without a valid token holds no buffer. `admin`: only the admin token.
 async fn authed_body(
@@ -166,7 +162,7 @@ async fn authed_body(
             413,
             format!(
                 "body: larger than {} bytes; expected a JSON object of at most that size",
-                crate::MAX_BODY
+                crate::limits::MAX_BODY
             ),
         )
     };
@@ -174,12 +170,12 @@ async fn authed_body(
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > crate::MAX_BODY as u64) {
+    if declared.is_some_and(|n| n > crate::limits::MAX_BODY as u64) {
         return Err(too_large());
     }
     match tokio::time::timeout(
         state.body_timeout,
-        axum::body::to_bytes(body, crate::MAX_BODY),
+        axum::body::to_bytes(body, crate::limits::MAX_BODY),
     )
     .await
     {
@@ -492,7 +488,7 @@ async fn health(State(state): State<Shared>) -> Response {
     // database took a durable write within the last HEALTH_WRITE_EVERY.
     let mut last = state.health.lock().await;
     let r = match *last {
-        Some((at, experiments)) if at.elapsed() < HEALTH_WRITE_EVERY => Ok(json!({
+        Some((at, experiments)) if at.elapsed() < crate::service::HEALTH_WRITE_EVERY => Ok(json!({
             "status": "ok", "experiments": experiments, "database": "writable",
             "write_age_ms": at.elapsed().as_millis() as u64,
         })),

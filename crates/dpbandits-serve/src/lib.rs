@@ -19,6 +19,7 @@
 pub mod api;
 pub mod backup;
 pub mod client;
+pub mod limits;
 pub mod log;
 pub mod metrics;
 pub mod monitor_html;
@@ -29,6 +30,8 @@ pub mod service;
 pub mod store;
 pub mod verify;
 pub mod writer;
+
+pub use limits::{FD_RESERVE, Limits, MAX_BODY};
 
 use anyhow::{Context, Result, bail};
 use std::ffi::OsString;
@@ -65,44 +68,6 @@ pub struct ServeOptions {
     pub publish: Option<publish::PublishOptions>,
 }
 
-/// Timeouts and the connection limit of the server (`docs/service.md`, "Limits").
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Limits {
-    /// A request's header must arrive within this time, counted from the connection's start or
-    /// the end of the previous response (so it is also the idle keep-alive timeout); else the
-    /// connection is closed.
-    pub header_timeout: Duration,
-    /// A request's body must arrive within this time after its header (else 408, and the
-    /// connection is closed). Bodies are read only after the token is checked.
-    pub body_timeout: Duration,
-    /// After SIGTERM/SIGINT, in-flight requests get this long to finish; then every open
-    /// connection is closed and the process exits (releasing the database lock).
-    pub shutdown_deadline: Duration,
-    /// Open connections at most; one more is answered 503 (JSON, `Retry-After: 1`), logged, and
-    /// closed. Lowered at start to fit the file-descriptor limit ([`FD_RESERVE`] kept free).
-    pub max_connections: usize,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            header_timeout: Duration::from_secs(10),
-            body_timeout: Duration::from_secs(10),
-            shutdown_deadline: Duration::from_secs(5),
-            max_connections: 512,
-        }
-    }
-}
-
-/// File descriptors kept for everything but client connections: the database, its WAL and
-/// shared-memory files, the lock files, the log file, the listening socket, standard streams,
-/// the runtime's epoll and event descriptors, the refused connections being answered
-/// (`server::REFUSING_AT_ONCE`, 128), with a margin.
-pub const FD_RESERVE: usize = 160;
-
-/// The largest body a request may carry (bytes); a larger one is answered 413.
-pub const MAX_BODY: usize = 2 * 1024 * 1024;
-
 /// Read the admin token: from `file` if given (first line, trimmed), else from the environment
 /// variable [`ADMIN_TOKEN_ENV`]. At least 16 characters.
 ///
@@ -115,7 +80,7 @@ pub fn read_admin_token(file: Option<&std::path::Path>) -> Result<String> {
         use std::os::unix::fs::PermissionsExt;
         let mode = m.permissions().mode() & 0o777;
         if mode & 0o077 != 0 {
-            api::log(
+            log::log(
                 "warning",
                 serde_json::json!({"message": format!(
                     "--admin-token-file {}: mode {mode:o} lets other users read the admin token; chmod 600 it",
@@ -336,6 +301,24 @@ fn gate(ready: std::sync::Arc<std::sync::OnceLock<axum::Router>>) -> axum::Route
     })
 }
 
+/// `limits` with `max_connections` lowered to fit the file-descriptor limit (less
+/// [`FD_RESERVE`]), logged when lowered.
+fn fit_connections(limits: Limits) -> Limits {
+    let mut limits = limits;
+    if let Some(fds) = fd_limit() {
+        let budget = fds.saturating_sub(FD_RESERVE).max(1);
+        if limits.max_connections > budget {
+            log::log(
+                "connection-limit-lowered",
+                serde_json::json!({"max_connections": budget, "asked": limits.max_connections,
+                                   "fd_limit": fds, "fd_reserve": FD_RESERVE}),
+            );
+            limits.max_connections = budget;
+        }
+    }
+    limits
+}
+
 /// Serve until `stop` completes (graceful within the shutdown deadline), calling `bound` with
 /// the listening address once the service is ready (verified, its writer running). [`run`] is
 /// this with SIGTERM/SIGINT as `stop`; embedders (the benchmark) pass their own future.
@@ -360,18 +343,7 @@ pub async fn serve_until(
     // Installed before the start-up check: from now on SIGHUP never ends the process.
     let hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
         .context("installing the SIGHUP handler")?;
-    let mut limits = opts.limits;
-    if let Some(fds) = fd_limit() {
-        let budget = fds.saturating_sub(FD_RESERVE).max(1);
-        if limits.max_connections > budget {
-            api::log(
-                "connection-limit-lowered",
-                serde_json::json!({"max_connections": budget, "asked": limits.max_connections,
-                                   "fd_limit": fds, "fd_reserve": FD_RESERVE}),
-            );
-            limits.max_connections = budget;
-        }
-    }
+    let limits = fit_connections(opts.limits);
     let listener = tokio::net::TcpListener::bind(opts.listen)
         .await
         .with_context(|| format!("--listen {}", opts.listen))?;
@@ -390,68 +362,19 @@ pub async fn serve_until(
         }
     };
     let server = tokio::spawn(server::serve(listener, gate(ready.clone()), limits, stop));
-    let opened = {
-        let (db, token, key) = (
-            opts.db.clone(),
-            opts.admin_token.clone(),
-            opts.audit_key_file.clone(),
-        );
-        tokio::task::spawn_blocking(move || {
-            service::Service::open_keyed(&db, &token, key.as_deref())
-        })
-        .await
-        .context("the start-up check panicked")
-        .and_then(|r| r)
-    };
-    let mut service = match opened {
+    let service = match open_service(&opts).await {
         Ok(s) => s,
         Err(e) => {
-            api::log(
-                "start-refused",
-                serde_json::json!({"error": format!("{e:#}")}),
-            );
+            api::log("start-refused", serde_json::json!({"error": format!("{e:#}")}));
             let _ = failed_tx.send(());
             let _ = server.await;
             return Err(e);
         }
     };
-    warn_readable(&opts.db, opts.audit_key_file.as_deref());
-    if let Some(p) = &opts.publish {
-        service.set_publisher(publish::Publisher::new(p.clone(), &opts.db));
-    }
     let experiments = service.experiment_count();
     let tokens = service.tokens();
-    let (jobs, queue) = tokio::sync::mpsc::channel(4 * api::MAX_BATCH);
-    std::thread::Builder::new()
-        .name("dpbandits-writer".into())
-        .spawn(move || {
-            let priority = match raise_priority(WRITER_PRIORITY) {
-                Ok(nice) => serde_json::json!({"nice": nice, "raised": true}),
-                Err(e) => serde_json::json!({"raised": false, "error": e.to_string(),
-                    "hint": "the writer runs at the process's priority; allow it to raise its own (CAP_SYS_NICE, or systemd LimitNICE=) for the throughput of docs/perf.md"}),
-            };
-            api::log("writer-priority", priority);
-            api::writer(service, queue);
-            // The database's own lock goes only after the service's connection has closed
-            // (closing another descriptor of the file earlier would drop SQLite's locks).
-            drop(db_lock);
-        })
-        .context("starting the writer thread")?;
-    let deadlines = tokio::spawn(enforce_deadlines(jobs.clone()));
-    if let Some(p) = &opts.publish {
-        // The publication period's timer: a no-op job, so an idle writer publishes too.
-        let (jobs, every) = (jobs.clone(), p.every);
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            tick.tick().await;
-            loop {
-                tick.tick().await;
-                if jobs.send(api::publish_tick()).await.is_err() {
-                    break;
-                }
-            }
-        });
-    }
+    let jobs = start_writer(service, db_lock)?;
+    let timers = start_timers(&jobs, opts.publish.as_ref());
     let state = api::Shared {
         jobs,
         tokens: tokens.clone(),
@@ -470,13 +393,79 @@ pub async fn serve_until(
     // Kept until here: a dropped sender would end the server (its `failed_rx` resolves).
     drop(failed_tx);
     hup.abort();
-    deadlines.abort();
+    timers.into_iter().for_each(|t| t.abort());
     api::log(
         "stopped",
         serde_json::json!({"connections_closed_at_deadline": clean.closed_at_deadline}),
     );
     drop(path_lock);
     Ok(())
+}
+
+/// Open the service (its start-up check) off the runtime's threads, then warn about readable
+/// files and set the head's publisher.
+async fn open_service(opts: &ServeOptions) -> Result<service::Service> {
+    let (db, token, key) = (
+        opts.db.clone(),
+        opts.admin_token.clone(),
+        opts.audit_key_file.clone(),
+    );
+    let mut service =
+        tokio::task::spawn_blocking(move || service::Service::open_keyed(&db, &token, key.as_deref()))
+            .await
+            .context("the start-up check panicked")??;
+    warn_readable(&opts.db, opts.audit_key_file.as_deref());
+    if let Some(p) = &opts.publish {
+        service.set_publisher(publish::Publisher::new(p.clone(), &opts.db));
+    }
+    Ok(service)
+}
+
+/// Start the writer thread (the service's only owner, at a raised priority) holding the
+/// database file's lock, which it drops only after the service's connection has closed (closing
+/// another descriptor of the file earlier would drop SQLite's locks); returns its queue.
+fn start_writer(
+    service: service::Service,
+    db_lock: std::fs::File,
+) -> Result<tokio::sync::mpsc::Sender<api::Job>> {
+    let (jobs, queue) = tokio::sync::mpsc::channel(4 * api::MAX_BATCH);
+    std::thread::Builder::new()
+        .name("dpbandits-writer".into())
+        .spawn(move || {
+            let priority = match raise_priority(WRITER_PRIORITY) {
+                Ok(nice) => serde_json::json!({"nice": nice, "raised": true}),
+                Err(e) => serde_json::json!({"raised": false, "error": e.to_string(),
+                    "hint": "the writer runs at the process's priority; allow it to raise its own (CAP_SYS_NICE, or systemd LimitNICE=) for the throughput of docs/perf.md"}),
+            };
+            api::log("writer-priority", priority);
+            api::writer(service, queue);
+            drop(db_lock);
+        })
+        .context("starting the writer thread")?;
+    Ok(jobs)
+}
+
+/// The writer's timers: the reward deadlines ([`enforce_deadlines`]) and, with
+/// `--publish-head`, the publication period (a no-op job, so an idle writer publishes too).
+fn start_timers(
+    jobs: &tokio::sync::mpsc::Sender<api::Job>,
+    publish: Option<&publish::PublishOptions>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut timers = vec![tokio::spawn(enforce_deadlines(jobs.clone()))];
+    if let Some(p) = publish {
+        let (jobs, every) = (jobs.clone(), p.every);
+        timers.push(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                if jobs.send(api::publish_tick()).await.is_err() {
+                    break;
+                }
+            }
+        }));
+    }
+    timers
 }
 
 /// How often the deadline timer runs ([`enforce_deadlines`]).

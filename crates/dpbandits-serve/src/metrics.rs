@@ -257,6 +257,13 @@ pub fn render(experiments: &[ExperimentGauges]) -> String {
         r.commit_seconds
             .render(&mut out, "dpbandits_commit_seconds", "", &LATENCY_BUCKETS);
     });
+    render_process(&mut out);
+    render_experiments(&mut out, experiments);
+    out
+}
+
+/// The connection counters and the process's own figures of [`render`].
+fn render_process(out: &mut String) {
     for (metric, kind, help, v) in [
         (
             "dpbandits_connections_open",
@@ -290,6 +297,10 @@ pub fn render(experiments: &[ExperimentGauges]) -> String {
             );
         }
     }
+}
+
+/// The per-experiment gauges of [`render`].
+fn render_experiments(out: &mut String, experiments: &[ExperimentGauges]) {
     out.push_str("# HELP dpbandits_experiments Experiments in the database.\n");
     out.push_str("# TYPE dpbandits_experiments gauge\n");
     let _ = writeln!(out, "dpbandits_experiments {}", experiments.len());
@@ -339,5 +350,4 @@ pub fn render(experiments: &[ExperimentGauges]) -> String {
             e.charged_total
         );
     }
-    out
 }

@@ -3,7 +3,7 @@
 //! still open is closed (so a client holding a half-sent request cannot keep the process, and
 //! its database lock, alive).
 
-use crate::Limits;
+use crate::limits::Limits;
 use crate::log::log;
 use axum::Router;
 use hyper::body::Incoming;
@@ -18,7 +18,7 @@ use tower_service::Service as _;
 
 /// Refused connections answered at once at most (each holds a descriptor until its client
 /// closes, at most a second); beyond that a refused connection is closed without an answer.
-/// Part of [`crate::FD_RESERVE`].
+/// Part of [`crate::limits::FD_RESERVE`].
 const REFUSING_AT_ONCE: usize = 128;
 
 /// How the server stopped.

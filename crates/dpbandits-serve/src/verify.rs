@@ -24,7 +24,7 @@
 //! Memory is bounded by the number of experiments: the log is read once in order and each entry
 //! is checked against its row by primary key.
 
-use crate::store::{self, AuditKey, GENESIS};
+use crate::store::{self, Action, AuditKey, Event, GENESIS};
 use anyhow::{Context, Result, bail};
 use dpbandits::session::Session;
 use rusqlite::Connection;
@@ -250,23 +250,7 @@ pub fn verify_conn(conn: &Connection, key: Option<&AuditKey>, expect: &Expect) -
     let keying = store::audit_keying(conn)?;
     let entries_total = store::audit_count(conn)?;
     progress::start(entries_total);
-    match (&keying, key) {
-        (Some((f, from)), None) => bail!(
-            "the audit log is keyed (key fingerprint {f}, from entry {from}): give its key (--audit-key-file)"
-        ),
-        (Some((f, _)), Some(k)) if *f != k.fingerprint() => bail!(
-            "the audit log is keyed with the key of fingerprint {f}; the key given has fingerprint {}",
-            k.fingerprint()
-        ),
-        (Some((_, from)), _) if *from != 1 && (*from < 1 || *from > entries_total) => bail!(
-            "meta audit_keyed_from = {from}: the log has {entries_total} entries; keying starts at entry 1 or at the audit-key entry the log holds (the keying start was moved, e.g. past the last entry so that a log re-hashed without the key passes)"
-        ),
-        (None, Some(k)) if entries_total > 0 => bail!(
-            "a key (fingerprint {}) was given but the database says its audit log is not keyed (its meta rows audit_key and audit_keyed_from are missing): its keying was removed (and the chain re-hashed without the key), or the key is not this database's",
-            k.fingerprint()
-        ),
-        _ => {}
-    }
+    check_keying(keying.as_ref(), key, entries_total)?;
     let keyed_from = keying.as_ref().map(|x| x.1);
 
     let mut seen: BTreeMap<String, Seen> = BTreeMap::new();
@@ -275,91 +259,41 @@ pub fn verify_conn(conn: &Connection, key: Option<&AuditKey>, expect: &Expect) -
     let mut expect_seq = 1i64;
     let mut pinned = false;
     store::for_each_audit_entry(conn, |entry| {
-        let store::AuditRow {
-            seq,
-            ts,
-            experiment: exp,
-            event,
-            body,
-            prev,
-            hash,
-        } = entry;
+        let seq = entry.seq;
         progress::entry(seq);
-        if seq != expect_seq {
-            bail!("audit entry seq = {seq}: expected seq = {expect_seq} (an entry is missing)");
-        }
-        if prev != prev_hash {
-            bail!(
-                "audit entry seq = {seq}: prev = {prev} does not match the hash of entry {} ({prev_hash})",
-                seq - 1
-            );
-        }
-        let keyed = keyed_from.is_some_and(|from| seq >= from);
-        let want = match (keyed, key) {
-            (true, Some(k)) => k.entry_hash(&prev, seq, &ts, &exp, &event, &body),
-            _ => store::entry_hash(&prev, seq, &ts, &exp, &event, &body),
-        };
-        if hash != want {
-            bail!(
-                "audit entry seq = {seq}: hash = {hash}, but its contents {} to {want} (the entry was changed, or forged without the key)",
-                if keyed { "HMAC under the key" } else { "hash" }
-            );
-        }
+        check_link(&entry, &prev_hash, expect_seq, keyed_from, key)?;
+        let hash = &entry.hash;
         if let (Some(h), Some(n)) = (&expect.head, expect.entries)
             && seq as u64 == n
         {
-            if hash != *h {
+            if hash != h {
                 bail!(
                     "audit entry seq = {seq}: hash {hash}, but the published head says entry {n} is {h} (the log was rewritten)"
                 );
             }
             pinned = true;
         } else if let (Some(h), None) = (&expect.head, expect.entries)
-            && hash == *h
+            && hash == h
         {
             pinned = true;
         }
-        let body: Value = serde_json::from_str(&body)
+        let body: Value = serde_json::from_str(&entry.body)
             .with_context(|| format!("audit entry seq = {seq}: its body is not JSON"))?;
-        if keyed_from == Some(seq)
-            && seq > 1
-            && !(event == "config"
-                && body.get("action").and_then(Value::as_str) == Some("audit-key")
-                && body.get("keyed_from").and_then(Value::as_i64) == Some(seq))
-        {
-            bail!(
-                "meta audit_keyed_from = {seq}, but entry {seq} is not the audit-key entry that starts keying"
-            );
-        }
-        if event == "config"
-            && exp.is_empty()
-            && body.get("action").and_then(Value::as_str) == Some("audit-key")
-            && keyed_from != Some(seq)
-        {
-            bail!(
-                "audit entry seq = {seq} is the audit-key entry that starts keying, but meta audit_keyed_from = {keyed_from:?}: the keying was removed or moved"
-            );
-        }
-        check_entry(&mut seen, &mut rows, seq, &exp, &event, &body)?;
-        prev_hash = hash;
+        check_key_entry(seq, &entry.experiment, &entry.event, &body, keyed_from)?;
+        check_entry(
+            &mut seen,
+            &mut rows,
+            seq,
+            &entry.experiment,
+            &entry.event,
+            &body,
+        )?;
+        prev_hash = entry.hash;
         expect_seq += 1;
         Ok(())
     })?;
     let n = (expect_seq - 1) as u64;
-    if let Some(want) = expect.entries
-        && n < want
-    {
-        bail!(
-            "the log has {n} entries; the published head says it had {want} (entries were deleted from its end)"
-        );
-    }
-    if let Some(h) = &expect.head
-        && !pinned
-    {
-        bail!(
-            "no entry of the log has the published head {h} (the log was truncated or rewritten)"
-        );
-    }
+    check_pins(expect, n, pinned)?;
     let mut report = Report {
         entries: n,
         head: prev_hash,
@@ -377,6 +311,127 @@ pub fn verify_conn(conn: &Connection, key: Option<&AuditKey>, expect: &Expect) -
     Ok(report)
 }
 
+/// One link of the chain: entry `expect_seq`, following `prev_hash`, its hash recomputed (HMAC
+/// under `key` from `keyed_from` on, SHA-256 before).
+fn check_link(
+    entry: &store::AuditRow,
+    prev_hash: &str,
+    expect_seq: i64,
+    keyed_from: Option<i64>,
+    key: Option<&AuditKey>,
+) -> Result<()> {
+    let store::AuditRow {
+        seq,
+        ts,
+        experiment: exp,
+        event,
+        body,
+        prev,
+        hash,
+    } = entry;
+    let seq = *seq;
+    if seq != expect_seq {
+        bail!("audit entry seq = {seq}: expected seq = {expect_seq} (an entry is missing)");
+    }
+    if prev != prev_hash {
+        bail!(
+            "audit entry seq = {seq}: prev = {prev} does not match the hash of entry {} ({prev_hash})",
+            seq - 1
+        );
+    }
+    let keyed = keyed_from.is_some_and(|from| seq >= from);
+    let want = match (keyed, key) {
+        (true, Some(k)) => k.entry_hash(prev, seq, ts, exp, event, body),
+        _ => store::entry_hash(prev, seq, ts, exp, event, body),
+    };
+    if *hash != want {
+        bail!(
+            "audit entry seq = {seq}: hash = {hash}, but its contents {} to {want} (the entry was changed, or forged without the key)",
+            if keyed { "HMAC under the key" } else { "hash" }
+        );
+    }
+    Ok(())
+}
+
+/// Keying starts at entry `keyed_from` only if that entry is the `audit-key` entry (or entry 1),
+/// and an `audit-key` entry is only where keying starts.
+fn check_key_entry(
+    seq: i64,
+    exp: &str,
+    event: &str,
+    body: &Value,
+    keyed_from: Option<i64>,
+) -> Result<()> {
+    if keyed_from == Some(seq)
+        && seq > 1
+        && !(event == Event::Config.name()
+            && Action::of(body) == Some(Action::AuditKey)
+            && body.get("keyed_from").and_then(Value::as_i64) == Some(seq))
+    {
+        bail!(
+            "meta audit_keyed_from = {seq}, but entry {seq} is not the audit-key entry that starts keying"
+        );
+    }
+    if event == Event::Config.name()
+        && exp.is_empty()
+        && Action::of(body) == Some(Action::AuditKey)
+        && keyed_from != Some(seq)
+    {
+        bail!(
+            "audit entry seq = {seq} is the audit-key entry that starts keying, but meta audit_keyed_from = {keyed_from:?}: the keying was removed or moved"
+        );
+    }
+    Ok(())
+}
+
+/// The key given against how `meta` says the chain is keyed: a keyed log needs its key, keying
+/// starts at entry 1 or at an entry the log holds (the `audit-key` entry, checked in the walk),
+/// and a key given for an unkeyed, non-empty log means its keying was removed.
+fn check_keying(
+    keying: Option<&(String, i64)>,
+    key: Option<&AuditKey>,
+    entries_total: i64,
+) -> Result<()> {
+    match (keying, key) {
+        (Some((f, from)), None) => bail!(
+            "the audit log is keyed (key fingerprint {f}, from entry {from}): give its key (--audit-key-file)"
+        ),
+        (Some((f, _)), Some(k)) if *f != k.fingerprint() => bail!(
+            "the audit log is keyed with the key of fingerprint {f}; the key given has fingerprint {}",
+            k.fingerprint()
+        ),
+        (Some((_, from)), _) if *from != 1 && (*from < 1 || *from > entries_total) => bail!(
+            "meta audit_keyed_from = {from}: the log has {entries_total} entries; keying starts at entry 1 or at the audit-key entry the log holds (the keying start was moved, e.g. past the last entry so that a log re-hashed without the key passes)"
+        ),
+        (None, Some(k)) if entries_total > 0 => bail!(
+            "a key (fingerprint {}) was given but the database says its audit log is not keyed (its meta rows audit_key and audit_keyed_from are missing): its keying was removed (and the chain re-hashed without the key), or the key is not this database's",
+            k.fingerprint()
+        ),
+        _ => {}
+    }
+    Ok(())
+}
+
+/// The published head against the walk: the log has at least `expect.entries` entries and
+/// holds the head (`pinned`: some entry, or entry `expect.entries`, had it).
+fn check_pins(expect: &Expect, n: u64, pinned: bool) -> Result<()> {
+    if let Some(want) = expect.entries
+        && n < want
+    {
+        bail!(
+            "the log has {n} entries; the published head says it had {want} (entries were deleted from its end)"
+        );
+    }
+    if let Some(h) = &expect.head
+        && !pinned
+    {
+        bail!(
+            "no entry of the log has the published head {h} (the log was truncated or rewritten)"
+        );
+    }
+    Ok(())
+}
+
 /// Check one audit entry against the row it describes.
 #[allow(clippy::too_many_arguments)]
 fn check_entry(
@@ -391,177 +446,73 @@ fn check_entry(
         return Ok(()); // database-wide entries (the audit key)
     }
     let s = seen.entry(exp.to_string()).or_default();
-    if s.created.is_none() && !(event == "config" && body["action"] == "create") {
+    let parsed = Event::parse(event);
+    if s.created.is_none()
+        && !(parsed == Some(Event::Config) && Action::of(body) == Some(Action::Create))
+    {
         bail!(
             "audit entry seq = {seq}: {event} of experiment {exp:?} before its create entry (entries were deleted)"
         );
     }
-    match event {
-        "config" => match body.get("action").and_then(Value::as_str) {
-            Some("create") => {
-                if let Some((first, _, _)) = &s.created {
-                    bail!(
-                        "audit entry seq = {seq}: a second create entry of experiment {exp:?} (the first is entry {first})"
-                    );
-                }
-                let kind = field(body, "kind", seq)?
-                    .as_str()
-                    .with_context(|| format!("audit entry seq = {seq}: kind is not a string"))?;
-                s.created = Some((seq, kind.to_string(), as_u64(body, "arms", seq)?));
-                s.create = body.clone();
-                match body.get("token_sha256").and_then(Value::as_str) {
-                    Some(t) => s.token = Some((t.to_string(), seq)),
-                    None => s.token_unknown = true,
-                }
+    match parsed {
+        Some(Event::Config) => seen_config(s, seq, exp, body),
+        Some(Event::Decision) => seen_decision(s, rows, seq, exp, body),
+        Some(e @ (Event::Reward | Event::Abandon)) => seen_reward(s, rows, seq, exp, e, body),
+        Some(Event::Release) => {
+            s.releases += 1;
+            Ok(())
+        }
+        Some(Event::BudgetCharge) => seen_charge(s, rows, seq, exp, body),
+        Some(Event::LateOutcome) => seen_late(s, seq, exp, body),
+        _ => Ok(()),
+    }
+}
+
+/// A `late-outcome` entry: kept whole (few), checked against the table by [`check_late`].
+fn seen_late(s: &mut Seen, seq: i64, exp: &str, body: &Value) -> Result<()> {
+    let id = as_u64(body, "decision_id", seq)?;
+    let reward = as_f64(body, "reward", seq)?;
+    if s.late.iter().any(|&(d, _)| d == id) {
+        bail!("audit entry seq = {seq}: a second late outcome of decision {id} of experiment {exp:?}");
+    }
+    s.late.push((id, reward));
+    Ok(())
+}
+
+/// A `config` entry: the create entry, a pin, a token rotation.
+fn seen_config(s: &mut Seen, seq: i64, exp: &str, body: &Value) -> Result<()> {
+    match Action::of(body) {
+        Some(Action::Create) => {
+            if let Some((first, _, _)) = &s.created {
+                bail!(
+                    "audit entry seq = {seq}: a second create entry of experiment {exp:?} (the first is entry {first})"
+                );
             }
-            Some("pin") => {
-                if let Some((first, _)) = s.pins() {
-                    bail!(
-                        "audit entry seq = {seq}: a pin entry of experiment {exp:?}, whose configuration entry {first} already pins it"
-                    );
-                }
-                s.pin = Some((seq, body.clone()));
-            }
-            Some("rotate-token") => match body.get("token_sha256").and_then(Value::as_str) {
-                Some(t) => {
-                    s.token = Some((t.to_string(), seq));
-                    s.token_unknown = false;
-                }
+            let kind = field(body, "kind", seq)?
+                .as_str()
+                .with_context(|| format!("audit entry seq = {seq}: kind is not a string"))?;
+            s.created = Some((seq, kind.to_string(), as_u64(body, "arms", seq)?));
+            s.create = body.clone();
+            match body.get("token_sha256").and_then(Value::as_str) {
+                Some(t) => s.token = Some((t.to_string(), seq)),
                 None => s.token_unknown = true,
-            },
-            _ => {}
+            }
+        }
+        Some(Action::Pin) => {
+            if let Some((first, _)) = s.pins() {
+                bail!(
+                    "audit entry seq = {seq}: a pin entry of experiment {exp:?}, whose configuration entry {first} already pins it"
+                );
+            }
+            s.pin = Some((seq, body.clone()));
+        }
+        Some(Action::RotateToken) => match body.get("token_sha256").and_then(Value::as_str) {
+            Some(t) => {
+                s.token = Some((t.to_string(), seq));
+                s.token_unknown = false;
+            }
+            None => s.token_unknown = true,
         },
-        "decision" => {
-            let id = as_u64(body, "decision_id", seq)?;
-            let arm = as_u64(body, "arm", seq)?;
-            let Some(store::CheckedDecision {
-                arm: row_arm,
-                actions,
-                request_id,
-                propensity,
-                issued_unix,
-                ..
-            }) = rows.decision(exp, id)?
-            else {
-                bail!(
-                    "audit entry seq = {seq}: decision {id} of experiment {exp:?} is not in the decisions table (deleted)"
-                );
-            };
-            if row_arm as u64 != arm {
-                bail!(
-                    "decisions: experiment {exp:?} decision {id} has arm {row_arm}, the log (entry {seq}) says {arm}"
-                );
-            }
-            let logged = body.get("actions_sha256").and_then(Value::as_str);
-            let stored = actions.as_deref().map(|a| store::sha256_hex(a.as_bytes()));
-            if logged != stored.as_deref() {
-                bail!(
-                    "decisions: experiment {exp:?} decision {id}: its action set hashes to {stored:?}, the log (entry {seq}) says {logged:?}"
-                );
-            }
-            if body.get("issued_unix").is_some() {
-                check_decision_pins(body, exp, id, seq, request_id, propensity, issued_unix)?;
-            } else if s.pins().is_some_and(|(first, _)| first < seq) {
-                bail!(
-                    "audit entry seq = {seq}: decision {id} of experiment {exp:?} has no issued_unix, but the log pins every decision after entry {}",
-                    s.pins().map_or(0, |p| p.0)
-                );
-            } else {
-                s.old_decisions = Some(s.old_decisions.unwrap_or(0).max(id));
-            }
-            s.decisions += 1;
-        }
-        "reward" | "abandon" => {
-            let id = as_u64(body, "decision_id", seq)?;
-            let reward = as_f64(body, "reward", seq)?;
-            let Some(store::CheckedDecision {
-                reward: stored,
-                admitted,
-                outcome,
-                ..
-            }) = rows.decision(exp, id)?
-            else {
-                bail!(
-                    "audit entry seq = {seq}: the {event} of decision {id} of experiment {exp:?}, which is not in the decisions table (deleted)"
-                );
-            };
-            let Some(stored) = stored else {
-                bail!(
-                    "decisions: experiment {exp:?} decision {id} has no reward, but the log (entry {seq}) records its {event} ({reward}): the reward was removed"
-                );
-            };
-            if stored.to_bits() != reward.to_bits() {
-                bail!(
-                    "decisions: experiment {exp:?} decision {id} has reward {stored}, the log (entry {seq}) says {reward}"
-                );
-            }
-            if let Some(a) = body.get("admitted").and_then(Value::as_f64)
-                && admitted.map(f64::to_bits) != Some(a.to_bits())
-            {
-                bail!(
-                    "decisions: experiment {exp:?} decision {id} has admitted reward {admitted:?}, the log (entry {seq}) says {a}"
-                );
-            }
-            let want = if event == "abandon" {
-                "abandoned"
-            } else {
-                "reward"
-            };
-            if outcome.as_deref().is_some_and(|o| o != want)
-                || (event == "abandon" && outcome.is_none())
-            {
-                bail!(
-                    "decisions: experiment {exp:?} decision {id} has outcome {outcome:?}, the log (entry {seq}) says {want:?}"
-                );
-            }
-            s.rewards += 1;
-        }
-        "late-outcome" => {
-            let id = as_u64(body, "decision_id", seq)?;
-            let reward = as_f64(body, "reward", seq)?;
-            if s.late.iter().any(|&(d, _)| d == id) {
-                bail!(
-                    "audit entry seq = {seq}: a second late outcome of decision {id} of experiment {exp:?}"
-                );
-            }
-            s.late.push((id, reward));
-        }
-        "release" => s.releases += 1,
-        "budget-charge" => {
-            let id = field(body, "ledger_id", seq)?
-                .as_i64()
-                .with_context(|| format!("audit entry seq = {seq}: ledger_id is not an integer"))?;
-            let Some(store::CheckedCharge {
-                experiment: lexp,
-                release,
-                arm,
-                measure,
-                cost,
-                status,
-            }) = rows.ledger(id)?
-            else {
-                bail!(
-                    "audit entry seq = {seq}: ledger row {id} of experiment {exp:?} is not in the ledger table (deleted)"
-                );
-            };
-            let logged_status = field(body, "status", seq)?.as_str().unwrap_or("");
-            let logged_cost = as_f64(body, "cost", seq)?;
-            let mismatch = lexp != exp
-                || Some(release) != body.get("release").and_then(Value::as_i64)
-                || Some(arm) != body.get("arm").and_then(Value::as_i64)
-                || cost.to_bits() != logged_cost.to_bits()
-                || status != logged_status
-                || body
-                    .get("measure")
-                    .and_then(Value::as_str)
-                    .is_some_and(|m| m != measure);
-            if mismatch {
-                bail!(
-                    "ledger: row {id} is (experiment {lexp:?}, release {release}, arm {arm}, {measure} {cost}, {status}); the log (entry {seq}) says {body}"
-                );
-            }
-            s.charges += 1;
-        }
         _ => {}
     }
     Ok(())
@@ -613,6 +564,156 @@ fn check_late(conn: &Connection, seen: &BTreeMap<String, Seen>) -> Result<()> {
             bail!("decisions: experiment {exp:?} has late outcomes but no entry in the log");
         }
     }
+    Ok(())
+}
+
+/// A `decision` entry against its row.
+fn seen_decision(
+    s: &mut Seen,
+    rows: &mut store::RowReader<'_>,
+    seq: i64,
+    exp: &str,
+    body: &Value,
+) -> Result<()> {
+    let id = as_u64(body, "decision_id", seq)?;
+    let arm = as_u64(body, "arm", seq)?;
+    let Some(store::CheckedDecision {
+        arm: row_arm,
+        actions,
+        request_id,
+        propensity,
+        issued_unix,
+        ..
+    }) = rows.decision(exp, id)?
+    else {
+        bail!(
+            "audit entry seq = {seq}: decision {id} of experiment {exp:?} is not in the decisions table (deleted)"
+        );
+    };
+    if row_arm as u64 != arm {
+        bail!(
+            "decisions: experiment {exp:?} decision {id} has arm {row_arm}, the log (entry {seq}) says {arm}"
+        );
+    }
+    let logged = body.get("actions_sha256").and_then(Value::as_str);
+    let stored = actions.as_deref().map(|a| store::sha256_hex(a.as_bytes()));
+    if logged != stored.as_deref() {
+        bail!(
+            "decisions: experiment {exp:?} decision {id}: its action set hashes to {stored:?}, the log (entry {seq}) says {logged:?}"
+        );
+    }
+    if body.get("issued_unix").is_some() {
+        check_decision_pins(body, exp, id, seq, request_id, propensity, issued_unix)?;
+    } else if s.pins().is_some_and(|(first, _)| first < seq) {
+        bail!(
+            "audit entry seq = {seq}: decision {id} of experiment {exp:?} has no issued_unix, but the log pins every decision after entry {}",
+            s.pins().map_or(0, |p| p.0)
+        );
+    } else {
+        s.old_decisions = Some(s.old_decisions.unwrap_or(0).max(id));
+    }
+    s.decisions += 1;
+    Ok(())
+}
+
+/// A `reward` or `abandon` entry against its decision row.
+fn seen_reward(
+    s: &mut Seen,
+    rows: &mut store::RowReader<'_>,
+    seq: i64,
+    exp: &str,
+    event: Event,
+    body: &Value,
+) -> Result<()> {
+    let id = as_u64(body, "decision_id", seq)?;
+    let reward = as_f64(body, "reward", seq)?;
+    let Some(store::CheckedDecision {
+        reward: stored,
+        admitted,
+        outcome,
+        ..
+    }) = rows.decision(exp, id)?
+    else {
+        bail!(
+            "audit entry seq = {seq}: the {} of decision {id} of experiment {exp:?}, which is not in the decisions table (deleted)",
+            event.name()
+        );
+    };
+    let Some(stored) = stored else {
+        bail!(
+            "decisions: experiment {exp:?} decision {id} has no reward, but the log (entry {seq}) records its {} ({reward}): the reward was removed",
+            event.name()
+        );
+    };
+    if stored.to_bits() != reward.to_bits() {
+        bail!(
+            "decisions: experiment {exp:?} decision {id} has reward {stored}, the log (entry {seq}) says {reward}"
+        );
+    }
+    if let Some(a) = body.get("admitted").and_then(Value::as_f64)
+        && admitted.map(f64::to_bits) != Some(a.to_bits())
+    {
+        bail!(
+            "decisions: experiment {exp:?} decision {id} has admitted reward {admitted:?}, the log (entry {seq}) says {a}"
+        );
+    }
+    let want = if event == Event::Abandon {
+        "abandoned"
+    } else {
+        "reward"
+    };
+    if outcome.as_deref().is_some_and(|o| o != want)
+        || (event == Event::Abandon && outcome.is_none())
+    {
+        bail!(
+            "decisions: experiment {exp:?} decision {id} has outcome {outcome:?}, the log (entry {seq}) says {want:?}"
+        );
+    }
+    s.rewards += 1;
+    Ok(())
+}
+
+/// A `budget-charge` entry against its ledger row.
+fn seen_charge(
+    s: &mut Seen,
+    rows: &mut store::RowReader<'_>,
+    seq: i64,
+    exp: &str,
+    body: &Value,
+) -> Result<()> {
+    let id = field(body, "ledger_id", seq)?
+        .as_i64()
+        .with_context(|| format!("audit entry seq = {seq}: ledger_id is not an integer"))?;
+    let Some(store::CheckedCharge {
+        experiment: lexp,
+        release,
+        arm,
+        measure,
+        cost,
+        status,
+    }) = rows.ledger(id)?
+    else {
+        bail!(
+            "audit entry seq = {seq}: ledger row {id} of experiment {exp:?} is not in the ledger table (deleted)"
+        );
+    };
+    let logged_status = field(body, "status", seq)?.as_str().unwrap_or("");
+    let logged_cost = as_f64(body, "cost", seq)?;
+    let mismatch = lexp != exp
+        || Some(release) != body.get("release").and_then(Value::as_i64)
+        || Some(arm) != body.get("arm").and_then(Value::as_i64)
+        || cost.to_bits() != logged_cost.to_bits()
+        || status != logged_status
+        || body
+            .get("measure")
+            .and_then(Value::as_str)
+            .is_some_and(|m| m != measure);
+    if mismatch {
+        bail!(
+            "ledger: row {id} is (experiment {lexp:?}, release {release}, arm {arm}, {measure} {cost}, {status}); the log (entry {seq}) says {body}"
+        );
+    }
+    s.charges += 1;
     Ok(())
 }
 
@@ -754,6 +855,64 @@ fn check_decision_pins(
     Ok(())
 }
 
+/// The session restored from experiment `name`'s stored snapshot, its counters checked against
+/// the log; `None` for a bare policy snapshot of a schema-1 database before its migration.
+fn restored_session(
+    conn: &Connection,
+    name: &str,
+    snapshot: &[u8],
+    s: &Seen,
+) -> Result<Option<Session>> {
+    if dpbandits::session::Session::is_session_snapshot(snapshot) {
+        let session = dpbandits::session::Session::restore(snapshot)
+            .with_context(|| format!("experiments: {name:?}: its snapshot does not restore"))?;
+        if session.issued() != s.decisions || session.t() != s.rewards {
+            bail!(
+                "experiments: {name:?}: its session snapshot has {} decisions issued and {} rewards observed; the audit log explains {} and {}",
+                session.issued(),
+                session.t(),
+                s.decisions,
+                s.rewards
+            );
+        }
+        Ok(Some(session))
+    } else if store::schema_version(conn)? == store::SCHEMA_VERSION_POLICY_SNAPSHOTS {
+        Ok(None) // a schema-1 database before its migration (bare policy snapshots)
+    } else {
+        bail!(
+            "experiments: {name:?}: its snapshot is not a session snapshot (only a schema-1 database, before its migration, holds bare policy snapshots)"
+        );
+    }
+}
+
+/// Experiment `name`'s rows (decisions, rewarded decisions, settled ledger rows) and its
+/// counters against the log's counts.
+fn check_counts(name: &str, s: &Seen, rows: [u64; 3], counters: &store::Counters) -> Result<()> {
+    for (what, table_n, log_n) in [
+        ("decision rows", rows[0], s.decisions),
+        ("decisions with a reward", rows[1], s.rewards),
+        ("settled ledger rows", rows[2], s.charges),
+    ] {
+        if table_n != log_n {
+            bail!(
+                "{name:?}: {table_n} {what} in the tables, {log_n} in the audit log (rows were added or entries deleted)"
+            );
+        }
+    }
+    for (what, counter, log_n) in [
+        ("issued", counters.issued, s.decisions),
+        ("observed", counters.observed, s.rewards),
+        ("releases", counters.releases, s.releases),
+    ] {
+        if counter != log_n {
+            bail!(
+                "experiments: {name:?} has counter {what} = {counter}; the audit log explains {log_n}"
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Check the tables against what the log says (counts per experiment, counters, tokens).
 fn check_tables(
     conn: &Connection,
@@ -779,7 +938,6 @@ fn check_tables(
             snapshot,
             counters,
         } = row;
-        let (issued, observed, releases) = (counters.issued, counters.observed, counters.releases);
         let Some(s) = seen.get(&name).filter(|s| s.created.is_some()) else {
             bail!("experiments: {name:?} has no create entry in the audit log");
         };
@@ -790,28 +948,8 @@ fn check_tables(
             );
         }
         let table = |m: &BTreeMap<String, u64>| m.get(&name).copied().unwrap_or(0);
-        for (what, table_n, log_n) in [
-            ("decision rows", table(&decisions), s.decisions),
-            ("decisions with a reward", table(&rewarded), s.rewards),
-            ("settled ledger rows", table(&charges), s.charges),
-        ] {
-            if table_n != log_n {
-                bail!(
-                    "{name:?}: {table_n} {what} in the tables, {log_n} in the audit log (rows were added or entries deleted)"
-                );
-            }
-        }
-        for (what, counter, log_n) in [
-            ("issued", issued, s.decisions),
-            ("observed", observed, s.rewards),
-            ("releases", releases, s.releases),
-        ] {
-            if counter != log_n {
-                bail!(
-                    "experiments: {name:?} has counter {what} = {counter}; the audit log explains {log_n}"
-                );
-            }
-        }
+        let rows = [table(&decisions), table(&rewarded), table(&charges)];
+        check_counts(&name, s, rows, &counters)?;
         match (&s.token, s.token_unknown) {
             (Some((t, seq)), false) if *t != token_hash => bail!(
                 "experiments: {name:?} has client-token hash {token_hash}; the log's last token record (entry {seq}) says {t} (the token hash was replaced, or later entries of the log removed)"
@@ -819,26 +957,7 @@ fn check_tables(
             (_, true) | (None, _) => report.tokens_unchecked.push(name.clone()),
             _ => {}
         }
-        let session = if dpbandits::session::Session::is_session_snapshot(&snapshot) {
-            let session = dpbandits::session::Session::restore(&snapshot)
-                .with_context(|| format!("experiments: {name:?}: its snapshot does not restore"))?;
-            if session.issued() != s.decisions || session.t() != s.rewards {
-                bail!(
-                    "experiments: {name:?}: its session snapshot has {} decisions issued and {} rewards observed; the audit log explains {} and {}",
-                    session.issued(),
-                    session.t(),
-                    s.decisions,
-                    s.rewards
-                );
-            }
-            Some(session)
-        } else if store::schema_version(conn)? == store::SCHEMA_VERSION_POLICY_SNAPSHOTS {
-            None // a schema-1 database before its migration (bare policy snapshots)
-        } else {
-            bail!(
-                "experiments: {name:?}: its snapshot is not a session snapshot (only a schema-1 database, before its migration, holds bare policy snapshots)"
-            );
-        };
+        let session = restored_session(conn, &name, &snapshot, s)?;
         check_config(&name, s, &config, session.as_ref())?;
         match s.pins() {
             Some(_) => check_pinned(conn, &name, s, session.as_ref())?,

@@ -1,6 +1,7 @@
 //! Creating an experiment: the request, the policy table, the session it builds, and client
 //! token rotation.
 
+use super::reward::cost_of;
 use super::*;
 
 /// The request that creates an experiment (the HTTP layer deserializes it). The problem's keys
@@ -401,8 +402,8 @@ impl Service {
         store::audit(
             &tx,
             &req.name,
-            "config",
-            &json!({"action": "create", "format": crate::verify::LOG_FORMAT, "kind": kind, "label": label,
+            store::Event::Config,
+            &json!({"action": store::Action::Create.name(), "format": crate::verify::LOG_FORMAT, "kind": kind, "label": label,
                     "arms": arms, "problem": pj, "guarantee": g, "params": session.params(),
                     "while_pending": session.while_pending(),
                     "dropout_reward": req.dropout_reward, "reward_deadline": req.reward_deadline,
@@ -445,8 +446,8 @@ impl Service {
         store::audit(
             &tx,
             name,
-            "config",
-            &json!({"action": "rotate-token", "why": why, "token_sha256": token_hash}),
+            store::Event::Config,
+            &json!({"action": store::Action::RotateToken.name(), "why": why, "token_sha256": token_hash}),
         )?;
         tx.commit()?;
         self.experiments

@@ -1,6 +1,8 @@
 //! Issuing a decision: the action set, the releases a decision draws first, the decision row
 //! and its audit entries.
 
+use super::create::{check_request_id, core_error};
+use super::reward::{charge, cost_of};
 use super::*;
 
 /// A contextual decision's action set from JSON: `k >= 1` arrays of the same length `d`.
@@ -155,7 +157,7 @@ impl Service {
                     store::audit(
                         &tx,
                         name,
-                        "stop",
+                        store::Event::Stop,
                         &json!({"recommendation": recommendation, "at_round": at_round}),
                     )?;
                     tx.commit()?;
@@ -178,7 +180,7 @@ impl Service {
                 store::audit(
                     &tx,
                     name,
-                    "commitment",
+                    store::Event::Commitment,
                     &json!({"arm": arm, "rounds": rounds, "at_round": at_round}),
                 )?;
             }
@@ -210,7 +212,7 @@ impl Service {
             if let Some(p) = propensity {
                 body["propensity"] = json!(p);
             }
-            store::audit(&tx, name, "decision", &body)?;
+            store::audit(&tx, name, store::Event::Decision, &body)?;
             tx.commit()?;
             let mut answer = json!({"decision_id": id, "arm": arm});
             if let Some(p) = propensity {
@@ -292,7 +294,7 @@ impl Service {
                 store::audit(
                     &tx,
                     name,
-                    "release",
+                    store::Event::Release,
                     &json!({"release": release_no, "arm": release.arm, "episode_rounds": release.rounds, "at": "decision"}),
                 )?;
                 charge(&tx, name, id, release_no, release.arm, measure, c)?;

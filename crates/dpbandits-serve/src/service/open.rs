@@ -49,7 +49,7 @@ pub(super) fn settle_intents(tx: &Connection) -> anyhow::Result<()> {
         store::audit(
             tx,
             &i.experiment,
-            "budget-charge",
+            store::Event::BudgetCharge,
             &json!({"ledger_id": i.id, "release": i.release, "arm": i.arm, "cost": i.cost,
                     "status": "lost", "why": "a release intent without its state change (crash): charged, a redo is charged again"}),
         )?;
@@ -166,14 +166,43 @@ pub(super) fn pin_earlier(tx: &Connection, names: &[String]) -> anyhow::Result<(
         store::audit(
             tx,
             &row.name,
-            "config",
-            &json!({"action": "pin", "format": crate::verify::LOG_FORMAT,
+            store::Event::Config,
+            &json!({"action": store::Action::Pin.name(), "format": crate::verify::LOG_FORMAT,
                     "label": s.label().unwrap_or(s.kind()), "params": s.params(),
                     "while_pending": s.while_pending(), "guarantee": g,
                     "dropout_reward": config.get("dropout_reward"),
                     "reward_deadline": config.get("reward_deadline"),
                     "decisions": n, "decisions_sha256": digest}),
         )?;
+    }
+    Ok(())
+}
+
+/// Migrate a schema-1 database (bare policy snapshots) to session snapshots inside `tx`, each
+/// experiment with its `migrate` audit entry; any other schema: nothing.
+pub(super) fn migrate_all(tx: &Connection, db: &Path) -> anyhow::Result<()> {
+    if store::schema_version(tx)? == store::SCHEMA_VERSION_POLICY_SNAPSHOTS {
+        for row in store::load_experiments(tx)? {
+            let s = migrate(&row).with_context(|| {
+                format!(
+                    "--db {}: migrating schema {} to {} (session snapshots)",
+                    db.display(),
+                    store::SCHEMA_VERSION_POLICY_SNAPSHOTS,
+                    store::SCHEMA_VERSION
+                )
+            })?;
+            let snap = s.snapshot()?;
+            let c = counters_of(&s, row.counters.releases);
+            store::update_state(tx, &row.name, &snap, &c)?;
+            store::audit(
+                tx,
+                &row.name,
+                store::Event::Config,
+                &json!({"action": store::Action::Migrate.name(), "schema": store::SCHEMA_VERSION,
+                        "state": "session snapshot", "issued": c.issued, "observed": c.observed}),
+            )?;
+        }
+        store::set_schema_version(tx, store::SCHEMA_VERSION)?;
     }
     Ok(())
 }
@@ -256,29 +285,7 @@ impl Service {
         };
         store::init_audit_key(&conn, &key, db)?;
         let tx = conn.transaction()?;
-        if store::schema_version(&tx)? == store::SCHEMA_VERSION_POLICY_SNAPSHOTS {
-            for row in store::load_experiments(&tx)? {
-                let s = migrate(&row).with_context(|| {
-                    format!(
-                        "--db {}: migrating schema {} to {} (session snapshots)",
-                        db.display(),
-                        store::SCHEMA_VERSION_POLICY_SNAPSHOTS,
-                        store::SCHEMA_VERSION
-                    )
-                })?;
-                let snap = s.snapshot()?;
-                let c = counters_of(&s, row.counters.releases);
-                store::update_state(&tx, &row.name, &snap, &c)?;
-                store::audit(
-                    &tx,
-                    &row.name,
-                    "config",
-                    &json!({"action": "migrate", "schema": store::SCHEMA_VERSION,
-                            "state": "session snapshot", "issued": c.issued, "observed": c.observed}),
-                )?;
-            }
-            store::set_schema_version(&tx, store::SCHEMA_VERSION)?;
-        }
+        migrate_all(&tx, db)?;
         pin_earlier(&tx, &unpinned)?;
         settle_intents(&tx)?;
         tx.commit()?;
@@ -297,6 +304,7 @@ impl Service {
             batch_failed: false,
             stale: HashSet::new(),
             publisher: None,
+            health_at: None,
         })
     }
 

@@ -1,6 +1,8 @@
 //! What the service reads without changing state (and closing): the list, metrics gauges,
 //! status, ledger, report, export, the audit export and the closing report.
 
+use super::create::core_error;
+use super::reward::cost_of;
 use super::*;
 use dpbandits::report::Validity;
 
@@ -152,7 +154,7 @@ impl Service {
             "cost": "none: the report is post-processing of released statistics and public counts",
         });
         let tx = self.conn.savepoint()?;
-        let (seq, head) = store::audit(&tx, name, "close", &body)?;
+        let (seq, head) = store::audit(&tx, name, store::Event::Close, &body)?;
         tx.commit()?;
         self.request_publish();
         body["audit_seq"] = json!(seq);

@@ -20,7 +20,7 @@ pub(super) fn charge(
     store::audit(
         tx,
         name,
-        "budget-charge",
+        store::Event::BudgetCharge,
         &json!({"ledger_id": id, "release": release_no, "arm": arm, "measure": measure, "cost": cost, "status": "charged"}),
     )?;
     Ok(())
@@ -191,9 +191,9 @@ impl Service {
                 &tx,
                 name,
                 if abandoned.is_some() {
-                    "abandon"
+                    store::Event::Abandon
                 } else {
-                    "reward"
+                    store::Event::Reward
                 },
                 &body,
             )?;
@@ -201,7 +201,7 @@ impl Service {
                 store::audit(
                     &tx,
                     name,
-                    "release",
+                    store::Event::Release,
                     &json!({"release": release_no, "arm": arm, "episode_rounds": "complete"}),
                 )?;
             }

@@ -35,7 +35,7 @@ impl Service {
         store::audit(
             &tx,
             name,
-            "late-outcome",
+            store::Event::LateOutcome,
             &json!({"decision_id": decision_id, "arm": arm, "reward": reward}),
         )?;
         tx.commit()?;

@@ -7,6 +7,112 @@ use rusqlite::{Connection, OptionalExtension, params};
 use sha2::Sha256;
 use std::path::Path;
 
+/// The events of the audit log: the one list the service writes ([`audit`]) and the verifier
+/// reads back ([`Event::parse`]); the name is what the `event` column holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// A configuration change: its body's `action` says which ([`Action`]).
+    Config,
+    /// A commitment opened.
+    Commitment,
+    /// A decision issued.
+    Decision,
+    /// A reward applied.
+    Reward,
+    /// A decision abandoned (its dropout reward applied).
+    Abandon,
+    /// A release drawn.
+    Release,
+    /// A ledger row settled (charged or lost).
+    BudgetCharge,
+    /// A best-arm identification run stopped.
+    Stop,
+    /// An experiment closed (the body is the report).
+    Close,
+    /// A true outcome reported after its decision was abandoned: stored, not applied.
+    LateOutcome,
+}
+
+impl Event {
+    /// Every event.
+    pub const ALL: [Event; 10] = [
+        Event::Config,
+        Event::Commitment,
+        Event::Decision,
+        Event::Reward,
+        Event::Abandon,
+        Event::Release,
+        Event::BudgetCharge,
+        Event::Stop,
+        Event::Close,
+        Event::LateOutcome,
+    ];
+
+    /// The name written in the `event` column.
+    pub fn name(self) -> &'static str {
+        match self {
+            Event::Config => "config",
+            Event::Commitment => "commitment",
+            Event::Decision => "decision",
+            Event::Reward => "reward",
+            Event::Abandon => "abandon",
+            Event::Release => "release",
+            Event::BudgetCharge => "budget-charge",
+            Event::Stop => "stop",
+            Event::Close => "close",
+            Event::LateOutcome => "late-outcome",
+        }
+    }
+
+    /// The event named `name` (`None`: not an event this build writes).
+    pub fn parse(name: &str) -> Option<Event> {
+        Event::ALL.into_iter().find(|e| e.name() == name)
+    }
+}
+
+/// The `action` of a [`Event::Config`] entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// An experiment created.
+    Create,
+    /// An experiment of an earlier build pinned (`crate::verify::LOG_FORMAT`).
+    Pin,
+    /// A client token replaced.
+    RotateToken,
+    /// A schema-1 experiment migrated to a session snapshot.
+    Migrate,
+    /// Keying starts here (database-wide).
+    AuditKey,
+}
+
+impl Action {
+    /// Every action.
+    pub const ALL: [Action; 5] = [
+        Action::Create,
+        Action::Pin,
+        Action::RotateToken,
+        Action::Migrate,
+        Action::AuditKey,
+    ];
+
+    /// The name written in the body's `action`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Action::Create => "create",
+            Action::Pin => "pin",
+            Action::RotateToken => "rotate-token",
+            Action::Migrate => "migrate",
+            Action::AuditKey => "audit-key",
+        }
+    }
+
+    /// The action of a config entry's body (`None`: none, or not one this build writes).
+    pub fn of(body: &serde_json::Value) -> Option<Action> {
+        let name = body.get("action")?.as_str()?;
+        Action::ALL.into_iter().find(|a| a.name() == name)
+    }
+}
+
 /// One audit entry.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct AuditEntry {
@@ -261,8 +367,8 @@ pub fn init_audit_key(conn: &Connection, key: &AuditKey, db: &Path) -> Result<()
                 audit(
                     &tx,
                     "",
-                    "config",
-                    &serde_json::json!({"action": "audit-key", "fingerprint": key.fingerprint(),
+                    Event::Config,
+                    &serde_json::json!({"action": Action::AuditKey.name(), "fingerprint": key.fingerprint(),
                         "keyed_from": last + 1, "unkeyed_entries": last}),
                 )?;
             }
@@ -309,9 +415,10 @@ pub fn entry_hash(
 pub fn audit(
     tx: &Connection,
     experiment: &str,
-    event: &str,
+    event: Event,
     body: &serde_json::Value,
 ) -> Result<(i64, String)> {
+    let event = event.name();
     let last: Option<(i64, String)> = tx
         .prepare_cached("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1")?
         .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))
@@ -358,8 +465,8 @@ pub fn audit_head(conn: &Connection) -> Result<(u64, String)> {
 pub fn close_entry(conn: &Connection, experiment: &str) -> Result<Option<serde_json::Value>> {
     let row: Option<(i64, String, String)> = conn
         .query_row(
-            "SELECT seq, body, hash FROM audit WHERE experiment = ?1 AND event = 'close' ORDER BY seq LIMIT 1",
-            [experiment],
+            "SELECT seq, body, hash FROM audit WHERE experiment = ?1 AND event = ?2 ORDER BY seq LIMIT 1",
+            [experiment, Event::Close.name()],
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
         )
         .optional()?;

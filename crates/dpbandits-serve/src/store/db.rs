@@ -8,7 +8,7 @@ use std::path::Path;
 
 /// The schema version written in `meta`: 4 = schema 3 with a keyed audit chain (`meta` rows
 /// `audit_key` and `audit_keyed_from`; entries from `audit_keyed_from` on are HMAC-SHA256 under
-/// a key kept outside the database, [`AuditKey`]). A build that writes unkeyed entries reads
+/// a key kept outside the database, [`super::AuditKey`]). A build that writes unkeyed entries reads
 /// at most schema 3, so it refuses a keyed database instead of breaking its chain.
 pub const SCHEMA_VERSION: &str = "4";
 

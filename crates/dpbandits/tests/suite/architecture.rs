@@ -550,7 +550,8 @@ mod files {
             .iter()
             .map(|s| s.to_str().unwrap().trim_end_matches(".rs").to_string())
             .collect();
-        if matches!(m.last().map(String::as_str), Some("mod" | "lib")) {
+        // `lib.rs` and `mod.rs` are their folder's module; a binary's root `main.rs` too.
+        if matches!(m.last().map(String::as_str), Some("mod" | "lib")) || m.as_slice() == ["main"] {
             m.pop();
         }
         m
@@ -561,6 +562,40 @@ mod files {
         pub to: String,
         pub line: usize,
         pub path: String,
+    }
+
+    /// Every function of the library code in `text` (items under `#[cfg(test)]` left out):
+    /// `(name, first line, lines)`, from its `fn` to the closing brace of its body.
+    pub fn functions(text: &str) -> Vec<(String, usize, usize)> {
+        let (t, _) = without_tests(lex(text));
+        let mut out = vec![];
+        let mut i = 0;
+        while i < t.len() {
+            if !is_ident(t.get(i), "fn") {
+                i += 1;
+                continue;
+            }
+            let Some((Tok::Ident(name), line)) = t.get(i + 1).cloned() else {
+                i += 1;
+                continue;
+            };
+            let mut j = i + 2;
+            while j < t.len() {
+                match t[j].0 {
+                    Tok::Punct(';') => break,
+                    Tok::Open('{') => {
+                        let end = skip_group(&t, j);
+                        let last = t[end - 1].1;
+                        out.push((name.clone(), line, last + 1 - line));
+                        break;
+                    }
+                    Tok::Open(_) => j = skip_group(&t, j),
+                    _ => j += 1,
+                }
+            }
+            i += 2;
+        }
+        out
     }
 
     /// The graph `file -> files it references` of the library's non-test code, files named by
@@ -579,14 +614,19 @@ mod files {
     /// parent). A private `use child::X` in a `mod.rs`, or any other mention of a child's item
     /// in its code, is an edge. Items under `#[cfg(test)]` and test module files are left out.
     pub fn graph(src: &Path) -> BTreeMap<String, Vec<Edge>> {
-        // The module tree from lib.rs, following `mod x;` outside #[cfg(test)].
+        graph_of(src, "lib.rs")
+    }
+
+    /// [`graph`] of the crate whose root file is `root` (`lib.rs`, or `main.rs` of a binary).
+    pub fn graph_of(src: &Path, root: &str) -> BTreeMap<String, Vec<Edge>> {
+        // The module tree from the root, following `mod x;` outside #[cfg(test)].
         let mut files: BTreeMap<Vec<String>, String> = BTreeMap::new();
         let mut parsed = BTreeMap::new();
-        let mut todo = vec![("lib.rs".to_string(), vec![])];
+        let mut todo = vec![(root.to_string(), vec![])];
         while let Some((rel, module)) = todo.pop() {
             let text = std::fs::read_to_string(src.join(&rel)).unwrap();
             let (ms, children, _tests) = mentions(&text);
-            let dir = if rel == "lib.rs" || rel.ends_with("/mod.rs") {
+            let dir = if rel == root || rel.ends_with("/mod.rs") {
                 Path::new(&rel).parent().unwrap().to_path_buf()
             } else {
                 Path::new(&rel).with_extension("")
@@ -814,4 +854,156 @@ fn the_file_cycle_test_catches_mutual_imports() {
         cycles[0]
     );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Every crate of the workspace: its source folder and root file.
+fn workspace_crates() -> Vec<(&'static str, PathBuf, &'static str)> {
+    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let all = vec![
+        ("dpbandits", crates.join("dpbandits/src"), "lib.rs"),
+        (
+            "dpbandits-serve",
+            crates.join("dpbandits-serve/src"),
+            "lib.rs",
+        ),
+        ("dpbandits-cli", crates.join("dpbandits-cli/src"), "main.rs"),
+        ("dpbandits-py", crates.join("dpbandits-py/src"), "lib.rs"),
+    ];
+    let mut dirs: Vec<String> = std::fs::read_dir(crates)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| crates.join(n).join("Cargo.toml").is_file())
+        .collect();
+    dirs.sort();
+    let mut named: Vec<String> = all.iter().map(|c| c.0.to_string()).collect();
+    named.sort();
+    assert_eq!(
+        dirs, named,
+        "a crate of the workspace is missing from this list"
+    );
+    all
+}
+
+#[test]
+fn no_import_cycles_between_files_of_any_crate() {
+    for (name, src, root) in workspace_crates() {
+        let g = files::graph_of(&src, root);
+        assert!(g.len() >= 3, "{name}: {:?}", g.keys());
+        let cycles = files::cycles(&g);
+        assert!(
+            cycles.is_empty(),
+            "{name}: import cycles between files of src/ (move the shared item below both):\n  {}",
+            cycles.join("\n  ")
+        );
+    }
+}
+
+/// Functions of the service crate longer than [`MAX_FUNCTION_LINES`] today, with their current
+/// length: a ratchet (a listed function may only get shorter; a new long one fails).
+const LONG_SERVICE_FUNCTIONS: &[(&str, &str, usize)] = &[
+    ("service/create.rs", "build_session", 91),
+    ("service/create.rs", "create", 143),
+    ("service/decide.rs", "decide", 177),
+    ("service/reward.rs", "apply", 151),
+];
+
+/// The most lines of one function of the service crate.
+const MAX_FUNCTION_LINES: usize = 80;
+/// The most lines of one file of the service crate, without its `#[cfg(test)] mod tests`.
+const MAX_FILE_LINES: usize = 1000;
+
+/// The service crate's shape: files of at most [`MAX_FILE_LINES`] lines without their tests,
+/// functions of at most [`MAX_FUNCTION_LINES`] (but the ratchet [`LONG_SERVICE_FUNCTIONS`]),
+/// and no SQL outside its store (`store.rs`, or a `store/` folder): a string literal of library
+/// code that starts an SQL statement is refused anywhere else.
+#[test]
+fn the_service_crate_keeps_its_limits_and_its_sql_in_the_store() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../dpbandits-serve/src");
+    let mut files = vec![];
+    rust_files(&src, &mut files);
+    files.sort();
+    assert!(files.len() > 8, "{files:?}");
+    let sql = [
+        "SELECT ",
+        "INSERT ",
+        "UPDATE ",
+        "DELETE ",
+        "CREATE ",
+        "ALTER ",
+        "DROP ",
+        "BEGIN",
+        "COMMIT",
+        "ROLLBACK",
+        "SAVEPOINT",
+        "RELEASE ",
+        "VACUUM",
+        "PRAGMA",
+    ];
+    let mut problems = vec![];
+    let mut long = vec![];
+    for f in &files {
+        let rel = f.strip_prefix(&src).unwrap().to_string_lossy().into_owned();
+        let text = std::fs::read_to_string(f).unwrap();
+        let code = text.split("\n#[cfg(test)]\nmod tests").next().unwrap();
+        let lines = code.lines().count();
+        if lines > MAX_FILE_LINES {
+            problems.push(format!(
+                "{rel}: {lines} lines without its tests (at most {MAX_FILE_LINES})"
+            ));
+        }
+        for (name, line, n) in files::functions(&text) {
+            if n > MAX_FUNCTION_LINES {
+                long.push((rel.clone(), name, n, line));
+            }
+        }
+        let in_store = rel == "store.rs" || rel.starts_with("store/");
+        for (k, l) in code.lines().enumerate() {
+            let l = l.split("//").next().unwrap();
+            if !in_store && sql.iter().any(|q| l.contains(&format!("\"{q}"))) {
+                problems.push(format!(
+                    "{rel}:{}: SQL outside the store: {}",
+                    k + 1,
+                    l.trim()
+                ));
+            }
+        }
+    }
+    for (rel, name, n, line) in &long {
+        match LONG_SERVICE_FUNCTIONS
+            .iter()
+            .find(|(f, g, _)| f == rel && g == name)
+        {
+            Some((_, _, was)) if n <= was => {}
+            Some((_, _, was)) => problems.push(format!(
+                "{rel}:{line}: fn {name} grew to {n} lines (listed at {was}; split it)"
+            )),
+            None => problems.push(format!(
+                "{rel}:{line}: fn {name} has {n} lines (at most {MAX_FUNCTION_LINES})"
+            )),
+        }
+    }
+    for (rel, name, was) in LONG_SERVICE_FUNCTIONS {
+        if !long.iter().any(|(f, g, _, _)| f == rel && g == name) {
+            problems.push(format!(
+                "{rel}: fn {name} ({was} lines listed) is short now or gone: remove it from LONG_SERVICE_FUNCTIONS"
+            ));
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "the service crate:\n  {}",
+        problems.join("\n  ")
+    );
+}
+
+/// The limits test sees long functions, long files and SQL.
+#[test]
+fn the_function_lengths_are_measured_from_fn_to_its_closing_brace() {
+    let text = "fn a() {\n    let x = 1;\n}\ntrait T { fn b(&self); }\nimpl X {\n    pub fn c<T: Fn() -> u8>(\n        t: T,\n    ) -> u8 {\n        t()\n    }\n}\n#[cfg(test)]\nmod tests {\n    fn d() {}\n}\n";
+    let f = files::functions(text);
+    assert_eq!(
+        f,
+        [("a".to_string(), 1, 3), ("c".to_string(), 6, 5)],
+        "{f:?}"
+    );
 }
