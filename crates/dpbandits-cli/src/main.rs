@@ -286,10 +286,7 @@ fn real_main() -> Result<ExitCode> {
                     "give an experiment file (e.g. `dpbandits run experiments/fig4a.toml`) or --default"
                 ),
             };
-            if text
-                .parse::<toml::Table>()
-                .is_ok_and(|t| t.contains_key("design"))
-            {
+            if text.lines().any(|l| l.trim() == "[design]") {
                 bail!(
                     "{source} is a design file ([design]): run it with `dpbandits design {source}`"
                 );
