@@ -293,7 +293,7 @@ fn fixed_epsilon(c: &Candidate) -> Result<f64> {
         toml::Value::Integer(i) => *i as f64,
         other => return Err(Error::param("epsilon", other, "a number > 0")),
     };
-    if !(eps > 0.0) {
+    if eps.is_nan() || eps <= 0.0 {
         return Err(Error::param(
             "epsilon",
             eps,
@@ -374,7 +374,8 @@ pub fn simulate(
                     m
                 } else {
                     // Laplace(1/(eps n)) by inversion of one uniform.
-                    let u: f64 = noise.random::<f64>() - 0.5;
+                    // (u = -0.5 exactly would give ln 0: kept just inside.)
+                    let u: f64 = (noise.random::<f64>() - 0.5).max(-0.5 + f64::EPSILON);
                     m - (1.0 / (eps * n[a].max(1) as f64)) * u.signum() * (1.0 - 2.0 * u.abs()).ln()
                 }
             })
