@@ -145,6 +145,24 @@ enum Command {
     /// A consistent copy of a service database, under load (`VACUUM INTO`), verified before it
     /// is renamed into place (docs/service.md, "Backup and restore").
     Backup(serve::BackupArgs),
+    /// Operating characteristics of candidate trial designs by simulation (a `[design]` file:
+    /// docs/trial-design.md): a tidy CSV, figures and a self-contained HTML report.
+    Design {
+        /// The design file (TOML with a `[design]` table).
+        file: PathBuf,
+        /// Output folder (default: `results/<file stem>`).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Worker threads (default: all cores). Results do not depend on it.
+        #[arg(long)]
+        threads: Option<usize>,
+        /// Override the number of simulated trials per cell (`1e3` allowed).
+        #[arg(long, value_parser = experiment::parse_count, allow_hyphen_values = true)]
+        runs: Option<u64>,
+        /// Replace --out if it exists.
+        #[arg(long)]
+        force: bool,
+    },
     /// Characteristic times and the lower bound of fixed-confidence BAI under eps-global DP.
     Bounds {
         /// Bernoulli means, comma-separated, each in (0, 1), unique best arm.
@@ -216,6 +234,35 @@ fn real_main() -> Result<ExitCode> {
             epsilon,
             delta,
         } => bounds::bounds(means, epsilon, delta),
+        Command::Design {
+            file,
+            out,
+            threads,
+            runs,
+            force,
+        } => {
+            let text = std::fs::read_to_string(&file)
+                .with_context(|| format!("reading {}", file.display()))?;
+            let mut spec = experiment::design::DesignSpec::from_toml(&text)
+                .with_context(|| file.display().to_string())?;
+            if let Some(r) = runs {
+                spec.runs = r;
+                spec.validate()
+                    .map_err(|e| anyhow::anyhow!("--runs: {e}"))?;
+            }
+            let out = out.unwrap_or_else(|| {
+                PathBuf::from("results").join(file.file_stem().unwrap_or_default())
+            });
+            let threads = threads.unwrap_or_else(|| {
+                std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+            });
+            let cells = experiment::design::run(&spec, threads)?;
+            let files = experiment::design::write(&spec, &cells, &out, force)?;
+            for f in files {
+                println!("{}", f.display());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Run {
             file,
             default,
@@ -243,6 +290,11 @@ fn real_main() -> Result<ExitCode> {
                     "give an experiment file (e.g. `dpbandits run experiments/fig4a.toml`) or --default"
                 ),
             };
+            if text.lines().any(|l| l.trim() == "[design]") {
+                bail!(
+                    "{source} is a design file ([design]): run it with `dpbandits design {source}`"
+                );
+            }
             let mut spec =
                 experiment::ExperimentSpec::from_toml(&text).with_context(|| source.clone())?;
             spec.with_overrides(runs, horizon).map_err(|e| match e {

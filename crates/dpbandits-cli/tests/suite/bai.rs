@@ -1,4 +1,4 @@
-//! CLI: the BAI smoke experiment (thread-count invariance) and `dpbandits bounds`.
+//! CLI: the BAI smoke experiment (thread-count invariance), `dpbandits bounds` and `dpbandits design`.
 
 use crate::{bin, repo as root};
 
@@ -100,4 +100,62 @@ fn bounds_bad_input() {
         let e = String::from_utf8_lossy(&o.stderr);
         assert!(e.contains(want), "{args:?}: {e}");
     }
+}
+
+/// `dpbandits design` on the trial design file (quick form: `--runs 4`): writes the tidy CSV,
+/// one figure per scenario and the self-contained HTML report; the CSV is byte-identical for one
+/// and two threads; a bad override names the flag.
+#[test]
+fn design_writes_the_csv_figures_and_report() {
+    let tmp = std::env::temp_dir().join(format!("dpbandits_design_{}", std::process::id()));
+    let file = root().join("experiments/trial_design.toml");
+    let mut csvs = vec![];
+    for threads in ["1", "2"] {
+        let out = tmp.join(threads);
+        let o = bin()
+            .args([
+                "design",
+                file.to_str().unwrap(),
+                "--runs",
+                "4",
+                "--threads",
+                threads,
+                "--out",
+                out.to_str().unwrap(),
+                "--force",
+            ])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        for f in [
+            "design.csv",
+            "report.html",
+            "fig_0.svg",
+            "fig_1.png",
+            "fig_2.plot.json",
+        ] {
+            assert!(out.join(f).exists(), "{f}");
+        }
+        let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+        assert!(html.contains("<svg") && html.contains("one clear winner"));
+        assert!(!html.contains("NaN"));
+        let csv = std::fs::read_to_string(out.join("design.csv")).unwrap();
+        assert!(csv.starts_with("design,label,scenario,metric,value\n"));
+        assert!(csv.contains("p_select_best") && !csv.contains("NaN"));
+        csvs.push(csv);
+    }
+    assert_eq!(csvs[0], csvs[1]);
+    let o = bin()
+        .args(["design", file.to_str().unwrap(), "--runs", "0"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("design.runs"));
+    let o = bin()
+        .args(["run", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("dpbandits design"));
+    let _ = std::fs::remove_dir_all(&tmp);
 }

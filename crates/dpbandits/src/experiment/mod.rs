@@ -12,6 +12,7 @@
 
 mod bai;
 mod comparison;
+pub mod design;
 pub mod durable;
 mod figures;
 pub mod journal;

@@ -359,11 +359,11 @@ impl TrialSpec {
     }
 
     /// Arrivals per unit of time.
-    fn rate(&self) -> f64 {
+    pub(crate) fn rate(&self) -> f64 {
         self.per_second.unwrap_or(self.per_day)
     }
 
-    fn delay(&self, rng: &mut rng::SimRng) -> f64 {
+    pub(crate) fn delay(&self, rng: &mut rng::SimRng) -> f64 {
         let u: f64 = rng.random();
         match self.delay {
             Delay::Fixed { days } => days * self.unit.day(),
