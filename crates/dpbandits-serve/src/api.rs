@@ -30,7 +30,6 @@ pub struct Shared {
     pub health: Arc<tokio::sync::Mutex<Option<(Instant, usize)>>>,
 }
 
-
 /// The router of API version 1.
 pub fn router(state: Shared) -> Router {
     Router::new()

@@ -365,7 +365,10 @@ pub async fn serve_until(
     let service = match open_service(&opts).await {
         Ok(s) => s,
         Err(e) => {
-            api::log("start-refused", serde_json::json!({"error": format!("{e:#}")}));
+            api::log(
+                "start-refused",
+                serde_json::json!({"error": format!("{e:#}")}),
+            );
             let _ = failed_tx.send(());
             let _ = server.await;
             return Err(e);
@@ -410,10 +413,11 @@ async fn open_service(opts: &ServeOptions) -> Result<service::Service> {
         opts.admin_token.clone(),
         opts.audit_key_file.clone(),
     );
-    let mut service =
-        tokio::task::spawn_blocking(move || service::Service::open_keyed(&db, &token, key.as_deref()))
-            .await
-            .context("the start-up check panicked")??;
+    let mut service = tokio::task::spawn_blocking(move || {
+        service::Service::open_keyed(&db, &token, key.as_deref())
+    })
+    .await
+    .context("the start-up check panicked")??;
     warn_readable(&opts.db, opts.audit_key_file.as_deref());
     if let Some(p) = &opts.publish {
         service.set_publisher(publish::Publisher::new(p.clone(), &opts.db));

@@ -473,7 +473,9 @@ fn seen_late(s: &mut Seen, seq: i64, exp: &str, body: &Value) -> Result<()> {
     let id = as_u64(body, "decision_id", seq)?;
     let reward = as_f64(body, "reward", seq)?;
     if s.late.iter().any(|&(d, _)| d == id) {
-        bail!("audit entry seq = {seq}: a second late outcome of decision {id} of experiment {exp:?}");
+        bail!(
+            "audit entry seq = {seq}: a second late outcome of decision {id} of experiment {exp:?}"
+        );
     }
     s.late.push((id, reward));
     Ok(())

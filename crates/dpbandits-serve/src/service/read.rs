@@ -1,7 +1,6 @@
 //! What the service reads without changing state (and closing): the list, metrics gauges,
 //! status, ledger, report, export, the audit export and the closing report.
 
-use super::create::core_error;
 use super::reward::cost_of;
 use super::*;
 use dpbandits::report::Validity;

@@ -2,6 +2,7 @@
 //! abandon, the interim look and the monitor's numbers.
 
 use super::*;
+use super::create::core_error;
 use dpbandits::report::{OutcomeCounts, Report, Validity};
 
 impl Service {
