@@ -39,6 +39,39 @@ pub(super) fn cost_of(g: &PrivacyGuarantee) -> Option<(&'static str, f64)> {
 }
 
 impl Service {
+    /// The answer to a reward for a decision that has one already: a late true outcome of an
+    /// abandoned decision is stored ([`Service::late_outcome`]); anything else is a duplicate,
+    /// not applied, saying whether it differs from the applied reward or the decision was
+    /// abandoned.
+    #[allow(clippy::too_many_arguments)]
+    fn repeated(
+        &mut self,
+        name: &str,
+        decision_id: u64,
+        arm: usize,
+        reward: f64,
+        prev: f64,
+        outcome: Option<&str>,
+        abandoned: Option<&str>,
+    ) -> ServiceResult<Value> {
+        if outcome == Some("abandoned") && abandoned.is_none() {
+            return self.late_outcome(name, decision_id, arm, reward);
+        }
+        let mut v = json!({"decision_id": decision_id, "status": "duplicate"});
+        if outcome == Some("abandoned") {
+            v["note"] = json!(
+                "the decision was abandoned (its dropout reward is recorded); this report was not applied"
+            );
+            v["abandoned"] = json!(true);
+        } else if prev.to_bits() != reward.to_bits() && abandoned.is_none() {
+            v["note"] = json!(
+                "a different reward was reported first and applied; this report was not applied"
+            );
+            v["differs"] = json!(true);
+        }
+        Ok(v)
+    }
+
     /// Report the reward of a decision (idempotent per `decision_id`: a second report is not
     /// applied; the answer says whether it differs from the applied one, or that the decision
     /// was abandoned).
@@ -92,22 +125,15 @@ impl Service {
             )));
         };
         if let Some(prev) = previous {
-            if outcome.as_deref() == Some("abandoned") && abandoned.is_none() {
-                return self.late_outcome(name, decision_id, arm, reward);
-            }
-            let mut v = json!({"decision_id": decision_id, "status": "duplicate"});
-            if outcome.as_deref() == Some("abandoned") {
-                v["note"] = json!(
-                    "the decision was abandoned (its dropout reward is recorded); this report was not applied"
-                );
-                v["abandoned"] = json!(true);
-            } else if prev.to_bits() != reward.to_bits() && abandoned.is_none() {
-                v["note"] = json!(
-                    "a different reward was reported first and applied; this report was not applied"
-                );
-                v["differs"] = json!(true);
-            }
-            return Ok(v);
+            return self.repeated(
+                name,
+                decision_id,
+                arm,
+                reward,
+                prev,
+                outcome.as_deref(),
+                abandoned,
+            );
         }
         let e = self.experiments.get_mut(name).expect("checked above");
         let invalid =

@@ -1,8 +1,8 @@
 //! A trial's service parts (issue 43): late outcomes kept, the reward-deadline timer, bulk
 //! abandon, the interim look and the monitor's numbers.
 
-use super::*;
 use super::create::core_error;
+use super::*;
 use dpbandits::report::{OutcomeCounts, Report, Validity};
 
 impl Service {
