@@ -110,8 +110,9 @@ pub struct AlgorithmInfo {
 }
 
 /// The release keys of a kind whose configuration holds a [`crate::privacy::Release`] (all three:
-/// `boundary`, `noise`, `grid_bits`).
-pub const PRIVATE_RELEASE: &[&str] = &crate::privacy::Release::KEYS;
+/// `boundary`, `noise`, `grid_bits`; the same as `Release::KEYS`, written out: this file is a
+/// leaf).
+pub const PRIVATE_RELEASE: &[&str] = &["boundary", "noise", "grid_bits"];
 /// The release keys of a kind with a deployment path but its own boundary (`noise`, `grid_bits`).
 pub const NOISE_KEYS: &[&str] = &["noise", "grid_bits"];
 /// No release keys (a non-private kind with no noise path).

@@ -237,6 +237,10 @@ fn private_configs_declare_a_boundary() {
             Built::Contextual(c) => c.release().copied(),
             Built::Bai(_) => None,
         };
+        assert_eq!(
+            dpbandits::config::PRIVATE_RELEASE,
+            dpbandits::privacy::Release::KEYS
+        );
         if release.is_some() {
             assert_eq!(
                 e.info.release_keys,
