@@ -472,7 +472,8 @@ fn start_timers(
     timers
 }
 
-/// How often the deadline timer runs ([`enforce_deadlines`]).
+/// How often the deadline timer runs (`enforce_deadlines`: every decision past its `reward_deadline` is
+/// abandoned).
 pub const DEADLINE_TICK: Duration = Duration::from_millis(250);
 
 /// The reward-deadline timer: every [`DEADLINE_TICK`] the writer abandons every decision past
