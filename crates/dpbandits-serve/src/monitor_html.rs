@@ -9,15 +9,9 @@
 //! body with `data-panels-total` and `data-panels-filled` (panels whose drawing laid out with a
 //! non-empty box, or whose table has rows), which the headless-Chromium test reads.
 
+use crate::report_html::esc;
 use serde_json::Value;
 use std::fmt::Write as _;
-
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
 
 fn num(v: &Value) -> String {
     match v.as_f64() {
@@ -150,12 +144,9 @@ fn panel(name: &str, title: &str, body: &str) -> String {
     format!("<section class=\"panel\" data-panel=\"{name}\"><h2>{title}</h2>{body}</section>\n")
 }
 
-/// Render the monitor page from the monitor JSON (`Service::monitor`'s shape, docs/service.md
-/// "Trial monitor").
-pub fn render(m: &Value) -> String {
-    let name = esc(m["experiment"].as_str().unwrap_or(""));
+/// The enrolment panel: decisions over time.
+fn enrolment_panel(m: &Value) -> String {
     let mut panels = String::new();
-
     let points: Vec<(f64, f64)> = m["enrolment"]
         .as_array()
         .map(|a| {
@@ -174,7 +165,12 @@ pub fn render(m: &Value) -> String {
             enrolment_svg(&points)
         ),
     ));
+    panels
+}
 
+/// The allocation panel: completed decisions per arm.
+fn allocation_panel(m: &Value) -> String {
+    let mut panels = String::new();
     let alloc: Vec<(String, f64)> = m["allocation"]
         .as_array()
         .map(|a| {
@@ -197,7 +193,12 @@ pub fn render(m: &Value) -> String {
             bars_svg(&alloc, "allocation")
         ),
     ));
+    panels
+}
 
+/// The interim panel: estimates with their anytime intervals, or why there are none.
+fn interim_panel(m: &Value) -> String {
+    let mut panels = String::new();
     let interim = &m["interim"];
     let rows: Vec<(String, f64, f64, f64)> = interim["estimates"]
         .as_array()
@@ -248,7 +249,12 @@ pub fn render(m: &Value) -> String {
         )
     };
     panels.push_str(&panel("interim", "Interim estimates", &interim_body));
+    panels
+}
 
+/// The ledger panel: the budget in force against the declared one.
+fn ledger_panel(m: &Value) -> String {
+    let mut panels = String::new();
     let l = &m["ledger"];
     let declared = l["declared"].as_f64().unwrap_or(f64::NAN);
     let effective = l["effective"].as_f64().unwrap_or(f64::NAN);
@@ -277,7 +283,12 @@ pub fn render(m: &Value) -> String {
         )
     };
     panels.push_str(&panel("ledger", "Privacy ledger", &ledger_body));
+    panels
+}
 
+/// The audit head and verification panels.
+fn audit_panels(m: &Value) -> String {
+    let mut panels = String::new();
     let a = &m["audit"];
     panels.push_str(&panel(
         "audit",
@@ -300,7 +311,24 @@ pub fn render(m: &Value) -> String {
             num(&v["entries"])
         ),
     ));
+    panels
+}
 
+/// Render the monitor page from the monitor JSON (`Service::monitor`'s shape, docs/service.md
+/// "Trial monitor").
+pub fn render(m: &Value) -> String {
+    let name = esc(m["experiment"].as_str().unwrap_or(""));
+    let mut panels = String::new();
+
+    for part in [
+        enrolment_panel,
+        allocation_panel,
+        interim_panel,
+        ledger_panel,
+        audit_panels,
+    ] {
+        panels.push_str(&part(m));
+    }
     format!(
         "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>Monitor: {name}</title>\
 <style>body{{font-family:sans-serif;max-width:72em;margin:1em auto}}\

@@ -3,7 +3,8 @@
 
 use serde_json::Value;
 
-fn esc(s: &str) -> String {
+/// `s` escaped for HTML text and attribute values (also the monitor page's).
+pub(crate) fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
@@ -48,6 +49,38 @@ pub fn render(r: &Value) -> String {
             esc(r["method"].as_str().unwrap_or(""))
         ),
     };
+    let extra = extra_sections(r);
+    let g = &r["guarantee"];
+    format!(
+        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>Report: {name}</title>\
+<style>body{{font-family:sans-serif;max-width:60em;margin:2em auto}}table{{border-collapse:collapse}}\
+td,th{{border:1px solid #999;padding:0.3em 0.6em;text-align:right}}</style></head><body>\n\
+<h1>Closing report: {name}</h1>\n\
+<p>Kind <code>{kind}</code>, {rounds} rewards observed, {decisions} decisions. \
+Recommended arm: <b>{rec}</b> ({rule}).</p>\n\
+<p>Guarantee: {notion}, budget <code>{budget}</code>, {noise} noise. {cost}.</p>\n\
+<table><tr><th>arm</th><th>completed decisions</th><th>estimate</th><th>{level} interval</th>\
+<th>rewards in the release</th><th>noise sd</th></tr>\n{rows}</table>\n{note}\n{extra}\
+<p>Audit log entry {seq}, hash <code>{hash}</code>: anyone holding the published head can check \
+this report against the log (<code>dpbandits audit-log verify</code>).</p>\n</body></html>\n",
+        kind = esc(r["kind"].as_str().unwrap_or("")),
+        rounds = r["rounds"],
+        decisions = r["decisions"],
+        rec = esc(&r["recommended_arm"].to_string()),
+        rule = esc(r["recommendation_rule"].as_str().unwrap_or("")),
+        notion = esc(g["notion"].as_str().unwrap_or("")),
+        budget = esc(&g["budget"].to_string()),
+        noise = esc(g["noise"].as_str().unwrap_or("")),
+        cost = esc(r["cost"].as_str().unwrap_or("")),
+        level = num(&r["level"]),
+        seq = r["audit_seq"],
+        hash = esc(r["audit_hash"].as_str().unwrap_or("")),
+    )
+}
+
+/// The report's sections beyond the per-arm table: every recommendation rule, the outcome
+/// counts, the linear and contextual estimate, the warnings.
+fn extra_sections(r: &Value) -> String {
     let mut extra = String::new();
     let rec = &r["recommended"];
     if rec.is_object() {
@@ -102,30 +135,5 @@ pub fn render(r: &Value) -> String {
             esc(w.as_str().unwrap_or(""))
         ));
     }
-    let g = &r["guarantee"];
-    format!(
-        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>Report: {name}</title>\
-<style>body{{font-family:sans-serif;max-width:60em;margin:2em auto}}table{{border-collapse:collapse}}\
-td,th{{border:1px solid #999;padding:0.3em 0.6em;text-align:right}}</style></head><body>\n\
-<h1>Closing report: {name}</h1>\n\
-<p>Kind <code>{kind}</code>, {rounds} rewards observed, {decisions} decisions. \
-Recommended arm: <b>{rec}</b> ({rule}).</p>\n\
-<p>Guarantee: {notion}, budget <code>{budget}</code>, {noise} noise. {cost}.</p>\n\
-<table><tr><th>arm</th><th>completed decisions</th><th>estimate</th><th>{level} interval</th>\
-<th>rewards in the release</th><th>noise sd</th></tr>\n{rows}</table>\n{note}\n{extra}\
-<p>Audit log entry {seq}, hash <code>{hash}</code>: anyone holding the published head can check \
-this report against the log (<code>dpbandits audit-log verify</code>).</p>\n</body></html>\n",
-        kind = esc(r["kind"].as_str().unwrap_or("")),
-        rounds = r["rounds"],
-        decisions = r["decisions"],
-        rec = esc(&r["recommended_arm"].to_string()),
-        rule = esc(r["recommendation_rule"].as_str().unwrap_or("")),
-        notion = esc(g["notion"].as_str().unwrap_or("")),
-        budget = esc(&g["budget"].to_string()),
-        noise = esc(g["noise"].as_str().unwrap_or("")),
-        cost = esc(r["cost"].as_str().unwrap_or("")),
-        level = num(&r["level"]),
-        seq = r["audit_seq"],
-        hash = esc(r["audit_hash"].as_str().unwrap_or("")),
-    )
+    extra
 }

@@ -399,8 +399,8 @@ fn reports_render_in_chromium_with_every_figure() {
     }
 }
 
-/// Run a browser command with a 60 s limit; its stdout.
-fn run_bounded(cmd: &mut std::process::Command) -> String {
+/// Run a browser command with a 60 s limit; its stdout (also the monitor page's test).
+pub(super) fn run_bounded(cmd: &mut std::process::Command) -> String {
     let mut child = cmd
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())

@@ -1778,7 +1778,7 @@ fn openapi_matches_the_router() {
     let doc: Value =
         serde_json::from_str(include_str!("../../../dpbandits-serve/api/openapi.json")).unwrap();
     assert_eq!(doc["openapi"], "3.1.0");
-    let api_rs = include_str!("../../../dpbandits-serve/src/api.rs");
+    let api_rs = include_str!("../../../dpbandits-serve/src/api/mod.rs");
     let mut router_paths: BTreeSet<String> = api_rs
         .split(".route(")
         .skip(1)

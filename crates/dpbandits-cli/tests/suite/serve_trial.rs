@@ -3,11 +3,11 @@
 //! `abandon_overdue`; the interim look; the monitor page in headless Chromium.
 
 use super::bin;
+use super::figures::run_bounded;
 use super::serve_ops::{ADMIN, Proc, TIMEOUT, events, setup, wait_for};
 use dpbandits_serve::client::{Reply, request};
 use serde_json::{Value, json};
 use std::path::Path;
-use std::time::Duration;
 
 fn call(p: &Proc, method: &str, path: &str, token: &str, body: Option<Value>) -> Reply {
     let b = body.map(|b| b.to_string().into_bytes());
@@ -353,29 +353,4 @@ fn the_monitor_page_renders_every_panel_in_chromium() {
             std::fs::copy(&shot, Path::new(&out).join(format!("monitor-{name}.png"))).unwrap();
         }
     }
-}
-
-/// Run a browser command with a 60 s limit; its stdout.
-fn run_bounded(cmd: &mut std::process::Command) -> String {
-    let mut child = cmd
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("chromium starts");
-    let mut out = child.stdout.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        std::io::Read::read_to_string(&mut out, &mut s).ok();
-        s
-    });
-    let start = std::time::Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if start.elapsed() > Duration::from_secs(60) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("chromium did not finish within 60 s");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    reader.join().unwrap()
 }

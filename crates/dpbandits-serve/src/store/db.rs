@@ -159,19 +159,7 @@ pub fn open(path: &Path) -> Result<Connection> {
             path.display()
         ),
     }
-    // Late outcomes (a true outcome reported after its decision was abandoned): two nullable
-    // columns, added to a database of any schema that lacks them (no version change: an older
-    // build ignores them; `audit-log verify` checks them against `late-outcome` entries).
-    for (column, decl) in [("late_reward", "REAL"), ("late_received", "TEXT")] {
-        let present: i64 = conn.query_row(
-            "SELECT COUNT(*) FROM pragma_table_info('decisions') WHERE name = ?1",
-            [column],
-            |r| r.get(0),
-        )?;
-        if present == 0 {
-            conn.execute_batch(&format!("ALTER TABLE decisions ADD COLUMN {column} {decl}"))?;
-        }
-    }
+    add_late_columns(&conn)?;
     // The pending decisions by issue time (the reward deadline's query runs at every decision
     // request of an experiment with a deadline: an index, not a scan of its decisions). After
     // the migration above: schema 1 and 2 tables get `issued_unix` there.
@@ -357,5 +345,23 @@ pub(super) fn rfc3339(d: std::time::Duration) -> String {
 pub fn vacuum_into(conn: &Connection, to: &Path) -> Result<()> {
     conn.execute("VACUUM INTO ?1", [to.to_str().context("--out: not UTF-8")?])
         .with_context(|| format!("VACUUM INTO {}", to.display()))?;
+    Ok(())
+}
+
+/// Late outcomes (a true outcome reported after its decision was abandoned): two nullable
+/// columns of `decisions`, added to a database of any schema that lacks them (no version
+/// change: an older build ignores them; `audit-log verify` checks them against `late-outcome`
+/// entries).
+fn add_late_columns(conn: &Connection) -> Result<()> {
+    for (column, decl) in [("late_reward", "REAL"), ("late_received", "TEXT")] {
+        let present: i64 = conn.query_row(
+            "SELECT COUNT(*) FROM pragma_table_info('decisions') WHERE name = ?1",
+            [column],
+            |r| r.get(0),
+        )?;
+        if present == 0 {
+            conn.execute_batch(&format!("ALTER TABLE decisions ADD COLUMN {column} {decl}"))?;
+        }
+    }
     Ok(())
 }

@@ -117,7 +117,8 @@ fn fast_path_and_step_loop_agree() {
 /// DP-UCB-Hybrid at epsilon = 1 against AdaC-UCB at rho = 0.5) plans with its `[comparison]`
 /// (equal zCDP budgets, else the plan is refused), and its quick look (2 runs, T = 3000) runs
 /// every cell with a finite regret below the worst possible (0.5 T); the private kinds pay for
-/// their privacy (more regret than UCB1 at this T, on the same environment streams).
+/// their privacy (the tree-based kinds: more regret than the non-private reference at this T, on
+/// the same environment streams).
 #[test]
 fn table2_finite_quick_look() {
     use dpbandits::experiment::{self, ExperimentSpec, Plan};
@@ -140,16 +141,20 @@ fn table2_finite_quick_look() {
     }
     let labels: Vec<&str> = finals.iter().map(|(l, _)| l.as_str()).collect();
     for kind in [
-        "ucb1",
+        "adaptive_ucb",
         "adac_ucb",
+        "adap_ucb",
         "dp_ucb(",
         "dp_ucb_bound",
         "dp_ucb_hybrid",
     ] {
         assert!(labels.iter().any(|l| l.starts_with(kind)), "{labels:?}");
     }
-    let ucb1 = finals[0].1;
-    for (l, f) in &finals[2..] {
-        assert!(*f > ucb1, "{l}: {f} vs ucb1 {ucb1}");
+    // The tree-based baselines pay for their privacy: more regret than the non-private
+    // reference (AdaC-UCB's rho -> inf limit, the file's first policy) on the same streams.
+    let (reference, base) = (&finals[0].0, finals[0].1);
+    assert!(reference.starts_with("adaptive_ucb"), "{reference}");
+    for (l, f) in finals.iter().filter(|(l, _)| l.starts_with("dp_ucb")) {
+        assert!(*f > base, "{l}: {f} vs {reference} {base}");
     }
 }

@@ -2,6 +2,9 @@
 //! structured logs (no reward values).
 
 pub use crate::log::log;
+mod trial;
+pub(crate) use trial::{abandon_bulk, interim, level_of, monitor};
+
 use crate::service::{Caller, CreateRequest, Service, ServiceError, Tokens};
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -60,7 +63,7 @@ pub fn router(state: Shared) -> Router {
 
 /// The OpenAPI 3.1 document of this API (`api/openapi.json`; checked against this router by
 /// the test `serve::openapi_matches_the_router`).
-pub const OPENAPI: &str = include_str!("../api/openapi.json");
+pub const OPENAPI: &str = include_str!("../../api/openapi.json");
 
 async fn openapi() -> Response {
     (
@@ -664,139 +667,6 @@ async fn close(
     done("close", t, r, json!({"experiment": name}))
 }
 
-/// A confidence level from a body or query value: absent (the default), or a number in (0, 1).
-fn level_of(v: Option<&Value>) -> ApiResult<Option<f64>> {
-    match v {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => match v.as_f64() {
-            Some(x) if x > 0.0 && x < 1.0 => Ok(Some(x)),
-            _ => Err(ApiError::invalid(format!(
-                "level = {}: expected a confidence level in (0, 1), e.g. 0.95",
-                short(v)
-            ))),
-        },
-    }
-}
-
-/// `POST /v1/experiments/{name}/abandon` (the experiment's token or admin): abandon pending
-/// decisions in bulk, `{"older_than": seconds}` (0: every pending decision).
-async fn abandon_bulk(
-    State(state): State<Shared>,
-    Path(name): Path<String>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    let t = Instant::now();
-    let token = bearer(&headers);
-    let body = match authed_body(&state, &headers, Some(&name), false, body).await {
-        Ok(b) => b,
-        Err(e) => return done("abandon-bulk", t, Err(e), json!({"experiment": name})),
-    };
-    let n = name.clone();
-    let r = with_service(&state, move |s| {
-        s.authenticate(token.as_deref(), Some(&n))?;
-        let m = object(&body, &["older_than"])?;
-        let older = match m.get("older_than") {
-            Some(v) => v.as_f64().filter(|x| x.is_finite() && *x >= 0.0).ok_or_else(|| {
-                ApiError::invalid(format!(
-                    "older_than = {}: expected seconds, a finite number >= 0 (0: every pending decision)",
-                    short(v)
-                ))
-            })?,
-            None => {
-                return Err(ApiError::invalid(
-                    "older_than: missing; expected seconds, a finite number >= 0 (0: every pending decision)",
-                ));
-            }
-        };
-        Ok(s.abandon_pending(&n, older)?)
-    })
-    .await;
-    let fields = match &r {
-        Ok(v) => json!({"experiment": name, "abandoned": v["abandoned"]}),
-        Err(_) => json!({"experiment": name}),
-    };
-    done("abandon-bulk", t, r, fields)
-}
-
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct LookQuery {
-    level: Option<f64>,
-    format: Option<String>,
-}
-
-/// `GET /v1/experiments/{name}/interim[?level=]` (admin): the interim look
-/// ([`Service::interim`]).
-async fn interim(
-    State(state): State<Shared>,
-    Path(name): Path<String>,
-    headers: HeaderMap,
-    q: Result<Query<LookQuery>, axum::extract::rejection::QueryRejection>,
-) -> Response {
-    let t = Instant::now();
-    let token = bearer(&headers);
-    let n = name.clone();
-    let r = with_service(&state, move |s| {
-        admin(s, token.as_deref())?;
-        let Query(q) = q.map_err(|e| ApiError::invalid(format!("query: {e}")))?;
-        let level = level_of(q.level.map(Value::from).as_ref())?;
-        if q.format.is_some() {
-            return Err(ApiError::invalid(
-                "format: not a parameter of interim (JSON only)",
-            ));
-        }
-        Ok(s.interim(&n, level)?)
-    })
-    .await;
-    done("interim", t, r, json!({"experiment": name}))
-}
-
-/// `GET /v1/experiments/{name}/monitor[?format=json]` (admin): the trial monitor page
-/// ([`crate::monitor_html`]), or its numbers.
-async fn monitor(
-    State(state): State<Shared>,
-    Path(name): Path<String>,
-    headers: HeaderMap,
-    q: Result<Query<LookQuery>, axum::extract::rejection::QueryRejection>,
-) -> Response {
-    let t = Instant::now();
-    let token = bearer(&headers);
-    let n = name.clone();
-    let r = with_service(&state, move |s| {
-        admin(s, token.as_deref())?;
-        let Query(q) = q.map_err(|e| ApiError::invalid(format!("query: {e}")))?;
-        if q.level.is_some() {
-            return Err(ApiError::invalid(
-                "level: not a parameter of monitor (its intervals are at 0.95)",
-            ));
-        }
-        let format = q.format.unwrap_or_else(|| "html".into());
-        if format != "json" && format != "html" {
-            return Err(ApiError::invalid(format!(
-                "format = {format:?}: expected html or json"
-            )));
-        }
-        Ok((format, s.monitor(&n)?))
-    })
-    .await;
-    crate::metrics::record_request(
-        "monitor",
-        r.as_ref().map_or_else(|e| e.status, |_| 200),
-        t.elapsed().as_secs_f64(),
-        false,
-    );
-    match r {
-        Ok((f, v)) if f == "html" => (
-            [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
-            crate::monitor_html::render(&v),
-        )
-            .into_response(),
-        Ok((_, v)) => axum::Json(v).into_response(),
-        Err(e) => e.into_response(),
-    }
-}
-
 /// `GET /v1/experiments/{name}/report[?format=html]`: the report of a closed experiment (any
 /// valid token of the experiment: the report is public output).
 async fn report(
@@ -839,6 +709,31 @@ async fn report(
     }
 }
 
+/// One decision as a CSV line (without its newline), in the export's column order.
+fn csv_row(d: &crate::store::DecisionRow) -> String {
+    let num = |x: Option<f64>| x.map_or_else(String::new, |v| format!("{v:?}"));
+    let fields = [
+        d.decision_id.to_string(),
+        d.round.to_string(),
+        d.arm.to_string(),
+        csv_field(d.request_id.as_deref().unwrap_or("")),
+        d.issued.clone(),
+        num(d.reward),
+        num(d.admitted),
+        d.rewarded.clone().unwrap_or_default(),
+        d.outcome.clone().unwrap_or_default(),
+        num(d.propensity),
+        csv_field(
+            &d.actions
+                .as_ref()
+                .map_or_else(String::new, Value::to_string),
+        ),
+        num(d.late_reward),
+        d.late_received.clone().unwrap_or_default(),
+    ];
+    fields.join(",")
+}
+
 async fn export(
     State(state): State<Shared>,
     Path(name): Path<String>,
@@ -875,28 +770,8 @@ async fn export(
         out.push_str(
             "decision_id,round,arm,request_id,issued,reward,admitted,rewarded,outcome,propensity,actions,late_reward,late_received\n",
         );
-        let num = |x: Option<f64>| x.map_or_else(String::new, |v| format!("{v:?}"));
         for d in &rows {
-            let fields = [
-                d.decision_id.to_string(),
-                d.round.to_string(),
-                d.arm.to_string(),
-                csv_field(d.request_id.as_deref().unwrap_or("")),
-                d.issued.clone(),
-                num(d.reward),
-                num(d.admitted),
-                d.rewarded.clone().unwrap_or_default(),
-                d.outcome.clone().unwrap_or_default(),
-                num(d.propensity),
-                csv_field(
-                    &d.actions
-                        .as_ref()
-                        .map_or_else(String::new, Value::to_string),
-                ),
-                num(d.late_reward),
-                d.late_received.clone().unwrap_or_default(),
-            ];
-            out.push_str(&fields.join(","));
+            out.push_str(&csv_row(d));
             out.push('\n');
         }
     } else {
