@@ -115,7 +115,7 @@ impl Service {
                 ),
             ));
         }
-        let report = self.core_report(name, level, Validity::AtClose)?;
+        let report = self.core_report(name, level, Validity::AtClose, None)?;
         let pulls = store::completed_by_arm(&self.conn, name, e.arms)?;
         // The recommendation follows the evidence: the stopping rule's (BAI, once it fired),
         // else the largest private estimate, else the most-pulled arm; every rule is reported

@@ -126,36 +126,42 @@ impl Service {
         Ok(json!({"experiment": name, "abandoned": ids.len(), "decision_ids": ids}))
     }
 
-    /// The per-arm outcome counts of `name` (observed, imputed, late), for the report.
-    fn outcome_counts(&self, name: &str, arms: usize) -> ServiceResult<OutcomeCounts> {
+    /// The per-arm outcome counts (observed, imputed, late) of `rows`
+    /// ([`store::outcome_counts`]), for the report.
+    fn counts_of(rows: &[(usize, [u64; 4])], arms: usize) -> OutcomeCounts {
         let mut c = OutcomeCounts {
             observed: vec![0; arms],
             imputed: vec![0; arms],
             late: vec![0; arms],
         };
-        for (arm, [obs, imp, late, _]) in store::outcome_counts(&self.conn, name)? {
+        for &(arm, [obs, imp, late, _]) in rows {
             if arm < arms {
                 c.observed[arm] = obs;
                 c.imputed[arm] = imp;
                 c.late[arm] = late;
             }
         }
-        Ok(c)
+        c
     }
 
     /// The core report of `name` at `level` (`validity`: at close, or anytime for an interim
-    /// look), with the outcome counts of a finite-armed or BAI experiment.
+    /// look), with the outcome counts of a finite-armed or BAI experiment (from `rows` when the
+    /// caller has read them already, else read here).
     pub(super) fn core_report(
         &self,
         name: &str,
         level: f64,
         validity: Validity,
+        rows: Option<&[(usize, [u64; 4])]>,
     ) -> ServiceResult<Report> {
         let e = self.experiment(name)?;
         let counts = if e.session.setting() == Setting::Contextual {
             None
         } else {
-            Some(self.outcome_counts(name, e.arms)?)
+            Some(match rows {
+                Some(rows) => Self::counts_of(rows, e.arms),
+                None => Self::counts_of(&store::outcome_counts(&self.conn, name)?, e.arms),
+            })
         };
         e.session
             .report_with(level, validity, counts.as_ref(), None)
@@ -170,8 +176,18 @@ impl Service {
     /// # Errors
     /// No such experiment, a bad `level`.
     pub fn interim(&self, name: &str, level: Option<f64>) -> ServiceResult<Value> {
+        self.interim_of(name, level, None)
+    }
+
+    /// [`Service::interim`] with the outcome rows already read (the monitor reads them once).
+    fn interim_of(
+        &self,
+        name: &str,
+        level: Option<f64>,
+        rows: Option<&[(usize, [u64; 4])]>,
+    ) -> ServiceResult<Value> {
         let level = level.unwrap_or(0.95);
-        let report = self.core_report(name, level, Validity::Anytime)?;
+        let report = self.core_report(name, level, Validity::Anytime, rows)?;
         let e = self.experiment(name)?;
         Ok(json!({
             "experiment": name,
@@ -192,7 +208,8 @@ impl Service {
     /// # Errors
     /// No such experiment.
     pub fn monitor(&self, name: &str) -> ServiceResult<Value> {
-        let interim = self.interim(name, Some(0.95))?;
+        let counts = store::outcome_counts(&self.conn, name)?;
+        let interim = self.interim_of(name, Some(0.95), Some(&counts))?;
         let e = self.experiment(name)?;
         let setting = e.session.setting();
         let r = &interim["report"];
@@ -200,7 +217,6 @@ impl Service {
             Setting::Contextual => ("position in the action set", Vec::new()),
             _ => ("arm", (0..e.arms).map(|a| format!("arm {a}")).collect()),
         };
-        let counts = store::outcome_counts(&self.conn, name)?;
         let allocation: Vec<Value> = counts
             .iter()
             .map(|(arm, [obs, imp, late, pending])| {
