@@ -472,6 +472,7 @@ impl BaiAlgorithm for DpSeRun {
             range: (bd.lo, bd.hi),
             rounding: crate::report::grid_rounding(e.noise, e.grid_bits, (bd.lo, bd.hi)),
             releases_bound: 0,
+            target: None,
         })
     }
 

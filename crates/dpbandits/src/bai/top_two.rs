@@ -991,6 +991,7 @@ impl BaiAlgorithm for TopTwoRun {
             range: (bd.lo, bd.hi),
             rounding: 0.0,
             releases_bound: 0,
+            target: None,
         })
     }
 

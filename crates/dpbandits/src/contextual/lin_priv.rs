@@ -276,6 +276,22 @@ impl LinPriv {
         beta + gamma
     }
 
+    /// The report's radius `beta_t + gamma'_t`: the index's `beta_t` and the tree noise's norm
+    /// bound with the risk `delta` spent over the releases (`delta 6 / (pi^2 j^2)` at release
+    /// `j`), so that the ellipsoid holds at every look, not only at one fixed time.
+    fn report_radius(&self) -> f64 {
+        let l = (1.0 / self.cfg.delta).ln();
+        let beta = self.cfg.lambda.sqrt() * self.cfg.s + (2.0 * l + self.logdet).max(0.0).sqrt();
+        if !self.cfg.rho.is_finite() {
+            return beta;
+        }
+        let (terms, sigma) = self.tree.noise_terms();
+        let spent = crate::report::spending(self.cfg.delta, self.releases().max(1));
+        let lj = (1.0 / spent).ln();
+        beta + (terms as f64).sqrt() * sigma * ((self.d as f64).sqrt() + (2.0 * lj).sqrt())
+            / self.cfg.lambda.sqrt()
+    }
+
     fn pick(&self, actions: &ActionSet<'_>) -> usize {
         let radius = self.radius();
         let mut best = 0;
@@ -387,6 +403,49 @@ impl ContextualPolicy for LinPriv {
     }
     fn snapshot(&self) -> Result<crate::snapshot::Snapshot> {
         crate::snapshot::Snapshot::new(Setting::Contextual, LIN_PRIV.kind, self)
+    }
+    /// The released `theta~ = V^{-1} u~` (the index's own estimate) with the ellipsoid
+    /// `||theta - theta~||_V <= beta_t + gamma'_t` ([`LinPriv::report_radius`]) at level
+    /// `1 - 2 delta` (`1 - delta` at `rho = inf`), valid at every look.
+    fn released_estimate(&self) -> Option<crate::report::LinearReleased> {
+        let d = self.d;
+        let r = self.report_radius();
+        let shape: Vec<Vec<f64>> = (0..d)
+            .map(|i| (0..d).map(|j| r * r * self.vinv[i * d + j]).collect())
+            .collect();
+        let p = nalgebra::DMatrix::from_fn(d, d, |i, j| shape[i][j]).try_inverse()?;
+        if !(self.theta.iter().all(|x| x.is_finite()) && p.iter().all(|x| x.is_finite())) {
+            return None;
+        }
+        let bd = self.gate.boundary();
+        let private = self.cfg.rho.is_finite();
+        let level = 1.0 - if private { 2.0 } else { 1.0 } * self.cfg.delta;
+        Some(crate::report::LinearReleased {
+            theta: self.theta.clone(),
+            precision: (0..d)
+                .map(|i| (0..d).map(|j| p[(i, j)]).collect())
+                .collect(),
+            shape,
+            span: None,
+            level,
+            rewards: self.releases(),
+            range: (bd.lo, bd.hi),
+            method: format!(
+                "lin_priv: the released theta~ = V^-1 u~ (u~ the tree's released reward statistic, \
+                 V exact: contexts are public) with the ellipsoid ||theta - theta~||_V <= beta_t + \
+                 gamma'_t: beta_t the self-normalised radius (Abbasi-Yadkori, Pal & Szepesvari \
+                 2011, Thm 2, time-uniform, risk delta), gamma'_t = sqrt(m) sigma (sqrt d + \
+                 sqrt(2 ln(pi^2 j^2 / (6 delta)))) / sqrt(lambda) the tree noise's norm bound at \
+                 the j-th release (m p-sums of N(0, sigma^2 I_d); risk spent over releases, \
+                 summing to delta: valid at every look); level 1 - 2 delta = {level} (delta = {} of \
+                 the configuration, not the requested level; 1 - delta at rho = inf), assuming \
+                 rewards <theta*, w> + 1-sub-Gaussian noise, w = a / max(1, ||a||), ||theta*|| <= s \
+                 = {}; value intervals <a, theta~> +- (beta_t + gamma'_t) ||a||_(V^-1), simultaneous \
+                 over actions and looks, clipped to the reward range; post-processing of released \
+                 statistics",
+                self.cfg.delta, self.cfg.s
+            ),
+        })
     }
 }
 

@@ -537,6 +537,7 @@ impl Policy for AdaCUcb {
             range,
             rounding,
             releases_bound: u64::from(t.ilog2()) + 2,
+            target: None,
         })
     }
     fn observe(&mut self, arm: usize, reward: f64) -> Result<()> {

@@ -422,6 +422,7 @@ impl Policy for AdaP {
             range,
             rounding,
             releases_bound: u64::from(t.ilog2()) + 2,
+            target: None,
         })
     }
     fn snapshot(&self) -> Result<crate::snapshot::Snapshot> {

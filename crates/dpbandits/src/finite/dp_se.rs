@@ -360,7 +360,18 @@ impl Policy for DpSe {
         // The cached means of the last finished epoch `e - 1` (the arms active in it, each its
         // release number `e - 1`): `R_{e-1}` fresh rewards (the epoch's length with as many
         // active arms as have a mean) and Laplace noise of scale `width/(epsilon R_{e-1})`.
-        let last = self.epoch.checked_sub(1).filter(|&e| e >= 1)?;
+        let range = (self.boundary.lo, self.boundary.hi);
+        let rounding = crate::report::grid_rounding(self.cfg.noise, self.cfg.grid_bits, range);
+        let Some(last) = self.epoch.checked_sub(1).filter(|&e| e >= 1) else {
+            // Before the first epoch ends: no arm has a release yet (the report says so per arm).
+            return Some(crate::report::Released {
+                means: vec![None; self.sums.len()],
+                range,
+                rounding,
+                releases_bound: 0,
+                target: None,
+            });
+        };
         let active = self.released.iter().filter(|m| m.is_some()).count();
         let r = self.length_at(last, active.max(1));
         let width = self.boundary.width();
@@ -368,7 +379,6 @@ impl Policy for DpSe {
             crate::privacy::LaplaceMechanism::for_pure_dp(width / r as f64, self.cfg.epsilon)
                 .ok()?
                 .scale();
-        let range = (self.boundary.lo, self.boundary.hi);
         Some(crate::report::Released {
             means: self
                 .released
@@ -385,8 +395,9 @@ impl Policy for DpSe {
                 })
                 .collect(),
             range,
-            rounding: crate::report::grid_rounding(self.cfg.noise, self.cfg.grid_bits, range),
+            rounding,
             releases_bound: 0,
+            target: None,
         })
     }
     fn snapshot(&self) -> Result<crate::snapshot::Snapshot> {

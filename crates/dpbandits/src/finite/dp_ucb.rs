@@ -421,6 +421,43 @@ impl Policy for DpUcb {
     fn boundary(&self) -> RewardBoundary {
         self.gate.boundary()
     }
+    /// Each arm's released mean `S~_a / n_a` (its counter's cached p-sums, the index's own
+    /// statistic) with the law of its noise, a sum of Laplace draws ([`crate::report::NoiseLaw::LaplaceSum`]):
+    /// the estimate after the arm's `n`-th reward is its `n`-th release (its ordinal, for the
+    /// spending of the risk over releases).
+    fn released_estimates(&self) -> Option<crate::report::Released> {
+        let bd = self.gate.boundary();
+        let range = (bd.lo, bd.hi);
+        let sums = self.released_sums();
+        let means = self
+            .counters
+            .iter()
+            .zip(&self.pulls)
+            .zip(sums)
+            .map(|((c, &n), sum)| {
+                (n > 0).then(|| {
+                    let scales = match c {
+                        Counter::Binary(b) => b.scales(),
+                        Counter::Hybrid(h) => h.scales(),
+                    };
+                    let per_mean: Vec<f64> = scales.iter().map(|b| b / n as f64).collect();
+                    crate::report::Release::new(
+                        sum / n as f64,
+                        n,
+                        crate::report::NoiseLaw::laplace_sum(&per_mean),
+                    )
+                    .with_index(n)
+                })
+            })
+            .collect();
+        Some(crate::report::Released {
+            means,
+            range,
+            rounding: crate::report::grid_rounding(self.cfg.noise, self.cfg.grid_bits, range),
+            releases_bound: 0,
+            target: None,
+        })
+    }
     fn choose(&mut self, t: u64) -> Pull {
         super::gated_choose(self, |p| &mut p.gate, |p| p.decide(t))
     }

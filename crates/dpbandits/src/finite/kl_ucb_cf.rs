@@ -369,10 +369,22 @@ impl Policy for CfLearner {
         // Local DP: the bits are public; arm `a`'s running bit mean after `n` bits is its
         // `n`-th release. The bit mean is `(1 - p00) + (p00 + p11 - 1) mu` (the Bernoulli trick
         // then randomized response), mapped back to `mu` (one bit's range is
-        // `1/(p00 + p11 - 1)` there). A sliding window estimates a mean that drifts: none.
-        let Stats::Cumulative { counts, sums } = &self.stats else {
-            return None;
+        // `1/(p00 + p11 - 1)` there). A sliding window's estimate is of the bits in its
+        // window (each still a public release; its ordinal is not kept: index 0, the session
+        // bounds it by the rounds played), and of the average mean of those pulls, which is the
+        // arm's mean only when it does not drift: the report says so (`target`).
+        let (counts, sums, target) = match &self.stats {
+            Stats::Cumulative { counts, sums } => (counts.as_slice(), sums.as_slice(), None),
+            Stats::Window(w) => (
+                w.counts(),
+                w.sums(),
+                Some(
+                    "a sliding window's estimates are of the average mean of each arm's pulls in \
+                     the window (the arm's mean only if it did not change within the window)",
+                ),
+            ),
         };
+        let windowed = target.is_some();
         let means = counts
             .iter()
             .zip(sums)
@@ -388,7 +400,7 @@ impl Policy for CfLearner {
                     crate::report::NoiseLaw::Gaussian { sd: 0.0 },
                 );
                 r.spread = Some(1.0 / gain);
-                Some(r.with_index(n))
+                Some(if windowed { r } else { r.with_index(n) })
             })
             .collect();
         Some(crate::report::Released {
@@ -396,6 +408,7 @@ impl Policy for CfLearner {
             range: (0.0, 1.0),
             rounding: 0.0,
             releases_bound: 0,
+            target,
         })
     }
     fn snapshot(&self) -> Result<crate::snapshot::Snapshot> {

@@ -306,6 +306,10 @@ pub struct Ldp {
     what: String,
     /// The registry kind this wrapper is (`ldp`, or a kind built on it such as `kl_ucb_cf`).
     kind: String,
+    /// Per arm: the public bits sent and how many were 1 (for the report of an inner learner
+    /// that keeps no estimate of its own); `None` for a wrapper restored from a snapshot of a
+    /// version that did not keep them.
+    bits: Option<Vec<(u64, u64)>>,
 }
 
 /// The snapshot state of an [`Ldp`] wrapper: the randomizer (channels and coin generators) and
@@ -317,6 +321,8 @@ struct LdpState {
     randomizer: LocalRandomizer,
     what: String,
     inner: Snapshot,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    bits: Option<Vec<(u64, u64)>>,
 }
 
 impl Ldp {
@@ -342,6 +348,7 @@ impl Ldp {
             gate: Gate::new(RewardBoundary::unit(BoundaryMode::Clip)),
             what: "the inner learner".into(),
             kind: LDP.kind.into(),
+            bits: Some(vec![(0, 0); inner.num_arms()]),
             randomizer,
             inner,
         })
@@ -391,6 +398,7 @@ impl Ldp {
             inner,
             what: st.what,
             kind: snap.kind().to_string(),
+            bits: st.bits,
         })
     }
 
@@ -412,6 +420,7 @@ impl Policy for Ldp {
             randomizer: self.randomizer.clone(),
             what: self.what.clone(),
             inner: self.inner.snapshot()?,
+            bits: self.bits.clone(),
         };
         Snapshot::new(Setting::FiniteArmed, &self.kind, &st)
     }
@@ -420,8 +429,40 @@ impl Policy for Ldp {
     }
     fn released_estimates(&self) -> Option<crate::report::Released> {
         // The learner's statistics are of the public bits: a corruption-aware learner
-        // (kl-UCB-CF) maps them back to the reward scale; an oblivious one keeps none.
-        self.inner.released_estimates()
+        // (kl-UCB-CF) maps them back to the reward scale; for an oblivious one the wrapper
+        // keeps the bits' counts and does the same: arm `a`'s bit mean after `n` bits (its
+        // `n`-th release) is `(1 - p00) + (p00 + p11 - 1) (mu - lo) / w`.
+        if let Some(r) = self.inner.released_estimates() {
+            return Some(r);
+        }
+        let bd = self.gate.boundary();
+        let width = bd.hi - bd.lo;
+        let means = self
+            .bits
+            .as_ref()?
+            .iter()
+            .zip(self.randomizer.channels())
+            .map(|(&(n, ones), ch)| {
+                (n > 0).then(|| {
+                    let gain = ch.p00() + ch.p11() - 1.0;
+                    let m = ones as f64 / n as f64;
+                    let mut r = crate::report::Release::new(
+                        bd.lo + width * (m - (1.0 - ch.p00())) / gain,
+                        n,
+                        crate::report::NoiseLaw::Gaussian { sd: 0.0 },
+                    );
+                    r.spread = Some(width / gain);
+                    r.with_index(n)
+                })
+            })
+            .collect();
+        Some(crate::report::Released {
+            means,
+            range: (bd.lo, bd.hi),
+            rounding: 0.0,
+            releases_bound: 0,
+            target: None,
+        })
     }
     fn guarantee(&self) -> PrivacyGuarantee {
         match self.randomizer.exact_epsilon() {
@@ -436,6 +477,10 @@ impl Policy for Ldp {
         let reward = self.gate.admit(arm, reward)?;
         let bit = self.randomizer.privatize(arm, reward);
         self.inner.observe(arm, bit)?;
+        if let Some(b) = self.bits.as_mut().and_then(|b| b.get_mut(arm)) {
+            b.0 += 1;
+            b.1 += u64::from(bit > 0.5);
+        }
         Ok(())
     }
     fn boundary(&self) -> RewardBoundary {

@@ -366,6 +366,7 @@ impl Policy for LdpUcb {
             range,
             rounding: crate::report::grid_rounding(self.cfg.noise, self.cfg.grid_bits, range),
             releases_bound: 0,
+            target: None,
         })
     }
     fn snapshot(&self) -> Result<crate::snapshot::Snapshot> {
