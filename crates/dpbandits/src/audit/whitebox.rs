@@ -289,9 +289,12 @@ struct Neighbour {
     /// Joint relation, neighbour side: the target round's decision set is negated (its context
     /// changed; its reward is `value` on both sides).
     negated: bool,
+    /// Joint relation (both sides).
+    joint: bool,
 }
 
 impl Neighbour {
+
     /// Sum of arm `arm`'s rewards number `c .. c + n` (per-arm target), or of rounds
     /// `t .. t + n` (row target).
     fn sum(&self, arm: usize, c: u64, t: u64, n: u64) -> f64 {
@@ -394,8 +397,8 @@ impl BaiAlgorithm for Tagged<'_> {
     }
 }
 
-/// The contextual environment of a row target: actions `e_1 .. e_k` (on the joint relation's
-/// neighbour side, `-e_1 .. -e_k` in the target round), no noise.
+/// The contextual environment of a row target: actions `e_1 .. e_k`, no noise; under the joint
+/// relation every action is `e_1`, and `-e_1` in the target round on the neighbour side.
 #[derive(Debug)]
 struct NeighbourContextual {
     table: Neighbour,
@@ -489,9 +492,13 @@ fn drive(audited: &Audited, table: Neighbour, k: usize, horizon: u64, seed: u64)
         }
         Audited::Contextual(cfg) => {
             let mut policy = cfg.build(k, horizon, seed)?;
+            // joint relation: every action is e_1 (the target round's are -e_1 in D'), so the
+            // rows of the later rounds are the same whichever action the policy picks (a Gram
+            // matrix shows the played action; with distinct actions the later releases would
+            // carry the target through the choices they follow, adaptively)
             let mut features = vec![0.0; k * k];
             for i in 0..k {
-                features[i * k + i] = 1.0;
+                features[i * k + if table.joint { 0 } else { i }] = 1.0;
             }
             let negated = features.iter().map(|x| -x).collect();
             let mut cenv = NeighbourContextual {
@@ -828,6 +835,7 @@ pub fn audit_white_box(
                     target,
                     by_row,
                     negated,
+                    joint,
                 };
                 (0..wopts.samples)
                     .into_par_iter()

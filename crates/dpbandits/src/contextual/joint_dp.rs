@@ -28,7 +28,8 @@
 //!   Sheffet do). AdaC-OFUL (`oful/mod.rs`) with `V_t` replaced by the Gram tree's
 //!   `V~_t = sum w w^T + N + (lambda + 2 Upsilon) I` (tree over the `d x d` matrices `w w^T`, released
 //!   every round); the rarely-switching rule `det V~_t > (1 + C) det V~_tau` reads the released
-//!   matrix (its episodes now depend on released values only), each episode's `sum r_s w_s` is
+//!   matrix (its episodes now depend on released values only; the first round is an episode of
+//!   its own, as `V_0 = lambda I` makes it in AdaC-OFUL, where the shift would not), each episode's `sum r_s w_s` is
 //!   released once at its end with `N(0, (2/rho) I)` exactly as in AdaC-OFUL, and
 //!   `theta~ = V~_tau^{-1} (sum of the releases)`. Width: the `beta_t` above without `gamma_t`
 //!   (no `h` here) plus AdaC-OFUL's empirical privacy radius
@@ -835,8 +836,12 @@ impl AdacOfulJoint {
         self.width = self.base() + gamma;
     }
 
+    /// The first round is an episode of its own (as in AdaC-OFUL, where `V_0 = lambda I` makes
+    /// the first row double the determinant; here the shift `2 Upsilon` would otherwise keep the
+    /// first episode long); then `det V~_t > (1 + C) det V~_tau`.
     fn needs_update(&self) -> bool {
-        self.t > self.tau && self.logdet > self.logdet_tau + (1.0 + self.cfg.c).ln()
+        self.t > self.tau
+            && (self.releases == 0 || self.logdet > self.logdet_tau + (1.0 + self.cfg.c).ln())
     }
 
     fn absorb(&mut self, a: &[f64], reward: f64) -> Result<()> {
