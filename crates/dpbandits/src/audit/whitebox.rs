@@ -294,7 +294,6 @@ struct Neighbour {
 }
 
 impl Neighbour {
-
     /// Sum of arm `arm`'s rewards number `c .. c + n` (per-arm target), or of rounds
     /// `t .. t + n` (row target).
     fn sum(&self, arm: usize, c: u64, t: u64, n: u64) -> f64 {

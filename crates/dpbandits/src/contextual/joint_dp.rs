@@ -84,8 +84,8 @@ use super::{ActionSet, ContextualPolicy, ContextualPolicyConfig, OFUL_BOUNDARY, 
 use crate::config::{AlgorithmInfo, Setting};
 use crate::error::{Error, Result, check};
 use crate::privacy::{
-    Budget, DEFAULT_GRID_BITS, GaussianMechanism, GramTree, JOINT_ADJACENCY, LinearSum,
-    NoiseGrade, NoiseKind, NoiseSource, PrivacyGuarantee, RewardBoundary, TrustModel,
+    Budget, DEFAULT_GRID_BITS, GaussianMechanism, GramTree, JOINT_ADJACENCY, LinearSum, NoiseGrade,
+    NoiseKind, NoiseSource, PrivacyGuarantee, RewardBoundary, TrustModel,
 };
 use crate::protocol::Gate;
 use serde::{Deserialize, Serialize};
@@ -374,7 +374,12 @@ impl ContextualPolicyConfig for ShariffSheffetConfig {
         )
     }
     fn build(&self, d: usize, horizon: u64, seed: u64) -> Result<Box<dyn ContextualPolicy>> {
-        Ok(Box::new(ShariffSheffet::new(self.clone(), d, horizon, seed)?))
+        Ok(Box::new(ShariffSheffet::new(
+            self.clone(),
+            d,
+            horizon,
+            seed,
+        )?))
     }
     fn releases_per_round(&self, horizon: u64, t: u64) -> u64 {
         crate::privacy::binary_releases(crate::privacy::levels_for(horizon), t)
@@ -399,7 +404,12 @@ impl ContextualPolicyConfig for AdacOfulJointConfig {
         )
     }
     fn build(&self, d: usize, horizon: u64, seed: u64) -> Result<Box<dyn ContextualPolicy>> {
-        Ok(Box::new(AdacOfulJoint::new(self.clone(), d, horizon, seed)?))
+        Ok(Box::new(AdacOfulJoint::new(
+            self.clone(),
+            d,
+            horizon,
+            seed,
+        )?))
     }
     /// 1: at the worst joint neighbour (the context negated or the reward flipped: module docs)
     /// only the round's episode release carries; the Gram tree's p-sums hold the round too but
@@ -469,7 +479,14 @@ fn quad(m: &[f64], x: &[f64]) -> f64 {
 
 /// The shift and the width's regulariser bounds of Shariff & Sheffet Sec. 4.2 for a tree of
 /// `levels` levels with per-node scale `sigma` over `n x n` matrices: `(Upsilon, rho_min, rho_max)`.
-fn regulariser(sigma: f64, levels: u32, n: usize, horizon: u64, alpha: f64, lambda: f64) -> (f64, f64, f64) {
+fn regulariser(
+    sigma: f64,
+    levels: u32,
+    n: usize,
+    horizon: u64,
+    alpha: f64,
+    lambda: f64,
+) -> (f64, f64, f64) {
     let ups = if sigma > 0.0 {
         sigma
             * (2.0 * levels as f64).sqrt()
@@ -559,7 +576,8 @@ impl ShariffSheffet {
         check_dim(d)?;
         let levels = crate::privacy::levels_for(horizon.max(1));
         let tree = GramTree::new(levels, cfg.rho, d + 1, 2.0)?;
-        let (upsilon, _, _) = regulariser(tree.sigma(), levels, d + 1, horizon, cfg.delta, cfg.lambda);
+        let (upsilon, _, _) =
+            regulariser(tree.sigma(), levels, d + 1, horizon, cfg.delta, cfg.lambda);
         let mut p = ShariffSheffet {
             gate: Gate::new(OFUL_BOUNDARY),
             noise: NoiseSource::new(cfg.noise, cfg.grid_bits, seed)?,
@@ -926,17 +944,21 @@ mod tests {
             k,
             features: &feats,
         };
-        let mut ss = ShariffSheffet::new(ShariffSheffetConfig::new(f64::INFINITY), 2, 500, 1).unwrap();
-        let mut aj = AdacOfulJoint::new(AdacOfulJointConfig::new(f64::INFINITY), 2, 500, 1).unwrap();
+        let mut ss =
+            ShariffSheffet::new(ShariffSheffetConfig::new(f64::INFINITY), 2, 500, 1).unwrap();
+        let mut aj =
+            AdacOfulJoint::new(AdacOfulJointConfig::new(f64::INFINITY), 2, 500, 1).unwrap();
         let (mut b1, mut b2) = (0, 0);
         for t in 0..500u64 {
             let i = ss.choose(t, &actions);
             b1 += usize::from(i == 0);
             assert!(ss.observe(&actions, 1 - i, 0.0).is_err());
-            ss.observe(&actions, i, if i == 0 { 0.8 } else { 0.2 }).unwrap();
+            ss.observe(&actions, i, if i == 0 { 0.8 } else { 0.2 })
+                .unwrap();
             let j = aj.choose(t, &actions);
             b2 += usize::from(j == 0);
-            aj.observe(&actions, j, if j == 0 { 0.8 } else { 0.2 }).unwrap();
+            aj.observe(&actions, j, if j == 0 { 0.8 } else { 0.2 })
+                .unwrap();
         }
         assert!(b1 > 400 && b2 > 400, "{b1} {b2}");
         assert_eq!(ss.releases(), 500);

@@ -212,7 +212,9 @@ impl GramTree {
     fn deployment_variances(&self, bz: i128) -> Result<Vec<Ratio>> {
         let rho = Ratio::from_f64(self.rho)
             .filter(|_| self.rho.is_finite())
-            .ok_or_else(|| Error::param("rho", self.rho, "a finite budget on the deployment path"))?;
+            .ok_or_else(|| {
+                Error::param("rho", self.rho, "a finite budget on the deployment path")
+            })?;
         let b2 = BigUint::from(bz.unsigned_abs()) * BigUint::from(bz.unsigned_abs());
         let off = Ratio::integer(b2 * BigUint::from(self.levels))
             .div(&rho.mul(&Ratio::integer(2u32)))
