@@ -448,12 +448,7 @@ fn inverse(m: &[f64], d: usize, shift: f64, step: f64) -> (Vec<f64>, f64) {
         if let Some(ch) = v.cholesky() {
             let logdet = 2.0 * ch.l().diagonal().iter().map(|x| x.ln()).sum::<f64>();
             let inv = ch.inverse();
-            let mut out = vec![0.0; d * d];
-            for i in 0..d {
-                for j in 0..d {
-                    out[i * d + j] = inv[(i, j)];
-                }
-            }
+            let out = (0..d * d).map(|p| inv[(p / d, p % d)]).collect();
             return (out, logdet);
         }
         extra += step.max(1e-12) * (1.0 + extra.abs());
@@ -989,12 +984,9 @@ mod tests {
     fn joint_bound_of_the_two_releases() {
         use rand::{RngExt, SeedableRng};
         let loss = |w: &[f64; 3], r: f64, x: &[f64; 3], q: f64| {
-            let mut f = 0.0;
-            for i in 0..3 {
-                for j in 0..3 {
-                    f += (w[i] * w[j] - x[i] * x[j]).powi(2);
-                }
-            }
+            let f: f64 = (0..9)
+                .map(|p| (w[p / 3] * w[p % 3] - x[p / 3] * x[p % 3]).powi(2))
+                .sum();
             let u: f64 = (0..3).map(|i| (r * w[i] - q * x[i]).powi(2)).sum();
             f / 8.0 + u / 4.0
         };

@@ -269,20 +269,16 @@ fn is_diagonal(n: usize, p: usize) -> bool {
 
 fn outer_packed(v: &[f64]) -> Vec<f64> {
     let mut out = Vec::with_capacity(packed_len(v.len()));
-    for i in 0..v.len() {
-        for j in i..v.len() {
-            out.push(v[i] * v[j]);
-        }
+    for (i, vi) in v.iter().enumerate() {
+        out.extend(v[i..].iter().map(|vj| vi * vj));
     }
     out
 }
 
 fn outer_packed_int(v: &[i128]) -> Vec<i128> {
     let mut out = Vec::with_capacity(packed_len(v.len()));
-    for i in 0..v.len() {
-        for j in i..v.len() {
-            out.push(v[i] * v[j]);
-        }
+    for (i, vi) in v.iter().enumerate() {
+        out.extend(v[i..].iter().map(|vj| vi * vj));
     }
     out
 }
@@ -306,10 +302,8 @@ mod tests {
         for k in 0..20 {
             let v = [((k % 3) as f64 - 1.0) * 0.5, 1.0];
             exact.push(&v, &mut noise).unwrap();
-            for i in 0..2 {
-                for j in 0..2 {
-                    truth[i * 2 + j] += v[i] * v[j];
-                }
+            for (p, x) in truth.iter_mut().enumerate() {
+                *x += v[p / 2] * v[p % 2];
             }
             let m = exact.matrix();
             for p in 0..4 {

@@ -204,7 +204,12 @@ fn table2_contextual_joint_dp_quick_look() {
         labels.push(cell.label());
     }
     println!("{:.1} s", start.elapsed().as_secs_f64());
-    for kind in ["rs_oful", "adac_oful(", "shariff_sheffet", "adac_oful_joint"] {
+    for kind in [
+        "rs_oful",
+        "adac_oful(",
+        "shariff_sheffet",
+        "adac_oful_joint",
+    ] {
         assert!(labels.iter().any(|l| l.starts_with(kind)), "{labels:?}");
     }
 }
