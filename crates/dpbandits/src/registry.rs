@@ -932,6 +932,16 @@ pub static POLICIES: &[PolicyEntry] = &[
         parse: Parse::Contextual(contextual::<contextual::LinPrivConfig>),
         restore: Restore::Contextual(state_contextual::<contextual::LinPriv>),
     },
+    PolicyEntry {
+        info: &contextual::SHARIFF_SHEFFET,
+        parse: Parse::Contextual(contextual::<contextual::ShariffSheffetConfig>),
+        restore: Restore::Contextual(state_contextual::<contextual::ShariffSheffet>),
+    },
+    PolicyEntry {
+        info: &contextual::ADAC_OFUL_JOINT,
+        parse: Parse::Contextual(contextual::<contextual::AdacOfulJointConfig>),
+        restore: Restore::Contextual(state_contextual::<contextual::AdacOfulJoint>),
+    },
 ];
 
 /// All environments.

@@ -13,6 +13,11 @@
 //! half of the runs, evaluated on the second half with one-sided Clopper–Pearson bounds,
 //! Bonferroni-corrected over the events evaluated, both directions and the scenarios.
 //!
+//! A kind whose guarantee states Joint DP ([`crate::privacy::PrivacyGuarantee::is_joint`]) is
+//! audited under the joint relation instead: the target row's context changes (its decision set
+//! negated in `D'`, its rewards at the top in both tables) and its own action is left out of the
+//! features (Joint DP protects the other rounds' actions; Shariff & Sheffet 2018 Def. 2).
+//!
 //! # Scenarios (worst cases)
 //! * [`Scenario::First`]: the target is user 0, the first reward any policy releases (an
 //!   initialisation pull or the first episode, the largest sensitivity); the background gives
@@ -476,7 +481,8 @@ impl Shape {
             for &(a, l) in commitments {
                 f.extend(std::iter::repeat_n(a as i64, l as usize));
             }
-            f.truncate(start + self.horizon as usize);
+            // (a run under the joint relation leaves out one round: -1 at the end)
+            f.resize(start + self.horizon as usize, -1);
         }
         let mut pulls = vec![0i64; self.arms];
         for &(a, l) in commitments {
@@ -597,6 +603,10 @@ fn run_once(audited: &Audited, table: &RewardTable, shape: &Shape, seed: u64) ->
                 let a = policy.choose(t, &actions);
                 let r = env.reward(a);
                 policy.observe(&actions, a, r)?;
+                if table.joint && t == table.target_row {
+                    // Joint DP: the target round's own action is shown to its user only
+                    continue;
+                }
                 match commitments.last_mut() {
                     Some(c) if c.0 == a => c.1 += 1,
                     _ => commitments.push((a, 1)),
@@ -832,10 +842,13 @@ fn audit_built(
         _ => None,
     };
     let mut curve_row: Option<CurveRow> = None;
+    // Joint DP (the guarantee's adjacency; contextual kinds): the joint relation
+    let joint = g.is_joint() && audited.setting() == Setting::Contextual;
     let runner = Runner {
         audited: &audited,
         shape: &shape,
         seed: opts.seed,
+        joint,
     };
     let mut designs = vec![];
     let mut powered_scenarios = 0usize;
@@ -864,11 +877,7 @@ fn audit_built(
             background: background.clone(),
             target_row,
         });
-        let tables = [hi, lo].map(|v| RewardTable {
-            background: background.clone(),
-            target_row,
-            target_value: v,
-        });
+        let tables = neighbour_tables(&background, target_row, lo, hi, joint);
         let sides = [
             runner.runs(&tables[0], &run_label, false, opts.runs)?,
             runner.runs(&tables[1], &run_label, true, opts.runs)?,
@@ -1019,6 +1028,33 @@ struct Runner<'a> {
     audited: &'a Audited,
     shape: &'a Shape,
     seed: u64,
+    /// The joint relation ([`neighbour_tables`]).
+    joint: bool,
+}
+
+/// The two neighbouring tables of a design: the reward relation (the target row's rewards at
+/// the top in `D`, at the bottom in `D'`) or, for a Joint-DP kind (`joint`), the joint relation:
+/// the target row's rewards at the top in both and its decision set negated in `D'`, the target
+/// round's own action left out of the output (Shariff & Sheffet 2018 Def. 2).
+fn neighbour_tables(
+    background: &[f64],
+    target_row: u64,
+    lo: f64,
+    hi: f64,
+    joint: bool,
+) -> [RewardTable; 2] {
+    let table = |target_value: f64, negated: bool| RewardTable {
+        background: background.to_vec(),
+        target_row,
+        target_value,
+        negated,
+        joint,
+    };
+    if joint {
+        [table(hi, false), table(hi, true)]
+    } else {
+        [table(hi, false), table(lo, false)]
+    }
 }
 
 /// How the tuned scenario scores a pair of pilot samples (runs x features on `D` and `D'`).
@@ -1081,6 +1117,8 @@ impl Runner<'_> {
                     background: background(x),
                     target_row: u64::MAX,
                     target_value: x,
+                    negated: false,
+                    joint: false,
                 },
                 &plain_label,
                 false,
@@ -1141,11 +1179,7 @@ impl Runner<'_> {
         }
         let mut best = (0.0, 0u64);
         for &row in &rows {
-            let tables = [hi, lo].map(|v| RewardTable {
-                background: background(level),
-                target_row: row,
-                target_value: v,
-            });
+            let tables = neighbour_tables(&background(level), row, lo, hi, self.joint);
             let pl = format!("{label}/pilot-row{row}");
             let d = self.runs(&tables[0], &pl, false, pilot)?;
             let d2 = self.runs(&tables[1], &pl, true, pilot)?;

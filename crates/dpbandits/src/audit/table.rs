@@ -4,7 +4,10 @@
 //! `t`-th round, or the `t`-th sample of a BAI run) for every arm. Every row equals the background
 //! row, except the target row. Two neighbouring tables differ only in the target row: all its
 //! entries at the top of the reward boundary in `D`, at the bottom in `D'` (Table DP, Azize &
-//! Basu 2024, Def. 4 / Prop. 1: one user's rewards changed, the other users fixed).
+//! Basu 2024, Def. 4 / Prop. 1: one user's rewards changed, the other users fixed). For a Joint-DP
+//! kind the tables differ in the target row's context instead (its decision set negated in `D'`,
+//! its rewards at the top in both) and that row's own action is left out of the audited output
+//! (`joint`; Shariff & Sheffet 2018 Def. 2).
 //!
 //! The environments read the table: a finite [`Environment`] (also the reward environment of the
 //! linear setting), a [`ContextualEnvironment`] whose decision set is the `k` unit vectors of
@@ -25,6 +28,12 @@ pub struct RewardTable {
     pub target_row: u64,
     /// Every arm's reward in the target row.
     pub target_value: f64,
+    /// Joint relation, neighbour side: the target row's decision set (context) is negated
+    /// (contextual environment only).
+    pub negated: bool,
+    /// Joint relation: the target row's own action is not part of the audited output (Joint DP
+    /// protects the other rounds' actions).
+    pub joint: bool,
 }
 
 impl RewardTable {
@@ -90,11 +99,14 @@ impl Environment for TableEnv {
     }
 }
 
-/// The contextual environment of a table: actions `e_1 .. e_k`, rewards from row `t`, no noise.
+/// The contextual environment of a table: actions `e_1 .. e_k` (`-e_1 .. -e_k` in the target row
+/// of a table whose target is `negated`), rewards from row `t`, no noise.
 #[derive(Debug, Clone)]
 pub struct TableContextual {
     table: RewardTable,
     features: Vec<f64>,
+    negated: Vec<f64>,
+    current_negated: bool,
     means: Vec<f64>,
 }
 
@@ -107,9 +119,12 @@ impl TableContextual {
             features[i * k + i] = 1.0;
         }
         let means = table.background.clone();
+        let negated = features.iter().map(|x| -x).collect();
         TableContextual {
             table,
             features,
+            negated,
+            current_negated: false,
             means,
         }
     }
@@ -123,13 +138,18 @@ impl ContextualEnvironment for TableContextual {
         for (a, m) in self.means.iter_mut().enumerate() {
             *m = self.table.reward(a, t);
         }
+        self.current_negated = self.table.negated && t == self.table.target_row;
     }
     fn actions(&self) -> ActionSet<'_> {
         let k = self.table.background.len();
         ActionSet {
             d: k,
             k,
-            features: &self.features,
+            features: if self.current_negated {
+                &self.negated
+            } else {
+                &self.features
+            },
         }
     }
     fn means(&self) -> &[f64] {
@@ -184,6 +204,8 @@ mod tests {
             background: vec![0.0, 1.0],
             target_row: 3,
             target_value: 1.0,
+            negated: false,
+            joint: false,
         };
         assert_eq!(t.sum(0, 0, 3), 0.0);
         assert_eq!(t.sum(0, 0, 4), 1.0);
@@ -194,11 +216,21 @@ mod tests {
         let mut b = TableBai::new(t.clone());
         assert_eq!(b.pull_sum(0, 3), 0.0);
         assert_eq!(b.pull_sum(0, 1), 1.0);
+        let t2 = t.clone();
         let mut c = TableContextual::new(t);
         c.next_round(3);
         assert_eq!(c.reward(0), 1.0);
         c.next_round(4);
         assert_eq!(c.reward(0), 0.0);
         assert_eq!(c.actions().action(1), &[0.0, 1.0]);
+        let mut n = TableContextual::new(RewardTable {
+            negated: true,
+            joint: true,
+            ..t2
+        });
+        n.next_round(3);
+        assert_eq!(n.actions().action(1), &[0.0, -1.0]);
+        n.next_round(4);
+        assert_eq!(n.actions().action(1), &[0.0, 1.0]);
     }
 }

@@ -16,7 +16,13 @@
 //! **target**, the `j`-th reward of arm 0 (the neighbour relation of View DP, Azize & Basu 2024,
 //! Prop. 1: two reward sequences differing in one observed reward), at the top of the boundary
 //! in `D` and at the bottom in `D'`; contextual kinds (whose releases follow the round, not the
-//! arm): every arm's reward of round `j`. Each table is run `samples` times with independent
+//! arm): every arm's reward of round `j`. A kind whose guarantee states Joint DP
+//! ([`crate::privacy::PrivacyGuarantee::is_joint`]: neighbours differ in one round's context and
+//! reward, and the protected output is the other rounds' actions; Shariff & Sheffet 2018 Def. 2)
+//! is audited under the **joint relation** instead: round `j`'s reward at the top on both sides
+//! and its decision set negated in `D'` (the played row `(a, r)` becomes `(-a, r)`: as far as one
+//! row moves a linear reward statistic or a Gram matrix, `contextual/joint_dp.rs`). The releases
+//! are what later rounds read; round `j`'s own action is not a release. Each table is run `samples` times with independent
 //! seeds, and for every key the two samples of released values give an estimate of that
 //! release's loss:
 //!
@@ -280,6 +286,11 @@ struct Neighbour {
     /// Arm 0's reward index (per-arm target), or the round (row target).
     target: u64,
     by_row: bool,
+    /// Joint relation, neighbour side: the target round's decision set is negated (its context
+    /// changed; its reward is `value` on both sides).
+    negated: bool,
+    /// Joint relation (both sides).
+    joint: bool,
 }
 
 impl Neighbour {
@@ -385,11 +396,14 @@ impl BaiAlgorithm for Tagged<'_> {
     }
 }
 
-/// The contextual environment of a row target: actions `e_1 .. e_k`, no noise.
+/// The contextual environment of a row target: actions `e_1 .. e_k`, no noise; under the joint
+/// relation every action is `e_1`, and `-e_1` in the target round on the neighbour side.
 #[derive(Debug)]
 struct NeighbourContextual {
     table: Neighbour,
     features: Vec<f64>,
+    negated: Vec<f64>,
+    current_negated: bool,
     means: Vec<f64>,
 }
 
@@ -400,13 +414,18 @@ impl ContextualEnvironment for NeighbourContextual {
     fn next_round(&mut self, t: u64) {
         let v = self.table.sum(0, 0, t, 1);
         self.means.iter_mut().for_each(|m| *m = v);
+        self.current_negated = self.table.negated && t == self.table.target;
     }
     fn actions(&self) -> ActionSet<'_> {
         let k = self.means.len();
         ActionSet {
             d: k,
             k,
-            features: &self.features,
+            features: if self.current_negated {
+                &self.negated
+            } else {
+                &self.features
+            },
         }
     }
     fn means(&self) -> &[f64] {
@@ -472,13 +491,20 @@ fn drive(audited: &Audited, table: Neighbour, k: usize, horizon: u64, seed: u64)
         }
         Audited::Contextual(cfg) => {
             let mut policy = cfg.build(k, horizon, seed)?;
+            // joint relation: every action is e_1 (the target round's are -e_1 in D'), so the
+            // rows of the later rounds are the same whichever action the policy picks (a Gram
+            // matrix shows the played action; with distinct actions the later releases would
+            // carry the target through the choices they follow, adaptively)
             let mut features = vec![0.0; k * k];
             for i in 0..k {
-                features[i * k + i] = 1.0;
+                features[i * k + if table.joint { 0 } else { i }] = 1.0;
             }
+            let negated = features.iter().map(|x| -x).collect();
             let mut cenv = NeighbourContextual {
                 table,
                 features,
+                negated,
+                current_negated: false,
                 means: vec![table.background; k],
             };
             for t in 0..horizon {
@@ -776,6 +802,8 @@ pub fn audit_white_box(
     let (lo, hi) = if lo < hi { (lo, hi) } else { (0.0, 1.0) };
     let background = 0.5 * (lo + hi);
     let (default_h, default_targets, by_row) = design(kind, &honest);
+    // Joint DP (the guarantee's adjacency): only contextual kinds, whose targets are rounds
+    let joint = g.is_joint() && by_row;
     let horizon = opts.horizon.unwrap_or(default_h);
     let k = opts.arms;
     let audited = prepare(audited, k)?;
@@ -789,14 +817,24 @@ pub fn audit_white_box(
     let mut results = vec![];
     for &target in &targets {
         let run_label = format!("{base_label}/target{target}");
-        let sides: Vec<Vec<Vec<Keyed>>> = [(hi, false), (lo, true)]
+        // the reward relation: the target's rewards at the top in D, at the bottom in D'; the joint
+        // relation (a Joint-DP kind): the target round's reward at the top on both sides and its
+        // decision set negated in D' (module docs)
+        let pairs = if joint {
+            [(hi, false, false), (hi, true, true)]
+        } else {
+            [(hi, false, false), (lo, true, false)]
+        };
+        let sides: Vec<Vec<Vec<Keyed>>> = pairs
             .into_iter()
-            .map(|(value, neighbour)| {
+            .map(|(value, neighbour, negated)| {
                 let table = Neighbour {
                     background,
                     value,
                     target,
                     by_row,
+                    negated,
+                    joint,
                 };
                 (0..wopts.samples)
                     .into_par_iter()

@@ -37,6 +37,7 @@
 mod classification;
 mod file;
 mod gaussian;
+mod joint_dp;
 mod lanes;
 mod lin_priv;
 mod oful;
@@ -48,6 +49,10 @@ pub use classification::{
 };
 pub use file::{CONTEXTUAL_FILE, ContextOrder, ContextualFile, ContextualFileConfig, FeatureTable};
 pub use gaussian::{CONTEXTUAL_GAUSSIAN, ContextualGaussian, ContextualGaussianConfig};
+pub use joint_dp::{
+    ADAC_OFUL_JOINT, AdacOfulJoint, AdacOfulJointConfig, SHARIFF_SHEFFET, ShariffSheffet,
+    ShariffSheffetConfig,
+};
 pub use lanes::{ActionLanes, BatchDriver, BatchFamily, LaneSource};
 pub use lin_priv::{LIN_PRIV, LIN_PRIV_MAX_ACTION_NORM, LinPriv, LinPrivConfig};
 pub use oful::{

@@ -20,6 +20,7 @@ mod boundary;
 mod conversion;
 pub mod discrete;
 mod gaussian;
+mod gram;
 mod laplace;
 mod noise;
 mod randomized_response;
@@ -32,6 +33,7 @@ pub use conversion::{
     ZcdpConversion, bun_steinke_epsilon, cks_delta, pure_to_zcdp, zcdp_to_approx_dp,
 };
 pub use gaussian::{GaussianMechanism, NoisyMean};
+pub use gram::GramTree;
 pub use laplace::{LaplaceMechanism, sample_standard_laplace};
 pub use noise::{
     DEFAULT_GRID_BITS, LinearSum, MAX_GRID_BITS, NoiseGrade, NoiseKind, NoiseSource, check_noise,
@@ -142,6 +144,12 @@ impl PrivacyGuarantee {
         !matches!(self.budget, Budget::NonPrivate)
     }
 
+    /// Whether the guarantee is Joint DP ([`JOINT_ADJACENCY`]): neighbours differ in one round's
+    /// context and reward, and that round's own action is not part of the protected output.
+    pub fn is_joint(&self) -> bool {
+        self.adjacency == JOINT_ADJACENCY
+    }
+
     /// One line for tables and logs (with the grade of the noise).
     pub fn summary(&self) -> String {
         if self.is_private() {
@@ -159,6 +167,13 @@ impl PrivacyGuarantee {
 
 /// Adjacency used by all central-model bandit guarantees in this crate.
 pub const REWARD_ADJACENCY: &str = "reward-level: reward tables (equivalently, observed reward sequences) differing in one user's rewards (Azize & Basu 2024, Def. 4; Table DP / View DP, Prop. 1)";
+
+/// Adjacency of the Joint-DP contextual kinds (Shariff & Sheffet 2018, Def. 2 / Azize & Basu 2024
+/// App. B-D, Defs. 7-8): sequences differing in one round's context (decision set) and reward;
+/// the guarantee covers the actions of every **other** round (that round's own action, shown only
+/// to its user, may depend on its context). The auditors read it from the guarantee
+/// ([`PrivacyGuarantee::is_joint`]) and audit such a kind under this relation.
+pub const JOINT_ADJACENCY: &str = "joint: sequences of (decision set, reward) differing in one round's context and reward; the output is the actions of every other round (Shariff & Sheffet 2018, Def. 2; Azize & Basu 2024, App. B-D, Defs. 7-8)";
 
 /// Deliberately broken variants of a few private policies, used only by the mutation tests of
 /// the privacy auditor (`crate::audit`). The field that holds one is `#[serde(skip)]` and

@@ -613,6 +613,40 @@ impl NoiseSource {
         }
     }
 
+    /// Deployment path: `u_j + Y_j` with `Y_j ~ N_Z(0, sigma2_j)` drawn independently (CKS20
+    /// Alg. 3, exact rationals, no square root taken) from the OS-keyed generator; for a caller
+    /// that keeps its statistic as exact integers with its own sensitivity argument (the Gram
+    /// tree, `privacy/gram.rs`). Not recorded to the audit tap (the caller records what it
+    /// releases).
+    ///
+    /// # Errors
+    /// On the simulation path; `u` and `sigma2` of different lengths; noise or sum beyond `i128`.
+    pub(crate) fn discrete_gaussian_add(
+        &mut self,
+        u: &[i128],
+        sigma2: &[Ratio],
+    ) -> Result<Vec<i128>> {
+        let Inner::Deployment(d) = &mut self.inner else {
+            return Err(Error::Config(
+                "exact integer noise is drawn on the deployment path only".into(),
+            ));
+        };
+        if u.len() != sigma2.len() {
+            return Err(Error::Protocol(
+                "one noise variance per integer coordinate".into(),
+            ));
+        }
+        u.iter()
+            .zip(sigma2)
+            .map(|(&uj, s2)| {
+                let y = discrete_gaussian(s2, &mut d.rng);
+                super::discrete::signed_to_i128(&y)
+                    .and_then(|y| uj.checked_add(y))
+                    .ok_or_else(|| Error::Protocol("noisy integer beyond 2^127".into()))
+            })
+            .collect()
+    }
+
     /// The grade of this source's noise.
     pub fn grade(&self) -> NoiseGrade {
         match self.inner {
