@@ -931,15 +931,17 @@ mod tests {
     /// at its level (AdaC-OFUL 1 - delta, LinPriv 1 - 2 delta), at every one of 10 looks per run. 60 runs of 600 rounds, d = 2, four random actions in
     /// the unit disc per round, theta* = (0.3, -0.4), rewards `2 B - 1` with
     /// `B ~ Bernoulli((1 + <theta*, a>)/2)`, rho = 1, delta = 0.1 (fixed seeds). OFUL's radius is conservative: measured 60 of
-    /// 60 runs inside at all looks (AdaC-OFUL), 60 of 60 (LinPriv, delta = 0.05: level 0.9). The test accepts >= 51 of 60 (0.85): at a true coverage of
+    /// 60 runs inside at all looks (AdaC-OFUL), 60 of 60 (LinPriv, delta = 0.05: level 0.9), 60 of 60 (Shariff & Sheffet), 60 of 60 (Joint-DP AdaC-OFUL). The test accepts >= 51 of 60 (0.85): at a true coverage of
     /// 0.9 the probability of fewer is ~0.1 (binomial), below 1e-9 at >= 0.99.
     #[test]
     fn contextual_ellipsoid_covers_theta_at_every_look() {
-        // LinPriv's ellipsoid holds at 1 - 2 delta (its noise bound spends delta too): at
-        // delta = 0.05 both are at level 0.9.
+        // LinPriv's and the Joint-DP kinds' ellipsoids are reported at 1 - 2 delta (their noise
+        // bounds spend delta too): at delta = 0.05 all are at level 0.9.
         for (kind, params) in [
             ("adac_oful", "rho = 1\ndelta = 0.1"),
             ("lin_priv", "rho = 1\ndelta = 0.05"),
+            ("shariff_sheffet", "rho = 1\ndelta = 0.05"),
+            ("adac_oful_joint", "rho = 1\ndelta = 0.05"),
         ] {
             contextual_coverage(kind, params);
         }

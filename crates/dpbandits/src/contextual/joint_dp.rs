@@ -460,6 +460,40 @@ fn inverse(m: &[f64], d: usize, shift: f64, step: f64) -> (Vec<f64>, f64) {
     (out, d as f64 * step.max(1e-12).ln())
 }
 
+/// The report's view of both kinds ([`super::ellipsoid_released`]).
+#[allow(clippy::too_many_arguments)]
+fn joint_released(
+    kind: &str,
+    theta: &[f64],
+    vinv: &[f64],
+    width: f64,
+    c: &Common,
+    rewards: u64,
+    boundary: RewardBoundary,
+    source: &str,
+) -> Option<crate::report::LinearReleased> {
+    let level = 1.0 - if c.rho.is_finite() { 2.0 } else { 1.0 } * c.delta;
+    super::ellipsoid_released(
+        theta,
+        vinv,
+        width,
+        level,
+        rewards,
+        boundary,
+        format!(
+            "{kind}: the released theta~ = V~^-1 u~ (V~ the privately released design matrix, \
+             shifted to be positive definite) with the policy's own width as the ellipsoid's \
+             radius, ||theta - theta~||_(V~) <= beta_t ({source}), reported at level 1 - 2 delta \
+             = {level} (delta = {} of the configuration, not the requested level), assuming \
+             rewards <theta*, w> + 1-sub-Gaussian noise, w = a / max(1, ||a||), ||theta*|| <= s = \
+             {}; value intervals <a, theta~> +- beta_t ||a||_(V~^-1), simultaneous over actions \
+             and looks within the horizon, clipped to the reward range; post-processing of \
+             released statistics",
+            c.delta, c.s
+        ),
+    )
+}
+
 /// `M x` for a `d x d` row-major `m`.
 fn mul(m: &[f64], x: &[f64]) -> Vec<f64> {
     m.chunks_exact(x.len())
@@ -683,6 +717,22 @@ impl ContextualPolicy for ShariffSheffet {
     }
     fn snapshot(&self) -> Result<crate::snapshot::Snapshot> {
         crate::snapshot::Snapshot::new(Setting::Contextual, SHARIFF_SHEFFET.kind, self)
+    }
+    /// The released `theta~` with the policy's own width as the ellipsoid's radius,
+    /// `||theta - theta~||_(V~) <= width`, reported at level `1 - 2 delta` (the width's events
+    /// each spend at most `delta/2` or `delta`: module docs), valid at every look within the
+    /// horizon.
+    fn released_estimate(&self) -> Option<crate::report::LinearReleased> {
+        joint_released(
+            SHARIFF_SHEFFET.kind,
+            &self.theta,
+            &self.vinv,
+            self.width,
+            &self.cfg.common(),
+            self.t,
+            self.gate.boundary(),
+            "Shariff & Sheffet 2018, Prop. 4 / Thm 5 as transcribed in the module docs",
+        )
     }
 }
 
@@ -918,6 +968,22 @@ impl ContextualPolicy for AdacOfulJoint {
     }
     fn snapshot(&self) -> Result<crate::snapshot::Snapshot> {
         crate::snapshot::Snapshot::new(Setting::Contextual, ADAC_OFUL_JOINT.kind, self)
+    }
+    /// The released `theta~` with the policy's own width as the ellipsoid's radius,
+    /// `||theta - theta~||_(V~) <= width`, reported at level `1 - 2 delta` (the width's events
+    /// each spend at most `delta/2` or `delta`: module docs), valid at every look within the
+    /// horizon.
+    fn released_estimate(&self) -> Option<crate::report::LinearReleased> {
+        joint_released(
+            ADAC_OFUL_JOINT.kind,
+            &self.theta,
+            &self.vinv,
+            self.width,
+            &self.cfg.common(),
+            self.tau,
+            self.gate.boundary(),
+            "Azize & Basu 2024 Sec. V-B2 remark 2: AdaC-OFUL's width on the released design matrix",
+        )
     }
 }
 

@@ -408,29 +408,16 @@ impl ContextualPolicy for LinPriv {
     /// `||theta - theta~||_V <= beta_t + gamma'_t` ([`LinPriv::report_radius`]) at level
     /// `1 - 2 delta` (`1 - delta` at `rho = inf`), valid at every look.
     fn released_estimate(&self) -> Option<crate::report::LinearReleased> {
-        let d = self.d;
-        let r = self.report_radius();
-        let shape: Vec<Vec<f64>> = (0..d)
-            .map(|i| (0..d).map(|j| r * r * self.vinv[i * d + j]).collect())
-            .collect();
-        let p = nalgebra::DMatrix::from_fn(d, d, |i, j| shape[i][j]).try_inverse()?;
-        if !(self.theta.iter().all(|x| x.is_finite()) && p.iter().all(|x| x.is_finite())) {
-            return None;
-        }
-        let bd = self.gate.boundary();
         let private = self.cfg.rho.is_finite();
         let level = 1.0 - if private { 2.0 } else { 1.0 } * self.cfg.delta;
-        Some(crate::report::LinearReleased {
-            theta: self.theta.clone(),
-            precision: (0..d)
-                .map(|i| (0..d).map(|j| p[(i, j)]).collect())
-                .collect(),
-            shape,
-            span: None,
+        super::ellipsoid_released(
+            &self.theta,
+            &self.vinv,
+            self.report_radius(),
             level,
-            rewards: self.releases(),
-            range: (bd.lo, bd.hi),
-            method: format!(
+            self.releases(),
+            self.gate.boundary(),
+            format!(
                 "lin_priv: the released theta~ = V^-1 u~ (u~ the tree's released reward statistic, \
                  V exact: contexts are public) with the ellipsoid ||theta - theta~||_V <= beta_t + \
                  gamma'_t: beta_t the self-normalised radius (Abbasi-Yadkori, Pal & Szepesvari \
@@ -445,7 +432,7 @@ impl ContextualPolicy for LinPriv {
                  statistics",
                 self.cfg.delta, self.cfg.s
             ),
-        })
+        )
     }
 }
 

@@ -66,6 +66,41 @@ use crate::error::Result;
 use crate::privacy::{PrivacyGuarantee, RewardBoundary};
 use std::fmt::Debug;
 
+/// The report's view of a policy that keeps `theta~`, `V^{-1}` (row-major `d x d`) and a radius
+/// with `||theta - theta~||_V <= radius` at `level` ([`crate::report::LinearReleased`]): the
+/// ellipsoid's `shape = radius^2 V^{-1}` and `P = shape^{-1}`. `None` when a value is not finite
+/// or the shape is singular.
+pub(crate) fn ellipsoid_released(
+    theta: &[f64],
+    vinv: &[f64],
+    radius: f64,
+    level: f64,
+    rewards: u64,
+    boundary: RewardBoundary,
+    method: String,
+) -> Option<crate::report::LinearReleased> {
+    let d = theta.len();
+    let shape: Vec<Vec<f64>> = (0..d)
+        .map(|i| (0..d).map(|j| radius * radius * vinv[i * d + j]).collect())
+        .collect();
+    let p = nalgebra::DMatrix::from_fn(d, d, |i, j| shape[i][j]).try_inverse()?;
+    if !(theta.iter().all(|x| x.is_finite()) && p.iter().all(|x| x.is_finite())) {
+        return None;
+    }
+    Some(crate::report::LinearReleased {
+        theta: theta.to_vec(),
+        precision: (0..d)
+            .map(|i| (0..d).map(|j| p[(i, j)]).collect())
+            .collect(),
+        shape,
+        span: None,
+        level,
+        rewards,
+        range: (boundary.lo, boundary.hi),
+        method,
+    })
+}
+
 /// One round's public decision set: `k` actions of dimension `d`, row-major (`features[i*d + j]`
 /// is coordinate `j` of action `i`).
 #[derive(Debug, Clone, Copy)]
