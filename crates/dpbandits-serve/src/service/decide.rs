@@ -47,6 +47,82 @@ pub(super) fn action_set(v: &Value) -> ServiceResult<(usize, usize, Vec<f64>)> {
     Ok((rows.len(), d, features))
 }
 
+/// A decision's action set: `(k, d, features)` row by row.
+type Actions = (usize, usize, Vec<f64>);
+
+/// The action set as the decision row stores it (an array of `k` arrays of `d` numbers).
+fn actions_json((k, d, f): &Actions) -> String {
+    Value::Array(
+        (0..*k)
+            .map(|i| json!(f[i * d..(i + 1) * d]))
+            .collect::<Vec<_>>(),
+    )
+    .to_string()
+}
+
+/// Whether `session` takes a decision now with `actions`: an action set exactly when the
+/// setting needs one (refused first, naming `actions`: it does not depend on the state), not
+/// stopped, not at a commitment boundary (answered as a conflict with the counts, before the
+/// session is asked), and an action set the session admits (validated before anything is
+/// drawn).
+fn check_decidable(session: &Session, actions: Option<&Actions>) -> ServiceResult<()> {
+    match (session.dim(), actions) {
+        (Some(d), None) => {
+            return Err(ServiceError::invalid(
+                "actions",
+                format!(
+                    "actions = (missing): expected the round's action set, an array of k >= 1 arrays of d = {d} numbers"
+                ),
+            ));
+        }
+        (None, Some((k, d, _))) => {
+            return Err(ServiceError::invalid(
+                "actions",
+                format!(
+                    "actions = a {k} x {d} array: a {} experiment decides without an action set",
+                    session.setting()
+                ),
+            ));
+        }
+        _ => {}
+    }
+    match session.next() {
+        Next::Stopped { recommendation } => {
+            return Err(ServiceError::Stopped { recommendation });
+        }
+        Next::Reward { pending, .. } => {
+            let rounds_left = session
+                .commitment()
+                .map_or(0, |(_, rounds, _, observed)| rounds - observed);
+            return Err(ServiceError::Conflict {
+                pending,
+                rounds_left,
+            });
+        }
+        Next::Decision | Next::ActionSet { .. } => {}
+    }
+    if let Some((k, d, features)) = actions {
+        session
+            .check_actions(&ActionSet {
+                d: *d,
+                k: *k,
+                features,
+            })
+            .map_err(|err| core_error(err, "actions"))?;
+    }
+    Ok(())
+}
+
+/// What a decision stores beside the session: its round, the round observed when it was
+/// asked, the request id, the action set and the propensity.
+struct Issued<'a> {
+    round: u64,
+    at_round: u64,
+    request_id: Option<&'a str>,
+    actions: Option<String>,
+    propensity: Option<f64>,
+}
+
 impl Service {
     /// Issue a decision. A repeated `request_id` returns the decision it already got. A
     /// contextual experiment needs the round's action set (`actions`, `k x d`); the answer's
@@ -71,57 +147,7 @@ impl Service {
         }
         let actions = actions.map(action_set).transpose()?;
         self.expire(name)?;
-        let e = self.experiments.get_mut(name).expect("checked above");
-        // Whether an action set belongs in the request does not depend on the state: refused
-        // first, naming `actions`.
-        match (e.session.dim(), &actions) {
-            (Some(d), None) => {
-                return Err(ServiceError::invalid(
-                    "actions",
-                    format!(
-                        "actions = (missing): expected the round's action set, an array of k >= 1 arrays of d = {d} numbers"
-                    ),
-                ));
-            }
-            (None, Some((k, d, _))) => {
-                return Err(ServiceError::invalid(
-                    "actions",
-                    format!(
-                        "actions = a {k} x {d} array: a {} experiment decides without an action set",
-                        e.session.setting()
-                    ),
-                ));
-            }
-            _ => {}
-        }
-        match e.session.next() {
-            Next::Stopped { recommendation } => {
-                return Err(ServiceError::Stopped { recommendation });
-            }
-            // At a commitment boundary the session would refuse (a protocol error): answered
-            // as a conflict with the counts, before the session is asked.
-            Next::Reward { pending, .. } => {
-                let rounds_left = e
-                    .session
-                    .commitment()
-                    .map_or(0, |(_, rounds, _, observed)| rounds - observed);
-                return Err(ServiceError::Conflict {
-                    pending,
-                    rounds_left,
-                });
-            }
-            Next::Decision | Next::ActionSet { .. } => {}
-        }
-        // The action set is validated before anything is drawn.
-        if let Some((k, d, features)) = &actions {
-            e.session
-                .check_actions(&ActionSet {
-                    d: *d,
-                    k: *k,
-                    features,
-                })
-                .map_err(|err| core_error(err, "actions"))?;
-        }
+        check_decidable(&self.experiment(name)?.session, actions.as_ref())?;
         // Releases the decision draws first (contextual: an episode ends; pipelined: a
         // commitment completed from rewards received): each one's intent is committed first.
         self.releases_before_decision(name)?;
@@ -144,82 +170,20 @@ impl Service {
             }
             other => ServiceError::internal(other),
         })?;
-        let propensity = e.session.propensity();
-        let in_batch = !self.conn.is_autocommit();
-        let stored: ServiceResult<Value> = (|| {
-            let (arm, opened) = match decided {
-                Decision::Play { arm, opened } => (arm, opened),
-                Decision::Stop { recommendation } => {
-                    // The stopping rule fired now: recorded once, then refused as stopped.
-                    let tx = self.conn.savepoint()?;
-                    let releases = e.releases;
-                    store_state(&tx, e, &mut self.stale, name, releases, in_batch)?;
-                    store::audit(
-                        &tx,
-                        name,
-                        store::Event::Stop,
-                        &json!({"recommendation": recommendation, "at_round": at_round}),
-                    )?;
-                    tx.commit()?;
-                    return Err(ServiceError::Stopped { recommendation });
-                }
-            };
-            let id = e.session.issued();
-            let actions_json = actions.as_ref().map(|(k, d, f)| {
-                Value::Array(
-                    (0..*k)
-                        .map(|i| json!(f[i * d..(i + 1) * d]))
-                        .collect::<Vec<_>>(),
-                )
-                .to_string()
-            });
-            let tx = self.conn.savepoint()?;
-            let releases = e.releases;
-            store_state(&tx, e, &mut self.stale, name, releases, in_batch)?;
-            if let Some(rounds) = opened {
-                store::audit(
-                    &tx,
-                    name,
-                    store::Event::Commitment,
-                    &json!({"arm": arm, "rounds": rounds, "at_round": at_round}),
-                )?;
-            }
-            let issued_unix = store::unix_now();
-            store::insert_decision(
-                &tx,
-                name,
-                &store::NewDecision {
-                    id,
-                    arm,
-                    round,
-                    request_id: request_id.as_deref(),
-                    actions: actions_json.as_deref(),
-                    propensity,
-                    issued_unix,
-                },
-            )?;
-            // The entry pins everything of the row the service reads back: the arm, the action
-            // set (by its hash), the request id (a retry's answer), the propensity (the export)
-            // and the issue time (the reward deadline).
-            let mut body = json!({"decision_id": id, "arm": arm, "issued_unix": issued_unix});
-            if let Some(a) = &actions_json {
-                // The chained entry pins the action set by its hash (the set is in `decisions`).
-                body["actions_sha256"] = json!(store::sha256_hex(a.as_bytes()));
-            }
-            if let Some(r) = &request_id {
-                body["request_id"] = json!(r);
-            }
-            if let Some(p) = propensity {
-                body["propensity"] = json!(p);
-            }
-            store::audit(&tx, name, store::Event::Decision, &body)?;
-            tx.commit()?;
-            let mut answer = json!({"decision_id": id, "arm": arm});
-            if let Some(p) = propensity {
-                answer["propensity"] = json!(p);
-            }
-            Ok(answer)
-        })();
+        let issued = Issued {
+            round,
+            at_round,
+            request_id: request_id.as_deref(),
+            actions: actions.as_ref().map(actions_json),
+            propensity: e.session.propensity(),
+        };
+        let stored = match decided {
+            // The stopping rule fired now: recorded once, then refused as stopped.
+            Decision::Stop { recommendation } => self
+                .store_stop(name, recommendation, at_round)
+                .and(Err(ServiceError::Stopped { recommendation })),
+            Decision::Play { arm, opened } => self.store_decision(name, arm, opened, &issued),
+        };
         match stored {
             Ok(v) => Ok(v),
             Err(err @ ServiceError::Stopped { .. }) => Err(err),
@@ -229,6 +193,86 @@ impl Service {
                 Err(err)
             }
         }
+    }
+
+    /// Store that `name`'s stopping rule fired at `at_round` (its state and a `stop` entry).
+    fn store_stop(
+        &mut self,
+        name: &str,
+        recommendation: usize,
+        at_round: u64,
+    ) -> ServiceResult<()> {
+        let in_batch = !self.conn.is_autocommit();
+        let e = self.experiments.get(name).expect("checked by the caller");
+        let tx = self.conn.savepoint()?;
+        store_state(&tx, e, &mut self.stale, name, e.releases, in_batch)?;
+        store::audit(
+            &tx,
+            name,
+            store::Event::Stop,
+            &json!({"recommendation": recommendation, "at_round": at_round}),
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Store decision `arm` of `name` (its state, the commitment it opened, the decision row
+    /// and its entry) and answer it.
+    fn store_decision(
+        &mut self,
+        name: &str,
+        arm: usize,
+        opened: Option<u64>,
+        d: &Issued<'_>,
+    ) -> ServiceResult<Value> {
+        let in_batch = !self.conn.is_autocommit();
+        let e = self.experiments.get(name).expect("checked by the caller");
+        let id = e.session.issued();
+        let tx = self.conn.savepoint()?;
+        store_state(&tx, e, &mut self.stale, name, e.releases, in_batch)?;
+        if let Some(rounds) = opened {
+            store::audit(
+                &tx,
+                name,
+                store::Event::Commitment,
+                &json!({"arm": arm, "rounds": rounds, "at_round": d.at_round}),
+            )?;
+        }
+        let issued_unix = store::unix_now();
+        store::insert_decision(
+            &tx,
+            name,
+            &store::NewDecision {
+                id,
+                arm,
+                round: d.round,
+                request_id: d.request_id,
+                actions: d.actions.as_deref(),
+                propensity: d.propensity,
+                issued_unix,
+            },
+        )?;
+        // The entry pins everything of the row the service reads back: the arm, the action
+        // set (by its hash), the request id (a retry's answer), the propensity (the export)
+        // and the issue time (the reward deadline).
+        let mut body = json!({"decision_id": id, "arm": arm, "issued_unix": issued_unix});
+        if let Some(a) = &d.actions {
+            // The chained entry pins the action set by its hash (the set is in `decisions`).
+            body["actions_sha256"] = json!(store::sha256_hex(a.as_bytes()));
+        }
+        if let Some(r) = d.request_id {
+            body["request_id"] = json!(r);
+        }
+        if let Some(p) = d.propensity {
+            body["propensity"] = json!(p);
+        }
+        store::audit(&tx, name, store::Event::Decision, &body)?;
+        tx.commit()?;
+        let mut answer = json!({"decision_id": id, "arm": arm});
+        if let Some(p) = d.propensity {
+            answer["propensity"] = json!(p);
+        }
+        Ok(answer)
     }
 
     /// Draw, one at a time, the releases `name`'s next decision draws before it is issued
