@@ -134,7 +134,11 @@ pub(super) fn arms_of(p: &Problem) -> usize {
     }
 }
 
-pub(super) fn check_name(name: &str) -> ServiceResult<()> {
+/// A valid experiment name: 1 to 64 characters from `[A-Za-z0-9_.-]`, not `.` or `..`.
+///
+/// # Errors
+/// [`ServiceError::Invalid`] naming `name`.
+pub fn check_name(name: &str) -> ServiceResult<()> {
     // `.` and `..` are path segments, not names: a URL with them is normalised by clients and
     // proxies to another path.
     let ok = (1..=64).contains(&name.len())
@@ -155,7 +159,11 @@ pub(super) fn check_name(name: &str) -> ServiceResult<()> {
     }
 }
 
-pub(super) fn check_request_id(rid: &str) -> ServiceResult<()> {
+/// A valid request id: 1 to 128 characters.
+///
+/// # Errors
+/// [`ServiceError::Invalid`] naming `request_id`.
+pub fn check_request_id(rid: &str) -> ServiceResult<()> {
     if rid.is_empty() || rid.chars().count() > 128 {
         return Err(ServiceError::invalid(
             "request_id",
@@ -166,7 +174,10 @@ pub(super) fn check_request_id(rid: &str) -> ServiceResult<()> {
 }
 
 /// The policy table from the request's `policy` (TOML text or a JSON object).
-pub(super) fn policy_table(v: &Value) -> ServiceResult<toml::Table> {
+///
+/// # Errors
+/// [`ServiceError::Invalid`] naming `policy`.
+pub fn policy_table(v: &Value) -> ServiceResult<toml::Table> {
     let bad = |m: String| ServiceError::invalid("policy", m);
     match v {
         Value::String(s) => s
@@ -442,7 +453,7 @@ impl Service {
             return Ok(None);
         };
         check_request_id(rid)?;
-        let Some((name, hash)) = store::find_create_request(&self.conn, rid)? else {
+        let Some((name, hash)) = self.store.find_create_request(rid)? else {
             return Ok(None);
         };
         if name != req.name || hash != body_hash {
@@ -483,22 +494,18 @@ impl Service {
                             "arms": b.arms, "problem": b.problem, "allow_non_private": req.allow_non_private,
                             "dropout_reward": req.dropout_reward, "reward_deadline": req.reward_deadline,
                             "while_pending": req.while_pending, "seed": req.seed.map(|_| "given")});
-        let tx = self.conn.savepoint()?;
-        store::insert_experiment(
-            &tx,
-            &store::NewExperiment {
-                name: &req.name,
-                kind: &b.kind,
-                arms: b.arms,
-                config: &config.to_string(),
-                token_hash,
-                guarantee: &g.to_string(),
-                snapshot: &b.snapshot,
-                create_request: req.request_id.as_deref().map(|r| (r, body_hash)),
-            },
-        )?;
-        store::audit(
-            &tx,
+        let tx = self.store.begin()?;
+        tx.insert_experiment(&store::NewExperiment {
+            name: &req.name,
+            kind: &b.kind,
+            arms: b.arms,
+            config: &config.to_string(),
+            token_hash,
+            guarantee: &g.to_string(),
+            snapshot: &b.snapshot,
+            create_request: req.request_id.as_deref().map(|r| (r, body_hash)),
+        })?;
+        tx.audit(
             &req.name,
             store::Event::Config,
             &json!({"action": store::Action::Create.name(), "format": crate::verify::LOG_FORMAT,
@@ -517,11 +524,9 @@ impl Service {
     pub fn rotate_token(&mut self, name: &str, why: &str) -> ServiceResult<Value> {
         self.experiment(name)?;
         let (token, token_hash) = new_token()?;
-        let tx = self.conn.savepoint()?;
-        store::set_token_hash(&tx, name, &token_hash)?;
-        store::audit(
-            &tx,
-            name,
+        let tx = self.store.begin()?;
+        tx.set_token_hash(name, &token_hash)?;
+        tx.audit(name,
             store::Event::Config,
             &json!({"action": store::Action::RotateToken.name(), "why": why, "token_sha256": token_hash}),
         )?;

@@ -138,7 +138,7 @@ impl Service {
         self.experiment(name)?;
         if let Some(rid) = &request_id {
             check_request_id(rid)?;
-            if let Some((id, arm)) = store::find_request(&self.conn, name, rid)? {
+            if let Some((id, arm)) = self.store.find_request(name, rid)? {
                 return Ok(json!({"decision_id": id, "arm": arm, "repeat": true}));
             }
         }
@@ -202,12 +202,10 @@ impl Service {
         recommendation: usize,
         at_round: u64,
     ) -> ServiceResult<()> {
-        let in_batch = !self.conn.is_autocommit();
         let e = self.experiments.get(name).expect("checked by the caller");
-        let tx = self.conn.savepoint()?;
-        store_state(&tx, e, &mut self.stale, name, e.releases, in_batch)?;
-        store::audit(
-            &tx,
+        let tx = self.store.begin()?;
+        store_state(&tx, e, &mut self.stale, name, e.releases)?;
+        tx.audit(
             name,
             store::Event::Stop,
             &json!({"recommendation": recommendation, "at_round": at_round}),
@@ -225,22 +223,19 @@ impl Service {
         opened: Option<u64>,
         d: &Issued<'_>,
     ) -> ServiceResult<Value> {
-        let in_batch = !self.conn.is_autocommit();
         let e = self.experiments.get(name).expect("checked by the caller");
         let id = e.session.issued();
-        let tx = self.conn.savepoint()?;
-        store_state(&tx, e, &mut self.stale, name, e.releases, in_batch)?;
+        let tx = self.store.begin()?;
+        store_state(&tx, e, &mut self.stale, name, e.releases)?;
         if let Some(rounds) = opened {
-            store::audit(
-                &tx,
+            tx.audit(
                 name,
                 store::Event::Commitment,
                 &json!({"arm": arm, "rounds": rounds, "at_round": d.at_round}),
             )?;
         }
         let issued_unix = store::unix_now();
-        store::insert_decision(
-            &tx,
+        tx.insert_decision(
             name,
             &store::NewDecision {
                 id,
@@ -266,7 +261,7 @@ impl Service {
         if let Some(p) = d.propensity {
             body["propensity"] = json!(p);
         }
-        store::audit(&tx, name, store::Event::Decision, &body)?;
+        tx.audit(name, store::Event::Decision, &body)?;
         tx.commit()?;
         let mut answer = json!({"decision_id": id, "arm": arm});
         if let Some(p) = d.propensity {
@@ -287,7 +282,7 @@ impl Service {
             let prepared = e.session.prepare_decision();
             // The preparation may have changed the session (the policy's next commitment,
             // rewards it took): its state is written with the batch's next commit.
-            if !self.conn.is_autocommit() && !self.stale.contains(name) {
+            if self.store.in_batch() && !self.stale.contains(name) {
                 self.stale.insert(name.to_string());
             }
             let Some(release) = prepared.map_err(ServiceError::internal)? else {
@@ -304,17 +299,8 @@ impl Service {
                 continue;
             };
             let release_no = e.releases + 1;
-            let intent = store::insert_intent(
-                &mut self.conn,
-                name,
-                release_no,
-                release.arm,
-                release.rounds,
-                measure,
-                c,
-            )
-            .map_err(ServiceError::from)
-            .and_then(|id| self.flush_batch().map(|()| id));
+            let intent =
+                self.write_intent(name, release_no, release.arm, release.rounds, (measure, c));
             let id = match intent {
                 Ok(id) => id,
                 Err(err) => {
@@ -323,7 +309,6 @@ impl Service {
                     return Err(err);
                 }
             };
-            let in_batch = !self.conn.is_autocommit();
             let e = self
                 .experiments
                 .get_mut(name)
@@ -333,11 +318,9 @@ impl Service {
                 return Err(ServiceError::internal(err));
             }
             let result: ServiceResult<()> = (|| {
-                let tx = self.conn.savepoint()?;
-                store_state(&tx, e, &mut self.stale, name, release_no, in_batch)?;
-                store::audit(
-                    &tx,
-                    name,
+                let tx = self.store.begin()?;
+                store_state(&tx, e, &mut self.stale, name, release_no)?;
+                tx.audit(name,
                     store::Event::Release,
                     &json!({"release": release_no, "arm": release.arm, "episode_rounds": release.rounds, "at": "decision"}),
                 )?;
@@ -357,7 +340,7 @@ impl Service {
     /// A charge of `name`'s release `release_no` is stored: the maintained counts follow (the
     /// release's rows through the ledger's index by release, so no scan).
     pub(super) fn count_charge(&mut self, name: &str, release_no: u64) -> ServiceResult<()> {
-        let per_release = store::ledger_release_charges(&self.conn, name, release_no)?;
+        let per_release = self.store.ledger_release_charges(name, release_no)?;
         let e = self
             .experiments
             .get_mut(name)
@@ -372,11 +355,11 @@ impl Service {
     /// reloads every experiment from the last commit, since the snapshots of the batch's earlier
     /// operations are written only at its end).
     pub(super) fn undo(&mut self, name: &str) -> ServiceResult<()> {
-        if !self.conn.is_autocommit() {
+        if self.store.in_batch() {
             self.batch_failed = true;
             return Ok(());
         }
-        let snap = store::load_snapshot(&self.conn, name)?;
+        let snap = self.store.load_snapshot(name)?;
         let s = Session::restore(&snap).map_err(ServiceError::internal)?;
         if let Some(e) = self.experiments.get_mut(name) {
             e.session = s;

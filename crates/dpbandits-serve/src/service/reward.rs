@@ -8,7 +8,7 @@ use super::*;
 /// Settle ledger row `id` (release `release_no` of `name`'s `arm`) as charged inside `tx`, with
 /// its `budget-charge` audit entry.
 pub(super) fn charge(
-    tx: &Connection,
+    tx: &store::Tx<'_>,
     name: &str,
     id: i64,
     release_no: u64,
@@ -16,10 +16,8 @@ pub(super) fn charge(
     measure: &str,
     cost: f64,
 ) -> ServiceResult<()> {
-    store::set_ledger_status(tx, id, "charged")?;
-    store::audit(
-        tx,
-        name,
+    tx.set_ledger_status(id, "charged")?;
+    tx.audit(name,
         store::Event::BudgetCharge,
         &json!({"ledger_id": id, "release": release_no, "arm": arm, "measure": measure, "cost": cost, "status": "charged"}),
     )?;
@@ -102,7 +100,7 @@ impl Service {
             return Ok(());
         };
         let cutoff = store::unix_now() - deadline;
-        for id in store::expired_decisions(&self.conn, name, cutoff)? {
+        for id in self.store.expired_decisions(name, cutoff)? {
             self.apply(name, id, d, Some("deadline"))?;
         }
         Ok(())
@@ -119,7 +117,7 @@ impl Service {
         if self.experiment(name)?.closed.is_some() {
             return Err(ServiceError::Closed { name: name.into() });
         }
-        let Some((arm, previous, outcome)) = store::decision(&self.conn, name, decision_id)? else {
+        let Some((arm, previous, outcome)) = self.store.decision(name, decision_id)? else {
             return Err(ServiceError::NotFound(format!(
                 "decision_id = {decision_id}: no such decision in experiment {name:?}"
             )));
@@ -195,26 +193,42 @@ impl Service {
         let Some((measure, cost)) = cost_of(&e.guarantee) else {
             return Ok(None);
         };
-        let id =
-            store::insert_intent(&mut self.conn, name, release_no, arm, rounds, measure, cost)?;
-        self.flush_batch()?;
+        let id = self.write_intent(name, release_no, arm, rounds, (measure, cost))?;
         Ok(Some(Intent { id, measure, cost }))
+    }
+
+    /// Write the ledger intent of `name`'s release `release_no` (of `arm`, `rounds` rewards, at
+    /// `cost` in `measure`) and make it durable before the release is drawn: committed at once
+    /// outside a batch; inside one, with the batch so far ([`Service::flush_batch`]). Returns
+    /// its ledger row.
+    pub(super) fn write_intent(
+        &mut self,
+        name: &str,
+        release_no: u64,
+        arm: usize,
+        rounds: u64,
+        (measure, cost): (&str, f64),
+    ) -> ServiceResult<i64> {
+        let tx = self.store.begin()?;
+        let id = tx.insert_intent(name, release_no, arm, rounds, measure, cost)?;
+        tx.commit()?;
+        self.flush_batch()?;
+        Ok(id)
     }
 
     /// Store an applied reward: the state, the decision's reward, its `reward` (or `abandon`)
     /// entry, and with a release its `release` entry and charge, in one savepoint.
     fn store_reward(&mut self, name: &str, a: &Applied<'_>) -> ServiceResult<()> {
-        let in_batch = !self.conn.is_autocommit();
         let e = self.experiments.get(name).expect("checked by the caller");
         let releases = a.release.unwrap_or(e.releases);
-        let tx = self.conn.savepoint()?;
-        store_state(&tx, e, &mut self.stale, name, releases, in_batch)?;
+        let tx = self.store.begin()?;
+        store_state(&tx, e, &mut self.stale, name, releases)?;
         let outcome = if a.abandoned.is_some() {
             "abandoned"
         } else {
             "reward"
         };
-        store::record_reward(&tx, name, a.decision_id, a.reward, a.admitted, outcome)?;
+        tx.record_reward(name, a.decision_id, a.reward, a.admitted, outcome)?;
         let mut body = json!({"decision_id": a.decision_id, "arm": a.arm, "reward": a.reward, "admitted": a.admitted});
         let event = match a.abandoned {
             Some(why) => {
@@ -223,10 +237,9 @@ impl Service {
             }
             None => store::Event::Reward,
         };
-        store::audit(&tx, name, event, &body)?;
+        tx.audit(name, event, &body)?;
         if let Some(release_no) = a.release {
-            store::audit(
-                &tx,
+            tx.audit(
                 name,
                 store::Event::Release,
                 &json!({"release": release_no, "arm": a.arm, "episode_rounds": "complete"}),
