@@ -37,7 +37,7 @@ use std::path::Path;
 /// reads back (`issued_unix`, `request_id`, `propensity`, with `arm` and `actions_sha256`).
 /// An experiment created by an earlier build gets one `pin` entry (`config`, `"action":
 /// "pin"`) at the first start of this build: those values as they stood, and a digest of its
-/// earlier decisions' `request_id`, `propensity` and `issued_unix` ([`store::decisions_digest`]).
+/// earlier decisions' `request_id`, `propensity` and `issued_unix` ([`store::Reads::decisions_digest`]).
 pub const LOG_FORMAT: u64 = 2;
 
 /// What the published head pins (`--expect-head`, `--expect-entries`).

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 /// writer: a request is authenticated before its body is read) and the body timeout.
 #[derive(Clone)]
 pub struct Shared {
-    /// The writer's queue ([`writer`]).
+    /// The writer's queue ([`crate::writer::writer`]).
     pub jobs: tokio::sync::mpsc::Sender<Job>,
     /// The token hashes ([`Service::tokens`]).
     pub tokens: Arc<RwLock<Tokens>>,

@@ -7,7 +7,7 @@ use rusqlite::{OptionalExtension, params};
 use sha2::Sha256;
 use std::path::Path;
 
-/// The events of the audit log: the one list the service writes ([`audit`]) and the verifier
+/// The events of the audit log: the one list the service writes ([`Tx::audit`]) and the verifier
 /// reads back ([`Event::parse`]); the name is what the `event` column holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Event {
@@ -264,8 +264,8 @@ pub fn default_key_path(db: &Path) -> std::path::PathBuf {
     p.into()
 }
 
-/// The name of the SQL function, registered on the service's connection by [`init_audit_key`],
-/// that [`audit`] calls to hash an entry: the key lives with the connection, never in a table.
+/// The name of the SQL function, registered on the service's connection by [`Store::init_audit_key`],
+/// that [`Tx::audit`] calls to hash an entry: the key lives with the connection, never in a table.
 pub(super) const AUDIT_HASH_FN: &str = "dpbandits_audit_hash";
 /// The query that computes an entry's hash with [`AUDIT_HASH_FN`] (spelled out: it is prepared
 /// once per append).
@@ -417,7 +417,7 @@ impl Tx<'_> {
         };
         let ts = now();
         let body = body.to_string();
-        // Keyed: the connection's hash function holds the key ([`init_audit_key`]); a connection
+        // Keyed: the connection's hash function holds the key ([`Store::init_audit_key`]); a connection
         // without it cannot append.
         let hash: String = tx
             .prepare_cached(AUDIT_HASH_SQL)?
@@ -437,7 +437,7 @@ impl Tx<'_> {
 
 impl Store {
     /// Key the audit chain of the open database with `key`: register the hash function
-    /// [`audit`] uses, and on the first keyed open record the key's fingerprint and the first keyed
+    /// [`Tx::audit`] uses, and on the first keyed open record the key's fingerprint and the first keyed
     /// sequence number in `meta` (schema 3 becomes 4); a database that already holds unkeyed
     /// entries gets a keyed `config` entry `audit-key` naming where keying starts.
     ///

@@ -193,7 +193,7 @@ impl Store {
             .optional()?;
         match version.as_deref() {
             None => {
-                // Keyed to schema 4 by [`init_audit_key`] before the first entry is written.
+                // Keyed to schema 4 by [`Store::init_audit_key`] before the first entry is written.
                 conn.execute(
                     "INSERT INTO meta (key, value) VALUES ('schema', ?1)",
                     [SCHEMA_VERSION_UNKEYED],
@@ -202,7 +202,7 @@ impl Store {
             Some(SCHEMA_VERSION | SCHEMA_VERSION_UNKEYED) => {}
             Some(v @ (SCHEMA_VERSION_SESSION | SCHEMA_VERSION_POLICY_SNAPSHOTS)) => {
                 // Schema 1 and 2 lack schema 3's columns (all nullable): added in one transaction.
-                // A schema-2 database is then schema 3 (keyed to 4 by [`init_audit_key`]); a
+                // A schema-2 database is then schema 3 (keyed to 4 by [`Store::init_audit_key`]); a
                 // schema-1 one keeps version 1 until the service migrates its snapshots
                 // (`Service::open`).
                 let tx = self.begin()?;

@@ -4,7 +4,7 @@ use super::db::*;
 use anyhow::Result;
 use rusqlite::{OptionalExtension, params};
 
-/// One stored experiment, as [`load_experiments`] reads it.
+/// One stored experiment, as [`Reads::load_experiments`] reads it.
 #[derive(Debug, Clone)]
 pub struct ExperimentRow {
     /// The experiment's name.
