@@ -20,13 +20,14 @@ pub fn backup(db: &Path, out: &Path, key: Option<&AuditKey>) -> Result<crate::ve
             out.display()
         );
     }
-    let conn = store::open_read_only(db)?;
+    let conn = store::Store::open_read_only(db)?;
     let mut tmp = out.as_os_str().to_owned();
     tmp.push(".tmp-backup");
     let tmp = std::path::PathBuf::from(tmp);
     let _ = std::fs::remove_file(&tmp);
     let result = (|| -> Result<crate::verify::Report> {
-        store::vacuum_into(&conn, &tmp).with_context(|| format!("--db {}", db.display()))?;
+        conn.vacuum_into(&tmp)
+            .with_context(|| format!("--db {}", db.display()))?;
         {
             use std::os::unix::fs::PermissionsExt;
             std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))?;

@@ -27,7 +27,6 @@
 use crate::store::{self, Action, AuditKey, Event, GENESIS};
 use anyhow::{Context, Result, bail};
 use dpbandits::session::Session;
-use rusqlite::Connection;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -38,7 +37,7 @@ use std::path::Path;
 /// reads back (`issued_unix`, `request_id`, `propensity`, with `arm` and `actions_sha256`).
 /// An experiment created by an earlier build gets one `pin` entry (`config`, `"action":
 /// "pin"`) at the first start of this build: those values as they stood, and a digest of its
-/// earlier decisions' `request_id`, `propensity` and `issued_unix` ([`store::decisions_digest`]).
+/// earlier decisions' `request_id`, `propensity` and `issued_unix` ([`store::Reads::decisions_digest`]).
 pub const LOG_FORMAT: u64 = 2;
 
 /// What the published head pins (`--expect-head`, `--expect-entries`).
@@ -87,8 +86,9 @@ pub struct Report {
 /// # Errors
 /// What does not verify, naming the entry, the row or the counter and what differs.
 pub fn verify(path: &Path, key: Option<&AuditKey>, expect: &Expect) -> Result<Report> {
-    let conn = store::open_read_only(path)?;
-    let has_audit = store::has_audit_table(&conn)
+    let conn = store::Store::open_read_only(path)?;
+    let has_audit = conn
+        .has_audit_table()
         .with_context(|| format!("--db {}: not an SQLite database", path.display()))?;
     if !has_audit {
         bail!(
@@ -246,9 +246,9 @@ pub fn startup_state() -> Value {
 ///
 /// # Errors
 /// See [`verify`].
-pub fn verify_conn(conn: &Connection, key: Option<&AuditKey>, expect: &Expect) -> Result<Report> {
-    let keying = store::audit_keying(conn)?;
-    let entries_total = store::audit_count(conn)?;
+pub fn verify_conn(conn: &store::Reads, key: Option<&AuditKey>, expect: &Expect) -> Result<Report> {
+    let keying = conn.audit_keying()?;
+    let entries_total = conn.audit_count()?;
     progress::start(entries_total);
     check_keying(keying.as_ref(), key, entries_total)?;
     let keyed_from = keying.as_ref().map(|x| x.1);
@@ -258,7 +258,7 @@ pub fn verify_conn(conn: &Connection, key: Option<&AuditKey>, expect: &Expect) -
     let mut prev_hash = GENESIS.to_string();
     let mut expect_seq = 1i64;
     let mut pinned = false;
-    store::for_each_audit_entry(conn, |entry| {
+    conn.for_each_audit_entry(|entry| {
         let seq = entry.seq;
         progress::entry(seq);
         check_link(&entry, &prev_hash, expect_seq, keyed_from, key)?;
@@ -523,8 +523,8 @@ fn seen_config(s: &mut Seen, seq: i64, exp: &str, body: &Value) -> Result<()> {
 /// The late outcomes stored with the decisions (`late_reward`) are exactly those the log's
 /// `late-outcome` entries record, bit for bit, and each is of an abandoned decision. A
 /// database without the column (made before late outcomes were stored) must have no such entry.
-fn check_late(conn: &Connection, seen: &BTreeMap<String, Seen>) -> Result<()> {
-    let (has_column, stored) = match store::late_outcomes(conn)? {
+fn check_late(conn: &store::Reads, seen: &BTreeMap<String, Seen>) -> Result<()> {
+    let (has_column, stored) = match conn.late_outcomes()? {
         Some(rows) => (true, rows),
         None => (false, BTreeMap::new()),
     };
@@ -774,7 +774,12 @@ fn check_config(name: &str, s: &Seen, config: &str, session: Option<&Session>) -
 /// Check an experiment whose configuration the log pins in full ([`Seen::pins`]): the session's
 /// parameters, label and `while_pending`, and for an experiment pinned by a `pin` entry the
 /// digest of the decisions it covers.
-fn check_pinned(conn: &Connection, name: &str, s: &Seen, session: Option<&Session>) -> Result<()> {
+fn check_pinned(
+    conn: &store::Reads,
+    name: &str,
+    s: &Seen,
+    session: Option<&Session>,
+) -> Result<()> {
     let Some((seq, pins)) = s.pins() else {
         return Ok(());
     };
@@ -807,7 +812,7 @@ fn check_pinned(conn: &Connection, name: &str, s: &Seen, session: Option<&Sessio
             "audit entry seq = {pin_seq}: the pin of experiment {name:?} covers decisions 1 to {upto}, but decision {old}'s entry predates it"
         );
     }
-    let (n, digest) = store::decisions_digest(conn, name, upto)?;
+    let (n, digest) = conn.decisions_digest(name, upto)?;
     let want = pin.get("decisions_sha256").and_then(Value::as_str);
     if n != upto || want != Some(digest.as_str()) {
         bail!(
@@ -860,7 +865,7 @@ fn check_decision_pins(
 /// The session restored from experiment `name`'s stored snapshot, its counters checked against
 /// the log; `None` for a bare policy snapshot of a schema-1 database before its migration.
 fn restored_session(
-    conn: &Connection,
+    conn: &store::Reads,
     name: &str,
     snapshot: &[u8],
     s: &Seen,
@@ -878,7 +883,7 @@ fn restored_session(
             );
         }
         Ok(Some(session))
-    } else if store::schema_version(conn)? == store::SCHEMA_VERSION_POLICY_SNAPSHOTS {
+    } else if conn.schema_version()? == store::SCHEMA_VERSION_POLICY_SNAPSHOTS {
         Ok(None) // a schema-1 database before its migration (bare policy snapshots)
     } else {
         bail!(
@@ -917,7 +922,7 @@ fn check_counts(name: &str, s: &Seen, rows: [u64; 3], counters: &store::Counters
 
 /// Check the tables against what the log says (counts per experiment, counters, tokens).
 fn check_tables(
-    conn: &Connection,
+    conn: &store::Reads,
     seen: &BTreeMap<String, Seen>,
     report: &mut Report,
 ) -> Result<()> {
@@ -926,8 +931,8 @@ fn check_tables(
         rewarded,
         charges,
         intents,
-    } = store::table_counts(conn)?;
-    let rows = store::load_experiments(conn)?;
+    } = conn.table_counts()?;
+    let rows = conn.load_experiments()?;
     check_late(conn, seen)?;
     let mut names = std::collections::BTreeSet::new();
     for row in rows {
@@ -997,7 +1002,7 @@ fn check_tables(
 mod tests {
     use super::*;
     use crate::service::{CreateRequest, Service};
-    use rusqlite::{OptionalExtension, params};
+    use rusqlite::{Connection, OptionalExtension, params};
     use serde_json::json;
 
     const ADMIN: &str = "verify-admin-token-0123456789";

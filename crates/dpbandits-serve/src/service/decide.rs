@@ -47,6 +47,82 @@ pub(super) fn action_set(v: &Value) -> ServiceResult<(usize, usize, Vec<f64>)> {
     Ok((rows.len(), d, features))
 }
 
+/// A decision's action set: `(k, d, features)` row by row.
+type Actions = (usize, usize, Vec<f64>);
+
+/// The action set as the decision row stores it (an array of `k` arrays of `d` numbers).
+fn actions_json((k, d, f): &Actions) -> String {
+    Value::Array(
+        (0..*k)
+            .map(|i| json!(f[i * d..(i + 1) * d]))
+            .collect::<Vec<_>>(),
+    )
+    .to_string()
+}
+
+/// Whether `session` takes a decision now with `actions`: an action set exactly when the
+/// setting needs one (refused first, naming `actions`: it does not depend on the state), not
+/// stopped, not at a commitment boundary (answered as a conflict with the counts, before the
+/// session is asked), and an action set the session admits (validated before anything is
+/// drawn).
+fn check_decidable(session: &Session, actions: Option<&Actions>) -> ServiceResult<()> {
+    match (session.dim(), actions) {
+        (Some(d), None) => {
+            return Err(ServiceError::invalid(
+                "actions",
+                format!(
+                    "actions = (missing): expected the round's action set, an array of k >= 1 arrays of d = {d} numbers"
+                ),
+            ));
+        }
+        (None, Some((k, d, _))) => {
+            return Err(ServiceError::invalid(
+                "actions",
+                format!(
+                    "actions = a {k} x {d} array: a {} experiment decides without an action set",
+                    session.setting()
+                ),
+            ));
+        }
+        _ => {}
+    }
+    match session.next() {
+        Next::Stopped { recommendation } => {
+            return Err(ServiceError::Stopped { recommendation });
+        }
+        Next::Reward { pending, .. } => {
+            let rounds_left = session
+                .commitment()
+                .map_or(0, |(_, rounds, _, observed)| rounds - observed);
+            return Err(ServiceError::Conflict {
+                pending,
+                rounds_left,
+            });
+        }
+        Next::Decision | Next::ActionSet { .. } => {}
+    }
+    if let Some((k, d, features)) = actions {
+        session
+            .check_actions(&ActionSet {
+                d: *d,
+                k: *k,
+                features,
+            })
+            .map_err(|err| core_error(err, "actions"))?;
+    }
+    Ok(())
+}
+
+/// What a decision stores beside the session: its round, the round observed when it was
+/// asked, the request id, the action set and the propensity.
+struct Issued<'a> {
+    round: u64,
+    at_round: u64,
+    request_id: Option<&'a str>,
+    actions: Option<String>,
+    propensity: Option<f64>,
+}
+
 impl Service {
     /// Issue a decision. A repeated `request_id` returns the decision it already got. A
     /// contextual experiment needs the round's action set (`actions`, `k x d`); the answer's
@@ -62,7 +138,7 @@ impl Service {
         self.experiment(name)?;
         if let Some(rid) = &request_id {
             check_request_id(rid)?;
-            if let Some((id, arm)) = store::find_request(&self.conn, name, rid)? {
+            if let Some((id, arm)) = self.store.find_request(name, rid)? {
                 return Ok(json!({"decision_id": id, "arm": arm, "repeat": true}));
             }
         }
@@ -71,57 +147,7 @@ impl Service {
         }
         let actions = actions.map(action_set).transpose()?;
         self.expire(name)?;
-        let e = self.experiments.get_mut(name).expect("checked above");
-        // Whether an action set belongs in the request does not depend on the state: refused
-        // first, naming `actions`.
-        match (e.session.dim(), &actions) {
-            (Some(d), None) => {
-                return Err(ServiceError::invalid(
-                    "actions",
-                    format!(
-                        "actions = (missing): expected the round's action set, an array of k >= 1 arrays of d = {d} numbers"
-                    ),
-                ));
-            }
-            (None, Some((k, d, _))) => {
-                return Err(ServiceError::invalid(
-                    "actions",
-                    format!(
-                        "actions = a {k} x {d} array: a {} experiment decides without an action set",
-                        e.session.setting()
-                    ),
-                ));
-            }
-            _ => {}
-        }
-        match e.session.next() {
-            Next::Stopped { recommendation } => {
-                return Err(ServiceError::Stopped { recommendation });
-            }
-            // At a commitment boundary the session would refuse (a protocol error): answered
-            // as a conflict with the counts, before the session is asked.
-            Next::Reward { pending, .. } => {
-                let rounds_left = e
-                    .session
-                    .commitment()
-                    .map_or(0, |(_, rounds, _, observed)| rounds - observed);
-                return Err(ServiceError::Conflict {
-                    pending,
-                    rounds_left,
-                });
-            }
-            Next::Decision | Next::ActionSet { .. } => {}
-        }
-        // The action set is validated before anything is drawn.
-        if let Some((k, d, features)) = &actions {
-            e.session
-                .check_actions(&ActionSet {
-                    d: *d,
-                    k: *k,
-                    features,
-                })
-                .map_err(|err| core_error(err, "actions"))?;
-        }
+        check_decidable(&self.experiment(name)?.session, actions.as_ref())?;
         // Releases the decision draws first (contextual: an episode ends; pipelined: a
         // commitment completed from rewards received): each one's intent is committed first.
         self.releases_before_decision(name)?;
@@ -144,82 +170,20 @@ impl Service {
             }
             other => ServiceError::internal(other),
         })?;
-        let propensity = e.session.propensity();
-        let in_batch = !self.conn.is_autocommit();
-        let stored: ServiceResult<Value> = (|| {
-            let (arm, opened) = match decided {
-                Decision::Play { arm, opened } => (arm, opened),
-                Decision::Stop { recommendation } => {
-                    // The stopping rule fired now: recorded once, then refused as stopped.
-                    let tx = self.conn.savepoint()?;
-                    let releases = e.releases;
-                    store_state(&tx, e, &mut self.stale, name, releases, in_batch)?;
-                    store::audit(
-                        &tx,
-                        name,
-                        store::Event::Stop,
-                        &json!({"recommendation": recommendation, "at_round": at_round}),
-                    )?;
-                    tx.commit()?;
-                    return Err(ServiceError::Stopped { recommendation });
-                }
-            };
-            let id = e.session.issued();
-            let actions_json = actions.as_ref().map(|(k, d, f)| {
-                Value::Array(
-                    (0..*k)
-                        .map(|i| json!(f[i * d..(i + 1) * d]))
-                        .collect::<Vec<_>>(),
-                )
-                .to_string()
-            });
-            let tx = self.conn.savepoint()?;
-            let releases = e.releases;
-            store_state(&tx, e, &mut self.stale, name, releases, in_batch)?;
-            if let Some(rounds) = opened {
-                store::audit(
-                    &tx,
-                    name,
-                    store::Event::Commitment,
-                    &json!({"arm": arm, "rounds": rounds, "at_round": at_round}),
-                )?;
-            }
-            let issued_unix = store::unix_now();
-            store::insert_decision(
-                &tx,
-                name,
-                &store::NewDecision {
-                    id,
-                    arm,
-                    round,
-                    request_id: request_id.as_deref(),
-                    actions: actions_json.as_deref(),
-                    propensity,
-                    issued_unix,
-                },
-            )?;
-            // The entry pins everything of the row the service reads back: the arm, the action
-            // set (by its hash), the request id (a retry's answer), the propensity (the export)
-            // and the issue time (the reward deadline).
-            let mut body = json!({"decision_id": id, "arm": arm, "issued_unix": issued_unix});
-            if let Some(a) = &actions_json {
-                // The chained entry pins the action set by its hash (the set is in `decisions`).
-                body["actions_sha256"] = json!(store::sha256_hex(a.as_bytes()));
-            }
-            if let Some(r) = &request_id {
-                body["request_id"] = json!(r);
-            }
-            if let Some(p) = propensity {
-                body["propensity"] = json!(p);
-            }
-            store::audit(&tx, name, store::Event::Decision, &body)?;
-            tx.commit()?;
-            let mut answer = json!({"decision_id": id, "arm": arm});
-            if let Some(p) = propensity {
-                answer["propensity"] = json!(p);
-            }
-            Ok(answer)
-        })();
+        let issued = Issued {
+            round,
+            at_round,
+            request_id: request_id.as_deref(),
+            actions: actions.as_ref().map(actions_json),
+            propensity: e.session.propensity(),
+        };
+        let stored = match decided {
+            // The stopping rule fired now: recorded once, then refused as stopped.
+            Decision::Stop { recommendation } => self
+                .store_stop(name, recommendation, at_round)
+                .and(Err(ServiceError::Stopped { recommendation })),
+            Decision::Play { arm, opened } => self.store_decision(name, arm, opened, &issued),
+        };
         match stored {
             Ok(v) => Ok(v),
             Err(err @ ServiceError::Stopped { .. }) => Err(err),
@@ -229,6 +193,81 @@ impl Service {
                 Err(err)
             }
         }
+    }
+
+    /// Store that `name`'s stopping rule fired at `at_round` (its state and a `stop` entry).
+    fn store_stop(
+        &mut self,
+        name: &str,
+        recommendation: usize,
+        at_round: u64,
+    ) -> ServiceResult<()> {
+        let e = self.experiments.get(name).expect("checked by the caller");
+        let tx = self.store.begin()?;
+        store_state(&tx, e, &mut self.stale, name, e.releases)?;
+        tx.audit(
+            name,
+            store::Event::Stop,
+            &json!({"recommendation": recommendation, "at_round": at_round}),
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Store decision `arm` of `name` (its state, the commitment it opened, the decision row
+    /// and its entry) and answer it.
+    fn store_decision(
+        &mut self,
+        name: &str,
+        arm: usize,
+        opened: Option<u64>,
+        d: &Issued<'_>,
+    ) -> ServiceResult<Value> {
+        let e = self.experiments.get(name).expect("checked by the caller");
+        let id = e.session.issued();
+        let tx = self.store.begin()?;
+        store_state(&tx, e, &mut self.stale, name, e.releases)?;
+        if let Some(rounds) = opened {
+            tx.audit(
+                name,
+                store::Event::Commitment,
+                &json!({"arm": arm, "rounds": rounds, "at_round": d.at_round}),
+            )?;
+        }
+        let issued_unix = store::unix_now();
+        tx.insert_decision(
+            name,
+            &store::NewDecision {
+                id,
+                arm,
+                round: d.round,
+                request_id: d.request_id,
+                actions: d.actions.as_deref(),
+                propensity: d.propensity,
+                issued_unix,
+            },
+        )?;
+        // The entry pins everything of the row the service reads back: the arm, the action
+        // set (by its hash), the request id (a retry's answer), the propensity (the export)
+        // and the issue time (the reward deadline).
+        let mut body = json!({"decision_id": id, "arm": arm, "issued_unix": issued_unix});
+        if let Some(a) = &d.actions {
+            // The chained entry pins the action set by its hash (the set is in `decisions`).
+            body["actions_sha256"] = json!(store::sha256_hex(a.as_bytes()));
+        }
+        if let Some(r) = d.request_id {
+            body["request_id"] = json!(r);
+        }
+        if let Some(p) = d.propensity {
+            body["propensity"] = json!(p);
+        }
+        tx.audit(name, store::Event::Decision, &body)?;
+        tx.commit()?;
+        let mut answer = json!({"decision_id": id, "arm": arm});
+        if let Some(p) = d.propensity {
+            answer["propensity"] = json!(p);
+        }
+        Ok(answer)
     }
 
     /// Draw, one at a time, the releases `name`'s next decision draws before it is issued
@@ -243,7 +282,7 @@ impl Service {
             let prepared = e.session.prepare_decision();
             // The preparation may have changed the session (the policy's next commitment,
             // rewards it took): its state is written with the batch's next commit.
-            if !self.conn.is_autocommit() && !self.stale.contains(name) {
+            if self.store.in_batch() && !self.stale.contains(name) {
                 self.stale.insert(name.to_string());
             }
             let Some(release) = prepared.map_err(ServiceError::internal)? else {
@@ -260,17 +299,8 @@ impl Service {
                 continue;
             };
             let release_no = e.releases + 1;
-            let intent = store::insert_intent(
-                &mut self.conn,
-                name,
-                release_no,
-                release.arm,
-                release.rounds,
-                measure,
-                c,
-            )
-            .map_err(ServiceError::from)
-            .and_then(|id| self.flush_batch().map(|()| id));
+            let intent =
+                self.write_intent(name, release_no, release.arm, release.rounds, (measure, c));
             let id = match intent {
                 Ok(id) => id,
                 Err(err) => {
@@ -279,7 +309,6 @@ impl Service {
                     return Err(err);
                 }
             };
-            let in_batch = !self.conn.is_autocommit();
             let e = self
                 .experiments
                 .get_mut(name)
@@ -289,11 +318,9 @@ impl Service {
                 return Err(ServiceError::internal(err));
             }
             let result: ServiceResult<()> = (|| {
-                let tx = self.conn.savepoint()?;
-                store_state(&tx, e, &mut self.stale, name, release_no, in_batch)?;
-                store::audit(
-                    &tx,
-                    name,
+                let tx = self.store.begin()?;
+                store_state(&tx, e, &mut self.stale, name, release_no)?;
+                tx.audit(name,
                     store::Event::Release,
                     &json!({"release": release_no, "arm": release.arm, "episode_rounds": release.rounds, "at": "decision"}),
                 )?;
@@ -313,7 +340,7 @@ impl Service {
     /// A charge of `name`'s release `release_no` is stored: the maintained counts follow (the
     /// release's rows through the ledger's index by release, so no scan).
     pub(super) fn count_charge(&mut self, name: &str, release_no: u64) -> ServiceResult<()> {
-        let per_release = store::ledger_release_charges(&self.conn, name, release_no)?;
+        let per_release = self.store.ledger_release_charges(name, release_no)?;
         let e = self
             .experiments
             .get_mut(name)
@@ -328,11 +355,11 @@ impl Service {
     /// reloads every experiment from the last commit, since the snapshots of the batch's earlier
     /// operations are written only at its end).
     pub(super) fn undo(&mut self, name: &str) -> ServiceResult<()> {
-        if !self.conn.is_autocommit() {
+        if self.store.in_batch() {
             self.batch_failed = true;
             return Ok(());
         }
-        let snap = store::load_snapshot(&self.conn, name)?;
+        let snap = self.store.load_snapshot(name)?;
         let s = Session::restore(&snap).map_err(ServiceError::internal)?;
         if let Some(e) = self.experiments.get_mut(name) {
             e.session = s;

@@ -9,7 +9,7 @@
 //! inside a batch ([`Service::begin_batch`], group commit) the batch's operations share one
 //! transaction, committed once before any of their responses leaves (see `docs/service.md`). Errors are [`ServiceError`]s; `api.rs` maps them to HTTP statuses.
 
-use crate::store::{self, Counters};
+use crate::store::{self, Counters, Store};
 use anyhow::{Context, bail};
 use dpbandits::config::Setting;
 use dpbandits::contextual::ActionSet;
@@ -17,7 +17,6 @@ use dpbandits::privacy::{Budget, PrivacyGuarantee};
 use dpbandits::registry;
 use dpbandits::session::{Decision, Next, Problem, Session};
 use dpbandits::snapshot::Snapshot;
-use rusqlite::Connection;
 use serde_json::{Value, json};
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -30,7 +29,7 @@ mod read;
 mod reward;
 mod trial;
 
-pub use create::CreateRequest;
+pub use create::{CreateRequest, check_name, check_request_id, policy_table};
 
 /// Why an operation was refused. Every message names the field, the value and what is allowed;
 /// the state is unchanged.
@@ -181,20 +180,19 @@ impl Experiment {
 /// inside a batch: the service reads its experiments from memory, and a failed operation
 /// fails its batch, whose rollback reloads the last committed state.)
 fn store_state(
-    tx: &Connection,
+    tx: &store::Tx<'_>,
     e: &Experiment,
     stale: &mut HashSet<String>,
     name: &str,
     releases: u64,
-    in_batch: bool,
 ) -> ServiceResult<()> {
-    if in_batch {
+    if tx.in_batch() {
         if !stale.contains(name) {
             stale.insert(name.to_string());
         }
     } else {
         let snap = e.session.snapshot().map_err(ServiceError::internal)?;
-        store::update_state(tx, name, &snap, &counters_of(&e.session, releases))?;
+        tx.update_state(name, &snap, &counters_of(&e.session, releases))?;
     }
     Ok(())
 }
@@ -211,9 +209,9 @@ fn counters_of(s: &Session, releases: u64) -> Counters {
     }
 }
 
-/// The service: the database connection and the live experiments.
+/// The service: its store and the live experiments.
 pub struct Service {
-    conn: Connection,
+    store: Store,
     experiments: HashMap<String, Experiment>,
     /// The token hashes, shared with the HTTP layer (authentication before a body is read).
     tokens: Arc<RwLock<Tokens>>,
@@ -292,7 +290,7 @@ impl Service {
     /// (each operation's writes are a savepoint inside it). Group commit: the server runs many
     /// requests in one batch and answers them after its one commit.
     pub fn begin_batch(&mut self) {
-        self.batch_failed = store::begin_batch(&self.conn).is_err();
+        self.batch_failed = self.store.begin_batch().is_err();
     }
 
     /// Whether the open batch failed (its remaining operations are not run; all are answered 500).
@@ -326,11 +324,11 @@ impl Service {
         let Some(p) = self.publisher.as_mut() else {
             return Ok(false);
         };
-        if !p.is_due() || !self.conn.is_autocommit() {
+        if !p.is_due() || self.store.in_batch() {
             return Ok(false);
         }
-        let (entries, head) = store::audit_head(&self.conn)?;
-        let keying = store::audit_keying(&self.conn)?;
+        let (entries, head) = self.store.audit_head()?;
+        let keying = self.store.audit_keying()?;
         p.publish_if_due(entries, &head, keying.as_ref().map(|k| k.0.as_str()))
     }
 
@@ -343,18 +341,16 @@ impl Service {
     pub fn commit_batch(&mut self) -> ServiceResult<()> {
         let r = if self.batch_failed {
             Err(ServiceError::internal("an operation of the batch failed"))
-        } else if self.conn.is_autocommit() {
+        } else if !self.store.in_batch() {
             Ok(())
         } else {
             self.write_stale_snapshots()
-                .and_then(|()| store::commit_batch(&self.conn).map_err(ServiceError::from))
+                .and_then(|()| self.store.commit_batch().map_err(ServiceError::from))
         };
         self.batch_failed = false;
         if let Err(e) = r {
             self.health_at = None;
-            if !self.conn.is_autocommit() {
-                let _ = store::rollback_batch(&self.conn);
-            }
+            let _ = self.store.rollback_batch();
             crate::log::log(
                 "batch-failed",
                 json!({"error": e.to_string(), "action": "state reloaded from the database"}),
@@ -371,12 +367,13 @@ impl Service {
     /// and open a new transaction (a release intent must be durable before its release is
     /// drawn). Outside a batch nothing is open: no-op.
     fn flush_batch(&mut self) -> ServiceResult<()> {
-        if self.conn.is_autocommit() {
+        if !self.store.in_batch() {
             return Ok(());
         }
         let r = self.write_stale_snapshots().and_then(|()| {
-            store::commit_batch(&self.conn)
-                .and_then(|()| store::begin_batch(&self.conn))
+            self.store
+                .commit_batch()
+                .and_then(|()| self.store.begin_batch())
                 .map_err(ServiceError::from)
         });
         if r.is_err() {
@@ -391,7 +388,9 @@ impl Service {
         for name in std::mem::take(&mut self.stale) {
             if let Some(e) = self.experiments.get(&name) {
                 let snap = e.session.snapshot().map_err(ServiceError::internal)?;
-                store::update_state(&self.conn, &name, &snap, &e.counters())?;
+                let tx = self.store.begin()?;
+                tx.update_state(&name, &snap, &e.counters())?;
+                tx.commit()?;
             }
         }
         Ok(())
@@ -411,8 +410,8 @@ impl Service {
         {
             return Ok(());
         }
-        let tx = self.conn.savepoint()?;
-        store::set_meta(&tx, "health", &store::now())?;
+        let tx = self.store.begin()?;
+        tx.set_meta("health", &store::now())?;
         tx.commit()?;
         self.health_at = Some(std::time::Instant::now());
         Ok(())
@@ -562,7 +561,8 @@ mod tests {
         let arm = d["arm"].as_i64().unwrap();
         assert_eq!(s.status("t").unwrap()["commitment"]["rounds_left"], 1);
         // What `reward` commits before drawing the release, then the process dies.
-        s.conn
+        s.store
+            .connection()
             .execute(
                 "INSERT INTO ledger (experiment, release, arm, rewards, measure, cost, status, created)
                  VALUES ('t', 3, ?1, 0, 'rho', 0.5, 'intent', 'x')",
@@ -648,7 +648,8 @@ mod tests {
     fn health_probes_write_once_a_period() {
         let (_dir, _db, mut s) = with_committed_pairs(1);
         let written = |s: &Service| -> String {
-            s.conn
+            s.store
+                .connection()
                 .query_row("SELECT value FROM meta WHERE key = 'health'", [], |r| {
                     r.get(0)
                 })
@@ -681,7 +682,8 @@ mod tests {
     fn a_failed_operation_fails_its_batch_and_memory_follows_the_database() {
         let (_dir, db, mut s) = with_committed_pairs(3);
         let stored = s.status("t").unwrap();
-        s.conn
+        s.store
+            .connection()
             .execute_batch(
                 "CREATE TEMP TRIGGER inject BEFORE INSERT ON decisions WHEN NEW.id = 6
                  BEGIN SELECT RAISE(ABORT, 'injected'); END",
@@ -703,7 +705,8 @@ mod tests {
         drop(s);
         let mut s = Service::open(&db, ADMIN).unwrap();
         assert_eq!(s.status("t").unwrap(), after);
-        s.conn
+        s.store
+            .connection()
             .execute_batch(
                 "CREATE TEMP TRIGGER inject BEFORE INSERT ON decisions WHEN NEW.id = 6
                  BEGIN SELECT RAISE(ABORT, 'injected'); END",
@@ -722,7 +725,10 @@ mod tests {
         assert!(e.to_string().contains("injected"), "{e}");
         assert!(!s.batch_failed());
         assert_eq!(s.status("t").unwrap(), before);
-        s.conn.execute_batch("DROP TRIGGER temp.inject").unwrap();
+        s.store
+            .connection()
+            .execute_batch("DROP TRIGGER temp.inject")
+            .unwrap();
         s.begin_batch();
         assert_eq!(s.decide("t", None, None).unwrap()["decision_id"], 6);
         s.commit_batch().unwrap();
@@ -745,7 +751,7 @@ mod tests {
         create(&mut s);
         pair(&mut s, 1.0);
         drop(s);
-        let conn = Connection::open(&db).unwrap();
+        let conn = rusqlite::Connection::open(&db).unwrap();
         conn.execute(
             "WITH RECURSIVE k(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM k WHERE i < ?1)
              INSERT INTO ledger (experiment, release, arm, rewards, measure, cost, status, created)
@@ -759,7 +765,8 @@ mod tests {
         let mut s = Service::open_unchecked(&db, ADMIN).unwrap();
         let steps = std::sync::Arc::new(AtomicU64::new(0));
         let counter = steps.clone();
-        s.conn
+        s.store
+            .connection_mut()
             .progress_handler(
                 1000,
                 Some(move || {
@@ -796,7 +803,7 @@ mod tests {
             );
         }
         let (scan, _) = measure("scan", &mut |s| {
-            store::ledger_totals(&s.conn, "t").unwrap().charges as usize
+            s.store.ledger_totals("t").unwrap().charges as usize
         });
         assert!(scan >= n / 1000, "the step count must see a scan: {scan}");
     }
@@ -907,10 +914,7 @@ noise = "simulation""#,
             serde_json::from_str(include_str!("../../tests/fixtures/schema1.json")).unwrap();
         let admin = "fixture-admin-token-0123456789";
         let mut s = Service::open(&db, admin).unwrap();
-        assert_eq!(
-            store::schema_version(&s.conn).unwrap(),
-            store::SCHEMA_VERSION
-        );
+        assert_eq!(s.store.schema_version().unwrap(), store::SCHEMA_VERSION);
         let reward = |round: u64, arm: u64| f64::from(u8::from((round * 7 + arm * 3) % 5 < 2));
         for (name, h) in history.as_object().unwrap() {
             let rewarded = h["rewarded"].as_array().unwrap();
@@ -1638,18 +1642,21 @@ noise = "simulation""#,
         pair(&mut s, 1.0);
         pair(&mut s, 1.0);
         assert!(
-            s.conn
+            s.store
+                .connection()
                 .execute("UPDATE audit SET body = '{}' WHERE seq = 2", [])
                 .unwrap_err()
                 .to_string()
                 .contains("append-only")
         );
         assert!(
-            s.conn
+            s.store
+                .connection()
                 .execute("DELETE FROM audit WHERE seq = 2", [])
                 .is_err()
         );
-        s.conn
+        s.store
+            .connection()
             .execute_batch("DROP TRIGGER audit_no_update; UPDATE audit SET body = '{\"arm\":1}' WHERE seq = 3;")
             .unwrap();
         drop(s);

@@ -43,12 +43,10 @@ pub(super) fn migrate(row: &store::ExperimentRow) -> anyhow::Result<Session> {
 
 /// Turn every open release intent into a charged `lost` row with its audit entry (a crash, or
 /// a failed batch, between the intent and its state change: the release may have been drawn).
-pub(super) fn settle_intents(tx: &Connection) -> anyhow::Result<()> {
-    for i in store::open_intents(tx)? {
-        store::set_ledger_status(tx, i.id, "lost")?;
-        store::audit(
-            tx,
-            &i.experiment,
+pub(super) fn settle_intents(tx: &store::Tx<'_>) -> anyhow::Result<()> {
+    for i in tx.open_intents()? {
+        tx.set_ledger_status(i.id, "lost")?;
+        tx.audit(&i.experiment,
             store::Event::BudgetCharge,
             &json!({"ledger_id": i.id, "release": i.release, "arm": i.arm, "cost": i.cost,
                     "status": "lost", "why": "a release intent without its state change (crash): charged, a redo is charged again"}),
@@ -60,17 +58,18 @@ pub(super) fn settle_intents(tx: &Connection) -> anyhow::Result<()> {
 /// Every experiment of the database, restored (refusing, naming the experiment, when a snapshot
 /// does not restore or its stored counters disagree with it). The ledger's counts are read here,
 /// once (SQL aggregates), and maintained with each charge afterwards.
-pub(super) fn load_all(conn: &Connection) -> anyhow::Result<HashMap<String, Experiment>> {
+pub(super) fn load_all(conn: &store::Reads) -> anyhow::Result<HashMap<String, Experiment>> {
     let mut experiments = HashMap::new();
-    for row in store::load_experiments(conn)? {
+    for row in conn.load_experiments()? {
         let name = row.name;
-        let closed = store::close_entry(conn, &name)?;
+        let closed = conn.close_entry(&name)?;
         let mut session = Session::restore(&row.snapshot)
             .with_context(|| format!("experiment {name:?}: its snapshot does not restore"))?;
         // Which decisions wait for a reward: the decisions table is the record (a snapshot
         // written before per-decision tracking holds only counts).
         if session.pending() > 0 {
-            let ids: Vec<u64> = store::pending_decisions(conn, &name)?
+            let ids: Vec<u64> = conn
+                .pending_decisions(&name)?
                 .into_iter()
                 .map(|id| id.saturating_sub(1))
                 .collect();
@@ -97,7 +96,7 @@ pub(super) fn load_all(conn: &Connection) -> anyhow::Result<HashMap<String, Expe
             .get("problem")
             .cloned()
             .unwrap_or_else(|| json!({"setting": "finite", "arms": row.arms}));
-        let totals = store::ledger_totals(conn, &name)?;
+        let totals = conn.ledger_totals(&name)?;
         experiments.insert(
             name,
             Experiment {
@@ -123,12 +122,12 @@ pub(super) fn load_all(conn: &Connection) -> anyhow::Result<HashMap<String, Expe
 /// database's first keyed start; an old, never-keyed database has none yet). Re-keying such a
 /// log would make a chain re-hashed without the key verify under the new key.
 pub(super) fn refuse_unkeyed(
-    conn: &Connection,
+    conn: &store::Reads,
     db: &Path,
     key_path: &Path,
     entries: u64,
 ) -> anyhow::Result<()> {
-    let schema = store::schema_version(conn)?;
+    let schema = conn.schema_version()?;
     if schema == store::SCHEMA_VERSION {
         bail!(
             "--db {}: refusing to start: the database is schema {schema} (a keyed audit chain) but its meta rows audit_key and audit_keyed_from are missing: its keying was removed; it is never re-keyed (verify it with its key file, restore a backup)",
@@ -150,11 +149,11 @@ pub(super) fn refuse_unkeyed(
 /// the service reads back as they stand and the digest of the earlier decisions' request ids,
 /// propensities and issue times ([`crate::verify::LOG_FORMAT`]). What was changed before this
 /// start cannot be proved (docs/service.md, "What an old database cannot prove").
-pub(super) fn pin_earlier(tx: &Connection, names: &[String]) -> anyhow::Result<()> {
+pub(super) fn pin_earlier(tx: &store::Tx<'_>, names: &[String]) -> anyhow::Result<()> {
     if names.is_empty() {
         return Ok(());
     }
-    for row in store::load_experiments(tx)? {
+    for row in tx.load_experiments()? {
         if !names.contains(&row.name) {
             continue;
         }
@@ -162,9 +161,8 @@ pub(super) fn pin_earlier(tx: &Connection, names: &[String]) -> anyhow::Result<(
             .with_context(|| format!("experiment {:?}: its snapshot does not restore", row.name))?;
         let config = serde_json::from_str::<Value>(&row.config).unwrap_or(Value::Null);
         let g = serde_json::to_value(s.guarantee().ok())?;
-        let (n, digest) = store::decisions_digest(tx, &row.name, row.counters.issued)?;
-        store::audit(
-            tx,
+        let (n, digest) = tx.decisions_digest(&row.name, row.counters.issued)?;
+        tx.audit(
             &row.name,
             store::Event::Config,
             &json!({"action": store::Action::Pin.name(), "format": crate::verify::LOG_FORMAT,
@@ -180,9 +178,9 @@ pub(super) fn pin_earlier(tx: &Connection, names: &[String]) -> anyhow::Result<(
 
 /// Migrate a schema-1 database (bare policy snapshots) to session snapshots inside `tx`, each
 /// experiment with its `migrate` audit entry; any other schema: nothing.
-pub(super) fn migrate_all(tx: &Connection, db: &Path) -> anyhow::Result<()> {
-    if store::schema_version(tx)? == store::SCHEMA_VERSION_POLICY_SNAPSHOTS {
-        for row in store::load_experiments(tx)? {
+pub(super) fn migrate_all(tx: &store::Tx<'_>, db: &Path) -> anyhow::Result<()> {
+    if tx.schema_version()? == store::SCHEMA_VERSION_POLICY_SNAPSHOTS {
+        for row in tx.load_experiments()? {
             let s = migrate(&row).with_context(|| {
                 format!(
                     "--db {}: migrating schema {} to {} (session snapshots)",
@@ -193,16 +191,15 @@ pub(super) fn migrate_all(tx: &Connection, db: &Path) -> anyhow::Result<()> {
             })?;
             let snap = s.snapshot()?;
             let c = counters_of(&s, row.counters.releases);
-            store::update_state(tx, &row.name, &snap, &c)?;
-            store::audit(
-                tx,
+            tx.update_state(&row.name, &snap, &c)?;
+            tx.audit(
                 &row.name,
                 store::Event::Config,
                 &json!({"action": store::Action::Migrate.name(), "schema": store::SCHEMA_VERSION,
                         "state": "session snapshot", "issued": c.issued, "observed": c.observed}),
             )?;
         }
-        store::set_schema_version(tx, store::SCHEMA_VERSION)?;
+        tx.set_schema_version(store::SCHEMA_VERSION)?;
     }
     Ok(())
 }
@@ -250,12 +247,12 @@ impl Service {
         key_file: Option<&Path>,
         self_check: bool,
     ) -> anyhow::Result<Self> {
-        let mut conn = store::open(db)?;
+        let store = store::Store::open(db)?;
         let key_path = key_file.map_or_else(|| store::default_key_path(db), Path::to_path_buf);
-        let keying = store::audit_keying(&conn)?;
-        let (entries, _) = store::audit_head(&conn)?;
+        let keying = store.audit_keying()?;
+        let (entries, _) = store.audit_head()?;
         if keying.is_none() && entries > 0 {
-            refuse_unkeyed(&conn, db, &key_path, entries)?;
+            refuse_unkeyed(&store, db, &key_path, entries)?;
         }
         let key = match &keying {
             Some((f, from)) if !key_path.exists() => bail!(
@@ -268,7 +265,7 @@ impl Service {
         };
         let unpinned = if self_check {
             let checked = crate::verify::verify_conn(
-                &conn,
+                &store,
                 keying.as_ref().map(|_| &key),
                 &crate::verify::Expect::default(),
             )
@@ -283,13 +280,13 @@ impl Service {
         } else {
             Vec::new()
         };
-        store::init_audit_key(&conn, &key, db)?;
-        let tx = conn.transaction()?;
+        store.init_audit_key(&key, db)?;
+        let tx = store.begin()?;
         migrate_all(&tx, db)?;
         pin_earlier(&tx, &unpinned)?;
         settle_intents(&tx)?;
         tx.commit()?;
-        let experiments = load_all(&conn)?;
+        let experiments = load_all(&store)?;
         let tokens = Tokens {
             admin: store::sha256_hex(admin_token.as_bytes()),
             clients: experiments
@@ -298,7 +295,7 @@ impl Service {
                 .collect(),
         };
         Ok(Service {
-            conn,
+            store,
             experiments,
             tokens: Arc::new(RwLock::new(tokens)),
             batch_failed: false,
@@ -316,10 +313,10 @@ impl Service {
     pub fn reload_all(&mut self) -> anyhow::Result<()> {
         // A release intent made durable in the failed batch may have had its release drawn: it
         // is charged (`lost`) now, as at a restart.
-        let tx = self.conn.transaction()?;
+        let tx = self.store.begin()?;
         settle_intents(&tx)?;
         tx.commit()?;
-        let experiments = load_all(&self.conn)?;
+        let experiments = load_all(&self.store)?;
         let mut t = self
             .tokens
             .write()

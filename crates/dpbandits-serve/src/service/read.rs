@@ -116,7 +116,7 @@ impl Service {
             ));
         }
         let report = self.core_report(name, level, Validity::AtClose, None)?;
-        let pulls = store::completed_by_arm(&self.conn, name, e.arms)?;
+        let pulls = self.store.completed_by_arm(name, e.arms)?;
         // The recommendation follows the evidence: the stopping rule's (BAI, once it fired),
         // else the largest private estimate, else the most-pulled arm; every rule is reported
         // (`recommended`), and `rules_differ` flags an argmax that is not the most-pulled arm.
@@ -152,8 +152,8 @@ impl Service {
             "ledger": ledger,
             "cost": "none: the report is post-processing of released statistics and public counts",
         });
-        let tx = self.conn.savepoint()?;
-        let (seq, head) = store::audit(&tx, name, store::Event::Close, &body)?;
+        let tx = self.store.begin()?;
+        let (seq, head) = tx.audit(name, store::Event::Close, &body)?;
         tx.commit()?;
         self.request_publish();
         body["audit_seq"] = json!(seq);
@@ -179,7 +179,7 @@ impl Service {
     /// last row's id when more may follow).
     pub fn ledger_rows(&self, name: &str, after: i64, limit: u64) -> ServiceResult<Value> {
         let mut v = self.ledger_summary(name)?;
-        let rows = store::ledger_rows(&self.conn, name, after, limit)?;
+        let rows = self.store.ledger_rows(name, after, limit)?;
         let next = (rows.len() as u64 == limit)
             .then(|| rows.last().map(|r| r.id))
             .flatten();
@@ -197,7 +197,7 @@ impl Service {
         limit: u64,
     ) -> ServiceResult<(Vec<store::DecisionRow>, Option<u64>)> {
         self.experiment(name)?;
-        let rows = store::decision_rows(&self.conn, name, after, limit)?;
+        let rows = self.store.decision_rows(name, after, limit)?;
         let next = (rows.len() as u64 == limit)
             .then(|| rows.last().map(|r| r.decision_id))
             .flatten();
@@ -211,7 +211,7 @@ impl Service {
         after: i64,
         limit: i64,
     ) -> ServiceResult<Value> {
-        let rows = store::audit_entries(&self.conn, experiment, after, limit)?;
+        let rows = self.store.audit_entries(experiment, after, limit)?;
         Ok(json!({"entries": rows}))
     }
 }

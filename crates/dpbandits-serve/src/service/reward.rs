@@ -8,7 +8,7 @@ use super::*;
 /// Settle ledger row `id` (release `release_no` of `name`'s `arm`) as charged inside `tx`, with
 /// its `budget-charge` audit entry.
 pub(super) fn charge(
-    tx: &Connection,
+    tx: &store::Tx<'_>,
     name: &str,
     id: i64,
     release_no: u64,
@@ -16,10 +16,8 @@ pub(super) fn charge(
     measure: &str,
     cost: f64,
 ) -> ServiceResult<()> {
-    store::set_ledger_status(tx, id, "charged")?;
-    store::audit(
-        tx,
-        name,
+    tx.set_ledger_status(id, "charged")?;
+    tx.audit(name,
         store::Event::BudgetCharge,
         &json!({"ledger_id": id, "release": release_no, "arm": arm, "measure": measure, "cost": cost, "status": "charged"}),
     )?;
@@ -102,7 +100,7 @@ impl Service {
             return Ok(());
         };
         let cutoff = store::unix_now() - deadline;
-        for id in store::expired_decisions(&self.conn, name, cutoff)? {
+        for id in self.store.expired_decisions(name, cutoff)? {
             self.apply(name, id, d, Some("deadline"))?;
         }
         Ok(())
@@ -119,125 +117,45 @@ impl Service {
         if self.experiment(name)?.closed.is_some() {
             return Err(ServiceError::Closed { name: name.into() });
         }
-        let Some((arm, previous, outcome)) = store::decision(&self.conn, name, decision_id)? else {
+        let Some((arm, previous, outcome)) = self.store.decision(name, decision_id)? else {
             return Err(ServiceError::NotFound(format!(
                 "decision_id = {decision_id}: no such decision in experiment {name:?}"
             )));
         };
         if let Some(prev) = previous {
-            return self.repeated(
-                name,
-                decision_id,
-                arm,
-                reward,
-                prev,
-                outcome.as_deref(),
-                abandoned,
-            );
+            let outcome = outcome.as_deref();
+            return self.repeated(name, decision_id, arm, reward, prev, outcome, abandoned);
         }
-        let e = self.experiments.get_mut(name).expect("checked above");
-        let invalid =
-            |err: dpbandits::Error| ServiceError::invalid("reward", format!("reward: {err}"));
+        let e = self.experiments.get(name).expect("checked above");
         // The policy's own boundary admits the reward first (clip, or refuse in reject mode);
         // a refused reward changes nothing and the decision stays pending.
-        let admitted = e.session.boundary().single(reward).map_err(invalid)?;
-        let clipped = admitted.sum() != reward;
-        // Whether this reward completes a commitment (a release; pipelined experiments have
-        // several commitments open).
-        let index = decision_id.saturating_sub(1);
-        match e.session.pending_arm(index) {
-            Some(carm) if carm == arm => {}
-            other => {
-                return Err(ServiceError::internal(format!(
-                    "decision {decision_id} (arm {arm}) has no reward, but the session has it {}",
-                    other.map_or("observed".to_string(), |a| format!("of arm {a}"))
-                )));
-            }
-        }
-        let release = e
+        let admitted = e
             .session
-            .observe_releases(index)
-            .map_err(ServiceError::internal)?;
-        let completes = release.is_some();
-        let rounds = release.map_or(1, |r| r.rounds);
-        let cost = cost_of(&e.guarantee);
+            .boundary()
+            .single(reward)
+            .map_err(invalid_reward)?;
+        let release = release_of(&e.session, decision_id, arm)?;
         let release_no = e.releases + 1;
         // A release is about to be drawn: its intent is committed first, so a crash between the
         // draw and the state change leaves a charged (`lost`) row, and a redo is charged again.
-        let intent = match (completes, cost) {
-            (true, Some((measure, c))) => {
-                let id = store::insert_intent(
-                    &mut self.conn,
-                    name,
-                    release_no,
-                    arm,
-                    rounds,
-                    measure,
-                    c,
-                )?;
-                // Durable before the draw, also inside a batch (the batch so far is committed).
-                self.flush_batch()?;
-                Some((id, measure, c))
-            }
-            _ => None,
+        let intent = match release {
+            Some(rounds) => self.reserve(name, release_no, arm, rounds)?,
+            None => None,
         };
-        let in_batch = !self.conn.is_autocommit();
         let e = self.experiments.get_mut(name).expect("checked above");
-        if let Err(err) = e
-            .session
+        e.session
             .observe_decision(decision_id.saturating_sub(1), reward)
-        {
-            return Err(match err {
-                dpbandits::Error::Boundary { .. } => invalid(err),
-                dpbandits::Error::Param { ref field, .. } if field == "reward" => invalid(err),
-                other => ServiceError::internal(other),
-            });
-        }
-        let releases = if completes { release_no } else { e.releases };
-        let result: ServiceResult<()> = (|| {
-            let tx = self.conn.savepoint()?;
-            store_state(&tx, e, &mut self.stale, name, releases, in_batch)?;
-            store::record_reward(
-                &tx,
-                name,
-                decision_id,
-                reward,
-                admitted.sum(),
-                if abandoned.is_some() {
-                    "abandoned"
-                } else {
-                    "reward"
-                },
-            )?;
-            let mut body = json!({"decision_id": decision_id, "arm": arm, "reward": reward, "admitted": admitted.sum()});
-            if let Some(why) = abandoned {
-                body["abandoned"] = json!(why);
-            }
-            store::audit(
-                &tx,
-                name,
-                if abandoned.is_some() {
-                    store::Event::Abandon
-                } else {
-                    store::Event::Reward
-                },
-                &body,
-            )?;
-            if completes {
-                store::audit(
-                    &tx,
-                    name,
-                    store::Event::Release,
-                    &json!({"release": release_no, "arm": arm, "episode_rounds": "complete"}),
-                )?;
-            }
-            if let Some((id, measure, c)) = intent {
-                charge(&tx, name, id, release_no, arm, measure, c)?;
-            }
-            tx.commit()?;
-            Ok(())
-        })();
-        if let Err(err) = result {
+            .map_err(refused_reward)?;
+        let applied = Applied {
+            decision_id,
+            arm,
+            reward,
+            admitted: admitted.sum(),
+            abandoned,
+            release: release.map(|_| release_no),
+            intent,
+        };
+        if let Err(err) = self.store_reward(name, &applied) {
             // Nothing stored: put the session back to its stored state (the drawn release, if
             // any, stays charged through its open intent once the service restarts).
             self.undo(name)?;
@@ -246,7 +164,10 @@ impl Service {
         // Stored: the release count follows at once (the batch's end writes it with the
         // snapshot); then the maintained counts (the release's rows through the ledger's index
         // by release, so no scan).
-        e.releases = releases;
+        let e = self.experiments.get_mut(name).expect("checked above");
+        if release.is_some() {
+            e.releases = release_no;
+        }
         if intent.is_some() {
             self.count_charge(name, release_no)?;
         }
@@ -254,6 +175,134 @@ impl Service {
             api_log_abandon(name, decision_id, why);
             return Ok(json!({"decision_id": decision_id, "status": "abandoned", "why": why}));
         }
+        let clipped = admitted.sum() != reward;
         Ok(json!({"decision_id": decision_id, "status": "applied", "clipped": clipped}))
     }
+
+    /// Commit the ledger intent of `name`'s release `release_no` (of `arm`, `rounds` rewards)
+    /// before it is drawn: durable also inside a batch (the batch so far is committed). `None`
+    /// for a non-private experiment (nothing to charge).
+    fn reserve(
+        &mut self,
+        name: &str,
+        release_no: u64,
+        arm: usize,
+        rounds: u64,
+    ) -> ServiceResult<Option<Intent>> {
+        let e = self.experiment(name)?;
+        let Some((measure, cost)) = cost_of(&e.guarantee) else {
+            return Ok(None);
+        };
+        let id = self.write_intent(name, release_no, arm, rounds, (measure, cost))?;
+        Ok(Some(Intent { id, measure, cost }))
+    }
+
+    /// Write the ledger intent of `name`'s release `release_no` (of `arm`, `rounds` rewards, at
+    /// `cost` in `measure`) and make it durable before the release is drawn: committed at once
+    /// outside a batch; inside one, with the batch so far ([`Service::flush_batch`]). Returns
+    /// its ledger row.
+    pub(super) fn write_intent(
+        &mut self,
+        name: &str,
+        release_no: u64,
+        arm: usize,
+        rounds: u64,
+        (measure, cost): (&str, f64),
+    ) -> ServiceResult<i64> {
+        let tx = self.store.begin()?;
+        let id = tx.insert_intent(name, release_no, arm, rounds, measure, cost)?;
+        tx.commit()?;
+        self.flush_batch()?;
+        Ok(id)
+    }
+
+    /// Store an applied reward: the state, the decision's reward, its `reward` (or `abandon`)
+    /// entry, and with a release its `release` entry and charge, in one savepoint.
+    fn store_reward(&mut self, name: &str, a: &Applied<'_>) -> ServiceResult<()> {
+        let e = self.experiments.get(name).expect("checked by the caller");
+        let releases = a.release.unwrap_or(e.releases);
+        let tx = self.store.begin()?;
+        store_state(&tx, e, &mut self.stale, name, releases)?;
+        let outcome = if a.abandoned.is_some() {
+            "abandoned"
+        } else {
+            "reward"
+        };
+        tx.record_reward(name, a.decision_id, a.reward, a.admitted, outcome)?;
+        let mut body = json!({"decision_id": a.decision_id, "arm": a.arm, "reward": a.reward, "admitted": a.admitted});
+        let event = match a.abandoned {
+            Some(why) => {
+                body["abandoned"] = json!(why);
+                store::Event::Abandon
+            }
+            None => store::Event::Reward,
+        };
+        tx.audit(name, event, &body)?;
+        if let Some(release_no) = a.release {
+            tx.audit(
+                name,
+                store::Event::Release,
+                &json!({"release": release_no, "arm": a.arm, "episode_rounds": "complete"}),
+            )?;
+            if let Some(i) = a.intent {
+                charge(&tx, name, i.id, release_no, a.arm, i.measure, i.cost)?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+}
+
+/// A reward the policy's boundary or the session refuses, naming `reward`.
+fn invalid_reward(err: dpbandits::Error) -> ServiceError {
+    ServiceError::invalid("reward", format!("reward: {err}"))
+}
+
+/// The session's refusal to observe a reward: the reward's (naming it), or an internal error.
+fn refused_reward(err: dpbandits::Error) -> ServiceError {
+    match err {
+        dpbandits::Error::Boundary { .. } => invalid_reward(err),
+        dpbandits::Error::Param { ref field, .. } if field == "reward" => invalid_reward(err),
+        other => ServiceError::internal(other),
+    }
+}
+
+/// Whether the reward of decision `decision_id` (of `arm`) completes a commitment (a release;
+/// pipelined experiments have several commitments open): `Some(rounds)` of the release.
+fn release_of(session: &Session, decision_id: u64, arm: usize) -> ServiceResult<Option<u64>> {
+    let index = decision_id.saturating_sub(1);
+    match session.pending_arm(index) {
+        Some(carm) if carm == arm => {}
+        other => {
+            return Err(ServiceError::internal(format!(
+                "decision {decision_id} (arm {arm}) has no reward, but the session has it {}",
+                other.map_or("observed".to_string(), |a| format!("of arm {a}"))
+            )));
+        }
+    }
+    let release = session
+        .observe_releases(index)
+        .map_err(ServiceError::internal)?;
+    Ok(release.map(|r| r.rounds))
+}
+
+/// A committed ledger intent: its row and what it charges.
+#[derive(Clone, Copy)]
+struct Intent {
+    id: i64,
+    measure: &'static str,
+    cost: f64,
+}
+
+/// A reward the session took, as it is stored.
+struct Applied<'a> {
+    decision_id: u64,
+    arm: usize,
+    reward: f64,
+    admitted: f64,
+    abandoned: Option<&'a str>,
+    /// The release it completed.
+    release: Option<u64>,
+    /// The release's committed intent (a private experiment).
+    intent: Option<Intent>,
 }

@@ -25,16 +25,15 @@ impl Service {
                 format!("reward = {reward}: expected a finite number"),
             ));
         }
-        let tx = self.conn.savepoint()?;
-        if !store::record_late(&tx, name, decision_id, reward)? {
+        let tx = self.store.begin()?;
+        if !tx.record_late(name, decision_id, reward)? {
             drop(tx);
             return Ok(
                 json!({"decision_id": decision_id, "status": "duplicate", "abandoned": true,
                 "note": "a late outcome of this abandoned decision is stored already; this report was not stored"}),
             );
         }
-        store::audit(
-            &tx,
+        tx.audit(
             name,
             store::Event::LateOutcome,
             &json!({"decision_id": decision_id, "arm": arm, "reward": reward}),
@@ -116,9 +115,9 @@ impl Service {
         };
         let cutoff = store::unix_now() - older_than;
         let ids = if older_than == 0.0 {
-            store::pending_decisions(&self.conn, name)?
+            self.store.pending_decisions(name)?
         } else {
-            store::expired_decisions(&self.conn, name, cutoff)?
+            self.store.expired_decisions(name, cutoff)?
         };
         for &id in &ids {
             self.apply(name, id, d, Some("bulk"))?;
@@ -160,7 +159,7 @@ impl Service {
         } else {
             Some(match rows {
                 Some(rows) => Self::counts_of(rows, e.arms),
-                None => Self::counts_of(&store::outcome_counts(&self.conn, name)?, e.arms),
+                None => Self::counts_of(&self.store.outcome_counts(name)?, e.arms),
             })
         };
         e.session
@@ -208,7 +207,7 @@ impl Service {
     /// # Errors
     /// No such experiment.
     pub fn monitor(&self, name: &str) -> ServiceResult<Value> {
-        let counts = store::outcome_counts(&self.conn, name)?;
+        let counts = self.store.outcome_counts(name)?;
         let interim = self.interim_of(name, Some(0.95), Some(&counts))?;
         let e = self.experiment(name)?;
         let setting = e.session.setting();
@@ -255,7 +254,7 @@ impl Service {
             json!([0.0, 1.0])
         };
         let ledger = &interim["ledger"];
-        let (seq, head) = store::audit_head(&self.conn)?;
+        let (seq, head) = self.store.audit_head()?;
         let g = serde_json::to_value(&e.guarantee).unwrap_or(Value::Null);
         Ok(json!({
             "experiment": name,
@@ -265,7 +264,7 @@ impl Service {
             "now": store::now(),
             "decisions": e.session.issued(),
             "pending": e.session.pending(),
-            "enrolment": store::enrolment(&self.conn, name, 200)?,
+            "enrolment": self.store.enrolment(name, 200)?,
             "allocation_unit": unit,
             "allocation": allocation,
             "interim": {

@@ -3,11 +3,11 @@
 
 use super::db::*;
 use anyhow::{Context, Result, bail};
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{OptionalExtension, params};
 use sha2::Sha256;
 use std::path::Path;
 
-/// The events of the audit log: the one list the service writes ([`audit`]) and the verifier
+/// The events of the audit log: the one list the service writes ([`Tx::audit`]) and the verifier
 /// reads back ([`Event::parse`]); the name is what the `event` column holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Event {
@@ -130,36 +130,6 @@ pub struct AuditEntry {
     pub prev: String,
     /// This entry's hash.
     pub hash: String,
-}
-
-/// Audit entries after `after` (of `experiment`, or all), at most `limit`.
-///
-/// # Errors
-/// SQLite errors.
-pub fn audit_entries(
-    conn: &Connection,
-    experiment: Option<&str>,
-    after: i64,
-    limit: i64,
-) -> Result<Vec<AuditEntry>> {
-    let mut stmt = conn.prepare(
-        "SELECT seq, ts, experiment, event, body, prev, hash FROM audit
-         WHERE seq > ?1 AND (?2 IS NULL OR experiment = ?2) ORDER BY seq LIMIT ?3",
-    )?;
-    let rows = stmt
-        .query_map(params![after, experiment, limit], |r| {
-            Ok(AuditEntry {
-                seq: r.get(0)?,
-                ts: r.get(1)?,
-                experiment: r.get(2)?,
-                event: r.get(3)?,
-                body: r.get(4)?,
-                prev: r.get(5)?,
-                hash: r.get(6)?,
-            })
-        })?
-        .collect::<rusqlite::Result<_>>()?;
-    Ok(rows)
 }
 
 /// The key of the audit chain: 32 random bytes kept **outside** the database (a file, by default
@@ -294,92 +264,12 @@ pub fn default_key_path(db: &Path) -> std::path::PathBuf {
     p.into()
 }
 
-/// How the audit chain of a database is keyed (`meta`): the key's fingerprint and the first
-/// keyed entry (`1` for a database created keyed; after the last unkeyed entry for one keyed on
-/// open). `None`: not keyed (schema 3 and older, never opened by a keyed build).
-pub fn audit_keying(conn: &Connection) -> Result<Option<(String, i64)>> {
-    let get = |k: &str| -> Result<Option<String>> {
-        Ok(conn
-            .query_row("SELECT value FROM meta WHERE key = ?1", [k], |r| r.get(0))
-            .optional()?)
-    };
-    match (get("audit_key")?, get("audit_keyed_from")?) {
-        (Some(f), Some(from)) => Ok(Some((
-            f,
-            from.parse()
-                .with_context(|| format!("meta audit_keyed_from = {from:?}: not an integer"))?,
-        ))),
-        (None, None) => Ok(None),
-        (f, from) => {
-            bail!("meta: audit_key = {f:?} and audit_keyed_from = {from:?}: one without the other")
-        }
-    }
-}
-
-/// The name of the SQL function, registered on the service's connection by [`init_audit_key`],
-/// that [`audit`] calls to hash an entry: the key lives with the connection, never in a table.
+/// The name of the SQL function, registered on the service's connection by [`Store::init_audit_key`],
+/// that [`Tx::audit`] calls to hash an entry: the key lives with the connection, never in a table.
 pub(super) const AUDIT_HASH_FN: &str = "dpbandits_audit_hash";
 /// The query that computes an entry's hash with [`AUDIT_HASH_FN`] (spelled out: it is prepared
 /// once per append).
 pub(super) const AUDIT_HASH_SQL: &str = "SELECT dpbandits_audit_hash(?1, ?2, ?3, ?4, ?5, ?6)";
-
-/// Key the audit chain of the open database `conn` with `key`: register the hash function
-/// [`audit`] uses, and on the first keyed open record the key's fingerprint and the first keyed
-/// sequence number in `meta` (schema 3 becomes 4); a database that already holds unkeyed
-/// entries gets a keyed `config` entry `audit-key` naming where keying starts.
-///
-/// # Errors
-/// The database is keyed with another key (its fingerprint differs), or SQLite errors.
-pub fn init_audit_key(conn: &Connection, key: &AuditKey, db: &Path) -> Result<()> {
-    let k = key.clone();
-    conn.create_scalar_function(
-        AUDIT_HASH_FN,
-        6,
-        rusqlite::functions::FunctionFlags::SQLITE_UTF8
-            | rusqlite::functions::FunctionFlags::SQLITE_DETERMINISTIC,
-        move |ctx| {
-            Ok(k.entry_hash(
-                &ctx.get::<String>(0)?,
-                ctx.get::<i64>(1)?,
-                &ctx.get::<String>(2)?,
-                &ctx.get::<String>(3)?,
-                &ctx.get::<String>(4)?,
-                &ctx.get::<String>(5)?,
-            ))
-        },
-    )?;
-    match audit_keying(conn)? {
-        Some((f, _)) if f == key.fingerprint() => Ok(()),
-        Some((f, _)) => bail!(
-            "--db {}: its audit chain is keyed with the key of fingerprint {f}; the audit key given has fingerprint {} (use the database's key file)",
-            db.display(),
-            key.fingerprint()
-        ),
-        None => {
-            let tx = conn.unchecked_transaction()?;
-            let last: i64 =
-                tx.query_row("SELECT COALESCE(MAX(seq), 0) FROM audit", [], |r| r.get(0))?;
-            tx.execute(
-                "INSERT INTO meta (key, value) VALUES ('audit_key', ?1), ('audit_keyed_from', ?2)",
-                params![key.fingerprint(), (last + 1).to_string()],
-            )?;
-            if last > 0 {
-                audit(
-                    &tx,
-                    "",
-                    Event::Config,
-                    &serde_json::json!({"action": Action::AuditKey.name(), "fingerprint": key.fingerprint(),
-                        "keyed_from": last + 1, "unkeyed_entries": last}),
-                )?;
-            }
-            if schema_version(&tx)? == SCHEMA_VERSION_UNKEYED {
-                set_schema_version(&tx, SCHEMA_VERSION)?;
-            }
-            tx.commit()?;
-            Ok(())
-        }
-    }
-}
 
 /// The message an audit entry's hash covers: the previous hash and the entry's fields, each
 /// followed by a newline (fields never contain one unescaped: the body is compact JSON).
@@ -408,74 +298,199 @@ pub fn entry_hash(
     sha256_hex(entry_message(prev, seq, ts, experiment, event, body).as_bytes())
 }
 
-/// Append one entry to the audit chain inside `tx`; returns its `(seq, hash)`.
-///
-/// # Errors
-/// SQLite errors.
-pub fn audit(
-    tx: &Connection,
-    experiment: &str,
-    event: Event,
-    body: &serde_json::Value,
-) -> Result<(i64, String)> {
-    let event = event.name();
-    let last: Option<(i64, String)> = tx
-        .prepare_cached("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1")?
-        .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))
-        .optional()?;
-    let (seq, prev) = match last {
-        Some((s, h)) => (s + 1, h),
-        None => (1, GENESIS.to_string()),
-    };
-    let ts = now();
-    let body = body.to_string();
-    // Keyed: the connection's hash function holds the key ([`init_audit_key`]); a connection
-    // without it cannot append.
-    let hash: String = tx
-        .prepare_cached(AUDIT_HASH_SQL)?
-        .query_row(params![prev, seq, ts, experiment, event, body], |r| {
-            r.get(0)
-        })
-        .context("appending to the audit log: the audit key is not loaded on this connection")?;
-    tx.prepare_cached("INSERT INTO audit (seq, ts, experiment, event, body, prev, hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)")?
-        .execute(
-        params![seq, ts, experiment, event, body, prev, hash],
-    )?;
-    Ok((seq, hash))
+impl Reads {
+    /// Audit entries after `after` (of `experiment`, or all), at most `limit`.
+    ///
+    /// # Errors
+    /// SQLite errors.
+    pub fn audit_entries(
+        &self,
+        experiment: Option<&str>,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<AuditEntry>> {
+        let conn = &self.conn;
+        let mut stmt = conn.prepare(
+            "SELECT seq, ts, experiment, event, body, prev, hash FROM audit
+             WHERE seq > ?1 AND (?2 IS NULL OR experiment = ?2) ORDER BY seq LIMIT ?3",
+        )?;
+        let rows = stmt
+            .query_map(params![after, experiment, limit], |r| {
+                Ok(AuditEntry {
+                    seq: r.get(0)?,
+                    ts: r.get(1)?,
+                    experiment: r.get(2)?,
+                    event: r.get(3)?,
+                    body: r.get(4)?,
+                    prev: r.get(5)?,
+                    hash: r.get(6)?,
+                })
+            })?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(rows)
+    }
+
+    /// How the audit chain of a database is keyed (`meta`): the key's fingerprint and the first
+    /// keyed entry (`1` for a database created keyed; after the last unkeyed entry for one keyed on
+    /// open). `None`: not keyed (schema 3 and older, never opened by a keyed build).
+    pub fn audit_keying(&self) -> Result<Option<(String, i64)>> {
+        let conn = &self.conn;
+        let get = |k: &str| -> Result<Option<String>> {
+            Ok(conn
+                .query_row("SELECT value FROM meta WHERE key = ?1", [k], |r| r.get(0))
+                .optional()?)
+        };
+        match (get("audit_key")?, get("audit_keyed_from")?) {
+            (Some(f), Some(from)) => Ok(Some((
+                f,
+                from.parse()
+                    .with_context(|| format!("meta audit_keyed_from = {from:?}: not an integer"))?,
+            ))),
+            (None, None) => Ok(None),
+            (f, from) => {
+                bail!(
+                    "meta: audit_key = {f:?} and audit_keyed_from = {from:?}: one without the other"
+                )
+            }
+        }
+    }
+
+    /// The number of audit entries and the head (the last entry's hash; [`GENESIS`] for an empty
+    /// log): what `--publish-head` publishes and `--expect-head` checks.
+    ///
+    /// # Errors
+    /// SQLite errors.
+    pub fn audit_head(&self) -> Result<(u64, String)> {
+        let conn = &self.conn;
+        let last: Option<(i64, String)> = conn
+            .prepare_cached("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1")?
+            .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?;
+        Ok(last.map_or((0, GENESIS.to_string()), |(s, h)| (s as u64, h)))
+    }
+
+    /// The report of a closed experiment: the body of its audit log's `close` entry with that
+    /// entry's `audit_seq` and `audit_hash` (`None`: not closed).
+    ///
+    /// # Errors
+    /// A database error, or a `close` entry whose body is not JSON.
+    pub fn close_entry(&self, experiment: &str) -> Result<Option<serde_json::Value>> {
+        let conn = &self.conn;
+        let row: Option<(i64, String, String)> = conn
+            .query_row(
+                "SELECT seq, body, hash FROM audit WHERE experiment = ?1 AND event = ?2 ORDER BY seq LIMIT 1",
+                [experiment, Event::Close.name()],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .optional()?;
+        let Some((seq, body, hash)) = row else {
+            return Ok(None);
+        };
+        let mut v: serde_json::Value = serde_json::from_str(&body)
+            .with_context(|| format!("experiment {experiment:?}: audit entry {seq} (close)"))?;
+        v["audit_seq"] = serde_json::json!(seq);
+        v["audit_hash"] = serde_json::json!(hash);
+        Ok(Some(v))
+    }
 }
 
-/// The number of audit entries and the head (the last entry's hash; [`GENESIS`] for an empty
-/// log): what `--publish-head` publishes and `--expect-head` checks.
-///
-/// # Errors
-/// SQLite errors.
-pub fn audit_head(conn: &Connection) -> Result<(u64, String)> {
-    let last: Option<(i64, String)> = conn
-        .prepare_cached("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1")?
-        .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))
-        .optional()?;
-    Ok(last.map_or((0, GENESIS.to_string()), |(s, h)| (s as u64, h)))
+impl Tx<'_> {
+    /// Append one entry to the audit chain inside `tx`; returns its `(seq, hash)`.
+    ///
+    /// # Errors
+    /// SQLite errors.
+    pub fn audit(
+        &self,
+        experiment: &str,
+        event: Event,
+        body: &serde_json::Value,
+    ) -> Result<(i64, String)> {
+        let tx = &self.reads.conn;
+        let event = event.name();
+        let last: Option<(i64, String)> = tx
+            .prepare_cached("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1")?
+            .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?;
+        let (seq, prev) = match last {
+            Some((s, h)) => (s + 1, h),
+            None => (1, GENESIS.to_string()),
+        };
+        let ts = now();
+        let body = body.to_string();
+        // Keyed: the connection's hash function holds the key ([`Store::init_audit_key`]); a connection
+        // without it cannot append.
+        let hash: String = tx
+            .prepare_cached(AUDIT_HASH_SQL)?
+            .query_row(params![prev, seq, ts, experiment, event, body], |r| {
+                r.get(0)
+            })
+            .context(
+                "appending to the audit log: the audit key is not loaded on this connection",
+            )?;
+        tx.prepare_cached("INSERT INTO audit (seq, ts, experiment, event, body, prev, hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)")?
+            .execute(
+            params![seq, ts, experiment, event, body, prev, hash],
+        )?;
+        Ok((seq, hash))
+    }
 }
 
-/// The report of a closed experiment: the body of its audit log's `close` entry with that
-/// entry's `audit_seq` and `audit_hash` (`None`: not closed).
-///
-/// # Errors
-/// A database error, or a `close` entry whose body is not JSON.
-pub fn close_entry(conn: &Connection, experiment: &str) -> Result<Option<serde_json::Value>> {
-    let row: Option<(i64, String, String)> = conn
-        .query_row(
-            "SELECT seq, body, hash FROM audit WHERE experiment = ?1 AND event = ?2 ORDER BY seq LIMIT 1",
-            [experiment, Event::Close.name()],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-        )
-        .optional()?;
-    let Some((seq, body, hash)) = row else {
-        return Ok(None);
-    };
-    let mut v: serde_json::Value = serde_json::from_str(&body)
-        .with_context(|| format!("experiment {experiment:?}: audit entry {seq} (close)"))?;
-    v["audit_seq"] = serde_json::json!(seq);
-    v["audit_hash"] = serde_json::json!(hash);
-    Ok(Some(v))
+impl Store {
+    /// Key the audit chain of the open database with `key`: register the hash function
+    /// [`Tx::audit`] uses, and on the first keyed open record the key's fingerprint and the first keyed
+    /// sequence number in `meta` (schema 3 becomes 4); a database that already holds unkeyed
+    /// entries gets a keyed `config` entry `audit-key` naming where keying starts.
+    ///
+    /// # Errors
+    /// The database is keyed with another key (its fingerprint differs), or SQLite errors.
+    pub fn init_audit_key(&self, key: &AuditKey, db: &Path) -> Result<()> {
+        let conn = &self.reads.conn;
+        let k = key.clone();
+        conn.create_scalar_function(
+            AUDIT_HASH_FN,
+            6,
+            rusqlite::functions::FunctionFlags::SQLITE_UTF8
+                | rusqlite::functions::FunctionFlags::SQLITE_DETERMINISTIC,
+            move |ctx| {
+                Ok(k.entry_hash(
+                    &ctx.get::<String>(0)?,
+                    ctx.get::<i64>(1)?,
+                    &ctx.get::<String>(2)?,
+                    &ctx.get::<String>(3)?,
+                    &ctx.get::<String>(4)?,
+                    &ctx.get::<String>(5)?,
+                ))
+            },
+        )?;
+        match self.audit_keying()? {
+            Some((f, _)) if f == key.fingerprint() => Ok(()),
+            Some((f, _)) => bail!(
+                "--db {}: its audit chain is keyed with the key of fingerprint {f}; the audit key given has fingerprint {} (use the database's key file)",
+                db.display(),
+                key.fingerprint()
+            ),
+            None => {
+                let tx = self.begin()?;
+                let last: i64 =
+                    conn.query_row("SELECT COALESCE(MAX(seq), 0) FROM audit", [], |r| r.get(0))?;
+                conn.execute(
+                    "INSERT INTO meta (key, value) VALUES ('audit_key', ?1), ('audit_keyed_from', ?2)",
+                    params![key.fingerprint(), (last + 1).to_string()],
+                )?;
+                if last > 0 {
+                    tx.audit(
+                        "",
+                        Event::Config,
+                        &serde_json::json!({"action": Action::AuditKey.name(), "fingerprint": key.fingerprint(),
+                            "keyed_from": last + 1, "unkeyed_entries": last}),
+                    )?;
+                }
+                if tx.schema_version()? == SCHEMA_VERSION_UNKEYED {
+                    tx.set_schema_version(SCHEMA_VERSION)?;
+                }
+                tx.commit()?;
+                Ok(())
+            }
+        }
+    }
 }

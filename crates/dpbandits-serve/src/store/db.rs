@@ -94,80 +94,168 @@ CREATE TRIGGER IF NOT EXISTS audit_no_delete BEFORE DELETE ON audit
     BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
 "#;
 
-/// Open (creating if needed) the database at `path` in WAL mode with full synchronous commits.
-///
-/// # Errors
-/// The file cannot be opened or is not a dpbandits-serve database of this schema version.
-pub fn open(path: &Path) -> Result<Connection> {
-    create_private(path)?;
-    let conn = Connection::open(path).with_context(|| format!("--db {}", path.display()))?;
-    conn.busy_timeout(std::time::Duration::from_secs(5))?;
-    let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
-    if !mode.eq_ignore_ascii_case("wal") {
-        bail!(
-            "--db {}: SQLite refused WAL mode (got {mode})",
-            path.display()
-        );
+/// The store: the service's one SQLite connection and whether a batch is open on it. Every
+/// statement of the service is a method of it: reads through [`Reads`] (which a store and a
+/// [`Tx`] dereference to), writes through a [`Tx`] ([`Store::begin`]). This is the seam a second
+/// backend plugs into.
+pub struct Store {
+    pub(super) reads: Reads,
+    batch: Batch,
+}
+
+/// Whether a batch (group commit's one transaction, [`Store::begin_batch`]) is open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Batch {
+    /// No batch: a [`Tx`] is its own transaction, committed by [`Tx::commit`].
+    Idle,
+    /// A batch is open: every [`Tx`] is a savepoint inside it, durable at
+    /// [`Store::commit_batch`].
+    Open,
+}
+
+/// The read statements of the store (the service's, the verifier's, inspection's), on its
+/// connection: reached through a [`Store`] or a [`Tx`], which both dereference to it.
+pub struct Reads {
+    pub(super) conn: Connection,
+}
+
+/// One operation's writes: a savepoint on the store's connection (inside the open batch, or
+/// its own transaction outside one). Every write statement is a method of it; reads go through
+/// it too (it dereferences to [`Reads`]). Dropped without [`Tx::commit`], its writes are rolled
+/// back.
+pub struct Tx<'a> {
+    pub(super) reads: &'a Reads,
+    batch: Batch,
+    done: bool,
+}
+
+/// The savepoint's name ([`Tx`]): savepoints nest, each `RELEASE` or `ROLLBACK TO` names the
+/// innermost one.
+const SAVEPOINT: &str = "dpbandits_tx";
+
+impl std::ops::Deref for Store {
+    type Target = Reads;
+    fn deref(&self) -> &Reads {
+        &self.reads
     }
-    conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;")?;
-    conn.execute_batch(SCHEMA)
-        .with_context(|| format!("--db {}: not a dpbandits-serve database", path.display()))?;
-    let version: Option<String> = conn
-        .query_row("SELECT value FROM meta WHERE key = 'schema'", [], |r| {
-            r.get(0)
-        })
-        .optional()?;
-    match version.as_deref() {
-        None => {
-            // Keyed to schema 4 by [`init_audit_key`] before the first entry is written.
-            conn.execute(
-                "INSERT INTO meta (key, value) VALUES ('schema', ?1)",
-                [SCHEMA_VERSION_UNKEYED],
-            )?;
+}
+
+impl std::ops::Deref for Tx<'_> {
+    type Target = Reads;
+    fn deref(&self) -> &Reads {
+        self.reads
+    }
+}
+
+impl Store {
+    /// Open (creating if needed) the database at `path` in WAL mode with full synchronous commits.
+    ///
+    /// # Errors
+    /// The file cannot be opened or is not a dpbandits-serve database of this schema version.
+    pub fn open(path: &Path) -> Result<Store> {
+        create_private(path)?;
+        let conn = Connection::open(path).with_context(|| format!("--db {}", path.display()))?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            bail!(
+                "--db {}: SQLite refused WAL mode (got {mode})",
+                path.display()
+            );
         }
-        Some(SCHEMA_VERSION | SCHEMA_VERSION_UNKEYED) => {}
-        Some(v @ (SCHEMA_VERSION_SESSION | SCHEMA_VERSION_POLICY_SNAPSHOTS)) => {
-            // Schema 1 and 2 lack schema 3's columns (all nullable): added in one transaction.
-            // A schema-2 database is then schema 3 (keyed to 4 by [`init_audit_key`]); a
-            // schema-1 one keeps version 1 until the service migrates its snapshots
-            // (`Service::open`).
-            let tx = conn.unchecked_transaction()?;
-            for (table, column, decl) in [
-                ("experiments", "create_request", "TEXT"),
-                ("experiments", "create_hash", "TEXT"),
-                ("decisions", "actions", "TEXT"),
-                ("decisions", "propensity", "REAL"),
-                ("decisions", "issued_unix", "REAL"),
-                ("decisions", "outcome", "TEXT"),
-            ] {
-                let present: i64 = tx.query_row(
-                    &format!("SELECT COUNT(*) FROM pragma_table_info('{table}') WHERE name = ?1"),
-                    [column],
-                    |r| r.get(0),
+        conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;")?;
+        conn.execute_batch(SCHEMA)
+            .with_context(|| format!("--db {}: not a dpbandits-serve database", path.display()))?;
+        let store = Store {
+            reads: Reads { conn },
+            batch: Batch::Idle,
+        };
+        store.check_schema(path)?;
+        let conn = &store.reads.conn;
+        add_late_columns(conn)?;
+        // The pending decisions by issue time (the reward deadline's query runs at every decision
+        // request of an experiment with a deadline: an index, not a scan of its decisions). After
+        // the migration above: schema 1 and 2 tables get `issued_unix` there.
+        conn.execute_batch(
+            "CREATE INDEX IF NOT EXISTS decisions_pending ON decisions (experiment, issued_unix)
+             WHERE reward IS NULL",
+        )?;
+        Ok(store)
+    }
+
+    /// Check the schema version of a store just opened; schema 1 and 2 get schema 3's columns.
+    fn check_schema(&self, path: &Path) -> Result<()> {
+        let conn = &self.reads.conn;
+        let version: Option<String> = conn
+            .query_row("SELECT value FROM meta WHERE key = 'schema'", [], |r| {
+                r.get(0)
+            })
+            .optional()?;
+        match version.as_deref() {
+            None => {
+                // Keyed to schema 4 by [`Store::init_audit_key`] before the first entry is written.
+                conn.execute(
+                    "INSERT INTO meta (key, value) VALUES ('schema', ?1)",
+                    [SCHEMA_VERSION_UNKEYED],
                 )?;
-                if present == 0 {
-                    tx.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} {decl}"))?;
+            }
+            Some(SCHEMA_VERSION | SCHEMA_VERSION_UNKEYED) => {}
+            Some(v @ (SCHEMA_VERSION_SESSION | SCHEMA_VERSION_POLICY_SNAPSHOTS)) => {
+                // Schema 1 and 2 lack schema 3's columns (all nullable): added in one transaction.
+                // A schema-2 database is then schema 3 (keyed to 4 by [`Store::init_audit_key`]); a
+                // schema-1 one keeps version 1 until the service migrates its snapshots
+                // (`Service::open`).
+                let tx = self.begin()?;
+                for (table, column, decl) in [
+                    ("experiments", "create_request", "TEXT"),
+                    ("experiments", "create_hash", "TEXT"),
+                    ("decisions", "actions", "TEXT"),
+                    ("decisions", "propensity", "REAL"),
+                    ("decisions", "issued_unix", "REAL"),
+                    ("decisions", "outcome", "TEXT"),
+                ] {
+                    let present: i64 = conn.query_row(
+                        &format!(
+                            "SELECT COUNT(*) FROM pragma_table_info('{table}') WHERE name = ?1"
+                        ),
+                        [column],
+                        |r| r.get(0),
+                    )?;
+                    if present == 0 {
+                        conn.execute_batch(&format!(
+                            "ALTER TABLE {table} ADD COLUMN {column} {decl}"
+                        ))?;
+                    }
                 }
+                if v == SCHEMA_VERSION_SESSION {
+                    tx.set_schema_version(SCHEMA_VERSION_UNKEYED)?;
+                }
+                tx.commit()?;
             }
-            if v == SCHEMA_VERSION_SESSION {
-                set_schema_version(&tx, SCHEMA_VERSION_UNKEYED)?;
-            }
-            tx.commit()?;
+            Some(v) => bail!(
+                "--db {}: schema version {v}, this build reads versions {SCHEMA_VERSION_POLICY_SNAPSHOTS}, {SCHEMA_VERSION_SESSION} and {SCHEMA_VERSION_UNKEYED} (migrated on open) and {SCHEMA_VERSION}",
+                path.display()
+            ),
         }
-        Some(v) => bail!(
-            "--db {}: schema version {v}, this build reads versions {SCHEMA_VERSION_POLICY_SNAPSHOTS}, {SCHEMA_VERSION_SESSION} and {SCHEMA_VERSION_UNKEYED} (migrated on open) and {SCHEMA_VERSION}",
-            path.display()
-        ),
+        Ok(())
     }
-    add_late_columns(&conn)?;
-    // The pending decisions by issue time (the reward deadline's query runs at every decision
-    // request of an experiment with a deadline: an index, not a scan of its decisions). After
-    // the migration above: schema 1 and 2 tables get `issued_unix` there.
-    conn.execute_batch(
-        "CREATE INDEX IF NOT EXISTS decisions_pending ON decisions (experiment, issued_unix)
-         WHERE reward IS NULL",
-    )?;
-    Ok(conn)
+
+    /// Open an existing database read-only (verification, inspection).
+    ///
+    /// # Errors
+    /// The file does not exist or cannot be read.
+    pub fn open_read_only(path: &Path) -> Result<Store> {
+        if !path.exists() {
+            bail!("--db {}: no such file", path.display());
+        }
+        let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .with_context(|| format!("--db {}", path.display()))?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        Ok(Store {
+            reads: Reads { conn },
+            batch: Batch::Idle,
+        })
+    }
 }
 
 /// Create `path` empty with mode 0600 (owner read/write only) unless it exists: the database is
@@ -190,77 +278,104 @@ pub fn create_private(path: &Path) -> Result<()> {
     }
 }
 
-/// Open an existing database read-only (verification, inspection).
-///
-/// # Errors
-/// The file does not exist or cannot be read.
-pub fn open_read_only(path: &Path) -> Result<Connection> {
-    if !path.exists() {
-        bail!("--db {}: no such file", path.display());
+impl Store {
+    /// Begin one operation's writes ([`Tx`]): a savepoint, inside the open batch or its own
+    /// transaction.
+    ///
+    /// # Errors
+    /// SQLite errors.
+    pub fn begin(&self) -> Result<Tx<'_>> {
+        self.reads
+            .conn
+            .execute_batch(&format!("SAVEPOINT {SAVEPOINT}"))?;
+        Ok(Tx {
+            reads: &self.reads,
+            batch: self.batch,
+            done: false,
+        })
     }
-    let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-        .with_context(|| format!("--db {}", path.display()))?;
-    conn.busy_timeout(std::time::Duration::from_secs(5))?;
-    Ok(conn)
+
+    /// Whether a batch is open ([`Batch::Open`]).
+    pub fn in_batch(&self) -> bool {
+        self.batch == Batch::Open
+    }
+
+    /// Open a batch: one write transaction (`BEGIN IMMEDIATE`) that the service's operations
+    /// share, each a [`Tx`] (savepoint) inside it (group commit).
+    ///
+    /// # Errors
+    /// SQLite errors (e.g. a transaction is already open); the store stays [`Batch::Idle`].
+    pub fn begin_batch(&mut self) -> Result<()> {
+        self.reads.conn.execute_batch("BEGIN IMMEDIATE")?;
+        self.batch = Batch::Open;
+        Ok(())
+    }
+
+    /// Commit the open batch (one fsync for all its operations).
+    ///
+    /// # Errors
+    /// SQLite errors (the batch stays open: [`Store::rollback_batch`] it).
+    pub fn commit_batch(&mut self) -> Result<()> {
+        self.reads.conn.execute_batch("COMMIT")?;
+        self.batch = Batch::Idle;
+        Ok(())
+    }
+
+    /// Roll back what the open batch holds (nothing when SQLite already rolled it back, as it
+    /// does after some failed commits); the store is [`Batch::Idle`] after it.
+    ///
+    /// # Errors
+    /// SQLite errors.
+    pub fn rollback_batch(&mut self) -> Result<()> {
+        self.batch = Batch::Idle;
+        if !self.reads.conn.is_autocommit() {
+            self.reads.conn.execute_batch("ROLLBACK")?;
+        }
+        Ok(())
+    }
+
+    /// The connection, for tests that tamper with the database or inject failures.
+    #[cfg(test)]
+    pub(crate) fn connection(&self) -> &Connection {
+        &self.reads.conn
+    }
+
+    /// The connection, mutably (tests that install a progress handler).
+    #[cfg(test)]
+    pub(crate) fn connection_mut(&mut self) -> &mut Connection {
+        &mut self.reads.conn
+    }
 }
 
-/// The database's schema version (`meta.schema`).
-///
-/// # Errors
-/// SQLite errors, or no version written.
-pub fn schema_version(conn: &Connection) -> Result<String> {
-    Ok(
-        conn.query_row("SELECT value FROM meta WHERE key = 'schema'", [], |r| {
-            r.get(0)
-        })?,
-    )
+impl Tx<'_> {
+    /// Whether this savepoint is inside a batch (committed with the batch, not by
+    /// [`Tx::commit`]).
+    pub fn in_batch(&self) -> bool {
+        self.batch == Batch::Open
+    }
+
+    /// Release the savepoint: its writes join the batch, or (outside one) are committed.
+    ///
+    /// # Errors
+    /// SQLite errors (the writes are rolled back when the `Tx` is dropped).
+    pub fn commit(mut self) -> Result<()> {
+        self.reads
+            .conn
+            .execute_batch(&format!("RELEASE {SAVEPOINT}"))?;
+        self.done = true;
+        Ok(())
+    }
 }
 
-/// Open a batch on `conn`: one write transaction (`BEGIN IMMEDIATE`) that the service's
-/// operations share, each a savepoint inside it (group commit).
-///
-/// # Errors
-/// SQLite errors (e.g. a transaction is already open).
-pub fn begin_batch(conn: &Connection) -> Result<()> {
-    conn.execute_batch("BEGIN IMMEDIATE")?;
-    Ok(())
-}
-
-/// Commit the open batch (one fsync for all its operations).
-///
-/// # Errors
-/// SQLite errors (the batch stays open: [`rollback_batch`] it).
-pub fn commit_batch(conn: &Connection) -> Result<()> {
-    conn.execute_batch("COMMIT")?;
-    Ok(())
-}
-
-/// Roll the open batch back.
-///
-/// # Errors
-/// SQLite errors.
-pub fn rollback_batch(conn: &Connection) -> Result<()> {
-    conn.execute_batch("ROLLBACK")?;
-    Ok(())
-}
-
-/// Set `meta.key` to `value` (inserted if missing).
-///
-/// # Errors
-/// SQLite errors.
-pub fn set_meta(tx: &Connection, key: &str, value: &str) -> Result<()> {
-    tx.prepare_cached("INSERT OR REPLACE INTO meta (key, value) VALUES (?1, ?2)")?
-        .execute([key, value])?;
-    Ok(())
-}
-
-/// Write the schema version inside `tx`.
-///
-/// # Errors
-/// SQLite errors.
-pub fn set_schema_version(tx: &Connection, version: &str) -> Result<()> {
-    tx.execute("UPDATE meta SET value = ?1 WHERE key = 'schema'", [version])?;
-    Ok(())
+impl Drop for Tx<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = self
+                .reads
+                .conn
+                .execute_batch(&format!("ROLLBACK TO {SAVEPOINT}; RELEASE {SAVEPOINT}"));
+        }
+    }
 }
 
 /// Seconds since the Unix epoch.
@@ -337,17 +452,6 @@ pub(super) fn rfc3339(d: std::time::Duration) -> String {
     out
 }
 
-/// Copy the database open on `conn` into the new file `to` (`VACUUM INTO`: one transaction's
-/// snapshot, the WAL folded in; what [`crate::backup::backup`] writes and verifies).
-///
-/// # Errors
-/// `to` is not UTF-8, exists, or SQLite cannot write it.
-pub fn vacuum_into(conn: &Connection, to: &Path) -> Result<()> {
-    conn.execute("VACUUM INTO ?1", [to.to_str().context("--out: not UTF-8")?])
-        .with_context(|| format!("VACUUM INTO {}", to.display()))?;
-    Ok(())
-}
-
 /// Late outcomes (a true outcome reported after its decision was abandoned): two nullable
 /// columns of `decisions`, added to a database of any schema that lacks them (no version
 /// change: an older build ignores them; `audit-log verify` checks them against `late-outcome`
@@ -364,4 +468,54 @@ fn add_late_columns(conn: &Connection) -> Result<()> {
         }
     }
     Ok(())
+}
+
+impl Reads {
+    /// The database's schema version (`meta.schema`).
+    ///
+    /// # Errors
+    /// SQLite errors, or no version written.
+    pub fn schema_version(&self) -> Result<String> {
+        let conn = &self.conn;
+        Ok(
+            conn.query_row("SELECT value FROM meta WHERE key = 'schema'", [], |r| {
+                r.get(0)
+            })?,
+        )
+    }
+
+    /// Copy the database open on `conn` into the new file `to` (`VACUUM INTO`: one transaction's
+    /// snapshot, the WAL folded in; what [`crate::backup::backup`] writes and verifies).
+    ///
+    /// # Errors
+    /// `to` is not UTF-8, exists, or SQLite cannot write it.
+    pub fn vacuum_into(&self, to: &Path) -> Result<()> {
+        let conn = &self.conn;
+        conn.execute("VACUUM INTO ?1", [to.to_str().context("--out: not UTF-8")?])
+            .with_context(|| format!("VACUUM INTO {}", to.display()))?;
+        Ok(())
+    }
+}
+
+impl Tx<'_> {
+    /// Set `meta.key` to `value` (inserted if missing).
+    ///
+    /// # Errors
+    /// SQLite errors.
+    pub fn set_meta(&self, key: &str, value: &str) -> Result<()> {
+        let tx = &self.reads.conn;
+        tx.prepare_cached("INSERT OR REPLACE INTO meta (key, value) VALUES (?1, ?2)")?
+            .execute([key, value])?;
+        Ok(())
+    }
+
+    /// Write the schema version inside `tx`.
+    ///
+    /// # Errors
+    /// SQLite errors.
+    pub fn set_schema_version(&self, version: &str) -> Result<()> {
+        let tx = &self.reads.conn;
+        tx.execute("UPDATE meta SET value = ?1 WHERE key = 'schema'", [version])?;
+        Ok(())
+    }
 }

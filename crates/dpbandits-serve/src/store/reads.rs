@@ -3,55 +3,9 @@
 
 use super::db::*;
 use anyhow::{Context, Result};
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{OptionalExtension, params};
 use sha2::{Digest, Sha256};
 use std::path::Path;
-
-/// The digest that a `pin` audit entry records for the decisions of an experiment created
-/// before its decision entries carried `request_id`, `propensity` and `issued_unix`: SHA-256
-/// over one line per decision with `id <= upto`, in id order (`id`, `request_id`, the bits of
-/// `propensity` and of `issued_unix`, `-` for none). Returns the number of rows and the digest.
-///
-/// # Errors
-/// SQLite errors.
-pub fn decisions_digest(conn: &Connection, experiment: &str, upto: u64) -> Result<(u64, String)> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT id, request_id, propensity, issued_unix FROM decisions WHERE experiment = ?1 AND id <= ?2 ORDER BY id",
-    )?;
-    let mut rows = stmt.query(params![experiment, upto as i64])?;
-    let mut h = Sha256::new();
-    let mut n = 0u64;
-    let bits = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{:016x}", v.to_bits()));
-    while let Some(r) = rows.next()? {
-        let (id, rid, p, at): (i64, Option<String>, Option<f64>, Option<f64>) =
-            (r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?);
-        let rid = rid.map_or("-".to_string(), |r| format!("{r:?}"));
-        h.update(format!("{id}\t{rid}\t{}\t{}\n", bits(p), bits(at)).as_bytes());
-        n += 1;
-    }
-    Ok((n, hex(&h.finalize())))
-}
-
-/// Whether the database has an `audit` table (a dpbandits-serve database).
-///
-/// # Errors
-/// SQLite errors (e.g. not an SQLite database).
-pub fn has_audit_table(conn: &Connection) -> Result<bool> {
-    let n: i64 = conn.query_row(
-        "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'audit'",
-        [],
-        |r| r.get(0),
-    )?;
-    Ok(n > 0)
-}
-
-/// The number of audit entries.
-///
-/// # Errors
-/// SQLite errors.
-pub fn audit_count(conn: &Connection) -> Result<i64> {
-    Ok(conn.query_row("SELECT COUNT(*) FROM audit", [], |r| r.get(0))?)
-}
 
 /// One audit entry as stored.
 #[derive(Debug, Clone)]
@@ -70,31 +24,6 @@ pub struct AuditRow {
     pub prev: String,
     /// This entry's hash.
     pub hash: String,
-}
-
-/// Call `f` with every audit entry in order (one pass, bounded memory).
-///
-/// # Errors
-/// SQLite errors, or `f`'s.
-pub fn for_each_audit_entry(
-    conn: &Connection,
-    mut f: impl FnMut(AuditRow) -> Result<()>,
-) -> Result<()> {
-    let mut stmt = conn
-        .prepare("SELECT seq, ts, experiment, event, body, prev, hash FROM audit ORDER BY seq")?;
-    let mut rows = stmt.query([])?;
-    while let Some(r) = rows.next()? {
-        f(AuditRow {
-            seq: r.get(0)?,
-            ts: r.get(1)?,
-            experiment: r.get(2)?,
-            event: r.get(3)?,
-            body: r.get(4)?,
-            prev: r.get(5)?,
-            hash: r.get(6)?,
-        })?;
-    }
-    Ok(())
 }
 
 /// A decision row as the verifier reads it.
@@ -142,11 +71,12 @@ pub struct RowReader<'c> {
 }
 
 impl<'c> RowReader<'c> {
-    /// Prepare the lookups on `conn`.
+    /// Prepare the lookups on the store's connection.
     ///
     /// # Errors
     /// SQLite errors.
-    pub fn new(conn: &'c Connection) -> Result<Self> {
+    pub fn new(reads: &'c Reads) -> Result<Self> {
+        let conn = &reads.conn;
         Ok(RowReader {
             decision: conn.prepare(
                 "SELECT arm, actions, reward, admitted, outcome, request_id, propensity, issued_unix FROM decisions WHERE experiment = ?1 AND id = ?2",
@@ -213,34 +143,6 @@ pub struct TableCounts {
     pub intents: std::collections::BTreeMap<String, u64>,
 }
 
-/// [`TableCounts`] of the database.
-///
-/// # Errors
-/// SQLite errors.
-pub fn table_counts(conn: &Connection) -> Result<TableCounts> {
-    let counts = |sql: &str| -> Result<std::collections::BTreeMap<String, u64>> {
-        let mut stmt = conn.prepare(sql)?;
-        let rows = stmt
-            .query_map([], |r| {
-                Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64))
-            })?
-            .collect::<rusqlite::Result<_>>()?;
-        Ok(rows)
-    };
-    Ok(TableCounts {
-        decisions: counts("SELECT experiment, COUNT(*) FROM decisions GROUP BY experiment")?,
-        rewarded: counts(
-            "SELECT experiment, COUNT(*) FROM decisions WHERE reward IS NOT NULL GROUP BY experiment",
-        )?,
-        charges: counts(
-            "SELECT experiment, COUNT(*) FROM ledger WHERE status != 'intent' GROUP BY experiment",
-        )?,
-        intents: counts(
-            "SELECT experiment, COUNT(*) FROM ledger WHERE status = 'intent' GROUP BY experiment",
-        )?,
-    })
-}
-
 /// A read-only view of one experiment, for tests and operators (reads protected data: rewards).
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Inspection {
@@ -274,7 +176,8 @@ pub struct Inspection {
 /// # Errors
 /// No such database or experiment.
 pub fn inspect(path: &Path, name: &str) -> Result<Inspection> {
-    let conn = open_read_only(path)?;
+    let store = Store::open_read_only(path)?;
+    let conn = &store.reads.conn;
     let (snapshot, issued, observed, releases): (Vec<u8>, i64, i64, i64) = conn
         .query_row(
             "SELECT snapshot, issued, observed, releases FROM experiments WHERE name = ?1",
@@ -336,39 +239,144 @@ pub fn inspect(path: &Path, name: &str) -> Result<Inspection> {
     })
 }
 
-/// Late outcomes stored with the decisions, per experiment: `(decision id, late_reward,
-/// outcome)` in id order; `None` for a database without the `late_reward` column.
-///
-/// # Errors
-/// SQLite errors.
-#[allow(clippy::type_complexity)]
-pub fn late_outcomes(
-    conn: &Connection,
-) -> Result<Option<std::collections::BTreeMap<String, Vec<(u64, f64, Option<String>)>>>> {
-    let has_column: i64 = conn.query_row(
-        "SELECT COUNT(*) FROM pragma_table_info('decisions') WHERE name = 'late_reward'",
-        [],
-        |r| r.get(0),
-    )?;
-    if has_column == 0 {
-        return Ok(None);
+impl Reads {
+    /// The digest that a `pin` audit entry records for the decisions of an experiment created
+    /// before its decision entries carried `request_id`, `propensity` and `issued_unix`: SHA-256
+    /// over one line per decision with `id <= upto`, in id order (`id`, `request_id`, the bits of
+    /// `propensity` and of `issued_unix`, `-` for none). Returns the number of rows and the digest.
+    ///
+    /// # Errors
+    /// SQLite errors.
+    pub fn decisions_digest(&self, experiment: &str, upto: u64) -> Result<(u64, String)> {
+        let conn = &self.conn;
+        let mut stmt = conn.prepare_cached(
+            "SELECT id, request_id, propensity, issued_unix FROM decisions WHERE experiment = ?1 AND id <= ?2 ORDER BY id",
+        )?;
+        let mut rows = stmt.query(params![experiment, upto as i64])?;
+        let mut h = Sha256::new();
+        let mut n = 0u64;
+        let bits = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{:016x}", v.to_bits()));
+        while let Some(r) = rows.next()? {
+            let (id, rid, p, at): (i64, Option<String>, Option<f64>, Option<f64>) =
+                (r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?);
+            let rid = rid.map_or("-".to_string(), |r| format!("{r:?}"));
+            h.update(format!("{id}\t{rid}\t{}\t{}\n", bits(p), bits(at)).as_bytes());
+            n += 1;
+        }
+        Ok((n, hex(&h.finalize())))
     }
-    let mut stored: std::collections::BTreeMap<String, Vec<(u64, f64, Option<String>)>> =
-        std::collections::BTreeMap::new();
-    let mut stmt = conn.prepare(
-        "SELECT experiment, id, late_reward, outcome FROM decisions WHERE late_reward IS NOT NULL ORDER BY experiment, id",
-    )?;
-    let rows = stmt.query_map([], |r| {
-        Ok((
-            r.get::<_, String>(0)?,
-            r.get::<_, i64>(1)? as u64,
-            r.get::<_, f64>(2)?,
-            r.get::<_, Option<String>>(3)?,
-        ))
-    })?;
-    for row in rows {
-        let (exp, id, reward, outcome) = row?;
-        stored.entry(exp).or_default().push((id, reward, outcome));
+
+    /// Whether the database has an `audit` table (a dpbandits-serve database).
+    ///
+    /// # Errors
+    /// SQLite errors (e.g. not an SQLite database).
+    pub fn has_audit_table(&self) -> Result<bool> {
+        let conn = &self.conn;
+        let n: i64 = conn.query_row(
+            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'audit'",
+            [],
+            |r| r.get(0),
+        )?;
+        Ok(n > 0)
     }
-    Ok(Some(stored))
+
+    /// The number of audit entries.
+    ///
+    /// # Errors
+    /// SQLite errors.
+    pub fn audit_count(&self) -> Result<i64> {
+        let conn = &self.conn;
+        Ok(conn.query_row("SELECT COUNT(*) FROM audit", [], |r| r.get(0))?)
+    }
+
+    /// Call `f` with every audit entry in order (one pass, bounded memory).
+    ///
+    /// # Errors
+    /// SQLite errors, or `f`'s.
+    pub fn for_each_audit_entry(&self, mut f: impl FnMut(AuditRow) -> Result<()>) -> Result<()> {
+        let conn = &self.conn;
+        let mut stmt = conn.prepare(
+            "SELECT seq, ts, experiment, event, body, prev, hash FROM audit ORDER BY seq",
+        )?;
+        let mut rows = stmt.query([])?;
+        while let Some(r) = rows.next()? {
+            f(AuditRow {
+                seq: r.get(0)?,
+                ts: r.get(1)?,
+                experiment: r.get(2)?,
+                event: r.get(3)?,
+                body: r.get(4)?,
+                prev: r.get(5)?,
+                hash: r.get(6)?,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// [`TableCounts`] of the database.
+    ///
+    /// # Errors
+    /// SQLite errors.
+    pub fn table_counts(&self) -> Result<TableCounts> {
+        let conn = &self.conn;
+        let counts = |sql: &str| -> Result<std::collections::BTreeMap<String, u64>> {
+            let mut stmt = conn.prepare(sql)?;
+            let rows = stmt
+                .query_map([], |r| {
+                    Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64))
+                })?
+                .collect::<rusqlite::Result<_>>()?;
+            Ok(rows)
+        };
+        Ok(TableCounts {
+            decisions: counts("SELECT experiment, COUNT(*) FROM decisions GROUP BY experiment")?,
+            rewarded: counts(
+                "SELECT experiment, COUNT(*) FROM decisions WHERE reward IS NOT NULL GROUP BY experiment",
+            )?,
+            charges: counts(
+                "SELECT experiment, COUNT(*) FROM ledger WHERE status != 'intent' GROUP BY experiment",
+            )?,
+            intents: counts(
+                "SELECT experiment, COUNT(*) FROM ledger WHERE status = 'intent' GROUP BY experiment",
+            )?,
+        })
+    }
+
+    /// Late outcomes stored with the decisions, per experiment: `(decision id, late_reward,
+    /// outcome)` in id order; `None` for a database without the `late_reward` column.
+    ///
+    /// # Errors
+    /// SQLite errors.
+    #[allow(clippy::type_complexity)]
+    pub fn late_outcomes(
+        &self,
+    ) -> Result<Option<std::collections::BTreeMap<String, Vec<(u64, f64, Option<String>)>>>> {
+        let conn = &self.conn;
+        let has_column: i64 = conn.query_row(
+            "SELECT COUNT(*) FROM pragma_table_info('decisions') WHERE name = 'late_reward'",
+            [],
+            |r| r.get(0),
+        )?;
+        if has_column == 0 {
+            return Ok(None);
+        }
+        let mut stored: std::collections::BTreeMap<String, Vec<(u64, f64, Option<String>)>> =
+            std::collections::BTreeMap::new();
+        let mut stmt = conn.prepare(
+            "SELECT experiment, id, late_reward, outcome FROM decisions WHERE late_reward IS NOT NULL ORDER BY experiment, id",
+        )?;
+        let rows = stmt.query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, i64>(1)? as u64,
+                r.get::<_, f64>(2)?,
+                r.get::<_, Option<String>>(3)?,
+            ))
+        })?;
+        for row in rows {
+            let (exp, id, reward, outcome) = row?;
+            stored.entry(exp).or_default().push((id, reward, outcome));
+        }
+        Ok(Some(stored))
+    }
 }

@@ -1,0 +1,387 @@
+//! One request's context: the extractor [`Ctx`] every authenticated handler takes (the one
+//! authentication, the timing, the metrics and the log line) and [`Body`], its typed body.
+
+use super::error::{ApiError, ApiResult, short};
+use crate::log::log;
+use crate::service::{Caller, Service, ServiceError, Tokens};
+use crate::writer::{Job, Reply};
+use axum::body::Bytes;
+use axum::extract::{FromRequest, FromRequestParts, MatchedPath, RawPathParams, Request};
+use axum::http::Method;
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Map, Value, json};
+use std::marker::PhantomData;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+/// The shared state of the handlers: the writer's queue, the token table (read without the
+/// writer: a request is authenticated before its body is read) and the body timeout.
+#[derive(Clone)]
+pub struct Shared {
+    /// The writer's queue ([`crate::writer::writer`]).
+    pub jobs: tokio::sync::mpsc::Sender<Job>,
+    /// The token hashes ([`Service::tokens`]).
+    pub tokens: Arc<RwLock<Tokens>>,
+    /// A request body must arrive within this time after its header (else 408).
+    pub body_timeout: Duration,
+    /// The newest health probe's durable write (when it committed, and the experiment count
+    /// then); held while a probe writes, so that probes write one at a time ([`crate::service::HEALTH_WRITE_EVERY`]).
+    pub health: Arc<tokio::sync::Mutex<Option<(Instant, usize)>>>,
+}
+
+/// The bearer token of a request's `Authorization` header.
+pub(crate) fn bearer(headers: &HeaderMap) -> Option<String> {
+    let v = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let t = v.strip_prefix("Bearer ")?.trim();
+    (!t.is_empty()).then(|| t.to_string())
+}
+
+/// Run `f` on the service through the writer's queue; the answer comes after the commit of
+/// `f`'s batch (a failed commit answers 500).
+pub(crate) async fn with_service<T: Send + 'static>(
+    state: &Shared,
+    f: impl FnOnce(&mut Service) -> ApiResult<T> + Send + 'static,
+) -> ApiResult<T> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let job: Job = Box::new(move |s: &mut Service| {
+        let r = f(s);
+        Box::new(move |committed: bool| {
+            let _ = tx.send(if committed {
+                r
+            } else {
+                Err(ApiError::internal("the batch's commit failed"))
+            });
+        }) as Reply
+    });
+    state
+        .jobs
+        .send(job)
+        .await
+        .map_err(|_| ApiError::internal("the writer has stopped"))?;
+    rx.await
+        .map_err(|_| ApiError::internal("the operation was not committed (its batch failed)"))?
+}
+
+/// Who may call a route: [`AdminOnly`] or [`Client`].
+pub(crate) trait Access: Send + Sync + 'static {
+    /// Only the admin token.
+    const ADMIN: bool;
+}
+
+/// The admin token only.
+pub(crate) struct AdminOnly;
+
+/// The experiment's client token (its `{name}` in the path) or the admin token.
+pub(crate) struct Client;
+
+impl Access for AdminOnly {
+    const ADMIN: bool = true;
+}
+
+impl Access for Client {
+    const ADMIN: bool = false;
+}
+
+/// What the log line and the metrics say of one request: its route's name, when it started and
+/// its experiment (the path's `{name}`). Kept in the request's extensions for [`Body`].
+#[derive(Clone)]
+struct Info {
+    route: &'static str,
+    started: Instant,
+    experiment: Option<String>,
+}
+
+impl Info {
+    fn of(parts: &Parts) -> Info {
+        if let Some(i) = parts.extensions.get::<Info>() {
+            return i.clone();
+        }
+        let path = parts
+            .extensions
+            .get::<MatchedPath>()
+            .map_or("", MatchedPath::as_str);
+        Info {
+            route: route_name(&parts.method, path),
+            started: Instant::now(),
+            experiment: None,
+        }
+    }
+
+    /// Count the answer, write the log line (`fields` after the route, status, time and
+    /// experiment: never a reward) .
+    fn finish(&self, status: u16, retry_later: bool, fields: Value) {
+        let seconds = self.started.elapsed();
+        crate::metrics::record_request(self.route, status, seconds.as_secs_f64(), retry_later);
+        let mut f =
+            json!({"route": self.route, "status": status, "micros": seconds.as_micros() as u64});
+        let o = f.as_object_mut().expect("an object");
+        if let Some(n) = &self.experiment {
+            o.insert("experiment".into(), json!(n));
+        }
+        if let Value::Object(extra) = fields {
+            o.extend(extra);
+        }
+        log("request", f);
+    }
+
+    /// A refusal: counted, logged, answered.
+    fn refuse(&self, e: ApiError) -> Response {
+        self.finish(e.status, e.retry_after.is_some(), json!({}));
+        e.into_response()
+    }
+}
+
+/// The name of a route in the metrics and the log, from its method and its path pattern.
+pub(crate) fn route_name(method: &Method, path: &str) -> &'static str {
+    let tail = path.strip_prefix("/v1/experiments/{name}");
+    match (method.as_str(), path, tail) {
+        ("POST", "/v1/experiments", _) => "create",
+        ("GET", "/v1/experiments", _) => "list",
+        ("GET", "/v1/audit", _) => "audit",
+        ("GET", "/metrics", _) => "metrics",
+        ("GET", _, Some("")) => "status",
+        ("POST", _, Some("/token")) => "rotate-token",
+        ("GET", _, Some("/export")) => "export",
+        ("POST", _, Some("/decisions")) => "decision",
+        ("POST", _, Some("/rewards")) => "reward",
+        ("POST", _, Some("/decisions/{id}/abandon")) => "abandon",
+        ("GET", _, Some("/ledger")) => "ledger",
+        ("POST", _, Some("/close")) => "close",
+        ("POST", _, Some("/abandon")) => "abandon-bulk",
+        ("GET", _, Some("/interim")) => "interim",
+        ("GET", _, Some("/monitor")) => "monitor",
+        ("GET", _, Some("/report")) => "report",
+        _ => "other",
+    }
+}
+
+/// One authenticated request. Extracting it authenticates the bearer token once, from the
+/// header alone (the token table, not the writer), before any of the body is read: the admin
+/// token, or with [`Client`] the experiment's client token too. A refusal is answered 401,
+/// counted and logged. [`Ctx::run`] runs the operation on the service; [`Ctx::respond`] and
+/// [`Ctx::finish`] count the answer and write the request's log line.
+pub(crate) struct Ctx<A> {
+    shared: Shared,
+    info: Info,
+    access: PhantomData<A>,
+}
+
+impl<A: Access> FromRequestParts<Shared> for Ctx<A> {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &Shared) -> Result<Self, Response> {
+        let mut info = Info::of(parts);
+        info.experiment = RawPathParams::from_request_parts(parts, state)
+            .await
+            .ok()
+            .and_then(|p| {
+                p.iter()
+                    .find(|(k, _)| *k == "name")
+                    .map(|(_, v)| v.to_string())
+            });
+        parts.extensions.insert(info.clone());
+        let token = bearer(&parts.headers);
+        let caller = state
+            .tokens
+            .read()
+            .map_err(|_| ApiError::internal("token table lock poisoned"))
+            .and_then(|t| Ok(t.check(token.as_deref(), info.experiment.as_deref())?));
+        match caller {
+            Ok(Caller::Admin) => {}
+            Ok(Caller::Client) if !A::ADMIN => {}
+            Ok(Caller::Client) => {
+                return Err(info.refuse(ServiceError::Unauthorized { admin: true }.into()));
+            }
+            Err(e) => return Err(info.refuse(e)),
+        }
+        Ok(Ctx {
+            shared: state.clone(),
+            info,
+            access: PhantomData,
+        })
+    }
+}
+
+impl<A> Ctx<A> {
+    /// Run `f` on the service through the writer's queue ([`with_service`]).
+    pub(crate) async fn run<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Service) -> ApiResult<T> + Send + 'static,
+    ) -> ApiResult<T> {
+        with_service(&self.shared, f).await
+    }
+
+    /// Count the answer `r` and log it (with `fields`, e.g. the decision), then answer it as
+    /// JSON (200) or as its error.
+    pub(crate) fn respond(&self, r: ApiResult<Value>, fields: Value) -> Response {
+        match r {
+            Ok(v) => {
+                self.finish(200, false, fields);
+                (StatusCode::OK, axum::Json(v)).into_response()
+            }
+            Err(e) => self.refuse(e),
+        }
+    }
+
+    /// Count an answer of `status` and log it (the handler builds the response itself).
+    pub(crate) fn finish(&self, status: u16, retry_later: bool, fields: Value) {
+        self.info.finish(status, retry_later, fields);
+    }
+
+    /// A refusal: counted, logged, answered.
+    pub(crate) fn refuse(&self, e: ApiError) -> Response {
+        self.info.refuse(e)
+    }
+}
+
+/// A typed request body, read after [`Ctx`] authenticated the request: at most
+/// [`crate::limits::MAX_BODY`] bytes (else 413) within the body timeout (else 408), a JSON object
+/// (else 400) of `T`'s fields (422 naming the field, the value and what is allowed). A refusal
+/// is counted and logged as the route's.
+pub(crate) struct Body<T>(pub(crate) T);
+
+impl<T: Fields> FromRequest<Shared> for Body<T> {
+    type Rejection = Response;
+
+    async fn from_request(req: Request, state: &Shared) -> Result<Self, Response> {
+        let (parts, body) = req.into_parts();
+        let info = Info::of(&parts);
+        let parsed = match read_body(state, &parts.headers, body).await {
+            Ok(bytes) => parse::<T>(&bytes),
+            Err(e) => Err(e),
+        };
+        parsed.map(Body).map_err(|e| info.refuse(e))
+    }
+}
+
+/// Read a request body: at most [`crate::limits::MAX_BODY`] bytes (else 413) within the body
+/// timeout (else 408).
+async fn read_body(
+    state: &Shared,
+    headers: &HeaderMap,
+    body: axum::body::Body,
+) -> ApiResult<Bytes> {
+    let too_large = || {
+        ApiError::new(
+            413,
+            format!(
+                "body: larger than {} bytes; expected a JSON object of at most that size",
+                crate::limits::MAX_BODY
+            ),
+        )
+    };
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > crate::limits::MAX_BODY as u64) {
+        return Err(too_large());
+    }
+    match tokio::time::timeout(
+        state.body_timeout,
+        axum::body::to_bytes(body, crate::limits::MAX_BODY),
+    )
+    .await
+    {
+        Ok(Ok(b)) => Ok(b),
+        Ok(Err(e)) => {
+            let mut src: Option<&dyn std::error::Error> = Some(&e);
+            while let Some(x) = src {
+                if x.is::<http_body_util::LengthLimitError>() {
+                    return Err(too_large());
+                }
+                src = x.source();
+            }
+            Err(ApiError::bad(format!("body: could not be read ({e})")))
+        }
+        Err(_) => Err(ApiError::new(
+            408,
+            format!(
+                "body: not received within {} s of the request header",
+                state.body_timeout.as_secs_f64()
+            ),
+        )),
+    }
+}
+
+/// A request body's shape as its refusals name it: its keys, the required ones (with the
+/// message when missing), the keys whose `null` counts as absent, what each key takes, and the
+/// checks beyond its type.
+pub(crate) trait Fields: serde::de::DeserializeOwned + Send + 'static {
+    /// The body's keys, in the order error messages list them.
+    const FIELDS: &'static [&'static str];
+    /// The required keys, each with its message when missing.
+    const REQUIRED: &'static [(&'static str, &'static str)] = &[];
+    /// The keys whose `null` counts as absent.
+    const NULL_IS_ABSENT: &'static [&'static str] = &[];
+    /// What `key` takes, as a refusal says it.
+    fn expected(key: &str) -> &'static str;
+    /// The checks beyond the types (ranges), naming the field.
+    ///
+    /// # Errors
+    /// A value out of its range (422).
+    fn check(&self) -> ApiResult<()> {
+        Ok(())
+    }
+}
+
+/// Parse a body of shape `T`: a JSON object (an empty body is `{}`; else 400), no unknown key
+/// (422 naming the allowed ones), the required keys present, every value of its type (422
+/// `field = value: expected ...`), then `T`'s own checks.
+pub(crate) fn parse<T: Fields>(body: &Bytes) -> ApiResult<T> {
+    let mut m = object(body, T::FIELDS)?;
+    for key in T::NULL_IS_ABSENT {
+        if m.get(*key) == Some(&Value::Null) {
+            m.remove(*key);
+        }
+    }
+    if let Some((_, missing)) = T::REQUIRED.iter().find(|(k, _)| !m.contains_key(*k)) {
+        return Err(ApiError::invalid(*missing));
+    }
+    let v = Value::Object(m);
+    let t = serde_path_to_error::deserialize::<_, T>(&v).map_err(|e| {
+        let key = e
+            .path()
+            .iter()
+            .next()
+            .map_or_else(String::new, |seg| match seg {
+                serde_path_to_error::Segment::Map { key } => key.clone(),
+                other => other.to_string(),
+            });
+        match v.get(&key) {
+            Some(value) => ApiError::invalid(format!(
+                "{key} = {}: expected {}",
+                short(value),
+                T::expected(&key)
+            )),
+            None => ApiError::invalid(format!("body: {}", e.inner())),
+        }
+    })?;
+    t.check()?;
+    Ok(t)
+}
+
+/// Parse a JSON object body; malformed JSON or another type is a 400 naming the body.
+fn object(body: &Bytes, allowed: &[&str]) -> ApiResult<Map<String, Value>> {
+    let v: Value = if body.is_empty() {
+        Value::Object(Map::new())
+    } else {
+        serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad(format!("body: not valid JSON ({e})")))?
+    };
+    let Value::Object(m) = v else {
+        return Err(ApiError::bad(format!(
+            "body = {}: expected a JSON object",
+            short(&v)
+        )));
+    };
+    if let Some(k) = m.keys().find(|k| !allowed.contains(&k.as_str())) {
+        return Err(ApiError::invalid(format!(
+            "{k}: unknown field; expected one of {}",
+            allowed.join(", ")
+        )));
+    }
+    Ok(m)
+}
