@@ -447,6 +447,27 @@ impl crate::config::Config for LinPrivConfig {
 mod tests {
     use super::*;
 
+    /// App. F-C's two rates: the corrected one grows like `sqrt(T)` (log-log slope 1/2), the
+    /// published one only by `ln T` in its private term (slope below 1/2 and a lower level);
+    /// `rho = inf` keeps `d sqrt(T)` alone.
+    #[test]
+    fn both_rates_of_app_f_c() {
+        let inst = crate::config::BoundInstance {
+            k: 10,
+            d: 3,
+            gaps: vec![],
+        };
+        let b = LinPrivConfig::new(0.5).regret_bound(&inst).unwrap();
+        assert!((b.slope(1e5) - 0.5).abs() < 1e-12);
+        // d + K d / sqrt(2 rho) = 3 + 30 = 33
+        assert!((b.at(1e4) - 3300.0).abs() < 1e-9);
+        let (tag, orig) = &b.alternatives[0];
+        assert_eq!(*tag, "original");
+        assert!(orig.slope(1e5) < 0.4 && orig.at(1e5) < b.at(1e5) / 5.0);
+        let np = LinPrivConfig::new(f64::INFINITY).regret_bound(&inst).unwrap();
+        assert!(np.alternatives.is_empty() && (np.at(1e4) - 300.0).abs() < 1e-9);
+    }
+
     /// One release per observed round, cached between rounds; the released statistic is within
     /// a few noise scales of `sum r w` (8 sigma per coordinate over at most L terms: a seeded
     /// run, deterministic); a refused reward changes nothing; the guarantee names the levels.
