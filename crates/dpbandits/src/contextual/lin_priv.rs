@@ -464,7 +464,9 @@ mod tests {
         let (tag, orig) = &b.alternatives[0];
         assert_eq!(*tag, "original");
         assert!(orig.slope(1e5) < 0.4 && orig.at(1e5) < b.at(1e5) / 5.0);
-        let np = LinPrivConfig::new(f64::INFINITY).regret_bound(&inst).unwrap();
+        let np = LinPrivConfig::new(f64::INFINITY)
+            .regret_bound(&inst)
+            .unwrap();
         assert!(np.alternatives.is_empty() && (np.at(1e4) - 300.0).abs() < 1e-9);
     }
 
