@@ -244,6 +244,10 @@ pub struct RegretBound {
     pub formula: String,
     /// The terms, instance and parameters substituted.
     pub terms: Vec<BoundTerm>,
+    /// Other rates stated for the same algorithm, each with a short tag (e.g. a published rate
+    /// and its correction: LinPriv's, zCDP paper App. F-C), drawn as further overlays
+    /// (`bound (<tag>): <label>`) with a slope row of their own; empty for most kinds.
+    pub alternatives: Vec<(&'static str, RegretBound)>,
 }
 
 impl RegretBound {

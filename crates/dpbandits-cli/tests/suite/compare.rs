@@ -90,15 +90,33 @@ fn unequal_budgets_are_refused() {
 
 /// Issue 44's Table II files, quick look (2 runs, T = 3000): each runs; its comparison plot is
 /// log-log with a theory curve (`bound: <label>`) for every kind that states a bound (AdaC-UCB and
-/// its counterpart, AdaC-GOPE and GOPE, AdaC-OFUL), and `comparison.md` has the slope table with
-/// a row per bound, its measured and bound slopes finite, its source named.
+/// its counterpart, AdaP-UCB, DP-UCB, DP-UCB-Bound, DP-UCB-Hybrid; AdaC-GOPE, GOPE and
+/// AdaR-GOPE-Var; AdaC-OFUL and LinPriv, whose second rate, App. F-C's original, is a second
+/// curve `bound (original): <label>` with a slope row `<label> [original]`), and `comparison.md`
+/// has the slope table with a row per bound, its measured and bound slopes finite, its source
+/// named.
 #[test]
 fn table2_files_run_with_bound_overlays() {
     // The kinds that state a bound, per file (a label is the kind, alone or with parameters).
-    for (file, bounded) in [
-        ("table2_finite", &["adaptive_ucb", "adac_ucb"][..]),
-        ("table2_linear", &["gope", "adac_gope"][..]),
-        ("table2_contextual", &["adac_oful"][..]),
+    for (file, bounded, alternatives) in [
+        (
+            "table2_finite",
+            &[
+                "adaptive_ucb",
+                "adac_ucb",
+                "adap_ucb",
+                "dp_ucb",
+                "dp_ucb_bound",
+                "dp_ucb_hybrid",
+            ][..],
+            0,
+        ),
+        (
+            "table2_linear",
+            &["gope", "adac_gope", "adar_gope_var"][..],
+            0,
+        ),
+        ("table2_contextual", &["adac_oful", "lin_priv"][..], 1),
     ] {
         let out = tempfile::tempdir().unwrap();
         let st = bin()
@@ -158,6 +176,20 @@ fn table2_files_run_with_bound_overlays() {
                 assert!(v.is_finite() && v > -1.0 && v < 2.0, "{file}: {row}");
             }
         }
-        assert_eq!(theory.len(), bounded.len(), "{file}: {theory:?}");
+        assert_eq!(
+            theory.len(),
+            bounded.len() + alternatives,
+            "{file}: {theory:?}"
+        );
+        if alternatives > 0 {
+            assert!(
+                theory.contains(&"bound (original): lin_priv(rho=0.5)"),
+                "{file}: {theory:?}"
+            );
+            assert!(
+                md.contains("| `lin_priv(rho=0.5) [original]` |"),
+                "{file}: {md}"
+            );
+        }
     }
 }

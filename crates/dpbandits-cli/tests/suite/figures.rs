@@ -196,7 +196,8 @@ fn every_experiment_figure_follows_the_style_rules() {
                 .map(|s| s["name"].as_str().unwrap())
                 .collect();
             // regret-type figures: every curve's full name is a full label of the manifest (a
-            // theory overlay, `bound: LABEL`, the bound of such a label), and its legend entry
+            // theory overlay, `bound: LABEL` or `bound (<tag>): LABEL`, a bound of such a label),
+            // and its legend entry
             // that label with shorter numbers (never longer)
             let full: Vec<&str> = p["series"]
                 .as_array()
@@ -211,7 +212,12 @@ fn every_experiment_figure_follows_the_style_rules() {
             }
             if stem == "regret" || stem == "comparison" || stem.starts_with("fig5_") {
                 for f in &full {
-                    let f = f.strip_prefix("bound: ").unwrap_or(*f);
+                    // `bound: LABEL`, or an alternative rate's `bound (<tag>): LABEL`
+                    let f = f
+                        .strip_prefix("bound")
+                        .and_then(|r| r.split_once(": "))
+                        .filter(|(tag, _)| tag.is_empty() || tag.starts_with(" ("))
+                        .map_or(*f, |(_, l)| l);
                     if !labels.iter().any(|l| l == f) {
                         bad.push(format!("{exp}/{stem}: curve '{f}' is not a full label"));
                     }

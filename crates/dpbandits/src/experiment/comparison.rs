@@ -24,8 +24,10 @@
 //! constants, [`RegretBound`]) gets its bound as a theory curve (grey, dashed, `bound: <label>`),
 //! and `comparison.md` a second table: per policy, the log-log slope of its mean regret over the
 //! last decade of checkpoints (`[T/10, T]`, least squares) beside its bound's slope over the same
-//! decade, with the bound's source and formula. Adding an algorithm to a comparison file is one
-//! `[[policy]]` table; its bound comes with its kind.
+//! decade, with the bound's source and formula. A bound with alternative rates
+//! ([`RegretBound::alternatives`], e.g. LinPriv's published rate beside its correction) draws each
+//! as a further curve `bound (<tag>): <label>` and gives it a slope row `<label> [<tag>]`. Adding
+//! an algorithm to a comparison file is one `[[policy]]` table; its bound comes with its kind.
 
 use super::Plan;
 use super::plot::{PlotSpec, Role, Series};
@@ -253,18 +255,32 @@ impl ComparisonSpec {
                     if self.bounds
                         && let Some(b) = c.regret_bound()
                     {
-                        slopes.push(slope_row(&c.label(), &means, &b, horizon as f64));
-                        overlays.push(Series {
-                            name: format!("bound: {}", c.label()),
-                            // From t = 2 on: ln t is 0 at t = 1 (the bounds are stated for T >= 2).
-                            points: means
-                                .iter()
-                                .filter(|&&(t, _)| t >= 2.0)
-                                .map(|&(t, _)| (t, b.at(t)))
-                                .collect(),
-                            band: None,
-                            role: Role::Theory,
-                        });
+                        // The bound, then its alternative rates (`bound (<tag>): <label>`).
+                        let every = std::iter::once(("", &b))
+                            .chain(b.alternatives.iter().map(|(tag, a)| (*tag, a)));
+                        for (tag, b) in every {
+                            let (row, name) = if tag.is_empty() {
+                                (c.label(), format!("bound: {}", c.label()))
+                            } else {
+                                (
+                                    format!("{} [{tag}]", c.label()),
+                                    format!("bound ({tag}): {}", c.label()),
+                                )
+                            };
+                            slopes.push(slope_row(&row, &means, b, horizon as f64));
+                            overlays.push(Series {
+                                name,
+                                // From t = 2 on: ln t is 0 at t = 1 (the bounds are stated for
+                                // T >= 2).
+                                points: means
+                                    .iter()
+                                    .filter(|&&(t, _)| t >= 2.0)
+                                    .map(|&(t, _)| (t, b.at(t)))
+                                    .collect(),
+                                band: None,
+                                role: Role::Theory,
+                            });
+                        }
                     }
                     series.push(Series {
                         name: c.label(),
@@ -433,6 +449,7 @@ mod tests {
                 log_pow: 0.0,
                 log_mult: 1.0,
             }],
+            alternatives: vec![],
         };
         assert!((b.slope(1e6) - 0.5).abs() < 1e-12);
         assert!((b.at(100.0) - 20.0).abs() < 1e-12);

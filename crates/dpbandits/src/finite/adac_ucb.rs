@@ -225,6 +225,7 @@ impl PolicyConfig for AdaCUcbConfig {
             source,
             formula,
             terms,
+            alternatives: vec![],
         })
     }
     fn build(&self, k: usize, seed: u64) -> Result<Box<dyn Policy>> {

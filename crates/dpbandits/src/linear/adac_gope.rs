@@ -496,19 +496,41 @@ impl GopeConfig {
 impl LinearPolicyConfig for GopeConfig {
     /// Table II's AdaC-GOPE row (Thm 4 with `delta = 1/T`): `A sqrt(d T ln(KT)) + B (d /
     /// sqrt(rho)) ln^{3/2}(KT)`; the theorem leaves `A` and `B` unspecified, drawn with `A = B =
-    /// 1` (the shape). AdaC-GOPE and GOPE (`rho = inf`: the first term) only.
+    /// 1` (the shape). AdaC-GOPE and GOPE (`rho = inf`: the first term). Table II's right
+    /// column for AdaR-GOPE-Var (the zCDP form of the per-arm-sum noise of Hanna et al. 2022):
+    /// their Eq. 17 converted by `epsilon -> sqrt(2 rho)`, `sqrt(d T ln(KT)) + (d^2 / sqrt(rho))
+    /// ln^2(KT)`, orders, unit constants. Output perturbation: none (no regret guarantee in
+    /// the paper, App. E-C1).
     fn regret_bound(
         &self,
         instance: &crate::config::BoundInstance,
     ) -> Option<crate::config::RegretBound> {
         use crate::config::{BoundTerm, RegretBound};
-        if !matches!(
-            self.placement,
-            NoisePlacement::Intermediate | NoisePlacement::None
-        ) {
+        let (d, k) = (instance.d as f64, instance.k as f64);
+        if self.placement == NoisePlacement::Output {
             return None;
         }
-        let (d, k) = (instance.d as f64, instance.k as f64);
+        if self.placement == NoisePlacement::PerArmSums {
+            return Some(RegretBound {
+                source: "Hanna et al. 2022, Eq. 17, converted in Azize & Basu 2024 Table II (orders; unit constants)",
+                formula: format!("sqrt(d T ln(KT)) + (d^2 / sqrt(rho)) ln^2(KT), d = {d}, K = {k}"),
+                terms: vec![
+                    BoundTerm {
+                        coef: d.sqrt(),
+                        t_pow: 0.5,
+                        log_pow: 0.5,
+                        log_mult: k,
+                    },
+                    BoundTerm {
+                        coef: d * d / self.rho.sqrt(),
+                        t_pow: 0.0,
+                        log_pow: 2.0,
+                        log_mult: k,
+                    },
+                ],
+                alternatives: vec![],
+            });
+        }
         let mut terms = vec![BoundTerm {
             coef: d.sqrt(),
             t_pow: 0.5,
@@ -527,6 +549,7 @@ impl LinearPolicyConfig for GopeConfig {
             source: "Azize & Basu 2024, Thm 4 (Table II; A = B = 1, unspecified in the paper)",
             formula: format!("sqrt(d T ln(KT)) + (d / sqrt(rho)) ln^1.5(KT), d = {d}, K = {k}"),
             terms,
+            alternatives: vec![],
         })
     }
     fn kind(&self) -> &'static str {

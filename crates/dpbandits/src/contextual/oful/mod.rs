@@ -362,6 +362,7 @@ impl ContextualPolicyConfig for OfulConfig {
             source: "Azize & Basu 2024, Thm 5 (Table II; unit constants)",
             formula: format!("d sqrt(T) ln T + (d^2 / sqrt(rho)) ln^2 T, d = {d}"),
             terms,
+            alternatives: vec![],
         })
     }
     fn kind(&self) -> &'static str {
