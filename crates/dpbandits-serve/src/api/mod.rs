@@ -2,7 +2,11 @@
 //! structured logs (no reward values).
 
 pub use crate::log::log;
+mod health;
+mod pages;
 mod trial;
+pub use health::{HEALTH_WRITE_EVERY, HealthCache};
+pub(crate) use pages::read_page;
 pub(crate) use trial::{abandon_bulk, interim, level_of, monitor};
 
 use crate::service::{Caller, CreateRequest, Service, ServiceError, Tokens};
@@ -16,21 +20,24 @@ use serde_json::{Map, Value, json};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-pub use crate::writer::{GATHER_FROM, GATHER_WAIT, Job, MAX_BATCH, Reply, publish_tick, writer};
+pub use crate::writer::{
+    GATHER_FROM, GATHER_WAIT, Job, MAX_BATCH, QUANTUM, Queued, Reply, publish_tick, writer,
+};
 
 /// The shared state of the handlers: the writer's queue, the token table (read without the
 /// writer: a request is authenticated before its body is read) and the body timeout.
 #[derive(Clone)]
 pub struct Shared {
     /// The writer's queue ([`writer`]).
-    pub jobs: tokio::sync::mpsc::Sender<Job>,
+    pub jobs: tokio::sync::mpsc::Sender<Queued>,
     /// The token hashes ([`Service::tokens`]).
     pub tokens: Arc<RwLock<Tokens>>,
     /// A request body must arrive within this time after its header (else 408).
     pub body_timeout: Duration,
-    /// The newest health probe's durable write (when it committed, and the experiment count
-    /// then); held while a probe writes, so that probes write one at a time ([`crate::service::HEALTH_WRITE_EVERY`]).
-    pub health: Arc<tokio::sync::Mutex<Option<(Instant, usize)>>>,
+    /// The health probes' one write limit ([`HealthCache`]).
+    pub health: Arc<HealthCache>,
+    /// Read-only connections for the admin pages that need no session ([`crate::readers`]).
+    pub readers: Arc<crate::readers::Readers>,
 }
 
 /// The router of API version 1.
@@ -319,10 +326,19 @@ fn bearer(headers: &HeaderMap) -> Option<String> {
     (!t.is_empty()).then(|| t.to_string())
 }
 
-/// Run `f` on the service through the writer's queue; the answer comes after the commit of
-/// `f`'s batch (a failed commit answers 500).
+/// Run `f` on the service through the writer's queue (the service-wide lane); the answer
+/// comes after the commit of `f`'s batch (a failed commit answers 500).
 async fn with_service<T: Send + 'static>(
     state: &Shared,
+    f: impl FnOnce(&mut Service) -> ApiResult<T> + Send + 'static,
+) -> ApiResult<T> {
+    with_service_in(state, None, f).await
+}
+
+/// [`with_service`] in experiment `lane`'s lane of the writer (its fair share of each batch).
+async fn with_service_in<T: Send + 'static>(
+    state: &Shared,
+    lane: Option<&str>,
     f: impl FnOnce(&mut Service) -> ApiResult<T> + Send + 'static,
 ) -> ApiResult<T> {
     let (tx, rx) = tokio::sync::oneshot::channel();
@@ -336,9 +352,10 @@ async fn with_service<T: Send + 'static>(
             });
         }) as Reply
     });
+    let lane = lane.map(str::to_string);
     state
         .jobs
-        .send(job)
+        .send(Queued { lane, job })
         .await
         .map_err(|_| ApiError::internal("the writer has stopped"))?;
     rx.await
@@ -488,26 +505,15 @@ async fn health(State(state): State<Shared>) -> Response {
     let t = Instant::now();
     // The answer comes after its batch's commit, and the batch holds a write: a 200 proves the
     // database took a durable write within the last HEALTH_WRITE_EVERY.
-    let mut last = state.health.lock().await;
-    let r = match *last {
-        Some((at, experiments)) if at.elapsed() < crate::service::HEALTH_WRITE_EVERY => Ok(json!({
-            "status": "ok", "experiments": experiments, "database": "writable",
-            "write_age_ms": at.elapsed().as_millis() as u64,
-        })),
-        _ => {
-            let r = with_service(&state, |s| {
+    let r = state
+        .health
+        .probe(|| {
+            with_service(&state, |s| {
                 s.health_write()?;
-                Ok(json!({"status": "ok", "experiments": s.experiment_count(), "database": "writable", "write_age_ms": 0}))
+                Ok(s.experiment_count())
             })
-            .await;
-            if let Ok(v) = &r {
-                let n = v["experiments"].as_u64().unwrap_or(0) as usize;
-                *last = Some((Instant::now(), n));
-            }
-            r
-        }
-    };
-    drop(last);
+        })
+        .await;
     crate::metrics::record_request(
         "health",
         r.as_ref().map_or_else(|e| e.status, |_| 200),
@@ -743,8 +749,7 @@ async fn export(
     let t = Instant::now();
     let token = bearer(&headers);
     let n = name.clone();
-    let r = with_service(&state, move |s| {
-        admin(s, token.as_deref())?;
+    let r = read_page(&state, token, move |conn| {
         let (after, limit, format) = page(q)?;
         let format = format.unwrap_or_else(|| "jsonl".into());
         if format != "jsonl" && format != "csv" {
@@ -752,7 +757,7 @@ async fn export(
                 "format = {format:?}: expected jsonl or csv"
             )));
         }
-        let (rows, next) = s.export(&n, after as u64, limit)?;
+        let (rows, next) = crate::service::export_rows(conn, &n, after as u64, limit)?;
         Ok((format, rows, next))
     })
     .await;
@@ -849,7 +854,7 @@ async fn decide(
         Err(e) => return done("decision", t, Err(e), json!({"experiment": name})),
     };
     let n = name.clone();
-    let r = with_service(&state, move |s| {
+    let r = with_service_in(&state, Some(&name), move |s| {
         s.authenticate(token.as_deref(), Some(&n))?;
         let m = object(&body, &["request_id", "actions"])?;
         let rid = match m.get("request_id") {
@@ -885,7 +890,7 @@ async fn reward(
         Err(e) => return done("reward", t, Err(e), json!({"experiment": name})),
     };
     let n = name.clone();
-    let r = with_service(&state, move |s| {
+    let r = with_service_in(&state, Some(&name), move |s| {
         s.authenticate(token.as_deref(), Some(&n))?;
         let m = object(&body, &["decision_id", "reward"])?;
         let id = required(
@@ -935,7 +940,7 @@ async fn abandon(
         Err(e) => return done("abandon", t, Err(e), json!({"experiment": name})),
     };
     let n = name.clone();
-    let r = with_service(&state, move |s| {
+    let r = with_service_in(&state, Some(&name), move |s| {
         s.authenticate(token.as_deref(), Some(&n))?;
         object(&body, &[])?;
         let id: u64 = id.parse().map_err(|_| {
@@ -970,8 +975,7 @@ async fn audit(
 ) -> Response {
     let t = Instant::now();
     let token = bearer(&headers);
-    let r = with_service(&state, move |s| {
-        admin(s, token.as_deref())?;
+    let r = read_page(&state, token, move |conn| {
         let Query(q) = q.map_err(|e| {
             ApiError::bad(format!(
                 "query: {e}; expected experiment=NAME, after=SEQ (integer), limit=N (1..=10000)"
@@ -983,7 +987,7 @@ async fn audit(
                 "limit = {limit}: expected 1..=10000"
             )));
         }
-        Ok(s.audit_export(q.experiment.as_deref(), q.after.unwrap_or(0), limit)?)
+        Ok(crate::service::audit_page(conn, q.experiment.as_deref(), q.after.unwrap_or(0), limit)?)
     })
     .await;
     done("audit", t, r, json!({}))

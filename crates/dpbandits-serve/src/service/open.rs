@@ -266,25 +266,30 @@ impl Service {
             Some(_) => store::AuditKey::load(&key_path)?,
             None => store::AuditKey::load_or_create(&key_path)?.0,
         };
-        let unpinned = if self_check {
-            let checked = crate::verify::verify_conn(
-                &conn,
-                keying.as_ref().map(|_| &key),
-                &crate::verify::Expect::default(),
-            )
-            .with_context(|| {
-            format!(
-                "--db {}: refusing to start: the database does not verify against its audit log (dpbandits audit-log verify names the same)",
-                db.display()
-            )
-            })?;
-            crate::verify::progress::passed(checked.entries as i64);
-            checked.unpinned
+        let (unpinned, checkpoint) = if self_check {
+            let checked = crate::verify::startup_check(&conn, keying.as_ref().map(|_| &key))
+                .with_context(|| {
+                    format!(
+                        "--db {}: refusing to start: the database does not verify against its audit log (dpbandits audit-log verify names the same)",
+                        db.display()
+                    )
+                })?;
+            crate::verify::progress::passed(checked.report.entries as i64);
+            crate::log::log(
+                "start-up-check",
+                json!({"entries": checked.report.entries, "resumed_after_checkpoint": checked.resumed_after,
+                       "checkpoint_refused": checked.checkpoint_refused}),
+            );
+            (checked.report.unpinned, checked.next)
         } else {
-            Vec::new()
+            (Vec::new(), None)
         };
         store::init_audit_key(&conn, &key, db)?;
         let tx = conn.transaction()?;
+        if let Some(c) = &checkpoint {
+            // The state just verified, before this start writes anything.
+            store::set_checkpoint(&tx, c)?;
+        }
         migrate_all(&tx, db)?;
         pin_earlier(&tx, &unpinned)?;
         settle_intents(&tx)?;
@@ -304,7 +309,6 @@ impl Service {
             batch_failed: false,
             stale: HashSet::new(),
             publisher: None,
-            health_at: None,
         })
     }
 

@@ -197,11 +197,7 @@ impl Service {
         limit: u64,
     ) -> ServiceResult<(Vec<store::DecisionRow>, Option<u64>)> {
         self.experiment(name)?;
-        let rows = store::decision_rows(&self.conn, name, after, limit)?;
-        let next = (rows.len() as u64 == limit)
-            .then(|| rows.last().map(|r| r.decision_id))
-            .flatten();
-        Ok((rows, next))
+        export_rows(&self.conn, name, after, limit)
     }
 
     /// The audit log (admin only): entries after `after`, at most `limit`.
@@ -211,7 +207,44 @@ impl Service {
         after: i64,
         limit: i64,
     ) -> ServiceResult<Value> {
-        let rows = store::audit_entries(&self.conn, experiment, after, limit)?;
-        Ok(json!({"entries": rows}))
+        audit_page(&self.conn, experiment, after, limit)
     }
+}
+
+/// Decisions with their rewards (admin; protected data) of experiment `name`, `decision_id >
+/// after`, at most `limit`: `(rows, next_after)`. On any connection (a reader beside the writer:
+/// what is committed).
+///
+/// # Errors
+/// No such experiment, or SQLite errors.
+pub fn export_rows(
+    conn: &rusqlite::Connection,
+    name: &str,
+    after: u64,
+    limit: u64,
+) -> ServiceResult<(Vec<store::DecisionRow>, Option<u64>)> {
+    if !store::experiment_exists(conn, name)? {
+        return Err(ServiceError::NotFound(format!(
+            "experiment = {name:?}: no such experiment"
+        )));
+    }
+    let rows = store::decision_rows(conn, name, after, limit)?;
+    let next = (rows.len() as u64 == limit)
+        .then(|| rows.last().map(|r| r.decision_id))
+        .flatten();
+    Ok((rows, next))
+}
+
+/// The audit log (admin only): entries after `after`, at most `limit`, of one experiment or all.
+///
+/// # Errors
+/// SQLite errors.
+pub fn audit_page(
+    conn: &rusqlite::Connection,
+    experiment: Option<&str>,
+    after: i64,
+    limit: i64,
+) -> ServiceResult<Value> {
+    let rows = store::audit_entries(conn, experiment, after, limit)?;
+    Ok(json!({"entries": rows}))
 }

@@ -285,6 +285,19 @@ impl AuditKey {
         mac.update(entry_message(prev, seq, ts, experiment, event, body).as_bytes());
         hex(&mac.finalize().into_bytes())
     }
+
+    /// HMAC-SHA256 under the key over a domain tag (a line) and `data`: the keyed checkpoint's
+    /// MAC and the row digest's subkey (`store::RowHasher`). Never equal to an entry's hash for
+    /// the same bytes: an entry's message starts with 64 hexadecimal digits, a tag does not.
+    pub fn mac(&self, domain: &str, data: &[u8]) -> [u8; 32] {
+        use hmac::{Hmac, Mac};
+        let mut mac =
+            <Hmac<Sha256> as Mac>::new_from_slice(&self.key).expect("HMAC takes any key length");
+        mac.update(domain.as_bytes());
+        mac.update(b"\n");
+        mac.update(data);
+        mac.finalize().into_bytes().into()
+    }
 }
 
 /// The default key file of database `db`: `<db>.audit-key` beside it.

@@ -45,6 +45,16 @@ pub fn has_audit_table(conn: &Connection) -> Result<bool> {
     Ok(n > 0)
 }
 
+/// Whether experiment `name` exists (in the committed state a reader sees).
+///
+/// # Errors
+/// SQLite errors.
+pub fn experiment_exists(conn: &Connection, name: &str) -> Result<bool> {
+    Ok(conn
+        .prepare_cached("SELECT 1 FROM experiments WHERE name = ?1")?
+        .exists([name])?)
+}
+
 /// The number of audit entries.
 ///
 /// # Errors
@@ -78,23 +88,9 @@ pub struct AuditRow {
 /// SQLite errors, or `f`'s.
 pub fn for_each_audit_entry(
     conn: &Connection,
-    mut f: impl FnMut(AuditRow) -> Result<()>,
+    f: impl FnMut(AuditRow) -> Result<()>,
 ) -> Result<()> {
-    let mut stmt = conn
-        .prepare("SELECT seq, ts, experiment, event, body, prev, hash FROM audit ORDER BY seq")?;
-    let mut rows = stmt.query([])?;
-    while let Some(r) = rows.next()? {
-        f(AuditRow {
-            seq: r.get(0)?,
-            ts: r.get(1)?,
-            experiment: r.get(2)?,
-            event: r.get(3)?,
-            body: r.get(4)?,
-            prev: r.get(5)?,
-            hash: r.get(6)?,
-        })?;
-    }
-    Ok(())
+    super::checkpoint::for_each_audit_entry_after(conn, 0, f)
 }
 
 /// A decision row as the verifier reads it.

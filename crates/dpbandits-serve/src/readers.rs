@@ -1,0 +1,67 @@
+//! Reads that do not queue behind writes: a small pool of read-only SQLite connections (WAL
+//! readers) used on the runtime's blocking threads. An admin page of decisions (`/export`) or
+//! of the audit log (`/v1/audit`) reads there, beside the writer, instead of inside a batch of
+//! the writer's queue: a 10,000-row page no longer delays the decisions behind it (docs/perf.md,
+//! "Reads beside the writer"). A WAL reader sees the last commit before its statement started:
+//! committed data only, never a batch in progress.
+//!
+//! What still goes through the writer: everything that reads the in-memory sessions (status,
+//! ledger summary, interim look, monitor, report, close) and every write.
+
+use anyhow::{Context, Result};
+use rusqlite::Connection;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// Read connections at most (each read holds one on a blocking thread).
+pub const READERS: usize = 2;
+
+/// The pool of read-only connections of one database.
+pub struct Readers {
+    db: PathBuf,
+    idle: Mutex<Vec<Connection>>,
+    permits: tokio::sync::Semaphore,
+}
+
+impl Readers {
+    /// A pool for database `db` (connections are opened when first needed).
+    pub fn new(db: &Path) -> Arc<Readers> {
+        Arc::new(Readers {
+            db: db.to_path_buf(),
+            idle: Mutex::new(Vec::new()),
+            permits: tokio::sync::Semaphore::new(READERS),
+        })
+    }
+
+    /// Run `f` on a read-only connection on a blocking thread (at most [`READERS`] at once; the
+    /// others wait for a connection, not for the writer).
+    ///
+    /// # Errors
+    /// A connection cannot be opened, or `f` panicked.
+    pub async fn read<R: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&Connection) -> R + Send + 'static,
+    ) -> Result<R> {
+        let _permit = self.permits.acquire().await.context("the read pool closed")?;
+        let me = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let taken = me
+                .idle
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .pop();
+            let conn = match taken {
+                Some(c) => c,
+                None => crate::store::open_read_only(&me.db)?,
+            };
+            let r = f(&conn);
+            me.idle
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(conn);
+            Ok(r)
+        })
+        .await
+        .context("a read panicked")?
+    }
+}

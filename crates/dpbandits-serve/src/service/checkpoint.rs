@@ -1,0 +1,17 @@
+//! Storing the start-up check's keyed checkpoint ([`crate::verify::startup_check`]).
+
+use super::*;
+
+impl Service {
+    /// Store `value` as the database's checkpoint (made by the background check on a reader,
+    /// [`crate::checkpointer`]) in the open batch.
+    ///
+    /// # Errors
+    /// The write fails.
+    pub fn store_checkpoint(&mut self, value: &str) -> ServiceResult<()> {
+        let tx = self.conn.savepoint()?;
+        store::set_checkpoint(&tx, value)?;
+        tx.commit()?;
+        Ok(())
+    }
+}
