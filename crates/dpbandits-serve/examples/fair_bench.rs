@@ -90,7 +90,9 @@ fn pairs(
         anyhow::ensure!(r.status == 200, "decision: {}", r.body);
         lat.push(t.elapsed().as_secs_f64() * 1e3);
         let id = r.json()["decision_id"].as_u64().unwrap_or(0);
-        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         let reward = f64::from((x >> 40) as u32 % 2);
         let body = json!({"decision_id": id, "reward": reward}).to_string();
         let r = c.request("POST", &rpath, Some(token), Some(body.as_bytes()))?;
@@ -105,7 +107,12 @@ fn fill(addr: SocketAddr, token: &str, k: u64) -> anyhow::Result<()> {
     let mut c = Conn::new(addr, T);
     let mut done = 0;
     while done < k {
-        let r = c.request("POST", "/v1/experiments/big/decisions", Some(token), Some(b"{}"))?;
+        let r = c.request(
+            "POST",
+            "/v1/experiments/big/decisions",
+            Some(token),
+            Some(b"{}"),
+        )?;
         if r.status == 409 {
             std::thread::sleep(Duration::from_micros(500));
             continue;
@@ -113,7 +120,12 @@ fn fill(addr: SocketAddr, token: &str, k: u64) -> anyhow::Result<()> {
         anyhow::ensure!(r.status == 200, "decision: {}", r.body);
         let id = r.json()["decision_id"].as_u64().unwrap_or(0);
         let body = json!({"decision_id": id, "reward": 1.0}).to_string();
-        let r = c.request("POST", "/v1/experiments/big/rewards", Some(token), Some(body.as_bytes()))?;
+        let r = c.request(
+            "POST",
+            "/v1/experiments/big/rewards",
+            Some(token),
+            Some(body.as_bytes()),
+        )?;
         anyhow::ensure!(r.status == 200, "reward: {}", r.body);
         done += 1;
     }
@@ -202,7 +214,11 @@ fn main() -> anyhow::Result<()> {
     let secs: f64 = args.next().map_or(Ok(5.0), |a| a.parse())?;
     let runs: u64 = args.next().map_or(Ok(5), |a| a.parse())?;
     let base = args.next().map_or_else(std::env::temp_dir, Into::into);
-    let (n, m, h) = (env_or("FAIR_N", 8), env_or("FAIR_M", 4), env_or("FAIR_H", 8));
+    let (n, m, h) = (
+        env_or("FAIR_N", 8),
+        env_or("FAIR_M", 4),
+        env_or("FAIR_H", 8),
+    );
     let dir = tempfile::Builder::new()
         .prefix("dpb-fair")
         .tempdir_in(base)?;
@@ -220,8 +236,12 @@ fn main() -> anyhow::Result<()> {
     for f in fillers {
         f.join().expect("filler")?;
     }
-    println!("adac_ucb clients N = {n}, dp_ts clients M = {m}, health flooders H = {h}, {secs} s per measurement, {runs} runs");
-    println!("| run | alone dec/s | beside dec/s | ratio | dp_ts dec/s | health probes/s | quiet p50 / p99 / max ms | read p50 / p99 / max ms | pages read | max increase ms |");
+    println!(
+        "adac_ucb clients N = {n}, dp_ts clients M = {m}, health flooders H = {h}, {secs} s per measurement, {runs} runs"
+    );
+    println!(
+        "| run | alone dec/s | beside dec/s | ratio | dp_ts dec/s | health probes/s | quiet p50 / p99 / max ms | read p50 / p99 / max ms | pages read | max increase ms |"
+    );
     println!("|---|---|---|---|---|---|---|---|---|---|");
     let (mut ratios, mut increases, mut p99s) = (Vec::new(), Vec::new(), Vec::new());
     for run in 0..runs {

@@ -231,7 +231,10 @@ mod tests {
         let (d, _) = lanes.take().unwrap();
         assert_eq!(d, b);
         lanes.charge(d, Duration::from_micros(10));
-        assert!(lanes.take().is_none(), "the slow lane waits for a later batch");
+        assert!(
+            lanes.take().is_none(),
+            "the slow lane waits for a later batch"
+        );
         // Later batches: the slow lane's debt is paid off, then it runs again.
         let mut batches = 0;
         loop {

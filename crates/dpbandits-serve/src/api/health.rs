@@ -36,7 +36,9 @@ impl HealthCache {
         }
         let experiments = write().await?;
         *last = Some((Instant::now(), experiments));
-        Ok(json!({"status": "ok", "experiments": experiments, "database": "writable", "write_age_ms": 0}))
+        Ok(
+            json!({"status": "ok", "experiments": experiments, "database": "writable", "write_age_ms": 0}),
+        )
     }
 }
 
@@ -75,12 +77,18 @@ mod tests {
         };
         rt.block_on(async {
             assert!(probe(true).await.is_err());
-            assert!(probe(true).await.is_err(), "a failed write is not remembered");
+            assert!(
+                probe(true).await.is_err(),
+                "a failed write is not remembered"
+            );
             assert_eq!(writes.load(Ordering::SeqCst), 2);
             let flood: Vec<_> = (0..100).map(|_| tokio::spawn(probe(false))).collect();
             for p in flood {
                 let v = p.await.unwrap().unwrap();
-                assert_eq!((v["status"].as_str(), v["experiments"].as_u64()), (Some("ok"), Some(3)));
+                assert_eq!(
+                    (v["status"].as_str(), v["experiments"].as_u64()),
+                    (Some("ok"), Some(3))
+                );
             }
             assert_eq!(writes.load(Ordering::SeqCst), 3, "100 probes, one write");
         });

@@ -987,7 +987,12 @@ async fn audit(
                 "limit = {limit}: expected 1..=10000"
             )));
         }
-        Ok(crate::service::audit_page(conn, q.experiment.as_deref(), q.after.unwrap_or(0), limit)?)
+        Ok(crate::service::audit_page(
+            conn,
+            q.experiment.as_deref(),
+            q.after.unwrap_or(0),
+            limit,
+        )?)
     })
     .await;
     done("audit", t, r, json!({}))

@@ -22,4 +22,3 @@ pub(crate) async fn read_page<T: Send + 'static>(
     }
     state.readers.read(f).await.map_err(ApiError::internal)?
 }
-

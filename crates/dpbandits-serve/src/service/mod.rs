@@ -229,7 +229,6 @@ pub struct Service {
     publisher: Option<crate::publish::Publisher>,
 }
 
-
 /// The SHA-256 hashes of the admin token and of every experiment's client token: what
 /// [`Tokens::check`] compares a bearer token with. Shared (behind a lock of its own) so the HTTP
 /// layer can refuse an unauthenticated request before it reads the body and without waiting for

@@ -478,8 +478,9 @@ pub fn audit_head(conn: &Connection) -> Result<(u64, String)> {
 pub fn close_entry(conn: &Connection, experiment: &str) -> Result<Option<serde_json::Value>> {
     let row: Option<(i64, String, String)> = conn
         .query_row(
-            "SELECT seq, body, hash FROM audit WHERE experiment = ?1 AND event = ?2 ORDER BY seq LIMIT 1",
-            [experiment, Event::Close.name()],
+            // `event = 'close'` literally: the partial index `audit_close` answers it.
+            "SELECT seq, body, hash FROM audit WHERE experiment = ?1 AND event = 'close' ORDER BY seq LIMIT 1",
+            [experiment],
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
         )
         .optional()?;

@@ -4,7 +4,7 @@
 
 use super::chain::AuditKey;
 use super::db::set_meta;
-use super::reads::{AuditRow, CheckedCharge, CheckedDecision};
+use super::reads::{AuditRow, CheckedCharge, CheckedDecision, TableCounts};
 use anyhow::Result;
 use hmac::{Hmac, Mac};
 use rusqlite::{Connection, OptionalExtension, params};
@@ -138,34 +138,52 @@ impl RowHasher {
     }
 }
 
-/// The digest of every decision row (with its outcome when recorded) and every settled ledger
-/// row (`charged`, `lost`) of the database: one pass over each table.
+fn count(m: &mut std::collections::BTreeMap<String, u64>, exp: &str) {
+    match m.get_mut(exp) {
+        Some(n) => *n += 1,
+        None => {
+            m.insert(exp.to_string(), 1);
+        }
+    }
+}
+
+/// One pass over the decisions and the ledger: the row counts per experiment the verifier
+/// compares with the log ([`TableCounts`]) and, with a hasher, the digest of every decision
+/// row (with its outcome when recorded) and every settled ledger row (`charged`, `lost`).
 ///
 /// # Errors
 /// SQLite errors.
-pub fn table_digest(conn: &Connection, h: &RowHasher) -> Result<RowDigest> {
+pub fn table_scan(conn: &Connection, h: Option<&RowHasher>) -> Result<(TableCounts, RowDigest)> {
+    let mut counts = TableCounts::default();
     let mut digest = RowDigest::default();
     let mut stmt = conn.prepare(
         "SELECT experiment, id, arm, actions, reward, admitted, outcome, request_id, propensity, issued_unix FROM decisions",
     )?;
     let mut rows = stmt.query([])?;
     while let Some(r) = rows.next()? {
-        let (exp, id): (String, i64) = (r.get(0)?, r.get(1)?);
-        let d = CheckedDecision {
-            arm: r.get(2)?,
-            actions: r.get(3)?,
-            reward: r.get(4)?,
-            admitted: r.get(5)?,
-            outcome: r.get(6)?,
-            request_id: r.get(7)?,
-            propensity: r.get(8)?,
-            issued_unix: r.get(9)?,
-        };
-        digest.add(&h.decision(&exp, id as u64, &d, true));
+        let exp = r.get_ref(0)?.as_str()?;
+        count(&mut counts.decisions, exp);
+        let reward: Option<f64> = r.get(4)?;
+        if reward.is_some() {
+            count(&mut counts.rewarded, exp);
+        }
+        if let Some(h) = h {
+            let d = CheckedDecision {
+                arm: r.get(2)?,
+                actions: r.get(3)?,
+                reward,
+                admitted: r.get(5)?,
+                outcome: r.get(6)?,
+                request_id: r.get(7)?,
+                propensity: r.get(8)?,
+                issued_unix: r.get(9)?,
+            };
+            let id: i64 = r.get(1)?;
+            digest.add(&h.decision(exp, id as u64, &d, true));
+        }
     }
-    let mut stmt = conn.prepare(
-        "SELECT id, experiment, release, arm, measure, cost, status FROM ledger WHERE status != 'intent'",
-    )?;
+    let mut stmt =
+        conn.prepare("SELECT id, experiment, release, arm, measure, cost, status FROM ledger")?;
     let mut rows = stmt.query([])?;
     while let Some(r) = rows.next()? {
         let c = CheckedCharge {
@@ -176,9 +194,16 @@ pub fn table_digest(conn: &Connection, h: &RowHasher) -> Result<RowDigest> {
             cost: r.get(5)?,
             status: r.get(6)?,
         };
-        digest.add(&h.charge(r.get(0)?, &c));
+        if c.status == "intent" {
+            count(&mut counts.intents, &c.experiment);
+            continue;
+        }
+        count(&mut counts.charges, &c.experiment);
+        if let Some(h) = h {
+            digest.add(&h.charge(r.get(0)?, &c));
+        }
     }
-    Ok(digest)
+    Ok((counts, digest))
 }
 
 /// The stored checkpoint (`meta.checkpoint`: its MAC, a newline, its JSON), if any.

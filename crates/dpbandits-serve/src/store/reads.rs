@@ -196,7 +196,7 @@ impl<'c> RowReader<'c> {
     }
 }
 
-/// Row counts per experiment of the tables the log explains.
+/// Row counts per experiment of the tables the log explains ([`super::table_scan`]).
 #[derive(Debug, Default)]
 pub struct TableCounts {
     /// Decision rows.
@@ -207,34 +207,6 @@ pub struct TableCounts {
     pub charges: std::collections::BTreeMap<String, u64>,
     /// Ledger rows of status `intent`.
     pub intents: std::collections::BTreeMap<String, u64>,
-}
-
-/// [`TableCounts`] of the database.
-///
-/// # Errors
-/// SQLite errors.
-pub fn table_counts(conn: &Connection) -> Result<TableCounts> {
-    let counts = |sql: &str| -> Result<std::collections::BTreeMap<String, u64>> {
-        let mut stmt = conn.prepare(sql)?;
-        let rows = stmt
-            .query_map([], |r| {
-                Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64))
-            })?
-            .collect::<rusqlite::Result<_>>()?;
-        Ok(rows)
-    };
-    Ok(TableCounts {
-        decisions: counts("SELECT experiment, COUNT(*) FROM decisions GROUP BY experiment")?,
-        rewarded: counts(
-            "SELECT experiment, COUNT(*) FROM decisions WHERE reward IS NOT NULL GROUP BY experiment",
-        )?,
-        charges: counts(
-            "SELECT experiment, COUNT(*) FROM ledger WHERE status != 'intent' GROUP BY experiment",
-        )?,
-        intents: counts(
-            "SELECT experiment, COUNT(*) FROM ledger WHERE status = 'intent' GROUP BY experiment",
-        )?,
-    })
 }
 
 /// A read-only view of one experiment, for tests and operators (reads protected data: rewards).

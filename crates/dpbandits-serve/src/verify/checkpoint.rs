@@ -77,8 +77,8 @@ pub fn startup_check(conn: &Connection, key: Option<&AuditKey>) -> Result<Startu
     };
     let mut refused = None;
     match resume(conn, key) {
-        Ok(Some((after, w, digest))) => {
-            let next = Some(seal(key, &w, &digest)?);
+        Ok(Some((after, w))) => {
+            let next = Some(seal(key, &w, &w.digest)?);
             return Ok(Startup {
                 report: w.report,
                 resumed_after: Some(after),
@@ -89,9 +89,14 @@ pub fn startup_check(conn: &Connection, key: Option<&AuditKey>) -> Result<Startu
         Ok(None) => {}
         Err(e) => refused = Some(format!("{e:#}")),
     }
-    let w = walk(conn, Some(key), &Expect::default(), None)?;
-    let digest = store::table_digest(conn, &RowHasher::new(key))?;
-    let next = Some(seal(key, &w, &digest)?);
+    let w = walk(
+        conn,
+        Some(key),
+        &Expect::default(),
+        None,
+        Some(&RowHasher::new(key)),
+    )?;
+    let next = Some(seal(key, &w, &w.digest)?);
     Ok(Startup {
         report: w.report,
         resumed_after: None,
@@ -135,7 +140,11 @@ fn seal(key: &AuditKey, w: &Walked, digest: &RowDigest) -> Result<String> {
 
 /// Constant-time comparison of two hex digests.
 fn same(a: &str, b: &str) -> bool {
-    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
 }
 
 /// The stored checkpoint's payload, its MAC checked under `key`.
@@ -151,21 +160,21 @@ fn open(stored: &str, key: &AuditKey) -> Result<Payload> {
     }
     let p: Payload = serde_json::from_str(json).context("meta.checkpoint: its JSON")?;
     if p.format != FORMAT {
-        bail!("meta.checkpoint: format {}, this build reads {FORMAT}", p.format);
+        bail!(
+            "meta.checkpoint: format {}, this build reads {FORMAT}",
+            p.format
+        );
     }
     Ok(p)
 }
 
 /// The check after the stored checkpoint: `None` when there is none; else the checkpoint's
-/// entry, the walk of the tail and the tables' digest.
+/// entry and the walk of the tail (with the tables' digest).
 ///
 /// # Errors
 /// The checkpoint does not hold (MAC, keying, head), or the tail, the tables or the row digest
 /// do not verify.
-pub(super) fn resume(
-    conn: &Connection,
-    key: &AuditKey,
-) -> Result<Option<(u64, Walked, RowDigest)>> {
+pub(super) fn resume(conn: &Connection, key: &AuditKey) -> Result<Option<(u64, Walked)>> {
     let Some(stored) = store::checkpoint(conn)? else {
         return Ok(None);
     };
@@ -188,26 +197,28 @@ pub(super) fn resume(
     }
     let mut expected = RowDigest::from_hex(&p.digest).context("meta.checkpoint: its digest")?;
     let after = p.entries;
+    let hasher = RowHasher::new(key);
+    let resume = Resume {
+        after,
+        head: p.head,
+        seen: p.seen,
+    };
     let w = walk(
         conn,
         Some(key),
         &Expect::default(),
-        Some(Resume {
-            after,
-            head: p.head,
-            seen: p.seen,
-        }),
+        Some(resume),
+        Some(&hasher),
     )?;
-    carry_forward(conn, &RowHasher::new(key), &w, &mut expected)?;
-    let actual = store::table_digest(conn, &RowHasher::new(key))?;
-    if actual != expected {
+    carry_forward(conn, &hasher, &w, &mut expected)?;
+    if w.digest != expected {
         bail!(
             "the tables' keyed digest is {}; the checkpoint at entry {after} carried over the tail's rows says {} (a decision or ledger row that the checkpoint covered was changed, added or deleted)",
-            actual.to_hex(),
+            w.digest.to_hex(),
             expected.to_hex()
         );
     }
-    Ok(Some((after as u64, w, actual)))
+    Ok(Some((after as u64, w)))
 }
 
 /// Carry the checkpoint's digest over the rows the tail describes: each decision it added (as

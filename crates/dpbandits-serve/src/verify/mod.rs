@@ -195,7 +195,7 @@ pub fn startup_state() -> Value {
 /// # Errors
 /// See [`verify`].
 pub fn verify_conn(conn: &Connection, key: Option<&AuditKey>, expect: &Expect) -> Result<Report> {
-    walk(conn, key, expect, None).map(|w| w.report)
+    walk(conn, key, expect, None, None).map(|w| w.report)
 }
 
 /// Where a walk of the log resumes: after entry `after` of hash `head`, with what the log said
@@ -239,6 +239,8 @@ struct Walked {
     report: Report,
     seen: BTreeMap<String, Seen>,
     touched: Touched,
+    /// The tables' keyed digest (with a hasher; else the empty digest).
+    digest: store::RowDigest,
 }
 
 /// Whether entry `seq` of hash `hash` is the published head `expect` names.
@@ -261,12 +263,14 @@ fn pin_hit(expect: &Expect, seq: i64, hash: &str) -> Result<bool> {
 }
 
 /// Walk the log from entry 1 (`resume`: `None`) or after a checkpoint, checking each entry's
-/// link and its row, then the tables against what the log says.
+/// link and its row, then the tables against what the log says (their digest under `hasher`
+/// taken in the same pass).
 fn walk(
     conn: &Connection,
     key: Option<&AuditKey>,
     expect: &Expect,
     resume: Option<Resume>,
+    hasher: Option<&store::RowHasher>,
 ) -> Result<Walked> {
     let keying = store::audit_keying(conn)?;
     let fast = resume.is_some();
@@ -318,11 +322,13 @@ fn walk(
         tokens_unchecked: Vec::new(),
         unpinned: Vec::new(),
     };
-    check_tables(conn, &seen, &mut report)?;
+    let (counts, digest) = store::table_scan(conn, hasher)?;
+    check_tables(conn, &seen, counts, &mut report)?;
     Ok(Walked {
         report,
         seen,
         touched,
+        digest,
     })
 }
 
@@ -934,6 +940,7 @@ fn check_counts(name: &str, s: &Seen, rows: [u64; 3], counters: &store::Counters
 fn check_tables(
     conn: &Connection,
     seen: &BTreeMap<String, Seen>,
+    counts: store::TableCounts,
     report: &mut Report,
 ) -> Result<()> {
     let store::TableCounts {
@@ -941,7 +948,7 @@ fn check_tables(
         rewarded,
         charges,
         intents,
-    } = store::table_counts(conn)?;
+    } = counts;
     let rows = store::load_experiments(conn)?;
     check_late(conn, seen)?;
     let mut names = std::collections::BTreeSet::new();
@@ -1073,7 +1080,7 @@ mod tests {
         drop(s);
         let conn = store::open_read_only(&db).unwrap();
         let key = key_for(&db, None).unwrap().unwrap();
-        let (after, _, _) = checkpoint::resume(&conn, &key).unwrap().unwrap();
+        let (after, _) = checkpoint::resume(&conn, &key).unwrap().unwrap();
         assert_eq!(after, r.entries, "the checkpoint is the restart's");
         let r = verify_default(&db).unwrap();
         assert!(
@@ -1455,7 +1462,10 @@ mod tests {
         let (_d, copy) = tampered(&db, "", |_| {});
         let conn = store::open_read_only(&copy).unwrap();
         let st = startup_check(&conn, Some(&key)).unwrap();
-        assert!(st.resumed_after.is_some() && st.checkpoint_refused.is_none(), "{st:?}");
+        assert!(
+            st.resumed_after.is_some() && st.checkpoint_refused.is_none(),
+            "{st:?}"
+        );
         drop(conn);
         assert_eq!(verify(&copy, Some(&key), &pin).unwrap().head, head);
         assert!(Service::open(&copy, ADMIN).is_ok());
@@ -1565,7 +1575,10 @@ mod tests {
         let entries = payload["entries"].as_i64().unwrap();
         let sealed = |k: &AuditKey, p: &Value| {
             let j = p.to_string();
-            format!("{}\n{j}", store::hex(&k.mac("dpbandits start-up checkpoint", j.as_bytes())))
+            format!(
+                "{}\n{j}",
+                store::hex(&k.mac("dpbandits start-up checkpoint", j.as_bytes()))
+            )
         };
         let mut moved = payload.clone();
         moved["entries"] = json!(entries - 1);
@@ -1573,30 +1586,60 @@ mod tests {
         digest["digest"] = json!("00".repeat(32));
         let other = AuditKey::generate().unwrap();
         for (what, value, says) in [
-            ("forged under another key", sealed(&other, &payload), "MAC does not verify"),
-            ("its entry edited, the MAC kept", format!("{mac}\n{moved}"), "MAC does not verify"),
-            ("its digest edited, the MAC kept", format!("{mac}\n{digest}"), "MAC does not verify"),
-            ("MAC'd at a wrong index", sealed(&key, &moved), "the log was rewritten or truncated"),
-            ("MAC'd with a wrong digest", sealed(&key, &digest), "keyed digest"),
+            (
+                "forged under another key",
+                sealed(&other, &payload),
+                "MAC does not verify",
+            ),
+            (
+                "its entry edited, the MAC kept",
+                format!("{mac}\n{moved}"),
+                "MAC does not verify",
+            ),
+            (
+                "its digest edited, the MAC kept",
+                format!("{mac}\n{digest}"),
+                "MAC does not verify",
+            ),
+            (
+                "MAC'd at a wrong index",
+                sealed(&key, &moved),
+                "the log was rewritten or truncated",
+            ),
+            (
+                "MAC'd with a wrong digest",
+                sealed(&key, &digest),
+                "keyed digest",
+            ),
         ] {
             let (_d, copy) = tampered(&db, "", |c: &Connection| {
                 store::set_checkpoint(c, &value).unwrap();
             });
             let conn = store::open_read_only(&copy).unwrap();
-            let e = format!("{:#}", checkpoint::resume(&conn, &key).map(|_| ()).unwrap_err());
+            let e = format!(
+                "{:#}",
+                checkpoint::resume(&conn, &key).map(|_| ()).unwrap_err()
+            );
             assert!(e.contains(says), "{what}: {e}");
             let st = startup_check(&conn, Some(&key)).unwrap();
             assert!(st.resumed_after.is_none(), "{what}: {st:?}");
-            assert!(st.checkpoint_refused.as_deref().unwrap().contains(says), "{what}");
+            assert!(
+                st.checkpoint_refused.as_deref().unwrap().contains(says),
+                "{what}"
+            );
             drop(conn);
             // The service starts (the full check passed) and stores a good checkpoint.
             drop(Service::open(&copy, ADMIN).unwrap());
             let conn = store::open_read_only(&copy).unwrap();
             assert!(checkpoint::resume(&conn, &key).unwrap().is_some(), "{what}");
             // A forged checkpoint cannot hide a tampered row: the full check names it.
-            let (_d2, copy) = tampered(&db, "UPDATE decisions SET reward = 0.125 WHERE experiment = 'a' AND id = 5", |c: &Connection| {
-                store::set_checkpoint(c, &value).unwrap();
-            });
+            let (_d2, copy) = tampered(
+                &db,
+                "UPDATE decisions SET reward = 0.125 WHERE experiment = 'a' AND id = 5",
+                |c: &Connection| {
+                    store::set_checkpoint(c, &value).unwrap();
+                },
+            );
             let e = format!("{:#}", Service::open(&copy, ADMIN).map(|_| ()).unwrap_err());
             assert!(e.contains("decision 5 has reward 0.125"), "{what}: {e}");
         }

@@ -33,8 +33,7 @@ static PASSED: std::sync::Mutex<Option<(String, i64)>> = std::sync::Mutex::new(N
 pub fn passed(entries: i64) {
     *PASSED
         .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner) =
-        Some((crate::store::now(), entries));
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some((crate::store::now(), entries));
 }
 
 /// The start-up check's outcome for the monitor page: when it passed and on how many
