@@ -68,16 +68,6 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// One restart of the service on `db`: seconds until `/v1/health` first answers and until it
 /// answers 200.
 fn restart(db: &Path) -> anyhow::Result<(f64, f64)> {
-    let opts = dpbandits_serve::ServeOptions {
-        db: db.to_path_buf(),
-        listen: "127.0.0.1:0".parse()?,
-        admin_token: ADMIN.into(),
-        admin_token_file: None,
-        log_file: Some(db.with_extension("log")),
-        audit_key_file: None,
-        limits: dpbandits_serve::Limits::default(),
-        publish: None,
-    };
     // The port is not known before the service binds it: bind a probe port first, free it, and
     // give the service that address.
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
@@ -85,8 +75,14 @@ fn restart(db: &Path) -> anyhow::Result<(f64, f64)> {
         .port();
     let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse()?;
     let opts = dpbandits_serve::ServeOptions {
+        db: db.to_path_buf(),
         listen: addr,
-        ..opts
+        admin_token: ADMIN.into(),
+        admin_token_file: None,
+        log_file: Some(db.with_extension("log")),
+        audit_key_file: None,
+        limits: dpbandits_serve::Limits::default(),
+        publish: None,
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let t0 = Instant::now();
@@ -104,9 +100,8 @@ fn restart(db: &Path) -> anyhow::Result<(f64, f64)> {
             |_| (),
         ))
     });
-    let (mut first, ready);
-    first = None;
-    loop {
+    let mut first = None;
+    let ready = loop {
         let probe = dpbandits_serve::client::request(
             addr,
             "GET",
@@ -120,15 +115,14 @@ fn restart(db: &Path) -> anyhow::Result<(f64, f64)> {
                 let at = t0.elapsed().as_secs_f64();
                 first.get_or_insert(at);
                 if status == 200 {
-                    ready = at;
-                    break;
+                    break at;
                 }
             }
             Err(_) if t0.elapsed() > Duration::from_secs(120) => anyhow::bail!("no answer"),
             Err(_) => {}
         }
         std::thread::sleep(Duration::from_millis(5));
-    }
+    };
     let _ = stop_tx.send(());
     server.join().expect("server thread")?;
     Ok((first.unwrap_or(ready), ready))
