@@ -28,6 +28,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 const ADMIN: &str = "fair-bench-admin-token-0123456789";
+
+/// A loop beside the clients (a health flooder, an admin reader) until its flag: its count.
+type Extra = Box<dyn Fn(&AtomicBool) -> anyhow::Result<u64> + Send + Sync>;
+
+/// One experiment's decisions per second and its decision requests' latencies (ms).
+type Measured = (f64, Vec<f64>);
 const T: Duration = Duration::from_secs(30);
 
 fn env_or(name: &str, default: u64) -> u64 {
@@ -137,10 +143,10 @@ fn fill(addr: SocketAddr, token: &str, k: u64) -> anyhow::Result<()> {
 fn load(
     addr: SocketAddr,
     groups: &[(String, String, u64)],
-    extra: Option<Box<dyn Fn(&AtomicBool) -> anyhow::Result<u64> + Send + Sync>>,
+    extra: Option<Extra>,
     extras: u64,
     secs: f64,
-) -> anyhow::Result<(Vec<(f64, Vec<f64>)>, u64)> {
+) -> anyhow::Result<(Vec<Measured>, u64)> {
     let stop = Arc::new(AtomicBool::new(false));
     let extra = extra.map(Arc::new);
     let extra_n = Arc::new(AtomicU64::new(0));
@@ -168,7 +174,7 @@ fn load(
     std::thread::sleep(Duration::from_secs_f64(secs));
     stop.store(true, Ordering::Relaxed);
     let elapsed = start.elapsed().as_secs_f64();
-    let mut out: Vec<(f64, Vec<f64>)> = groups.iter().map(|_| (0.0, Vec::new())).collect();
+    let mut out: Vec<Measured> = groups.iter().map(|_| (0.0, Vec::new())).collect();
     for (gi, t) in threads {
         let (n, lat) = t.join().expect("client")?;
         out[gi].0 += n as f64 / elapsed;
@@ -250,17 +256,16 @@ fn main() -> anyhow::Result<()> {
         let (alone, _) = load(addr, &[(a.clone(), ta.clone(), n)], None, 0, secs)?;
         let d = format!("d{run}");
         let td = create(addr, &d, dpts.clone())?;
-        let flood: Box<dyn Fn(&AtomicBool) -> anyhow::Result<u64> + Send + Sync> =
-            Box::new(move |stop: &AtomicBool| {
-                let mut c = Conn::new(addr, T);
-                let mut k = 0;
-                while !stop.load(Ordering::Relaxed) {
-                    let r = c.request("GET", "/v1/health", None, None)?;
-                    anyhow::ensure!(r.status == 200, "health: {}", r.body);
-                    k += 1;
-                }
-                Ok(k)
-            });
+        let flood: Extra = Box::new(move |stop: &AtomicBool| {
+            let mut c = Conn::new(addr, T);
+            let mut k = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let r = c.request("GET", "/v1/health", None, None)?;
+                anyhow::ensure!(r.status == 200, "health: {}", r.body);
+                k += 1;
+            }
+            Ok(k)
+        });
         let (beside, probes) = load(
             addr,
             &[(a.clone(), ta.clone(), n), (d, td, m)],
@@ -272,23 +277,22 @@ fn main() -> anyhow::Result<()> {
         let q = format!("q{run}");
         let tq = create(addr, &q, adac.clone())?;
         let (mut quiet, _) = load(addr, &[(q.clone(), tq.clone(), n)], None, 0, secs)?;
-        let reader: Box<dyn Fn(&AtomicBool) -> anyhow::Result<u64> + Send + Sync> =
-            Box::new(move |stop: &AtomicBool| {
-                let mut c = Conn::new(addr, T);
-                let mut k = 0;
-                while !stop.load(Ordering::Relaxed) {
-                    let r = c.request(
-                        "GET",
-                        "/v1/experiments/big/export?limit=10000",
-                        Some(ADMIN),
-                        None,
-                    )?;
-                    anyhow::ensure!(r.status == 200, "export: {}", r.status);
-                    anyhow::ensure!(r.body.lines().count() == 10_000, "a page of 10,000 rows");
-                    k += 1;
-                }
-                Ok(k)
-            });
+        let reader: Extra = Box::new(move |stop: &AtomicBool| {
+            let mut c = Conn::new(addr, T);
+            let mut k = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let r = c.request(
+                    "GET",
+                    "/v1/experiments/big/export?limit=10000",
+                    Some(ADMIN),
+                    None,
+                )?;
+                anyhow::ensure!(r.status == 200, "export: {}", r.status);
+                anyhow::ensure!(r.body.lines().count() == 10_000, "a page of 10,000 rows");
+                k += 1;
+            }
+            Ok(k)
+        });
         let (mut read, pages) = load(addr, &[(q, tq, n)], Some(reader), 1, secs)?;
         let (ql, rl) = (&mut quiet[0].1, &mut read[0].1);
         let qs = (pct(ql, 0.5), pct(ql, 0.99), pct(ql, 1.0));

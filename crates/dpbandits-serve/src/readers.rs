@@ -86,7 +86,7 @@ mod tests {
             "name": "e", "arms": 3, "policy": {"kind": "adac_ucb", "rho": 0.5}}))
         .unwrap();
         s.create(req).unwrap();
-        let mut pair = |s: &mut Service| {
+        let pair = |s: &mut Service| {
             let id = s.decide("e", None, None).unwrap()["decision_id"]
                 .as_u64()
                 .unwrap();

@@ -157,7 +157,7 @@ fn run_batch(s: &mut Service, lanes: &mut Lanes) -> usize {
 }
 
 /// The writer (group commit): the only owner of the service, on its own thread. It takes the
-/// waiting operations into their lanes ([`gather`]), runs a batch of them one after the other
+/// waiting operations into their lanes (`gather`), runs a batch of them one after the other
 /// inside one transaction ([`Service::begin_batch`]; each operation's writes are a savepoint in
 /// it), commits once (one fsync for the batch), and only then answers each. If the commit
 /// fails (or an operation panics), every request of the batch is answered 500 and the service

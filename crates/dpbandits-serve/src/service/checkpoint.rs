@@ -4,7 +4,7 @@ use super::*;
 
 impl Service {
     /// Store `value` as the database's checkpoint (made by the background check on a reader,
-    /// [`crate::checkpointer`]) in the open batch.
+    /// the checkpoint thread) in the open batch.
     ///
     /// # Errors
     /// The write fails.

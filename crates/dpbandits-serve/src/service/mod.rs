@@ -399,7 +399,7 @@ impl Service {
     /// # Errors
     /// The write fails.
     pub fn health_write(&mut self) -> ServiceResult<()> {
-        // The HTTP layer limits the probes' writes ([`crate::api::HealthCache`]).
+        // The HTTP layer limits the probes' writes (`api::HealthCache`).
         let tx = self.conn.savepoint()?;
         store::set_meta(&tx, "health", &store::now())?;
         tx.commit()?;

@@ -182,6 +182,9 @@ fn as_f64(v: &Value, key: &str, seq: i64) -> Result<f64> {
 
 mod checkpoint;
 pub mod progress;
+mod touched;
+
+use touched::Touched;
 
 pub use checkpoint::{Startup, startup_check};
 
@@ -204,33 +207,6 @@ struct Resume {
     after: i64,
     head: String,
     seen: BTreeMap<String, Seen>,
-}
-
-/// The rows that the walked entries describe (recorded when resuming after a checkpoint: its
-/// row digest is carried forward over them).
-#[derive(Debug, Default)]
-struct Touched {
-    /// `(experiment, decision id)` of each `decision` entry.
-    decided: Vec<(String, u64)>,
-    /// `(experiment, decision id)` of each `reward` and `abandon` entry.
-    settled: Vec<(String, u64)>,
-    /// The ledger row of each `budget-charge` entry.
-    charged: Vec<i64>,
-}
-
-impl Touched {
-    /// Record the row entry `body` describes (its fields were checked by [`check_entry`]).
-    fn record(&mut self, exp: &str, event: &str, body: &Value) {
-        let id = || body.get("decision_id").and_then(Value::as_u64).unwrap_or(0);
-        match Event::parse(event) {
-            Some(Event::Decision) => self.decided.push((exp.to_string(), id())),
-            Some(Event::Reward | Event::Abandon) => self.settled.push((exp.to_string(), id())),
-            Some(Event::BudgetCharge) => self
-                .charged
-                .push(body.get("ledger_id").and_then(Value::as_i64).unwrap_or(0)),
-            _ => {}
-        }
-    }
 }
 
 /// What a walk proved: the report, what the log says per experiment, and the rows the walked
