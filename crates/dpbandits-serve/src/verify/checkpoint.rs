@@ -187,7 +187,11 @@ pub(super) fn resume(conn: &Connection, key: &AuditKey) -> Result<Option<(u64, W
             p.keyed_from
         );
     }
-    match store::audit_hash_at(conn, p.entries)? {
+    let at = match p.entries {
+        0 => Some(store::GENESIS.to_string()), // an empty log's head
+        n => store::audit_hash_at(conn, n)?,
+    };
+    match at {
         Some(h) if h == p.head => {}
         other => bail!(
             "meta.checkpoint: entry {} has hash {}; the log has {other:?} (the log was rewritten or truncated)",
