@@ -11,14 +11,17 @@
 //! (`service/`) calls them inside its transactions, the verifier (`verify.rs`) reads through
 //! them. Parts: `db.rs` (the file, the schema, the batch's transaction), `chain.rs` (the audit
 //! chain and its key), `tables.rs` (experiments, decisions, ledger), `reads.rs` (the verifier's
-//! reads, the pins' digest, inspection).
+//! reads, the pins' digest, inspection), `checkpoint.rs` (the keyed start-up checkpoint's rows and
+//! the tables' keyed digest).
 
 mod chain;
+mod checkpoint;
 mod db;
 mod reads;
 mod tables;
 
 pub use chain::*;
+pub use checkpoint::*;
 pub use db::*;
 pub use reads::*;
 pub use tables::*;
