@@ -3,7 +3,7 @@
 //! go one at a time, so an unauthenticated probe flood costs the writer one commit a period and
 //! never fills its queue.
 
-use super::ApiResult;
+use super::error::ApiResult;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 

@@ -130,7 +130,7 @@ impl<'c> RowReader<'c> {
     }
 }
 
-/// Row counts per experiment of the tables the log explains ([`super::table_scan`]).
+/// Row counts per experiment of the tables the log explains ([`Reads::table_scan`]).
 #[derive(Debug, Default)]
 pub struct TableCounts {
     /// Decision rows.
