@@ -18,12 +18,14 @@
 
 pub mod api;
 pub mod backup;
+pub mod checkpointer;
 pub mod client;
 pub mod limits;
 pub mod log;
 pub mod metrics;
 pub mod monitor_html;
 pub mod publish;
+pub mod readers;
 pub mod report_html;
 mod server;
 pub mod service;
@@ -377,12 +379,16 @@ pub async fn serve_until(
     let experiments = service.experiment_count();
     let tokens = service.tokens();
     let jobs = start_writer(service, db_lock)?;
+    if let Ok(Some(key)) = verify::key_for(&opts.db, opts.audit_key_file.as_deref()) {
+        checkpointer::start(opts.db.clone(), key, &jobs);
+    }
     let timers = start_timers(&jobs, opts.publish.as_ref());
     let state = api::Shared {
         jobs,
         tokens: tokens.clone(),
         body_timeout: limits.body_timeout,
         health: std::sync::Arc::default(),
+        readers: readers::Readers::new(&opts.db),
     };
     let hup = tokio::spawn(reload_on_sighup(hup, tokens, opts.admin_token_file.clone()));
     let _ = ready.set(api::router(state));
@@ -431,7 +437,7 @@ async fn open_service(opts: &ServeOptions) -> Result<service::Service> {
 fn start_writer(
     service: service::Service,
     db_lock: std::fs::File,
-) -> Result<tokio::sync::mpsc::Sender<api::Job>> {
+) -> Result<tokio::sync::mpsc::Sender<api::Queued>> {
     let (jobs, queue) = tokio::sync::mpsc::channel(4 * api::MAX_BATCH);
     std::thread::Builder::new()
         .name("dpbandits-writer".into())
@@ -452,7 +458,7 @@ fn start_writer(
 /// The writer's timers: the reward deadlines ([`enforce_deadlines`]) and, with
 /// `--publish-head`, the publication period (a no-op job, so an idle writer publishes too).
 fn start_timers(
-    jobs: &tokio::sync::mpsc::Sender<api::Job>,
+    jobs: &tokio::sync::mpsc::Sender<api::Queued>,
     publish: Option<&publish::PublishOptions>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let mut timers = vec![tokio::spawn(enforce_deadlines(jobs.clone()))];
@@ -463,7 +469,7 @@ fn start_timers(
             tick.tick().await;
             loop {
                 tick.tick().await;
-                if jobs.send(api::publish_tick()).await.is_err() {
+                if jobs.send(api::publish_tick().into()).await.is_err() {
                     break;
                 }
             }
@@ -480,7 +486,7 @@ pub const DEADLINE_TICK: Duration = Duration::from_millis(250);
 /// its experiment's `reward_deadline` ([`service::Service::expire_all`]), so decisions expire
 /// on time with no decision request (after enrolment ends, `close` need not wait). Each run
 /// that abandons something is logged.
-async fn enforce_deadlines(jobs: tokio::sync::mpsc::Sender<api::Job>) {
+async fn enforce_deadlines(jobs: tokio::sync::mpsc::Sender<api::Queued>) {
     let mut tick = tokio::time::interval(DEADLINE_TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -499,7 +505,7 @@ async fn enforce_deadlines(jobs: tokio::sync::mpsc::Sender<api::Job>) {
                 ),
             }) as api::Reply
         });
-        if jobs.send(job).await.is_err() {
+        if jobs.send(job.into()).await.is_err() {
             return;
         }
     }

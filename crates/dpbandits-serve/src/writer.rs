@@ -1,9 +1,13 @@
 //! The writer (group commit): the one thread that owns the [`Service`]; it runs the waiting
 //! requests in one transaction, commits once, answers them, and publishes the head when due.
+//! Requests wait in one lane per experiment, and a batch takes them round-robin with a time
+//! share per lane ([`QUANTUM`]): an experiment whose operations are expensive (a per-step
+//! private kind pays an fsync per release) cannot starve another.
 
 use crate::log::log;
 use crate::service::Service;
 use serde_json::json;
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 /// One operation for the writer: it runs on the service and returns what answers its request
@@ -11,6 +15,21 @@ use std::time::{Duration, Instant};
 pub type Job = Box<dyn FnOnce(&mut Service) -> Reply + Send>;
 /// Answers a request after its batch's commit (`true`) or failure (`false`: a 500).
 pub type Reply = Box<dyn FnOnce(bool) + Send>;
+
+/// A job with its lane: the experiment it operates on (`None`: the service-wide lane: admin
+/// operations, creation, health probes, the timers).
+pub struct Queued {
+    /// The lane (an experiment's name).
+    pub lane: Option<String>,
+    /// The operation.
+    pub job: Job,
+}
+
+impl From<Job> for Queued {
+    fn from(job: Job) -> Queued {
+        Queued { lane: None, job }
+    }
+}
 
 /// The writer waits (once, [`GATHER_WAIT`]) for more requests before it closes a batch smaller
 /// than the last one, when the last one had at least this many: under concurrent load one
@@ -23,49 +42,140 @@ pub const GATHER_WAIT: Duration = Duration::from_micros(50);
 /// Operations in one batch at most.
 pub const MAX_BATCH: usize = 512;
 
+/// Each lane's share of a batch's time (deficit round robin): at each batch a lane with
+/// waiting operations gets this much credit (at most this much in all); each of its
+/// operations is charged the time it took (a release's fsync included); a lane runs while its
+/// credit is positive. A lane whose operations cost more than its share waits for later
+/// batches, so the cheap operations of other lanes are not held behind them.
+pub const QUANTUM: Duration = Duration::from_millis(2);
+
+/// The waiting operations, one queue per lane, and each lane's credit (seconds).
+#[derive(Default)]
+struct Lanes {
+    lanes: Vec<(Option<String>, VecDeque<Job>, f64)>,
+    next: usize,
+    waiting: usize,
+}
+
+impl Lanes {
+    fn push(&mut self, q: Queued) {
+        self.waiting += 1;
+        match self.lanes.iter_mut().find(|l| l.0 == q.lane) {
+            Some(l) => l.1.push_back(q.job),
+            None => self.lanes.push((q.lane, VecDeque::from([q.job]), 0.0)),
+        }
+    }
+
+    /// A new batch: every lane gets [`QUANTUM`] of credit (at most one quantum in all), until a
+    /// lane with waiting operations has positive credit. A lane keeps its debt while it is
+    /// empty (its next operations wait until it is paid), and is dropped once empty and out of
+    /// debt.
+    fn refill(&mut self) {
+        self.lanes.retain(|l| !l.1.is_empty() || l.2 < 0.0);
+        self.next = 0;
+        let q = QUANTUM.as_secs_f64();
+        loop {
+            for l in &mut self.lanes {
+                l.2 = (l.2 + q).min(q);
+            }
+            let mut waiting = self.lanes.iter().filter(|l| !l.1.is_empty());
+            if waiting.clone().next().is_none() || waiting.any(|l| l.2 > 0.0) {
+                break;
+            }
+        }
+    }
+
+    /// The next operation, round-robin over the lanes with credit: `(lane index, job)`.
+    fn take(&mut self) -> Option<(usize, Job)> {
+        let n = self.lanes.len();
+        for k in 0..n {
+            let i = (self.next + k) % n;
+            let l = &mut self.lanes[i];
+            if l.2 > 0.0
+                && let Some(job) = l.1.pop_front()
+            {
+                self.next = (i + 1) % n;
+                self.waiting -= 1;
+                return Some((i, job));
+            }
+        }
+        None
+    }
+
+    /// Charge lane `i` for an operation that took `spent`; a lane left empty keeps no credit.
+    fn charge(&mut self, i: usize, spent: Duration) {
+        let l = &mut self.lanes[i];
+        l.2 -= spent.as_secs_f64();
+        if l.1.is_empty() && l.2 > 0.0 {
+            l.2 = 0.0;
+        }
+    }
+}
+
+/// Move every waiting request of the queue into the lanes (at most [`MAX_BATCH`] waiting in
+/// all, beyond which the queue holds them); under concurrent load (the last batch had `last`
+/// requests) wait once ([`GATHER_WAIT`]) for the requests on their way.
+fn gather(jobs: &mut tokio::sync::mpsc::Receiver<Queued>, lanes: &mut Lanes, last: usize) {
+    let mut waited = false;
+    while lanes.waiting < MAX_BATCH {
+        match jobs.try_recv() {
+            Ok(q) => lanes.push(q),
+            Err(_) if !waited && last >= GATHER_FROM && lanes.waiting < last => {
+                waited = true;
+                std::thread::sleep(GATHER_WAIT);
+            }
+            Err(_) => break,
+        }
+    }
+}
+
+/// Run one batch from the lanes (round-robin within each lane's credit, at most
+/// [`MAX_BATCH`] operations) in one transaction, commit it and answer its requests; returns
+/// how many ran. When an operation fails the batch (or panics), the operations not run yet
+/// stay in their lanes for the next batch.
+fn run_batch(s: &mut Service, lanes: &mut Lanes) -> usize {
+    lanes.refill();
+    s.begin_batch();
+    let mut replies = Vec::new();
+    while replies.len() < MAX_BATCH && !s.batch_failed() {
+        let Some((i, job)) = lanes.take() else { break };
+        let t = Instant::now();
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(s))) {
+            Ok(r) => replies.push(r),
+            Err(_) => s.fail_batch(),
+        }
+        lanes.charge(i, t.elapsed());
+    }
+    let t = Instant::now();
+    let ok = s.commit_batch().is_ok();
+    crate::metrics::record_commit(replies.len(), t.elapsed().as_secs_f64());
+    let n = replies.len();
+    for r in replies {
+        r(ok);
+    }
+    n
+}
+
 /// The writer (group commit): the only owner of the service, on its own thread. It takes the
-/// waiting operations (at most [`MAX_BATCH`]; see [`GATHER_FROM`]), runs them one after the
-/// other inside one transaction ([`Service::begin_batch`]; each operation's writes are a
-/// savepoint in it), commits once (one fsync for the batch), and only then answers each. If the
-/// commit fails (or an operation panics), every request of the batch is answered 500 and the
-/// service reloads its state from the database. Ends when every sender is dropped.
-pub fn writer(mut s: Service, mut jobs: tokio::sync::mpsc::Receiver<Job>) {
+/// waiting operations into their lanes (`gather`), runs a batch of them one after the other
+/// inside one transaction ([`Service::begin_batch`]; each operation's writes are a savepoint in
+/// it), commits once (one fsync for the batch), and only then answers each. If the commit
+/// fails (or an operation panics), every request of the batch is answered 500 and the service
+/// reloads its state from the database. Ends when every sender is dropped and no operation
+/// waits.
+pub fn writer(mut s: Service, mut jobs: tokio::sync::mpsc::Receiver<Queued>) {
+    let mut lanes = Lanes::default();
     let mut last = 0;
     publish(&mut s);
-    while let Some(first) = jobs.blocking_recv() {
-        let mut batch = vec![first];
-        let mut waited = false;
-        while batch.len() < MAX_BATCH {
-            match jobs.try_recv() {
-                Ok(j) => batch.push(j),
-                // Under concurrent load (the last batch was large) and short of it: wait once
-                // for the requests on their way, so that one fsync carries more of them.
-                Err(_) if !waited && last >= GATHER_FROM && batch.len() < last => {
-                    waited = true;
-                    std::thread::sleep(GATHER_WAIT);
-                }
-                Err(_) => break,
+    loop {
+        if lanes.waiting == 0 {
+            match jobs.blocking_recv() {
+                Some(q) => lanes.push(q),
+                None => break,
             }
         }
-        last = batch.len();
-        s.begin_batch();
-        let mut replies = Vec::with_capacity(batch.len());
-        for job in batch {
-            if s.batch_failed() {
-                // Dropped unrun: its request is answered 500.
-                continue;
-            }
-            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&mut s))) {
-                Ok(r) => replies.push(r),
-                Err(_) => s.fail_batch(),
-            }
-        }
-        let t = Instant::now();
-        let ok = s.commit_batch().is_ok();
-        crate::metrics::record_commit(replies.len(), t.elapsed().as_secs_f64());
-        for r in replies {
-            r(ok);
-        }
+        gather(&mut jobs, &mut lanes, last);
+        last = run_batch(&mut s, &mut lanes);
         publish(&mut s);
     }
 }
@@ -83,4 +193,58 @@ fn publish(s: &mut Service) {
 /// one every period, so an idle service publishes its last change too.
 pub fn publish_tick() -> Job {
     Box::new(|_: &mut Service| Box::new(|_| ()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job() -> Job {
+        Box::new(|_: &mut Service| Box::new(|_| ()))
+    }
+
+    /// Lanes are served round-robin, and a lane that spent more than its share waits for a
+    /// later batch while the others go on.
+    #[test]
+    fn an_expensive_lane_waits_its_turn() {
+        let mut lanes = Lanes::default();
+        for _ in 0..3 {
+            lanes.push(Queued {
+                lane: Some("slow".into()),
+                job: job(),
+            });
+            lanes.push(Queued {
+                lane: Some("fast".into()),
+                job: job(),
+            });
+        }
+        lanes.refill();
+        let (a, _) = lanes.take().unwrap();
+        lanes.charge(a, QUANTUM * 3);
+        let (b, _) = lanes.take().unwrap();
+        assert_ne!(a, b, "round-robin");
+        lanes.charge(b, Duration::from_micros(10));
+        // The slow lane is out of credit for this batch: only the fast one runs.
+        let (c, _) = lanes.take().unwrap();
+        assert_eq!(c, b);
+        lanes.charge(c, Duration::from_micros(10));
+        let (d, _) = lanes.take().unwrap();
+        assert_eq!(d, b);
+        lanes.charge(d, Duration::from_micros(10));
+        assert!(
+            lanes.take().is_none(),
+            "the slow lane waits for a later batch"
+        );
+        // Later batches: the slow lane's debt is paid off, then it runs again.
+        let mut batches = 0;
+        loop {
+            lanes.refill();
+            batches += 1;
+            if let Some((i, _)) = lanes.take() {
+                assert_eq!(i, a);
+                break;
+            }
+        }
+        assert!(batches >= 1 && lanes.waiting == 1, "{batches}");
+    }
 }

@@ -4,7 +4,7 @@
 use super::error::{ApiError, ApiResult, short};
 use crate::log::log;
 use crate::service::{Caller, Service, ServiceError, Tokens};
-use crate::writer::{Job, Reply};
+use crate::writer::{Job, Queued, Reply};
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, MatchedPath, RawPathParams, Request};
 use axum::http::Method;
@@ -17,18 +17,20 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 /// The shared state of the handlers: the writer's queue, the token table (read without the
-/// writer: a request is authenticated before its body is read) and the body timeout.
+/// writer: a request is authenticated before its body is read), the body timeout, the health
+/// probes' write limit and the read-only connections.
 #[derive(Clone)]
 pub struct Shared {
     /// The writer's queue ([`crate::writer::writer`]).
-    pub jobs: tokio::sync::mpsc::Sender<Job>,
+    pub jobs: tokio::sync::mpsc::Sender<Queued>,
     /// The token hashes ([`Service::tokens`]).
     pub tokens: Arc<RwLock<Tokens>>,
     /// A request body must arrive within this time after its header (else 408).
     pub body_timeout: Duration,
-    /// The newest health probe's durable write (when it committed, and the experiment count
-    /// then); held while a probe writes, so that probes write one at a time ([`crate::service::HEALTH_WRITE_EVERY`]).
-    pub health: Arc<tokio::sync::Mutex<Option<(Instant, usize)>>>,
+    /// The health probes' one write limit ([`super::health::HealthCache`]).
+    pub health: Arc<super::health::HealthCache>,
+    /// Read-only connections for the admin pages that need no session ([`crate::readers`]).
+    pub readers: Arc<crate::readers::Readers>,
 }
 
 /// The bearer token of a request's `Authorization` header.
@@ -38,10 +40,19 @@ pub(crate) fn bearer(headers: &HeaderMap) -> Option<String> {
     (!t.is_empty()).then(|| t.to_string())
 }
 
-/// Run `f` on the service through the writer's queue; the answer comes after the commit of
-/// `f`'s batch (a failed commit answers 500).
+/// Run `f` on the service through the writer's queue (the service-wide lane); the answer
+/// comes after the commit of `f`'s batch (a failed commit answers 500).
 pub(crate) async fn with_service<T: Send + 'static>(
     state: &Shared,
+    f: impl FnOnce(&mut Service) -> ApiResult<T> + Send + 'static,
+) -> ApiResult<T> {
+    with_service_in(state, None, f).await
+}
+
+/// [`with_service`] in experiment `lane`'s lane of the writer ([`crate::writer::QUANTUM`]).
+pub(crate) async fn with_service_in<T: Send + 'static>(
+    state: &Shared,
+    lane: Option<&str>,
     f: impl FnOnce(&mut Service) -> ApiResult<T> + Send + 'static,
 ) -> ApiResult<T> {
     let (tx, rx) = tokio::sync::oneshot::channel();
@@ -55,9 +66,10 @@ pub(crate) async fn with_service<T: Send + 'static>(
             });
         }) as Reply
     });
+    let lane = lane.map(str::to_string);
     state
         .jobs
-        .send(job)
+        .send(Queued { lane, job })
         .await
         .map_err(|_| ApiError::internal("the writer has stopped"))?;
     rx.await
@@ -211,6 +223,28 @@ impl<A> Ctx<A> {
         f: impl FnOnce(&mut Service) -> ApiResult<T> + Send + 'static,
     ) -> ApiResult<T> {
         with_service(&self.shared, f).await
+    }
+
+    /// [`Ctx::run`] in the writer's lane of the request's experiment (its path's `{name}`):
+    /// the writer serves the experiments' lanes in turn ([`crate::writer::QUANTUM`]).
+    pub(crate) async fn run_in_lane<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Service) -> ApiResult<T> + Send + 'static,
+    ) -> ApiResult<T> {
+        with_service_in(&self.shared, self.info.experiment.as_deref(), f).await
+    }
+
+    /// Run `f` on a read-only connection beside the writer ([`crate::readers`]): it reads what
+    /// is committed, without queueing behind the writer's batches.
+    pub(crate) async fn read<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&crate::store::Reads) -> ApiResult<T> + Send + 'static,
+    ) -> ApiResult<T> {
+        self.shared
+            .readers
+            .read(f)
+            .await
+            .map_err(ApiError::internal)?
     }
 
     /// Count the answer `r` and log it (with `fields`, e.g. the decision), then answer it as

@@ -22,6 +22,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::{Arc, RwLock};
 
+mod checkpoint;
 mod create;
 mod decide;
 mod open;
@@ -30,6 +31,7 @@ mod reward;
 mod trial;
 
 pub use create::{CreateRequest, check_name, check_request_id, policy_table};
+pub use read::{audit_page, export_rows};
 
 /// Why an operation was refused. Every message names the field, the value and what is allowed;
 /// the state is unchanged.
@@ -223,12 +225,7 @@ pub struct Service {
     stale: HashSet<String>,
     /// Publishes the audit log's head out of band, when configured (`--publish-head`).
     publisher: Option<crate::publish::Publisher>,
-    /// When the last health probe's write was made (forgotten when its batch fails).
-    health_at: Option<std::time::Instant>,
 }
-
-/// At most one health probe's durable write per this period ([`Service::health_write`]).
-pub const HEALTH_WRITE_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The SHA-256 hashes of the admin token and of every experiment's client token: what
 /// [`Tokens::check`] compares a bearer token with. Shared (behind a lock of its own) so the HTTP
@@ -349,7 +346,6 @@ impl Service {
         };
         self.batch_failed = false;
         if let Err(e) = r {
-            self.health_at = None;
             let _ = self.store.rollback_batch();
             crate::log::log(
                 "batch-failed",
@@ -402,18 +398,10 @@ impl Service {
     /// # Errors
     /// The write fails.
     pub fn health_write(&mut self) -> ServiceResult<()> {
-        // A flood of probes costs one durable write a period, not one each: a probe within
-        // [`HEALTH_WRITE_EVERY`] of a committed write answers from it.
-        if self
-            .health_at
-            .is_some_and(|t| t.elapsed() < HEALTH_WRITE_EVERY)
-        {
-            return Ok(());
-        }
+        // The HTTP layer limits the probes' writes (`api::HealthCache`).
         let tx = self.store.begin()?;
         tx.set_meta("health", &store::now())?;
         tx.commit()?;
-        self.health_at = Some(std::time::Instant::now());
         Ok(())
     }
 
@@ -640,37 +628,6 @@ mod tests {
         let s = Service::open(&db, ADMIN).unwrap();
         assert_eq!(s.status("t").unwrap(), st);
         assert_eq!(s.experiment_count(), 1);
-    }
-
-    /// A flood of health probes makes one durable write a period ([`HEALTH_WRITE_EVERY`]); a
-    /// failed batch forgets it, so the next probe writes (and fails, if the database does).
-    #[test]
-    fn health_probes_write_once_a_period() {
-        let (_dir, _db, mut s) = with_committed_pairs(1);
-        let written = |s: &Service| -> String {
-            s.store
-                .connection()
-                .query_row("SELECT value FROM meta WHERE key = 'health'", [], |r| {
-                    r.get(0)
-                })
-                .unwrap()
-        };
-        s.health_write().unwrap();
-        let first = written(&s);
-        std::thread::sleep(std::time::Duration::from_millis(5));
-        for _ in 0..100 {
-            s.health_write().unwrap();
-        }
-        assert_eq!(written(&s), first, "probes within the period do not write");
-        s.begin_batch();
-        s.fail_batch();
-        assert!(s.commit_batch().is_err());
-        s.health_write().unwrap();
-        assert_ne!(
-            written(&s),
-            first,
-            "after a failed batch the next probe writes"
-        );
     }
 
     /// An operation that fails after its session changed (here: the decision's row cannot be

@@ -263,25 +263,17 @@ impl Service {
             Some(_) => store::AuditKey::load(&key_path)?,
             None => store::AuditKey::load_or_create(&key_path)?.0,
         };
-        let unpinned = if self_check {
-            let checked = crate::verify::verify_conn(
-                &store,
-                keying.as_ref().map(|_| &key),
-                &crate::verify::Expect::default(),
-            )
-            .with_context(|| {
-            format!(
-                "--db {}: refusing to start: the database does not verify against its audit log (dpbandits audit-log verify names the same)",
-                db.display()
-            )
-            })?;
-            crate::verify::progress::passed(checked.entries as i64);
-            checked.unpinned
+        let (unpinned, checkpoint) = if self_check {
+            start_up_check(&store, db, keying.as_ref().map(|_| &key))?
         } else {
-            Vec::new()
+            (Vec::new(), None)
         };
         store.init_audit_key(&key, db)?;
         let tx = store.begin()?;
+        if let Some(c) = &checkpoint {
+            // The state just verified, before this start writes anything.
+            tx.set_checkpoint(c)?;
+        }
         migrate_all(&tx, db)?;
         pin_earlier(&tx, &unpinned)?;
         settle_intents(&tx)?;
@@ -301,7 +293,6 @@ impl Service {
             batch_failed: false,
             stale: HashSet::new(),
             publisher: None,
-            health_at: None,
         })
     }
 
@@ -330,4 +321,27 @@ impl Service {
         self.stale.clear();
         Ok(())
     }
+}
+
+/// The start-up check ([`crate::verify::startup_check`]): after the stored keyed checkpoint
+/// when it holds, else the whole log. Returns the experiments to pin and the checkpoint of the
+/// state just verified (to store before this start writes anything).
+fn start_up_check(
+    store: &store::Store,
+    db: &Path,
+    key: Option<&store::AuditKey>,
+) -> anyhow::Result<(Vec<String>, Option<String>)> {
+    let checked = crate::verify::startup_check(store, key).with_context(|| {
+        format!(
+            "--db {}: refusing to start: the database does not verify against its audit log (dpbandits audit-log verify names the same)",
+            db.display()
+        )
+    })?;
+    crate::verify::progress::passed(checked.report.entries as i64);
+    crate::log::log(
+        "start-up-check",
+        json!({"entries": checked.report.entries, "resumed_after_checkpoint": checked.resumed_after,
+               "checkpoint_refused": checked.checkpoint_refused}),
+    );
+    Ok((checked.report.unpinned, checked.next))
 }

@@ -197,11 +197,7 @@ impl Service {
         limit: u64,
     ) -> ServiceResult<(Vec<store::DecisionRow>, Option<u64>)> {
         self.experiment(name)?;
-        let rows = self.store.decision_rows(name, after, limit)?;
-        let next = (rows.len() as u64 == limit)
-            .then(|| rows.last().map(|r| r.decision_id))
-            .flatten();
-        Ok((rows, next))
+        export_rows(&self.store, name, after, limit)
     }
 
     /// The audit log (admin only): entries after `after`, at most `limit`.
@@ -211,7 +207,44 @@ impl Service {
         after: i64,
         limit: i64,
     ) -> ServiceResult<Value> {
-        let rows = self.store.audit_entries(experiment, after, limit)?;
-        Ok(json!({"entries": rows}))
+        audit_page(&self.store, experiment, after, limit)
     }
+}
+
+/// Decisions with their rewards (admin; protected data) of experiment `name`, `decision_id >
+/// after`, at most `limit`: `(rows, next_after)`. On any connection (a reader beside the writer:
+/// what is committed).
+///
+/// # Errors
+/// No such experiment, or SQLite errors.
+pub fn export_rows(
+    reads: &store::Reads,
+    name: &str,
+    after: u64,
+    limit: u64,
+) -> ServiceResult<(Vec<store::DecisionRow>, Option<u64>)> {
+    if !reads.experiment_exists(name)? {
+        return Err(ServiceError::NotFound(format!(
+            "experiment = {name:?}: no such experiment"
+        )));
+    }
+    let rows = reads.decision_rows(name, after, limit)?;
+    let next = (rows.len() as u64 == limit)
+        .then(|| rows.last().map(|r| r.decision_id))
+        .flatten();
+    Ok((rows, next))
+}
+
+/// The audit log (admin only): entries after `after`, at most `limit`, of one experiment or all.
+///
+/// # Errors
+/// SQLite errors.
+pub fn audit_page(
+    reads: &store::Reads,
+    experiment: Option<&str>,
+    after: i64,
+    limit: i64,
+) -> ServiceResult<Value> {
+    let rows = reads.audit_entries(experiment, after, limit)?;
+    Ok(json!({"entries": rows}))
 }

@@ -255,6 +255,19 @@ impl AuditKey {
         mac.update(entry_message(prev, seq, ts, experiment, event, body).as_bytes());
         hex(&mac.finalize().into_bytes())
     }
+
+    /// HMAC-SHA256 under the key over a domain tag (a line) and `data`: the keyed checkpoint's
+    /// MAC and the row digest's subkey (`store::RowHasher`). Never equal to an entry's hash for
+    /// the same bytes: an entry's message starts with 64 hexadecimal digits, a tag does not.
+    pub fn mac(&self, domain: &str, data: &[u8]) -> [u8; 32] {
+        use hmac::{Hmac, Mac};
+        let mut mac =
+            <Hmac<Sha256> as Mac>::new_from_slice(&self.key).expect("HMAC takes any key length");
+        mac.update(domain.as_bytes());
+        mac.update(b"\n");
+        mac.update(data);
+        mac.finalize().into_bytes().into()
+    }
 }
 
 /// The default key file of database `db`: `<db>.audit-key` beside it.
@@ -378,8 +391,9 @@ impl Reads {
         let conn = &self.conn;
         let row: Option<(i64, String, String)> = conn
             .query_row(
-                "SELECT seq, body, hash FROM audit WHERE experiment = ?1 AND event = ?2 ORDER BY seq LIMIT 1",
-                [experiment, Event::Close.name()],
+                // `event = 'close'` literally: the partial index `audit_close` answers it.
+                "SELECT seq, body, hash FROM audit WHERE experiment = ?1 AND event = 'close' ORDER BY seq LIMIT 1",
+                [experiment],
                 |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
             )
             .optional()?;

@@ -173,6 +173,13 @@ impl Store {
         store.check_schema(path)?;
         let conn = &store.reads.conn;
         add_late_columns(conn)?;
+        // Partial indexes (a few rows each, so free to keep): the close entry of an experiment and
+        // the late outcomes, read at every start, without a scan of the log or of the decisions.
+        conn.execute_batch(
+            "CREATE INDEX IF NOT EXISTS audit_close ON audit (experiment, seq) WHERE event = 'close';
+             CREATE INDEX IF NOT EXISTS decisions_late ON decisions (experiment, id)
+             WHERE late_reward IS NOT NULL",
+        )?;
         // The pending decisions by issue time (the reward deadline's query runs at every decision
         // request of an experiment with a deadline: an index, not a scan of its decisions). After
         // the migration above: schema 1 and 2 tables get `issued_unix` there.

@@ -8,17 +8,20 @@
 //! raw reward sums.
 //!
 //! Every SQL statement of the service is here, in a named function; the state machine
-//! (`service/`) calls them inside its transactions, the verifier (`verify.rs`) reads through
+//! (`service/`) calls them inside its transactions, the verifier (`verify/`) reads through
 //! them. Parts: `db.rs` (the file, the schema, the batch's transaction), `chain.rs` (the audit
 //! chain and its key), `tables.rs` (experiments, decisions, ledger), `reads.rs` (the verifier's
-//! reads, the pins' digest, inspection).
+//! reads, the pins' digest, inspection), `checkpoint.rs` (the keyed start-up checkpoint's rows and
+//! the tables' keyed digest).
 
 mod chain;
+mod checkpoint;
 mod db;
 mod reads;
 mod tables;
 
 pub use chain::*;
+pub use checkpoint::*;
 pub use db::*;
 pub use reads::*;
 pub use tables::*;

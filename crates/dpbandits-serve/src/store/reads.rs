@@ -130,7 +130,7 @@ impl<'c> RowReader<'c> {
     }
 }
 
-/// Row counts per experiment of the tables the log explains.
+/// Row counts per experiment of the tables the log explains ([`Reads::table_scan`]).
 #[derive(Debug, Default)]
 pub struct TableCounts {
     /// Decision rows.
@@ -289,57 +289,23 @@ impl Reads {
         Ok(conn.query_row("SELECT COUNT(*) FROM audit", [], |r| r.get(0))?)
     }
 
+    /// Whether experiment `name` exists (in the committed state a reader sees).
+    ///
+    /// # Errors
+    /// SQLite errors.
+    pub fn experiment_exists(&self, name: &str) -> Result<bool> {
+        Ok(self
+            .conn
+            .prepare_cached("SELECT 1 FROM experiments WHERE name = ?1")?
+            .exists([name])?)
+    }
+
     /// Call `f` with every audit entry in order (one pass, bounded memory).
     ///
     /// # Errors
     /// SQLite errors, or `f`'s.
-    pub fn for_each_audit_entry(&self, mut f: impl FnMut(AuditRow) -> Result<()>) -> Result<()> {
-        let conn = &self.conn;
-        let mut stmt = conn.prepare(
-            "SELECT seq, ts, experiment, event, body, prev, hash FROM audit ORDER BY seq",
-        )?;
-        let mut rows = stmt.query([])?;
-        while let Some(r) = rows.next()? {
-            f(AuditRow {
-                seq: r.get(0)?,
-                ts: r.get(1)?,
-                experiment: r.get(2)?,
-                event: r.get(3)?,
-                body: r.get(4)?,
-                prev: r.get(5)?,
-                hash: r.get(6)?,
-            })?;
-        }
-        Ok(())
-    }
-
-    /// [`TableCounts`] of the database.
-    ///
-    /// # Errors
-    /// SQLite errors.
-    pub fn table_counts(&self) -> Result<TableCounts> {
-        let conn = &self.conn;
-        let counts = |sql: &str| -> Result<std::collections::BTreeMap<String, u64>> {
-            let mut stmt = conn.prepare(sql)?;
-            let rows = stmt
-                .query_map([], |r| {
-                    Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64))
-                })?
-                .collect::<rusqlite::Result<_>>()?;
-            Ok(rows)
-        };
-        Ok(TableCounts {
-            decisions: counts("SELECT experiment, COUNT(*) FROM decisions GROUP BY experiment")?,
-            rewarded: counts(
-                "SELECT experiment, COUNT(*) FROM decisions WHERE reward IS NOT NULL GROUP BY experiment",
-            )?,
-            charges: counts(
-                "SELECT experiment, COUNT(*) FROM ledger WHERE status != 'intent' GROUP BY experiment",
-            )?,
-            intents: counts(
-                "SELECT experiment, COUNT(*) FROM ledger WHERE status = 'intent' GROUP BY experiment",
-            )?,
-        })
+    pub fn for_each_audit_entry(&self, f: impl FnMut(AuditRow) -> Result<()>) -> Result<()> {
+        self.for_each_audit_entry_after(0, f)
     }
 
     /// Late outcomes stored with the decisions, per experiment: `(decision id, late_reward,

@@ -127,8 +127,8 @@ pub fn verify_default(db: &Path) -> Result<Report> {
     verify(db, key_for(db, None)?.as_ref(), &Expect::default())
 }
 
-/// Per experiment, what the log says.
-#[derive(Debug, Default)]
+/// Per experiment, what the log says (a checkpoint records it as of its entry).
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 struct Seen {
     /// `(seq, kind, arms)` of the `create` entry.
     created: Option<(i64, String, u64)>,
@@ -180,62 +180,13 @@ fn as_f64(v: &Value, key: &str, seq: i64) -> Result<f64> {
         .with_context(|| format!("audit entry seq = {seq}: {key} is not a number"))
 }
 
-/// How far the verification running in this process has come (the start-up check's progress,
-/// answered by `/v1/health` while the service is verifying).
-pub mod progress {
-    use std::sync::atomic::{AtomicI64, Ordering};
+mod checkpoint;
+pub mod progress;
+mod touched;
 
-    static TOTAL: AtomicI64 = AtomicI64::new(0);
-    static CHECKED: AtomicI64 = AtomicI64::new(0);
+use touched::Touched;
 
-    /// A verification of `total` entries starts.
-    pub(super) fn start(total: i64) {
-        TOTAL.store(total, Ordering::Relaxed);
-        CHECKED.store(0, Ordering::Relaxed);
-    }
-
-    /// Entry `seq` is being checked (every 4,096th is recorded).
-    pub(super) fn entry(seq: i64) {
-        if seq & 4095 == 0 {
-            CHECKED.store(seq, Ordering::Relaxed);
-        }
-    }
-
-    /// `(entries checked, entries in the log)` of the newest verification in this process.
-    pub fn get() -> (i64, i64) {
-        (
-            CHECKED.load(Ordering::Relaxed),
-            TOTAL.load(Ordering::Relaxed),
-        )
-    }
-
-    static PASSED: std::sync::Mutex<Option<(String, i64)>> = std::sync::Mutex::new(None);
-
-    /// The start-up check passed on `entries` entries (now).
-    pub fn passed(entries: i64) {
-        *PASSED
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) =
-            Some((crate::store::now(), entries));
-    }
-
-    /// The start-up check's outcome for the monitor page: when it passed and on how many
-    /// entries, or that it did not run in this process.
-    pub fn startup_state() -> serde_json::Value {
-        match PASSED
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
-        {
-            Some((at, entries)) => serde_json::json!({
-                "state": "verified at start-up (chain, tables and sessions against the log)",
-                "at": at, "entries": entries}),
-            None => {
-                serde_json::json!({"state": "not verified in this process", "at": null, "entries": null})
-            }
-        }
-    }
-}
+pub use checkpoint::{Startup, startup_check};
 
 /// See [`progress::startup_state`].
 pub fn startup_state() -> Value {
@@ -247,47 +198,87 @@ pub fn startup_state() -> Value {
 /// # Errors
 /// See [`verify`].
 pub fn verify_conn(conn: &store::Reads, key: Option<&AuditKey>, expect: &Expect) -> Result<Report> {
-    let keying = conn.audit_keying()?;
-    let entries_total = conn.audit_count()?;
-    progress::start(entries_total);
-    check_keying(keying.as_ref(), key, entries_total)?;
-    let keyed_from = keying.as_ref().map(|x| x.1);
+    walk(conn, key, expect, None, None).map(|w| w.report)
+}
 
-    let mut seen: BTreeMap<String, Seen> = BTreeMap::new();
-    let mut rows = store::RowReader::new(conn)?;
-    let mut prev_hash = GENESIS.to_string();
-    let mut expect_seq = 1i64;
-    let mut pinned = false;
-    conn.for_each_audit_entry(|entry| {
-        let seq = entry.seq;
-        progress::entry(seq);
-        check_link(&entry, &prev_hash, expect_seq, keyed_from, key)?;
-        let hash = &entry.hash;
-        if let (Some(h), Some(n)) = (&expect.head, expect.entries)
-            && seq as u64 == n
-        {
+/// Where a walk of the log resumes: after entry `after` of hash `head`, with what the log said
+/// up to there (a keyed checkpoint's).
+struct Resume {
+    after: i64,
+    head: String,
+    seen: BTreeMap<String, Seen>,
+}
+
+/// What a walk proved: the report, what the log says per experiment, and the rows the walked
+/// entries describe.
+struct Walked {
+    report: Report,
+    seen: BTreeMap<String, Seen>,
+    touched: Touched,
+    /// The tables' keyed digest (with a hasher; else the empty digest).
+    digest: store::RowDigest,
+}
+
+/// Whether entry `seq` of hash `hash` is the published head `expect` names.
+///
+/// # Errors
+/// Entry `expect.entries` has another hash (the log was rewritten).
+fn pin_hit(expect: &Expect, seq: i64, hash: &str) -> Result<bool> {
+    match (&expect.head, expect.entries) {
+        (Some(h), Some(n)) if seq as u64 == n => {
             if hash != h {
                 bail!(
                     "audit entry seq = {seq}: hash {hash}, but the published head says entry {n} is {h} (the log was rewritten)"
                 );
             }
-            pinned = true;
-        } else if let (Some(h), None) = (&expect.head, expect.entries)
-            && hash == h
-        {
-            pinned = true;
+            Ok(true)
         }
+        (Some(h), None) => Ok(hash == h),
+        _ => Ok(false),
+    }
+}
+
+/// Walk the log from entry 1 (`resume`: `None`) or after a checkpoint, checking each entry's
+/// link and its row, then the tables against what the log says (their digest under `hasher`
+/// taken in the same pass).
+fn walk(
+    conn: &store::Reads,
+    key: Option<&AuditKey>,
+    expect: &Expect,
+    resume: Option<Resume>,
+    hasher: Option<&store::RowHasher>,
+) -> Result<Walked> {
+    let keying = conn.audit_keying()?;
+    let fast = resume.is_some();
+    let entries_total = if fast {
+        conn.audit_head()?.0 as i64
+    } else {
+        conn.audit_count()?
+    };
+    progress::start(entries_total);
+    check_keying(keying.as_ref(), key, entries_total)?;
+    let keyed_from = keying.as_ref().map(|x| x.1);
+    let (after, mut prev_hash, mut seen) = match resume {
+        Some(r) => (r.after, r.head, r.seen),
+        None => (0, GENESIS.to_string(), BTreeMap::new()),
+    };
+    let mut rows = store::RowReader::new(conn)?;
+    let mut touched = Touched::default();
+    let mut expect_seq = after + 1;
+    let mut pinned = false;
+    conn.for_each_audit_entry_after(after, |entry| {
+        let seq = entry.seq;
+        progress::entry(seq);
+        check_link(&entry, &prev_hash, expect_seq, keyed_from, key)?;
+        pinned |= pin_hit(expect, seq, &entry.hash)?;
         let body: Value = serde_json::from_str(&entry.body)
             .with_context(|| format!("audit entry seq = {seq}: its body is not JSON"))?;
-        check_key_entry(seq, &entry.experiment, &entry.event, &body, keyed_from)?;
-        check_entry(
-            &mut seen,
-            &mut rows,
-            seq,
-            &entry.experiment,
-            &entry.event,
-            &body,
-        )?;
+        let (exp, event) = (&entry.experiment, &entry.event);
+        check_key_entry(seq, exp, event, &body, keyed_from)?;
+        check_entry(&mut seen, &mut rows, seq, exp, event, &body)?;
+        if fast {
+            touched.record(exp, event, &body);
+        }
         prev_hash = entry.hash;
         expect_seq += 1;
         Ok(())
@@ -307,8 +298,14 @@ pub fn verify_conn(conn: &store::Reads, key: Option<&AuditKey>, expect: &Expect)
         tokens_unchecked: Vec::new(),
         unpinned: Vec::new(),
     };
-    check_tables(conn, &seen, &mut report)?;
-    Ok(report)
+    let (counts, digest) = conn.table_scan(hasher)?;
+    check_tables(conn, &seen, counts, &mut report)?;
+    Ok(Walked {
+        report,
+        seen,
+        touched,
+        digest,
+    })
 }
 
 /// One link of the chain: entry `expect_seq`, following `prev_hash`, its hash recomputed (HMAC
@@ -924,6 +921,7 @@ fn check_counts(name: &str, s: &Seen, rows: [u64; 3], counters: &store::Counters
 fn check_tables(
     conn: &store::Reads,
     seen: &BTreeMap<String, Seen>,
+    counts: store::TableCounts,
     report: &mut Report,
 ) -> Result<()> {
     let store::TableCounts {
@@ -931,7 +929,7 @@ fn check_tables(
         rewarded,
         charges,
         intents,
-    } = conn.table_counts()?;
+    } = counts;
     let rows = conn.load_experiments()?;
     check_late(conn, seen)?;
     let mut names = std::collections::BTreeSet::new();
@@ -1046,8 +1044,28 @@ mod tests {
         s.decide("b", None, None).unwrap();
         drop(s);
         let r = verify_default(&db).unwrap();
+        // A restart writes the keyed checkpoint here; what follows is its tail (the start-up
+        // check of every copy below resumes after it: rows before and after it are tampered).
+        let mut s = Service::open(&db, ADMIN).unwrap();
+        for i in 0..4u64 {
+            let id = s.decide("a", None, None).unwrap()["decision_id"]
+                .as_u64()
+                .unwrap();
+            s.reward("a", id, i as f64 / 4.0).unwrap();
+            let id = s.decide("c", None, None).unwrap()["decision_id"]
+                .as_u64()
+                .unwrap();
+            s.reward("c", id, 0.0).unwrap();
+        }
+        s.decide("b", None, None).unwrap();
+        drop(s);
+        let conn = store::Store::open_read_only(&db).unwrap();
+        let key = key_for(&db, None).unwrap().unwrap();
+        let (after, _) = checkpoint::resume(&conn, &key).unwrap().unwrap();
+        assert_eq!(after, r.entries, "the checkpoint is the restart's");
+        let r = verify_default(&db).unwrap();
         assert!(
-            r.charges > 4 && r.rewards == 66 && r.decisions == 67,
+            r.charges > 4 && r.rewards == 74 && r.decisions == 76,
             "{r:?}"
         );
         assert!(r.tokens_unchecked.is_empty() && r.unpinned.is_empty());
@@ -1403,6 +1421,11 @@ mod tests {
         ];
         for (what, sql, edit, says, start_says) in cases {
             let (_d, copy) = tampered(&db, &sql, edit);
+            // The checkpoint path alone refuses it (the full check then names it).
+            let conn = store::Store::open_read_only(&copy).unwrap();
+            let fast = checkpoint::resume(&conn, &key).map(|r| r.map(|x| x.0));
+            assert!(fast.is_err(), "{what}: the checkpoint path says {fast:?}");
+            drop(conn);
             let e = verify(&copy, Some(&key), &pin)
                 .map(|r| format!("verified: {r:?}"))
                 .unwrap_or_else(|e| format!("{e:#}"));
@@ -1415,8 +1438,16 @@ mod tests {
                 "{what}: the service says {e}"
             );
         }
-        // The untouched copy verifies with the pin, and the service starts on it.
+        // The untouched copy verifies with the pin, and the service starts on it (after the
+        // checkpoint).
         let (_d, copy) = tampered(&db, "", |_| {});
+        let conn = store::Store::open_read_only(&copy).unwrap();
+        let st = startup_check(&conn, Some(&key)).unwrap();
+        assert!(
+            st.resumed_after.is_some() && st.checkpoint_refused.is_none(),
+            "{st:?}"
+        );
+        drop(conn);
         assert_eq!(verify(&copy, Some(&key), &pin).unwrap().head, head);
         assert!(Service::open(&copy, ADMIN).is_ok());
         // A log that grew after the pin still verifies against it; a wrong pin does not.
@@ -1504,6 +1535,104 @@ mod tests {
                 e.contains("refusing to start") && e.contains(says),
                 "{what}: {e}"
             );
+        }
+    }
+
+    /// A checkpoint is used only when it is the key's and pins the log as it is: one MAC'd
+    /// under another key (forged without the key), one whose entry or digest was edited (its
+    /// MAC kept), and one correctly MAC'd (by the key's holder) at an index whose hash is not
+    /// its head are each refused, the full check runs instead (and passes on an untouched
+    /// database, naming the tampered row on a tampered one), and the start writes a good
+    /// checkpoint again.
+    #[test]
+    fn a_forged_or_misplaced_checkpoint_is_refused() {
+        let (_dir, db, _, _) = sample();
+        let key = key_for(&db, None).unwrap().unwrap();
+        let stored = store::Store::open_read_only(&db)
+            .unwrap()
+            .checkpoint()
+            .unwrap()
+            .unwrap();
+        let (mac, json) = stored.split_once('\n').unwrap();
+        let payload: Value = serde_json::from_str(json).unwrap();
+        let entries = payload["entries"].as_i64().unwrap();
+        let sealed = |k: &AuditKey, p: &Value| {
+            let j = p.to_string();
+            format!(
+                "{}\n{j}",
+                store::hex(&k.mac("dpbandits start-up checkpoint", j.as_bytes()))
+            )
+        };
+        let mut moved = payload.clone();
+        moved["entries"] = json!(entries - 1);
+        let mut digest = payload.clone();
+        digest["digest"] = json!("00".repeat(32));
+        let other = AuditKey::generate().unwrap();
+        for (what, value, says) in [
+            (
+                "forged under another key",
+                sealed(&other, &payload),
+                "MAC does not verify",
+            ),
+            (
+                "its entry edited, the MAC kept",
+                format!("{mac}\n{moved}"),
+                "MAC does not verify",
+            ),
+            (
+                "its digest edited, the MAC kept",
+                format!("{mac}\n{digest}"),
+                "MAC does not verify",
+            ),
+            (
+                "MAC'd at a wrong index",
+                sealed(&key, &moved),
+                "the log was rewritten or truncated",
+            ),
+            (
+                "MAC'd with a wrong digest",
+                sealed(&key, &digest),
+                "keyed digest",
+            ),
+        ] {
+            let (_d, copy) = tampered(&db, "", |c: &Connection| {
+                c.execute(
+                    "INSERT OR REPLACE INTO meta (key, value) VALUES ('checkpoint', ?1)",
+                    [&value],
+                )
+                .unwrap();
+            });
+            let conn = store::Store::open_read_only(&copy).unwrap();
+            let e = format!(
+                "{:#}",
+                checkpoint::resume(&conn, &key).map(|_| ()).unwrap_err()
+            );
+            assert!(e.contains(says), "{what}: {e}");
+            let st = startup_check(&conn, Some(&key)).unwrap();
+            assert!(st.resumed_after.is_none(), "{what}: {st:?}");
+            assert!(
+                st.checkpoint_refused.as_deref().unwrap().contains(says),
+                "{what}"
+            );
+            drop(conn);
+            // The service starts (the full check passed) and stores a good checkpoint.
+            drop(Service::open(&copy, ADMIN).unwrap());
+            let conn = store::Store::open_read_only(&copy).unwrap();
+            assert!(checkpoint::resume(&conn, &key).unwrap().is_some(), "{what}");
+            // A forged checkpoint cannot hide a tampered row: the full check names it.
+            let (_d2, copy) = tampered(
+                &db,
+                "UPDATE decisions SET reward = 0.125 WHERE experiment = 'a' AND id = 5",
+                |c: &Connection| {
+                    c.execute(
+                        "INSERT OR REPLACE INTO meta (key, value) VALUES ('checkpoint', ?1)",
+                        [&value],
+                    )
+                    .unwrap();
+                },
+            );
+            let e = format!("{:#}", Service::open(&copy, ADMIN).map(|_| ()).unwrap_err());
+            assert!(e.contains("decision 5 has reward 0.125"), "{what}: {e}");
         }
     }
 
