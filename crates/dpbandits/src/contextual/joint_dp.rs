@@ -111,7 +111,7 @@ pub const ADAC_OFUL_JOINT: AlgorithmInfo = AlgorithmInfo {
     setting: Setting::Contextual,
     reference: "Azize & Basu 2024, Sec. V-B2 remark 2 (AdaC-OFUL, Alg. 3, with the design matrix estimated privately as in Shariff & Sheffet 2018)",
     privacy: "rho-zCDP, Joint DP (central): Gram-matrix tree at rho/4 + AdaC-OFUL's episode releases at 2/rho, composed per pair to rho",
-    example: "rho = 1.0",
+    example: "rho = 1.0\nlambda = 0.1\ndelta = 0.001",
     source: file!(),
     doc: include_str!("joint_dp.rs"),
     private: true,
