@@ -1,72 +1,111 @@
-//! Reads that do not queue behind writes: a small pool of read-only SQLite connections (WAL
-//! readers) used on the runtime's blocking threads. An admin page of decisions (`/export`) or
-//! of the audit log (`/v1/audit`) reads there, beside the writer, instead of inside a batch of
-//! the writer's queue: a 10,000-row page no longer delays the decisions behind it (docs/perf.md,
-//! "Reads beside the writer"). A WAL reader sees the last commit before its statement started:
-//! committed data only, never a batch in progress.
+//! Reads that do not queue behind writes: [`READERS`] threads of their own, each with a
+//! read-only SQLite connection (a WAL reader). An admin page of decisions (`/export`) or of the
+//! audit log (`/v1/audit`) is read and formatted there, beside the writer, instead of inside a
+//! batch of the writer's queue: a 10,000-row page no longer delays the decisions behind it
+//! (docs/perf.md, "Fair scheduling and reads beside the writer"). The reader threads run at a
+//! lower CPU priority (nice 10 on Linux), so on a small machine a page being formatted takes
+//! the cores the writer and the request workers leave. A WAL reader sees the last commit
+//! before its statement started: committed data only, never a batch in progress.
 //!
 //! What still goes through the writer: everything that reads the in-memory sessions (status,
 //! ledger summary, interim look, monitor, report, close) and every write.
 
 use crate::store::{Reads, Store};
-use anyhow::{Context, Result};
-use std::path::{Path, PathBuf};
+use anyhow::{Context, Result, anyhow};
+use std::path::Path;
+use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
 
-/// Read connections at most (each read holds one on a blocking thread).
+/// Reader threads (each holds one read-only connection, opened when first needed).
 pub const READERS: usize = 2;
 
-/// The pool of read-only connections of one database.
+/// The niceness of the reader threads (Linux: a thread's own; elsewhere not set).
+pub const READER_NICE: i32 = 10;
+
+/// A read for a reader thread: it gets the thread's connection (or why it could not be opened).
+type ReadJob = Box<dyn FnOnce(Result<&Reads, &anyhow::Error>) + Send>;
+
+/// The reader threads of one database.
 pub struct Readers {
-    db: PathBuf,
-    idle: Mutex<Vec<Store>>,
-    permits: tokio::sync::Semaphore,
+    jobs: Mutex<Sender<ReadJob>>,
+}
+
+/// Lower the calling thread's CPU priority (Linux: `setpriority` on a thread id acts on that
+/// thread alone). A failure leaves the priority as it was.
+fn lower_priority() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: setpriority reads no memory of ours; who = 0 is the calling thread on Linux.
+    unsafe {
+        libc::setpriority(libc::PRIO_PROCESS, 0, READER_NICE);
+    }
+}
+
+/// A reader thread: take reads until the pool is dropped.
+fn reader(db: std::path::PathBuf, jobs: Arc<Mutex<Receiver<ReadJob>>>) {
+    lower_priority();
+    let mut conn: Option<Result<Store>> = None;
+    loop {
+        let job = {
+            let rx = jobs
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            match rx.recv() {
+                Ok(job) => job,
+                Err(_) => return,
+            }
+        };
+        if matches!(conn, None | Some(Err(_))) {
+            conn = Some(Store::open_read_only(&db));
+        }
+        match conn.as_ref() {
+            Some(Ok(c)) => job(Ok(c)),
+            Some(Err(e)) => job(Err(e)),
+            None => unreachable!("opened above"),
+        }
+    }
 }
 
 impl Readers {
-    /// A pool for database `db` (connections are opened when first needed).
+    /// The reader threads for database `db` (connections are opened when first needed).
     pub fn new(db: &Path) -> Arc<Readers> {
+        let (tx, rx) = std::sync::mpsc::channel::<ReadJob>();
+        let rx = Arc::new(Mutex::new(rx));
+        for i in 0..READERS {
+            let (db, rx) = (db.to_path_buf(), rx.clone());
+            // A thread that cannot be spawned leaves the others; with none, reads fail below.
+            let _ = std::thread::Builder::new()
+                .name(format!("dpb-reader-{i}"))
+                .spawn(move || reader(db, rx));
+        }
         Arc::new(Readers {
-            db: db.to_path_buf(),
-            idle: Mutex::new(Vec::new()),
-            permits: tokio::sync::Semaphore::new(READERS),
+            jobs: Mutex::new(tx),
         })
     }
 
-    /// Run `f` on a read-only connection on a blocking thread (at most [`READERS`] at once; the
-    /// others wait for a connection, not for the writer).
+    /// Run `f` on a reader thread's read-only connection (at most [`READERS`] at once; the
+    /// others wait for a reader, not for the writer).
     ///
     /// # Errors
-    /// A connection cannot be opened, or `f` panicked.
+    /// A connection cannot be opened, the reader threads are gone, or `f` panicked.
     pub async fn read<R: Send + 'static>(
         self: &Arc<Self>,
         f: impl FnOnce(&Reads) -> R + Send + 'static,
     ) -> Result<R> {
-        let _permit = self
-            .permits
-            .acquire()
-            .await
-            .context("the read pool closed")?;
-        let me = self.clone();
-        tokio::task::spawn_blocking(move || {
-            let taken = me
-                .idle
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .pop();
-            let conn = match taken {
-                Some(c) => c,
-                None => Store::open_read_only(&me.db)?,
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let job: ReadJob = Box::new(move |conn| {
+            let r = match conn {
+                Ok(c) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(c)))
+                    .map_err(|_| anyhow!("a read panicked")),
+                Err(e) => Err(anyhow!("the read-only connection: {e:#}")),
             };
-            let r = f(&conn);
-            me.idle
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .push(conn);
-            Ok(r)
-        })
-        .await
-        .context("a read panicked")?
+            let _ = tx.send(r);
+        });
+        self.jobs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .send(job)
+            .map_err(|_| anyhow!("the reader threads are gone"))?;
+        rx.await.context("a reader thread ended during a read")?
     }
 }
 

@@ -27,7 +27,7 @@ pub struct Shared {
     pub tokens: Arc<RwLock<Tokens>>,
     /// A request body must arrive within this time after its header (else 408).
     pub body_timeout: Duration,
-    /// The health probes' one write limit ([`super::health::HealthCache`]).
+    /// The health probes' write limit and pace ([`super::health::HealthCache`]).
     pub health: Arc<super::health::HealthCache>,
     /// Read-only connections for the admin pages that need no session ([`crate::readers`]).
     pub readers: Arc<crate::readers::Readers>,
