@@ -1,7 +1,8 @@
 //! Exercise-UCB: the "one file and one registry line" exercise of a new private finite-armed kind
-//! (issue 44). Built only with the crate feature `exercise`, which the test script turns on for the
-//! registry-wide suites (conformance, deployment noise, white-box audit): a kind written this way
-//! passes them with no edit to any suite, the service, the session or the Python binding.
+//! (issue 44). Built only with the crate feature `exercise`, which the test script turns on for
+//! every test of the workspace (conformance, deployment noise, white-box audit, the closing
+//! report, the CLI's listing, the service): a kind written this way passes them with no edit to
+//! any suite, the service, the session or the Python binding.
 //!
 //! What the file does **not** contain is the point: no `boundary`, `noise` or `grid_bits` field,
 //! default, check, label suffix or snapshot copy. The configuration holds one
@@ -195,6 +196,26 @@ impl Policy for ExerciseUcb {
         self.episode = Some(Episode::start(arm, len, &self.gate.boundary()));
         self.gate.commit(arm, len);
         Pull { arm, steps: len }
+    }
+    fn released_estimates(&self) -> Option<crate::report::Released> {
+        // The report's hook (issue 43): the cached releases, as AdaC-UCB's. No interval for the
+        // non-private counterpart (it neither clips nor bounds its rewards).
+        let b = self.gate.boundary();
+        let range = (b.lo, b.hi);
+        if !(self.cfg.rho.is_finite() && range.0.is_finite() && range.1.is_finite()) {
+            return None;
+        }
+        let rounding =
+            crate::report::grid_rounding(self.cfg.release.noise, self.cfg.release.grid_bits, range);
+        // Episodes of an arm double (1, 1, 2, 4, ...): at most floor(log2 t) + 2 releases.
+        let t: u64 = self.pulls.iter().sum::<u64>().max(1);
+        Some(crate::report::Released {
+            means: self.released.iter().map(|m| m.map(Into::into)).collect(),
+            range,
+            rounding,
+            releases_bound: u64::from(t.ilog2()) + 2,
+            target: None,
+        })
     }
     fn observe(&mut self, arm: usize, reward: f64) -> Result<()> {
         let one = self.gate.boundary().single(reward)?;

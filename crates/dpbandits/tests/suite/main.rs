@@ -7,8 +7,6 @@ mod blocks;
 mod conformance;
 mod contextual;
 mod deployment_noise;
-#[cfg(feature = "exercise")]
-mod exercise;
 mod fast_path;
 mod fuzz;
 mod ldp_nonstationary;
