@@ -213,6 +213,29 @@ pub fn grid_rounding(noise: crate::privacy::NoiseKind, grid_bits: u32, range: (f
     }
 }
 
+/// The estimates of a kind that caches each arm's last episode mean, with episodes that double
+/// (1, 1, 2, 4, ...: after `t` rounds an arm has made at most `floor(log2 t) + 2` releases), as
+/// AdaC-UCB and the exercise kind release them; `pulls` are the rounds of finished episodes.
+/// `None` when the range is not finite (a non-private counterpart neither clips nor bounds).
+pub(crate) fn doubling_episodes(
+    means: &[Option<crate::privacy::NoisyMean>],
+    pulls: &[u64],
+    range: (f64, f64),
+    release: &crate::privacy::Release,
+) -> Option<Released> {
+    if !(range.0.is_finite() && range.1.is_finite()) {
+        return None;
+    }
+    let t: u64 = pulls.iter().sum::<u64>().max(1);
+    Some(Released {
+        means: means.iter().map(|m| m.map(Into::into)).collect(),
+        range,
+        rounding: grid_rounding(release.noise, release.grid_bits, range),
+        releases_bound: u64::from(t.ilog2()) + 2,
+        target: None,
+    })
+}
+
 /// When the intervals hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]

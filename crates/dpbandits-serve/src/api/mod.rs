@@ -12,7 +12,9 @@ pub use ctx::Shared;
 use ctx::{AdminOnly, Body, Client, Ctx, with_service};
 use error::short;
 pub use error::{ApiError, ApiResult, CONFLICT_RETRY_MS};
-pub use health::{HEALTH_WRITE_EVERY, HealthCache};
+pub use health::{
+    HEALTH_BURST, HEALTH_MAX_WAIT, HEALTH_PER_SECOND, HEALTH_WRITE_EVERY, HealthCache,
+};
 pub(crate) use trial::{abandon_bulk, interim, monitor};
 
 use crate::service::{CreateRequest, ServiceError};

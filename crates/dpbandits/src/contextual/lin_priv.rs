@@ -452,7 +452,7 @@ impl ContextualPolicy for LinPriv {
         crate::snapshot::Snapshot::new(Setting::Contextual, LIN_PRIV.kind, self)
     }
     /// The released `theta~ = V^{-1} u~` (the index's own estimate) with the ellipsoid
-    /// `||theta - theta~||_V <= beta_t + gamma'_t` ([`LinPriv::report_radius`]) at level
+    /// `||theta - theta~||_V <= beta_t + gamma'_t` (`LinPriv::report_radius`) at level
     /// `1 - 2 delta` (`1 - delta` at `rho = inf`), valid at every look.
     fn released_estimate(&self) -> Option<crate::report::LinearReleased> {
         let private = self.cfg.rho.is_finite();

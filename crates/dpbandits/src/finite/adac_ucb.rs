@@ -522,24 +522,14 @@ impl Policy for AdaCUcb {
         // The cached releases (the last finished episode of each arm), never re-sampled. On
         // the deployment path the episode sum is rounded to a grid of at most 2^-grid_bits
         // (finer for large episodes, `privacy/noise.rs` `Grid::for_release`): a mean moves by at
-        // most half a grid step (plus the f64 rounding of the division).
-        let range = (self.boundary.lo, self.boundary.hi);
-        if !(range.0.is_finite() && range.1.is_finite()) {
-            // The non-private counterpart neither clips nor bounds its rewards: no interval.
-            return None;
-        }
-        let rounding =
-            crate::report::grid_rounding(self.cfg.release.noise, self.cfg.release.grid_bits, range);
-        // Episodes of an arm double (1, 1, 2, 4, ...), so after t rounds an arm has made at most
-        // floor(log2 t) + 2 releases.
-        let t: u64 = self.pulls.iter().sum::<u64>().max(1);
-        Some(crate::report::Released {
-            means: self.released.iter().map(|m| m.map(Into::into)).collect(),
-            range,
-            rounding,
-            releases_bound: u64::from(t.ilog2()) + 2,
-            target: None,
-        })
+        // most half a grid step (plus the f64 rounding of the division). The non-private
+        // counterpart neither clips nor bounds its rewards: no interval.
+        crate::report::doubling_episodes(
+            &self.released,
+            &self.pulls,
+            (self.boundary.lo, self.boundary.hi),
+            &self.cfg.release,
+        )
     }
     fn observe(&mut self, arm: usize, reward: f64) -> Result<()> {
         let one = self.gate.boundary().single(reward)?;

@@ -200,22 +200,16 @@ impl Policy for ExerciseUcb {
     fn released_estimates(&self) -> Option<crate::report::Released> {
         // The report's hook (issue 43): the cached releases, as AdaC-UCB's. No interval for the
         // non-private counterpart (it neither clips nor bounds its rewards).
-        let b = self.gate.boundary();
-        let range = (b.lo, b.hi);
-        if !(self.cfg.rho.is_finite() && range.0.is_finite() && range.1.is_finite()) {
+        if !self.cfg.rho.is_finite() {
             return None;
         }
-        let rounding =
-            crate::report::grid_rounding(self.cfg.release.noise, self.cfg.release.grid_bits, range);
-        // Episodes of an arm double (1, 1, 2, 4, ...): at most floor(log2 t) + 2 releases.
-        let t: u64 = self.pulls.iter().sum::<u64>().max(1);
-        Some(crate::report::Released {
-            means: self.released.iter().map(|m| m.map(Into::into)).collect(),
-            range,
-            rounding,
-            releases_bound: u64::from(t.ilog2()) + 2,
-            target: None,
-        })
+        let b = self.gate.boundary();
+        crate::report::doubling_episodes(
+            &self.released,
+            &self.pulls,
+            (b.lo, b.hi),
+            &self.cfg.release,
+        )
     }
     fn observe(&mut self, arm: usize, reward: f64) -> Result<()> {
         let one = self.gate.boundary().single(reward)?;
