@@ -3,9 +3,9 @@
 //! audit log (`/v1/audit`) is read and formatted there, beside the writer, instead of inside a
 //! batch of the writer's queue: a 10,000-row page no longer delays the decisions behind it
 //! (docs/perf.md, "Fair scheduling and reads beside the writer"). The reader threads run at a
-//! lower CPU priority (nice 10 on Linux), so on a small machine a page being formatted takes
-//! the cores the writer and the request workers leave. A WAL reader sees the last commit
-//! before its statement started: committed data only, never a batch in progress.
+//! lower CPU priority (10 nicer than the process on Linux), so on a small machine a page being
+//! formatted takes the cores the writer and the request workers leave. A WAL reader sees the last
+//! commit before its statement started: committed data only, never a batch in progress.
 //!
 //! What still goes through the writer: everything that reads the in-memory sessions (status,
 //! ledger summary, interim look, monitor, report, close) and every write.
@@ -19,7 +19,8 @@ use std::sync::{Arc, Mutex};
 /// Reader threads (each holds one read-only connection, opened when first needed).
 pub const READERS: usize = 2;
 
-/// The niceness of the reader threads (Linux: a thread's own; elsewhere not set).
+/// How much nicer than the process the reader threads run (Linux: a thread's own niceness;
+/// elsewhere not set).
 pub const READER_NICE: i32 = 10;
 
 /// A read for a reader thread: it gets the thread's connection (or why it could not be opened).
@@ -30,13 +31,14 @@ pub struct Readers {
     jobs: Mutex<Sender<ReadJob>>,
 }
 
-/// Lower the calling thread's CPU priority (Linux: `setpriority` on a thread id acts on that
-/// thread alone). A failure leaves the priority as it was.
+/// Lower the calling thread's CPU priority by [`READER_NICE`] from where it is (glibc's `nice`
+/// is `getpriority` plus `setpriority` on the calling thread, which on Linux acts on that
+/// thread alone; capped at 19 by the kernel). A failure leaves the priority as it was.
 fn lower_priority() {
     #[cfg(target_os = "linux")]
-    // SAFETY: setpriority reads no memory of ours; who = 0 is the calling thread on Linux.
+    // SAFETY: nice reads no memory of ours.
     unsafe {
-        libc::setpriority(libc::PRIO_PROCESS, 0, READER_NICE);
+        libc::nice(READER_NICE);
     }
 }
 
