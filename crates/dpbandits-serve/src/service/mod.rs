@@ -252,11 +252,11 @@ impl Tokens {
         let unauthorized = || ServiceError::Unauthorized { admin: false };
         let token = token.ok_or_else(unauthorized)?;
         let h = store::sha256_hex(token.as_bytes());
-        if same(&h, &self.admin) {
+        if store::same_hex(&h, &self.admin) {
             return Ok(Caller::Admin);
         }
         if let Some(c) = experiment.and_then(|n| self.clients.get(n))
-            && same(&h, c)
+            && store::same_hex(&h, c)
         {
             return Ok(Caller::Client);
         }
@@ -271,15 +271,6 @@ pub enum Caller {
     Admin,
     /// An experiment's client token.
     Client,
-}
-
-/// Constant-time comparison of two equal-length hex digests.
-fn same(a: &str, b: &str) -> bool {
-    a.len() == b.len()
-        && a.bytes()
-            .zip(b.bytes())
-            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-            == 0
 }
 
 impl Service {

@@ -397,6 +397,16 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     hex(&Sha256::digest(bytes))
 }
 
+/// Constant-time comparison of two hex digests (a token's hash, a MAC): the time does not
+/// depend on where they differ; digests of different lengths differ.
+pub fn same_hex(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
+}
+
 /// Lower-case hexadecimal of `bytes` (on the request path: no formatting machinery).
 pub fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";

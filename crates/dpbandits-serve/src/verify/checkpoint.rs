@@ -137,22 +137,13 @@ fn seal(key: &AuditKey, w: &Walked, digest: &RowDigest) -> Result<String> {
     ))
 }
 
-/// Constant-time comparison of two hex digests.
-fn same(a: &str, b: &str) -> bool {
-    a.len() == b.len()
-        && a.bytes()
-            .zip(b.bytes())
-            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-            == 0
-}
-
 /// The stored checkpoint's payload, its MAC checked under `key`.
 fn open(stored: &str, key: &AuditKey) -> Result<Payload> {
     let (mac, json) = stored
         .split_once('\n')
         .context("meta.checkpoint is not a MAC and a JSON object")?;
     let want = store::hex(&key.mac(DOMAIN, json.as_bytes()));
-    if !same(mac, &want) {
+    if !store::same_hex(mac, &want) {
         bail!(
             "meta.checkpoint: its MAC does not verify under the audit key (the checkpoint was forged or edited without the key)"
         );
