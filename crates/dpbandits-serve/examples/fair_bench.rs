@@ -9,10 +9,12 @@
 //! * **alone**: `FAIR_N` clients (default 8) of an `adac_ucb` experiment, each a loop of decision
 //!   then reward over a keep-alive connection, for SECONDS: decisions per second;
 //! * **beside**: the same, with `FAIR_M` clients (default 4) of a `dp_ts` experiment
-//!   (`epsilon = 1`, deployment-grade noise: an fsync and a fresh release per reward) and
-//!   `FAIR_H` unauthenticated `/v1/health` flooders (default 8) at the same time: the `adac_ucb`
-//!   decisions per second, and their ratio to alone (the mean of the alone measurements just
-//!   before and just after, the second being "quiet" below);
+//!   (`epsilon = 1`, deployment-grade noise; one decision open at a time, `while_pending =
+//!   "wait"`: the other clients' decisions wait at its boundary; `FAIR_NEIGHBOUR` = a policy's
+//!   JSON for another neighbour) and `FAIR_H` unauthenticated `/v1/health` flooders (default 8)
+//!   at the same time: the `adac_ucb` decisions per second, and their ratio to alone (the mean of
+//!   the alone measurements just before and just after, the second being "quiet" below), and the
+//!   409 answers the clients got a second (a client sleeps 0.5 ms after one);
 //! * **quiet** and **read**: `FAIR_N` `adac_ucb` clients for SECONDS, first alone, then while an
 //!   admin reads the 10,000-row export page of an experiment of 10,000 decisions in a loop: the
 //!   decision requests' p50, p99 and maximum latency of each, and the increase.
@@ -36,6 +38,8 @@ type Extra = Box<dyn Fn(&AtomicBool) -> anyhow::Result<u64> + Send + Sync>;
 /// One experiment's decisions per second and its decision requests' latencies (ms).
 type Measured = (f64, Vec<f64>);
 const T: Duration = Duration::from_secs(30);
+/// The 409 answers the clients got (a decision at a commitment boundary), all experiments.
+static CONFLICTS: AtomicU64 = AtomicU64::new(0);
 
 fn env_or(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -105,6 +109,7 @@ fn pairs(
         let t = Instant::now();
         let r = c.request("POST", &dpath, Some(token), Some(b"{}"))?;
         if r.status == 409 {
+            CONFLICTS.fetch_add(1, Ordering::Relaxed);
             std::thread::sleep(Duration::from_micros(500));
             continue;
         }
@@ -245,7 +250,12 @@ fn main() -> anyhow::Result<()> {
         .tempdir_in(base)?;
     let (addr, _stop) = start(dir.path())?;
     let adac = json!({"kind": "adac_ucb", "rho": 0.5});
-    let dpts = json!({"kind": "dp_ts", "epsilon": 1.0});
+    // `FAIR_NEIGHBOUR='{"kind": ...}'`: another policy for the neighbour (e.g. a second
+    // `adac_ucb`: what 4 more clients of an equally cheap experiment cost).
+    let dpts = match std::env::var("FAIR_NEIGHBOUR") {
+        Ok(p) => serde_json::from_str(&p)?,
+        Err(_) => json!({"kind": "dp_ts", "epsilon": 1.0}),
+    };
     // The experiment whose 10,000-row page the admin reads: 10,000 decisions (16 clients).
     let big_token = create(addr, "big", adac.clone())?;
     let fillers: Vec<_> = (0..16)
@@ -261,9 +271,9 @@ fn main() -> anyhow::Result<()> {
         "adac_ucb clients N = {n}, dp_ts clients M = {m}, health flooders H = {h}, {secs} s per measurement, {runs} runs"
     );
     println!(
-        "| run | alone dec/s | beside dec/s | ratio | dp_ts dec/s | health probes/s | quiet p50 / p99 / max ms | read p50 / p99 / max ms | pages read | max increase ms |"
+        "| run | alone dec/s | beside dec/s | ratio | dp_ts dec/s | 409 answers/s | health probes/s | quiet p50 / p99 / max ms | read p50 / p99 / max ms | pages read | max increase ms |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     let (mut ratios, mut increases, mut p99s) = (Vec::new(), Vec::new(), Vec::new());
     for run in 0..runs {
         let a = format!("a{run}");
@@ -282,6 +292,7 @@ fn main() -> anyhow::Result<()> {
             }
             Ok(k)
         });
+        let conflicts = CONFLICTS.load(Ordering::Relaxed);
         let (beside, probes) = load(
             addr,
             &[(a.clone(), ta.clone(), n), (d, td, m)],
@@ -289,6 +300,7 @@ fn main() -> anyhow::Result<()> {
             h,
             secs,
         )?;
+        let conflicts = (CONFLICTS.load(Ordering::Relaxed) - conflicts) as f64 / secs;
         let q = format!("q{run}");
         let tq = create(addr, &q, adac.clone())?;
         let (mut quiet, _) = load(addr, &[(q.clone(), tq.clone(), n)], None, 0, secs)?;
@@ -319,7 +331,7 @@ fn main() -> anyhow::Result<()> {
         let rs = (pct(rl, 0.5), pct(rl, 0.99), pct(rl, 1.0));
         let inc = rs.2 - qs.2;
         println!(
-            "| {run} | {:.0} | {:.0} | {:.2} | {:.0} | {:.0} | {:.2} / {:.2} / {:.1} | {:.2} / {:.2} / {:.1} | {pages} | {inc:.1} |",
+            "| {run} | {:.0} | {:.0} | {:.2} | {:.0} | {conflicts:.0} | {:.0} | {:.2} / {:.2} / {:.1} | {:.2} / {:.2} / {:.1} | {pages} | {inc:.1} |",
             alone_mean,
             beside[0].0,
             ratio,

@@ -38,13 +38,13 @@ pub fn start(db: PathBuf, key: AuditKey, jobs: &tokio::sync::mpsc::Sender<Queued
                     Ok(Some(value)) => {
                         let job: Job = Box::new(move |s: &mut crate::service::Service| {
                             let r = s.store_checkpoint(&value);
-                            Box::new(move |committed: bool| {
+                            crate::writer::Step::Reply(Box::new(move |committed: bool| {
                                 if let Err(e) = r {
                                     crate::log::log("checkpoint-failed", json!({"error": e.to_string()}));
                                 } else if !committed {
                                     crate::log::log("checkpoint-failed", json!({"error": "its batch failed"}));
                                 }
-                            }) as crate::writer::Reply
+                            }))
                         });
                         let Some(jobs) = jobs.upgrade() else { return };
                         if jobs.blocking_send(job.into()).is_err() {

@@ -389,6 +389,7 @@ pub async fn serve_until(
         body_timeout: limits.body_timeout,
         health: std::sync::Arc::default(),
         readers: readers::Readers::new(&opts.db),
+        boundaries: std::sync::Arc::default(),
     };
     let hup = tokio::spawn(reload_on_sighup(hup, tokens, opts.admin_token_file.clone()));
     let _ = ready.set(api::router(state));
@@ -493,7 +494,7 @@ async fn enforce_deadlines(jobs: tokio::sync::mpsc::Sender<api::Queued>) {
         tick.tick().await;
         let job: api::Job = Box::new(|s: &mut service::Service| {
             let r = s.expire_all();
-            Box::new(move |committed: bool| match r {
+            api::Step::Reply(Box::new(move |committed: bool| match r {
                 Ok(0) => {}
                 Ok(n) => api::log(
                     "deadline-timer",
@@ -503,7 +504,7 @@ async fn enforce_deadlines(jobs: tokio::sync::mpsc::Sender<api::Queued>) {
                     "deadline-timer",
                     serde_json::json!({"error": e.to_string()}),
                 ),
-            }) as api::Reply
+            }))
         });
         if jobs.send(job.into()).await.is_err() {
             return;

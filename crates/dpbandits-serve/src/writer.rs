@@ -1,8 +1,11 @@
 //! The writer (group commit): the one thread that owns the [`Service`]; it runs the waiting
 //! requests in one transaction, commits once, answers them, and publishes the head when due.
 //! Requests wait in one lane per experiment, and a batch takes them round-robin with a time
-//! share per lane ([`QUANTUM`]): an experiment whose operations are expensive (a per-step
-//! private kind pays an fsync per release) cannot starve another.
+//! share per lane ([`QUANTUM`]): an experiment whose operations are expensive cannot starve
+//! another. An operation may leave a step to run after the batch's commit ([`Step::Then`]: a
+//! reward whose release needs a durable ledger intent first): the writer runs it first in the
+//! next batch, and runs nothing else of that experiment, or of the service-wide lane, in the
+//! batch that staged it, so the operations of an experiment still run in their order.
 
 use crate::log::log;
 use crate::service::Service;
@@ -11,8 +14,24 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 /// One operation for the writer: it runs on the service and returns what answers its request
-/// once the batch's commit is known (`true`: committed).
-pub type Job = Box<dyn FnOnce(&mut Service) -> Reply + Send>;
+/// once the batch's commit is known (`true`: committed), or its next step.
+pub type Job = Box<dyn FnOnce(&mut Service) -> Step + Send>;
+
+/// What an operation leaves for the writer.
+pub enum Step {
+    /// Answer the request once the batch's commit is known.
+    Reply(Reply),
+    /// Run this after the batch commits (first in the next batch; its lane and the
+    /// service-wide lane take nothing more in this batch). Dropped, unrun, if the commit
+    /// fails: its request is answered 500 by the dropped channel.
+    Then(Job),
+}
+
+impl From<Reply> for Step {
+    fn from(r: Reply) -> Step {
+        Step::Reply(r)
+    }
+}
 /// Answers a request after its batch's commit (`true`) or failure (`false`: a 500).
 pub type Reply = Box<dyn FnOnce(bool) + Send>;
 
@@ -55,6 +74,10 @@ struct Lanes {
     lanes: Vec<(Option<String>, VecDeque<Job>, f64)>,
     next: usize,
     waiting: usize,
+    /// Steps staged by the last batch, with their lanes: run first in the next one.
+    staged: Vec<(usize, Job)>,
+    /// Lanes that take nothing more in this batch (a step of theirs is staged).
+    held: Vec<usize>,
 }
 
 impl Lanes {
@@ -71,8 +94,20 @@ impl Lanes {
     /// empty (its next operations wait until it is paid), and is dropped once empty and out of
     /// debt.
     fn refill(&mut self) {
+        self.held.clear();
+        if !self.staged.is_empty() {
+            // The staged steps name their lanes by place: no lane is dropped before they run.
+            self.next = 0;
+            return self.top_up();
+        }
         self.lanes.retain(|l| !l.1.is_empty() || l.2 < 0.0);
         self.next = 0;
+        self.top_up();
+    }
+
+    /// Credit for a new batch: every lane [`QUANTUM`] (at most one quantum in all), until a
+    /// lane with waiting operations has positive credit.
+    fn top_up(&mut self) {
         let q = QUANTUM.as_secs_f64();
         loop {
             for l in &mut self.lanes {
@@ -92,6 +127,7 @@ impl Lanes {
             let i = (self.next + k) % n;
             let l = &mut self.lanes[i];
             if l.2 > 0.0
+                && !self.held.contains(&i)
                 && let Some(job) = l.1.pop_front()
             {
                 self.next = (i + 1) % n;
@@ -100,6 +136,16 @@ impl Lanes {
             }
         }
         None
+    }
+
+    /// Lane `i` staged `step` for after the commit: it, and the service-wide lane (whose
+    /// operations may act on any experiment), take nothing more in this batch.
+    fn stage(&mut self, i: usize, step: Job) {
+        self.staged.push((i, step));
+        self.held.push(i);
+        if let Some(j) = self.lanes.iter().position(|l| l.0.is_none()) {
+            self.held.push(j);
+        }
     }
 
     /// Charge lane `i` for an operation that took `spent`; a lane left empty keeps no credit.
@@ -135,19 +181,31 @@ fn gather(jobs: &mut tokio::sync::mpsc::Receiver<Queued>, lanes: &mut Lanes, las
 /// stay in their lanes for the next batch.
 fn run_batch(s: &mut Service, lanes: &mut Lanes) -> usize {
     lanes.refill();
+    let mut first = std::mem::take(&mut lanes.staged).into_iter();
     s.begin_batch();
     let mut replies = Vec::new();
-    while replies.len() < MAX_BATCH && !s.batch_failed() {
-        let Some((i, job)) = lanes.take() else { break };
+    let mut ran = 0;
+    while ran < MAX_BATCH && !s.batch_failed() {
+        let Some((i, job)) = first.next().or_else(|| lanes.take()) else {
+            break;
+        };
+        ran += 1;
         let t = Instant::now();
         match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(s))) {
-            Ok(r) => replies.push(r),
+            Ok(Step::Reply(r)) => replies.push(r),
+            Ok(Step::Then(step)) => lanes.stage(i, step),
             Err(_) => s.fail_batch(),
         }
         lanes.charge(i, t.elapsed());
     }
+    // A failed batch stops before its staged steps from the last batch have all run: they are
+    // not run (their requests are answered 500 as the channel drops), as the batch's own.
+    drop(first);
     let t = Instant::now();
     let ok = s.commit_batch().is_ok();
+    if !ok {
+        lanes.staged.clear();
+    }
     crate::metrics::record_commit(replies.len(), t.elapsed().as_secs_f64());
     let n = replies.len();
     for r in replies {
@@ -168,7 +226,7 @@ pub fn writer(mut s: Service, mut jobs: tokio::sync::mpsc::Receiver<Queued>) {
     let mut last = 0;
     publish(&mut s);
     loop {
-        if lanes.waiting == 0 {
+        if lanes.waiting == 0 && lanes.staged.is_empty() {
             match jobs.blocking_recv() {
                 Some(q) => lanes.push(q),
                 None => break,
@@ -192,7 +250,7 @@ fn publish(s: &mut Service) {
 /// A job that only asks for a publication at its batch's commit: the publication timer sends
 /// one every period, so an idle service publishes its last change too.
 pub fn publish_tick() -> Job {
-    Box::new(|_: &mut Service| Box::new(|_| ()))
+    Box::new(|_: &mut Service| Step::Reply(Box::new(|_| ())))
 }
 
 #[cfg(test)]
@@ -200,7 +258,44 @@ mod tests {
     use super::*;
 
     fn job() -> Job {
-        Box::new(|_: &mut Service| Box::new(|_| ()))
+        Box::new(|_: &mut Service| Step::Reply(Box::new(|_| ())))
+    }
+
+    /// A staged step holds its lane and the service-wide lane for the rest of the batch; the
+    /// next batch runs it first, and its lane keeps its place until then.
+    #[test]
+    fn a_staged_step_holds_its_lane_until_the_next_batch() {
+        let mut lanes = Lanes::default();
+        for lane in [Some("a"), None, Some("b"), Some("a"), None, Some("b")] {
+            lanes.push(Queued {
+                lane: lane.map(str::to_string),
+                job: job(),
+            });
+        }
+        lanes.refill();
+        let (a, _) = lanes.take().unwrap();
+        assert_eq!(lanes.lanes[a].0.as_deref(), Some("a"));
+        lanes.stage(a, job());
+        lanes.charge(a, Duration::from_micros(10));
+        // Only lane b runs for the rest of this batch.
+        let mut rest = vec![];
+        while let Some((i, _)) = lanes.take() {
+            lanes.charge(i, Duration::from_micros(10));
+            rest.push(lanes.lanes[i].0.clone());
+        }
+        assert_eq!(rest, vec![Some("b".to_string()), Some("b".to_string())]);
+        // The next batch: the staged step first (by its lane's place), then a and None again.
+        lanes.refill();
+        let staged = std::mem::take(&mut lanes.staged);
+        assert_eq!(staged.len(), 1);
+        assert_eq!(lanes.lanes[staged[0].0].0.as_deref(), Some("a"));
+        let mut next = vec![];
+        while let Some((i, _)) = lanes.take() {
+            lanes.charge(i, Duration::from_micros(10));
+            next.push(lanes.lanes[i].0.clone());
+        }
+        next.sort();
+        assert_eq!(next, vec![None, None, Some("a".to_string())]);
     }
 
     /// Lanes are served round-robin, and a lane that spent more than its share waits for a

@@ -2083,3 +2083,56 @@ fn openapi_matches_the_router() {
         );
     }
 }
+
+/// A decision at a commitment boundary waits (at most `api::BOUNDARY_WAIT`, 100 ms) for a
+/// reward that frees it instead of answering 409 at once: with the reward sent 10 ms after the
+/// waiting request, it is answered 200 with the next decision; with no reward it is answered 409
+/// after the wait, with the boundary's body. (False-failure risk: the first part fails only if
+/// the reward takes more than 90 ms from the client to its commit on a loaded machine.)
+#[test]
+fn a_decision_at_the_boundary_waits_for_the_freeing_reward() {
+    let dir = tempdir();
+    let s = Server::start(dir.path(), free_port());
+    let token = create(&s, "steps", "kind = \"dp_ts\"\nepsilon = 1.0", 2);
+    let path = "/v1/experiments/steps/decisions";
+    let decide = |s: &Server| s.call("POST", path, Some(&token), Some(&json!({})));
+    let d1 = decide(&s);
+    assert_eq!(d1.status, 200, "{}", d1.body);
+    let id1 = r_id(&d1);
+    // Nothing frees the boundary: 409 after the wait.
+    let t = Instant::now();
+    let r = decide(&s);
+    let waited = t.elapsed();
+    assert_eq!(r.status, 409, "{}", r.body);
+    assert_eq!(r.json()["pending"], 1, "{}", r.body);
+    assert!(
+        waited >= Duration::from_millis(90) && waited < Duration::from_secs(5),
+        "{waited:?}"
+    );
+    // The reward comes while a decision waits: that decision is served.
+    let (addr, tok) = (s.addr, token.clone());
+    let waiting = std::thread::spawn(move || {
+        let t = Instant::now();
+        let r = request(
+            addr,
+            "POST",
+            "/v1/experiments/steps/decisions",
+            Some(&tok),
+            Some(b"{}"),
+            TIMEOUT,
+        )
+        .unwrap();
+        (r, t.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(10));
+    let rw = s.call(
+        "POST",
+        "/v1/experiments/steps/rewards",
+        Some(&token),
+        Some(&json!({"decision_id": id1, "reward": 1.0})),
+    );
+    assert_eq!(rw.status, 200, "{}", rw.body);
+    let (r, took) = waiting.join().unwrap();
+    assert_eq!(r.status, 200, "after {took:?}: {}", r.body);
+    assert_eq!(r_id(&r), id1 + 1);
+}

@@ -62,7 +62,7 @@ impl Fields for CreateRequest {
 }
 
 /// `POST /v1/experiments/{name}/decisions`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct DecideBody {
     /// Idempotent decisions: a repeated id answers the decision it got.

@@ -3,8 +3,9 @@
 
 use super::error::{ApiError, ApiResult, short};
 use crate::log::log;
+use crate::service::Staged;
 use crate::service::{Caller, Service, ServiceError, Tokens};
-use crate::writer::{Job, Queued, Reply};
+use crate::writer::{Job, Queued, Reply, Step};
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, MatchedPath, RawPathParams, Request};
 use axum::http::Method;
@@ -31,6 +32,49 @@ pub struct Shared {
     pub health: Arc<super::health::HealthCache>,
     /// Read-only connections for the admin pages that need no session ([`crate::readers`]).
     pub readers: Arc<crate::readers::Readers>,
+    /// Decisions waiting at their experiment's commitment boundary ([`Boundaries`]).
+    pub boundaries: Arc<Boundaries>,
+}
+
+/// A decision at a commitment boundary waits this long at most for a reward that frees the
+/// boundary before it is answered 409: a client does not poll, and its decision is issued as
+/// soon as the reward is committed. Each reward (or abandonment) of the experiment that may
+/// free it wakes the waiting decisions, which try again.
+pub const BOUNDARY_WAIT: Duration = Duration::from_millis(100);
+
+/// Per experiment, the decisions waiting at its commitment boundary: a committed reward (or
+/// abandonment) of the experiment wakes them all (`Boundaries::freed`), and each tries its
+/// decision again at once (a reward may open a commitment of many rounds). A try that finds
+/// the boundary still closed waits again: it costs a writer operation, not a client's round
+/// trip.
+#[derive(Default)]
+pub struct Boundaries(
+    std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Notify>>>,
+);
+
+impl Boundaries {
+    /// Experiment `name`'s waiters.
+    pub(crate) fn of(&self, name: &str) -> Arc<tokio::sync::Notify> {
+        let mut m = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match m.get(name) {
+            Some(n) => n.clone(),
+            None => m.entry(name.to_string()).or_default().clone(),
+        }
+    }
+
+    /// A reward (or abandonment) of `name` was committed: wake the waiting decisions.
+    pub(crate) fn freed(&self, name: &str) {
+        let m = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(n) = m.get(name) {
+            n.notify_waiters();
+        }
+    }
 }
 
 /// The bearer token of a request's `Authorization` header.
@@ -55,16 +99,24 @@ pub(crate) async fn with_service_in<T: Send + 'static>(
     lane: Option<&str>,
     f: impl FnOnce(&mut Service) -> ApiResult<T> + Send + 'static,
 ) -> ApiResult<T> {
+    with_service_staged(state, lane, move |s| f(s).map(Staged::Done)).await
+}
+
+/// [`with_service_in`] for an operation that may leave a step for after its batch's commit
+/// ([`Staged::AfterCommit`], [`Step::Then`]): the request is answered by that step, after the
+/// commit of the batch it runs in.
+pub(crate) async fn with_service_staged<T: Send + 'static>(
+    state: &Shared,
+    lane: Option<&str>,
+    f: impl FnOnce(&mut Service) -> ApiResult<Staged<T>> + Send + 'static,
+) -> ApiResult<T> {
     let (tx, rx) = tokio::sync::oneshot::channel();
-    let job: Job = Box::new(move |s: &mut Service| {
-        let r = f(s);
-        Box::new(move |committed: bool| {
-            let _ = tx.send(if committed {
-                r
-            } else {
-                Err(ApiError::internal("the batch's commit failed"))
-            });
-        }) as Reply
+    let job: Job = Box::new(move |s: &mut Service| match f(s) {
+        Ok(Staged::AfterCommit(then)) => Step::Then(Box::new(move |s: &mut Service| {
+            Step::Reply(answer(then(s).map_err(ApiError::from), tx))
+        })),
+        Ok(Staged::Done(v)) => Step::Reply(answer(Ok(v), tx)),
+        Err(e) => Step::Reply(answer(Err(e), tx)),
     });
     let lane = lane.map(str::to_string);
     state
@@ -74,6 +126,20 @@ pub(crate) async fn with_service_in<T: Send + 'static>(
         .map_err(|_| ApiError::internal("the writer has stopped"))?;
     rx.await
         .map_err(|_| ApiError::internal("the operation was not committed (its batch failed)"))?
+}
+
+/// The reply that answers `r` on `tx` once the batch's commit is known.
+fn answer<T: Send + 'static>(
+    r: ApiResult<T>,
+    tx: tokio::sync::oneshot::Sender<ApiResult<T>>,
+) -> Reply {
+    Box::new(move |committed: bool| {
+        let _ = tx.send(if committed {
+            r
+        } else {
+            Err(ApiError::internal("the batch's commit failed"))
+        });
+    })
 }
 
 /// Who may call a route: [`AdminOnly`] or [`Client`].
@@ -217,6 +283,11 @@ impl<A: Access> FromRequestParts<Shared> for Ctx<A> {
 }
 
 impl<A> Ctx<A> {
+    /// The handlers' shared state.
+    pub(crate) fn shared(&self) -> &Shared {
+        &self.shared
+    }
+
     /// Run `f` on the service through the writer's queue ([`with_service`]).
     pub(crate) async fn run<T: Send + 'static>(
         &self,
@@ -232,6 +303,15 @@ impl<A> Ctx<A> {
         f: impl FnOnce(&mut Service) -> ApiResult<T> + Send + 'static,
     ) -> ApiResult<T> {
         with_service_in(&self.shared, self.info.experiment.as_deref(), f).await
+    }
+
+    /// [`Ctx::run_in_lane`] for an operation that may answer after its batch's commit
+    /// ([`with_service_staged`]).
+    pub(crate) async fn run_staged_in_lane<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Service) -> ApiResult<Staged<T>> + Send + 'static,
+    ) -> ApiResult<T> {
+        with_service_staged(&self.shared, self.info.experiment.as_deref(), f).await
     }
 
     /// Run `f` on a read-only connection beside the writer ([`crate::readers`]): it reads what

@@ -22,6 +22,12 @@ pub struct ApiError {
 }
 
 impl ApiError {
+    /// Whether this is the refusal of a decision at a commitment boundary (409 with
+    /// `Retry-After`: a reward will free it).
+    pub fn at_boundary(&self) -> bool {
+        self.status == 409 && self.retry_after.is_some()
+    }
+
     /// A `status` error with `message`.
     pub fn new(status: u16, message: impl Into<String>) -> Self {
         ApiError {

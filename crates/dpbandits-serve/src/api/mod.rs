@@ -8,8 +8,8 @@ mod error;
 mod health;
 mod trial;
 use bodies::{CloseBody, DecideBody, Empty, RewardBody};
-pub use ctx::Shared;
 use ctx::{AdminOnly, Body, Client, Ctx, with_service};
+pub use ctx::{BOUNDARY_WAIT, Boundaries, Shared};
 use error::short;
 pub use error::{ApiError, ApiResult, CONFLICT_RETRY_MS};
 pub use health::{
@@ -27,7 +27,7 @@ use serde_json::{Value, json};
 use std::time::Instant;
 
 pub use crate::writer::{
-    GATHER_FROM, GATHER_WAIT, Job, MAX_BATCH, QUANTUM, Queued, Reply, publish_tick, writer,
+    GATHER_FROM, GATHER_WAIT, Job, MAX_BATCH, QUANTUM, Queued, Reply, Step, publish_tick, writer,
 };
 
 /// The router of API version 1.
@@ -397,10 +397,30 @@ async fn ledger(
     ctx.respond(r, json!({}))
 }
 
+/// A decision; at a commitment boundary it waits (at most [`ctx::BOUNDARY_WAIT`]) for a reward
+/// of the experiment and tries again, before it answers 409.
 async fn decide(Path(name): Path<String>, ctx: Ctx<Client>, Body(b): Body<DecideBody>) -> Response {
-    let r = ctx
-        .run_in_lane(move |s| Ok(s.decide(&name, b.request_id, b.actions.as_ref())?))
-        .await;
+    let deadline = std::time::Instant::now() + ctx::BOUNDARY_WAIT;
+    let waiters = ctx.shared().boundaries.of(&name);
+    let r = loop {
+        // Listening before the attempt: a reward committed after it wakes this request.
+        let freed = waiters.notified();
+        tokio::pin!(freed);
+        freed.as_mut().enable();
+        let (name, b) = (name.clone(), b.clone());
+        let r = ctx
+            .run_in_lane(move |s| Ok(s.decide(&name, b.request_id, b.actions.as_ref())?))
+            .await;
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match r {
+            Err(e) if e.at_boundary() && !left.is_zero() => {
+                if tokio::time::timeout(left, freed).await.is_err() {
+                    break Err(e);
+                }
+            }
+            r => break r,
+        }
+    };
     let fields = match &r {
         Ok(v) => json!({"decision_id": v["decision_id"], "arm": v["arm"]}),
         Err(_) => json!({}),
@@ -418,8 +438,14 @@ fn outcome_fields(r: &ApiResult<Value>) -> Value {
 
 async fn reward(Path(name): Path<String>, ctx: Ctx<Client>, Body(b): Body<RewardBody>) -> Response {
     let r = ctx
-        .run_in_lane(move |s| Ok(s.reward(&name, b.decision_id, b.reward)?))
+        .run_staged_in_lane({
+            let name = name.clone();
+            move |s| Ok(s.reward_staged(&name, b.decision_id, b.reward)?)
+        })
         .await;
+    if r.is_ok() {
+        ctx.shared().boundaries.freed(&name);
+    }
     let fields = outcome_fields(&r);
     ctx.respond(r, fields)
 }
@@ -430,7 +456,18 @@ async fn abandon(
     _: Body<Empty>,
 ) -> Response {
     let r = match id.parse::<u64>() {
-        Ok(id) => ctx.run(move |s| Ok(s.abandon(&name, id)?)).await,
+        Ok(id) => {
+            let r = ctx
+                .run({
+                    let name = name.clone();
+                    move |s| Ok(s.abandon(&name, id)?)
+                })
+                .await;
+            if r.is_ok() {
+                ctx.shared().boundaries.freed(&name);
+            }
+            r
+        }
         Err(_) => Err(ApiError::invalid(format!(
             "decision_id = {}: expected a decision_id this experiment issued (a non-negative integer)",
             short(&Value::String(id))

@@ -32,6 +32,7 @@ mod trial;
 
 pub use create::{CreateRequest, check_name, check_request_id, policy_table};
 pub use read::{audit_page, export_rows};
+pub use reward::{AfterCommit, Staged};
 
 /// Why an operation was refused. Every message names the field, the value and what is allowed;
 /// the state is unchanged.
@@ -568,6 +569,73 @@ mod tests {
         assert_eq!(
             (ins.ledger_charged, ins.ledger_lost, ins.releases),
             (3, 1, 3)
+        );
+    }
+
+    /// A staged reward (the writer's path): the release's intent is written into the batch
+    /// with no commit of its own; the draw and the rest run only after the batch's commit,
+    /// and not at all when the batch fails (nothing is drawn, nothing is charged). Its
+    /// answer, ledger and chain are those of a plain reward.
+    #[test]
+    fn a_staged_reward_draws_after_its_batch_commits() {
+        let dir = shm_dir();
+        let db = dir.path().join("s.sqlite");
+        let mut s = Service::open(&db, ADMIN).unwrap();
+        let mut r =
+            req(json!({"name": "p", "arms": 3, "policy": {"kind": "dp_ts", "epsilon": 1.0}}));
+        r.seed = Some(3);
+        s.create(r).unwrap();
+        let charges = |s: &Service| s.ledger_rows("p", 0, 10_000).unwrap()["charges"].clone();
+        // A failed batch: the staged step is dropped unrun; no ledger row survives.
+        let d = s.decide("p", None, None).unwrap();
+        let id = d["decision_id"].as_u64().unwrap();
+        s.begin_batch();
+        let Staged::AfterCommit(_dropped) = s.reward_staged("p", id, 1.0).unwrap() else {
+            panic!("a per-step private reward stages its release");
+        };
+        s.fail_batch();
+        assert!(s.commit_batch().is_err());
+        assert_eq!(charges(&s), 0);
+        assert_eq!(s.status("p").unwrap()["pending"], 1);
+        // A committed batch: the intent is durable before the step draws.
+        s.begin_batch();
+        let Staged::AfterCommit(step) = s.reward_staged("p", id, 1.0).unwrap() else {
+            panic!("staged");
+        };
+        s.commit_batch().unwrap();
+        let open = store::inspect(&db, "p").unwrap();
+        assert_eq!((open.ledger_charged, open.releases), (0, 0));
+        s.begin_batch();
+        assert_eq!(step(&mut s).unwrap()["status"], "applied");
+        s.commit_batch().unwrap();
+        assert_eq!(charges(&s), 1);
+        // A repeated report is answered at once; outside a batch a staged reward is a plain one.
+        s.begin_batch();
+        let Staged::Done(v) = s.reward_staged("p", id, 0.0).unwrap() else {
+            panic!("a duplicate is not staged");
+        };
+        s.commit_batch().unwrap();
+        assert_eq!(
+            (v["status"].clone(), v["differs"].clone()),
+            (json!("duplicate"), json!(true))
+        );
+        let d = s.decide("p", None, None).unwrap();
+        let Staged::Done(v) = s
+            .reward_staged("p", d["decision_id"].as_u64().unwrap(), 0.0)
+            .unwrap()
+        else {
+            panic!("outside a batch nothing is staged");
+        };
+        assert_eq!(v["status"], "applied");
+        // (DP-TS releases a batch per arm: this reward may or may not complete one.)
+        let n = charges(&s).as_u64().unwrap();
+        assert!(n >= 1, "{n}");
+        drop(s);
+        crate::verify::verify_default(&db).unwrap();
+        let ins = store::inspect(&db, "p").unwrap();
+        assert_eq!(
+            (ins.ledger_charged, ins.ledger_lost, ins.releases),
+            (n, 0, n)
         );
     }
 

@@ -112,8 +112,66 @@ impl Service {
         name: &str,
         decision_id: u64,
         reward: f64,
-        abandoned: Option<&str>,
+        abandoned: Option<&'static str>,
     ) -> ServiceResult<Value> {
+        let fresh = match self.admit(name, decision_id, reward, abandoned)? {
+            Admitted::Answered(v) => return Ok(v),
+            Admitted::Fresh(f) => f,
+        };
+        // A release is about to be drawn: its intent is committed first, so a crash between the
+        // draw and the state change leaves a charged (`lost`) row, and a redo is charged again.
+        let intent = match fresh.release {
+            Some(rounds) => self.reserve(name, fresh.release_no, fresh.arm, rounds)?,
+            None => None,
+        };
+        self.complete(name, fresh, intent)
+    }
+
+    /// A reward in a batch (the writer's path, [`Staged`]): like [`Service::reward`], except
+    /// that a reward whose release needs a ledger intent does not commit the batch part-way.
+    /// Its intent is written into the batch and the rest (the draw, the state, the audit
+    /// entries, the answer) is returned as the step after the batch's commit, which the writer
+    /// runs first in its next batch, before any other operation on the experiment: the intent
+    /// is durable before the draw, as in [`Service::reward`], with no commit of its own.
+    /// Outside a batch the same as [`Service::reward`].
+    pub fn reward_staged(
+        &mut self,
+        name: &str,
+        decision_id: u64,
+        reward: f64,
+    ) -> ServiceResult<Staged<Value>> {
+        if !self.store.in_batch() {
+            return self.reward(name, decision_id, reward).map(Staged::Done);
+        }
+        let fresh = match self.admit(name, decision_id, reward, None)? {
+            Admitted::Answered(v) => return Ok(Staged::Done(v)),
+            Admitted::Fresh(f) => f,
+        };
+        let priced = cost_of(&self.experiment(name)?.guarantee);
+        let (Some(rounds), Some((measure, cost))) = (fresh.release, priced) else {
+            return self.complete(name, fresh, None).map(Staged::Done);
+        };
+        let tx = self.store.begin()?;
+        let id = tx.insert_intent(name, fresh.release_no, fresh.arm, rounds, measure, cost)?;
+        tx.commit()?;
+        let intent = Intent { id, measure, cost };
+        let name = name.to_string();
+        Ok(Staged::AfterCommit(Box::new(move |s: &mut Service| {
+            s.complete(&name, fresh, Some(intent))
+        })))
+    }
+
+    /// The checks of a reward before anything changes: the experiment is open, the decision
+    /// exists and has no reward yet (else the answer for a repeated report), and the policy's
+    /// boundary admits the reward (clip, or refuse in reject mode; a refused reward changes
+    /// nothing and the decision stays pending). Also whether it completes a release.
+    fn admit(
+        &mut self,
+        name: &str,
+        decision_id: u64,
+        reward: f64,
+        abandoned: Option<&'static str>,
+    ) -> ServiceResult<Admitted> {
         if self.experiment(name)?.closed.is_some() {
             return Err(ServiceError::Closed { name: name.into() });
         }
@@ -124,35 +182,53 @@ impl Service {
         };
         if let Some(prev) = previous {
             let outcome = outcome.as_deref();
-            return self.repeated(name, decision_id, arm, reward, prev, outcome, abandoned);
+            return self
+                .repeated(name, decision_id, arm, reward, prev, outcome, abandoned)
+                .map(Admitted::Answered);
         }
         let e = self.experiments.get(name).expect("checked above");
-        // The policy's own boundary admits the reward first (clip, or refuse in reject mode);
-        // a refused reward changes nothing and the decision stays pending.
         let admitted = e
             .session
             .boundary()
             .single(reward)
             .map_err(invalid_reward)?;
-        let release = release_of(&e.session, decision_id, arm)?;
-        let release_no = e.releases + 1;
-        // A release is about to be drawn: its intent is committed first, so a crash between the
-        // draw and the state change leaves a charged (`lost`) row, and a redo is charged again.
-        let intent = match release {
-            Some(rounds) => self.reserve(name, release_no, arm, rounds)?,
-            None => None,
-        };
-        let e = self.experiments.get_mut(name).expect("checked above");
-        e.session
-            .observe_decision(decision_id.saturating_sub(1), reward)
-            .map_err(refused_reward)?;
-        let applied = Applied {
+        Ok(Admitted::Fresh(Fresh {
             decision_id,
             arm,
             reward,
             admitted: admitted.sum(),
             abandoned,
-            release: release.map(|_| release_no),
+            release: release_of(&e.session, decision_id, arm)?,
+            release_no: e.releases + 1,
+        }))
+    }
+
+    /// An admitted reward taken (the release drawn, when it completes one, after its intent
+    /// is durable) and stored with its audit entries and charge; its answer.
+    fn complete(&mut self, name: &str, f: Fresh, intent: Option<Intent>) -> ServiceResult<Value> {
+        let e = self
+            .experiments
+            .get_mut(name)
+            .expect("checked by the caller");
+        let index = f.decision_id.saturating_sub(1);
+        if e.session.pending_arm(index) != Some(f.arm) {
+            // Nothing else runs on the experiment between a staged reward's two steps; were it
+            // otherwise, nothing is drawn (an open intent is charged as lost on restart).
+            return Err(ServiceError::internal(format!(
+                "decision {} of {name:?} is no longer pending",
+                f.decision_id
+            )));
+        }
+        e.session
+            .observe_decision(index, f.reward)
+            .map_err(refused_reward)?;
+        let applied = Applied {
+            decision_id: f.decision_id,
+            arm: f.arm,
+            reward: f.reward,
+            admitted: f.admitted,
+            abandoned: f.abandoned,
+            release: f.release.map(|_| f.release_no),
             intent,
         };
         if let Err(err) = self.store_reward(name, &applied) {
@@ -165,18 +241,18 @@ impl Service {
         // snapshot); then the maintained counts (the release's rows through the ledger's index
         // by release, so no scan).
         let e = self.experiments.get_mut(name).expect("checked above");
-        if release.is_some() {
-            e.releases = release_no;
+        if f.release.is_some() {
+            e.releases = f.release_no;
         }
         if intent.is_some() {
-            self.count_charge(name, release_no)?;
+            self.count_charge(name, f.release_no)?;
         }
-        if let Some(why) = abandoned {
-            api_log_abandon(name, decision_id, why);
-            return Ok(json!({"decision_id": decision_id, "status": "abandoned", "why": why}));
+        if let Some(why) = f.abandoned {
+            api_log_abandon(name, f.decision_id, why);
+            return Ok(json!({"decision_id": f.decision_id, "status": "abandoned", "why": why}));
         }
-        let clipped = admitted.sum() != reward;
-        Ok(json!({"decision_id": decision_id, "status": "applied", "clipped": clipped}))
+        let clipped = f.admitted != f.reward;
+        Ok(json!({"decision_id": f.decision_id, "status": "applied", "clipped": clipped}))
     }
 
     /// Commit the ledger intent of `name`'s release `release_no` (of `arm`, `rounds` rewards)
@@ -293,6 +369,41 @@ struct Intent {
     measure: &'static str,
     cost: f64,
 }
+
+/// A reward's checks, done ([`Service::admit`]).
+enum Admitted {
+    /// A repeated report: its answer (nothing changes).
+    Answered(Value),
+    /// A first report the boundary admits.
+    Fresh(Fresh),
+}
+
+/// A reward admitted and not yet taken.
+struct Fresh {
+    decision_id: u64,
+    arm: usize,
+    reward: f64,
+    /// The admitted (clipped) reward.
+    admitted: f64,
+    abandoned: Option<&'static str>,
+    /// The rewards of the release it completes, if it completes one.
+    release: Option<u64>,
+    /// That release's number.
+    release_no: u64,
+}
+
+/// What an operation answers in a batch: its answer now, or the step to run after the batch's
+/// commit (first in the writer's next batch), which answers it. A staged reward's release
+/// intent is made durable by the batch's own commit instead of a commit of its own.
+pub enum Staged<T> {
+    /// Answered.
+    Done(T),
+    /// To run after the batch commits; not run if the commit fails.
+    AfterCommit(AfterCommit<T>),
+}
+
+/// The step of a [`Staged`] operation after its batch's commit.
+pub type AfterCommit<T> = Box<dyn FnOnce(&mut Service) -> ServiceResult<T> + Send>;
 
 /// A reward the session took, as it is stored.
 struct Applied<'a> {
