@@ -53,16 +53,24 @@ pub struct Boundaries(
 );
 
 impl Boundaries {
-    /// Experiment `name`'s waiters.
-    pub(crate) fn of(&self, name: &str) -> Arc<tokio::sync::Notify> {
-        let mut m = self
-            .0
+    /// Experiment `name`'s waiters, if a decision has ever waited at its boundary.
+    pub(crate) fn get(&self, name: &str) -> Option<Arc<tokio::sync::Notify>> {
+        self.0
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        match m.get(name) {
-            Some(n) => n.clone(),
-            None => m.entry(name.to_string()).or_default().clone(),
-        }
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(name)
+            .cloned()
+    }
+
+    /// Experiment `name`'s waiters, made on its first boundary (an existing experiment: the
+    /// map holds at most one entry per experiment).
+    pub(crate) fn of(&self, name: &str) -> Arc<tokio::sync::Notify> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(name.to_string())
+            .or_default()
+            .clone()
     }
 
     /// A reward (or abandonment) of `name` was committed: wake the waiting decisions.

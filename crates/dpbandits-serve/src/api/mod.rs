@@ -401,16 +401,31 @@ async fn ledger(
 /// of the experiment and tries again, before it answers 409.
 async fn decide(Path(name): Path<String>, ctx: Ctx<Client>, Body(b): Body<DecideBody>) -> Response {
     let deadline = std::time::Instant::now() + ctx::BOUNDARY_WAIT;
-    let waiters = ctx.shared().boundaries.of(&name);
+    let boundaries = &ctx.shared().boundaries;
+    let mut waiters = boundaries.get(&name);
     let r = loop {
+        let attempt = {
+            let (name, b) = (name.clone(), b.clone());
+            move |s: &mut crate::service::Service| {
+                Ok(s.decide(&name, b.request_id, b.actions.as_ref())?)
+            }
+        };
+        let Some(w) = waiters.clone() else {
+            // No decision has waited at this experiment's boundary yet: at its first one, make
+            // the experiment's waiters, then listen and try again.
+            match ctx.run_in_lane(attempt).await {
+                Err(e) if e.at_boundary() => {
+                    waiters = Some(boundaries.of(&name));
+                    continue;
+                }
+                r => break r,
+            }
+        };
         // Listening before the attempt: a reward committed after it wakes this request.
-        let freed = waiters.notified();
+        let freed = w.notified();
         tokio::pin!(freed);
         freed.as_mut().enable();
-        let (name, b) = (name.clone(), b.clone());
-        let r = ctx
-            .run_in_lane(move |s| Ok(s.decide(&name, b.request_id, b.actions.as_ref())?))
-            .await;
+        let r = ctx.run_in_lane(attempt).await;
         let left = deadline.saturating_duration_since(std::time::Instant::now());
         match r {
             Err(e) if e.at_boundary() && !left.is_zero() => {
