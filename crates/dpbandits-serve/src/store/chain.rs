@@ -132,6 +132,24 @@ pub struct AuditEntry {
     pub hash: String,
 }
 
+/// The audit table's columns in [`AuditEntry`]'s order ([`AuditEntry::from_row`]).
+pub(super) const AUDIT_COLUMNS: &str = "seq, ts, experiment, event, body, prev, hash";
+
+impl AuditEntry {
+    /// An entry from a row that selected [`AUDIT_COLUMNS`].
+    pub(super) fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<AuditEntry> {
+        Ok(AuditEntry {
+            seq: r.get(0)?,
+            ts: r.get(1)?,
+            experiment: r.get(2)?,
+            event: r.get(3)?,
+            body: r.get(4)?,
+            prev: r.get(5)?,
+            hash: r.get(6)?,
+        })
+    }
+}
+
 /// The key of the audit chain: 32 random bytes kept **outside** the database (a file, by default
 /// `<db>.audit-key`, mode 0600). Entries are chained with HMAC-SHA256 under it, so someone who can
 /// write the database file but cannot read the key can neither re-chain edited entries nor append
@@ -323,22 +341,12 @@ impl Reads {
         limit: i64,
     ) -> Result<Vec<AuditEntry>> {
         let conn = &self.conn;
-        let mut stmt = conn.prepare(
-            "SELECT seq, ts, experiment, event, body, prev, hash FROM audit
-             WHERE seq > ?1 AND (?2 IS NULL OR experiment = ?2) ORDER BY seq LIMIT ?3",
-        )?;
+        let mut stmt = conn.prepare(&format!(
+            "SELECT {AUDIT_COLUMNS} FROM audit
+             WHERE seq > ?1 AND (?2 IS NULL OR experiment = ?2) ORDER BY seq LIMIT ?3"
+        ))?;
         let rows = stmt
-            .query_map(params![after, experiment, limit], |r| {
-                Ok(AuditEntry {
-                    seq: r.get(0)?,
-                    ts: r.get(1)?,
-                    experiment: r.get(2)?,
-                    event: r.get(3)?,
-                    body: r.get(4)?,
-                    prev: r.get(5)?,
-                    hash: r.get(6)?,
-                })
-            })?
+            .query_map(params![after, experiment, limit], AuditEntry::from_row)?
             .collect::<rusqlite::Result<_>>()?;
         Ok(rows)
     }

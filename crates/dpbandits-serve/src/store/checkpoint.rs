@@ -3,6 +3,7 @@
 //! and the keyed digest of the rows the audit log explains.
 
 use super::chain::AuditKey;
+use super::chain::{AUDIT_COLUMNS, AuditEntry};
 use super::db::{Reads, Tx};
 use super::reads::{AuditRow, CheckedCharge, CheckedDecision, TableCounts};
 use anyhow::Result;
@@ -242,20 +243,12 @@ impl Reads {
         mut f: impl FnMut(AuditRow) -> Result<()>,
     ) -> Result<()> {
         let conn = &self.conn;
-        let mut stmt = conn.prepare(
-        "SELECT seq, ts, experiment, event, body, prev, hash FROM audit WHERE seq > ?1 ORDER BY seq",
-    )?;
+        let mut stmt = conn.prepare(&format!(
+            "SELECT {AUDIT_COLUMNS} FROM audit WHERE seq > ?1 ORDER BY seq"
+        ))?;
         let mut rows = stmt.query(params![after])?;
         while let Some(r) = rows.next()? {
-            f(AuditRow {
-                seq: r.get(0)?,
-                ts: r.get(1)?,
-                experiment: r.get(2)?,
-                event: r.get(3)?,
-                body: r.get(4)?,
-                prev: r.get(5)?,
-                hash: r.get(6)?,
-            })?;
+            f(AuditEntry::from_row(r)?)?;
         }
         Ok(())
     }

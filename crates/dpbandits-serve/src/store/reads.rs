@@ -7,24 +7,8 @@ use rusqlite::{OptionalExtension, params};
 use sha2::{Digest, Sha256};
 use std::path::Path;
 
-/// One audit entry as stored.
-#[derive(Debug, Clone)]
-pub struct AuditRow {
-    /// Sequence number.
-    pub seq: i64,
-    /// Time written.
-    pub ts: String,
-    /// The experiment (`""`: database-wide).
-    pub experiment: String,
-    /// The event name.
-    pub event: String,
-    /// The body (compact JSON text).
-    pub body: String,
-    /// The previous entry's hash.
-    pub prev: String,
-    /// This entry's hash.
-    pub hash: String,
-}
+/// One audit entry as stored (the verifier's name for [`super::AuditEntry`]).
+pub type AuditRow = super::AuditEntry;
 
 /// A decision row as the verifier reads it.
 #[derive(Debug, Clone)]
