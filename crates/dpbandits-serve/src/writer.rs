@@ -27,11 +27,6 @@ pub enum Step {
     Then(Job),
 }
 
-impl From<Reply> for Step {
-    fn from(r: Reply) -> Step {
-        Step::Reply(r)
-    }
-}
 /// Answers a request after its batch's commit (`true`) or failure (`false`: a 500).
 pub type Reply = Box<dyn FnOnce(bool) + Send>;
 

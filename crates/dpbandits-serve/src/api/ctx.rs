@@ -75,11 +75,7 @@ impl Boundaries {
 
     /// A reward (or abandonment) of `name` was committed: wake the waiting decisions.
     pub(crate) fn freed(&self, name: &str) {
-        let m = self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(n) = m.get(name) {
+        if let Some(n) = self.get(name) {
             n.notify_waiters();
         }
     }

@@ -151,9 +151,7 @@ impl Service {
         let (Some(rounds), Some((measure, cost))) = (fresh.release, priced) else {
             return self.complete(name, fresh, None).map(Staged::Done);
         };
-        let tx = self.store.begin()?;
-        let id = tx.insert_intent(name, fresh.release_no, fresh.arm, rounds, measure, cost)?;
-        tx.commit()?;
+        let id = self.insert_intent(name, fresh.release_no, fresh.arm, rounds, (measure, cost))?;
         let intent = Intent { id, measure, cost };
         let name = name.to_string();
         Ok(Staged::AfterCommit(Box::new(move |s: &mut Service| {
@@ -285,10 +283,24 @@ impl Service {
         rounds: u64,
         (measure, cost): (&str, f64),
     ) -> ServiceResult<i64> {
+        let id = self.insert_intent(name, release_no, arm, rounds, (measure, cost))?;
+        self.flush_batch()?;
+        Ok(id)
+    }
+
+    /// Write the ledger intent row of [`Service::write_intent`] in its own savepoint, without
+    /// making it durable (a staged reward's batch commit does that). Returns its ledger row.
+    fn insert_intent(
+        &mut self,
+        name: &str,
+        release_no: u64,
+        arm: usize,
+        rounds: u64,
+        (measure, cost): (&str, f64),
+    ) -> ServiceResult<i64> {
         let tx = self.store.begin()?;
         let id = tx.insert_intent(name, release_no, arm, rounds, measure, cost)?;
         tx.commit()?;
-        self.flush_batch()?;
         Ok(id)
     }
 
