@@ -12,9 +12,10 @@
 //!   (`epsilon = 1`, deployment-grade noise; one decision open at a time, `while_pending =
 //!   "wait"`: the other clients' decisions wait at its boundary; `FAIR_NEIGHBOUR` = a policy's
 //!   JSON for another neighbour) and `FAIR_H` unauthenticated `/v1/health` flooders (default 8)
-//!   at the same time: the `adac_ucb` decisions per second, and their ratio to alone (the mean of
-//!   the alone measurements just before and just after, the second being "quiet" below), and the
-//!   409 answers the clients got a second (a client sleeps 0.5 ms after one);
+//!   at the same time: the `adac_ucb` decisions per second, and their ratio to alone, and the
+//!   409 answers the clients got a second (a client sleeps 0.5 ms after one). Alone and beside
+//!   take turns, `FAIR_SLICES` (default 5) of SECONDS / `FAIR_SLICES` each, on the same two
+//!   experiments: the machine's drift (2x within a minute here) falls on both alike;
 //! * **quiet** and **read**: `FAIR_N` `adac_ucb` clients for SECONDS, first alone, then while an
 //!   admin reads the 10,000-row export page of an experiment of 10,000 decisions in a loop: the
 //!   decision requests' p50, p99 and maximum latency of each, and the increase.
@@ -240,10 +241,11 @@ fn main() -> anyhow::Result<()> {
     let secs: f64 = args.next().map_or(Ok(5.0), |a| a.parse())?;
     let runs: u64 = args.next().map_or(Ok(5), |a| a.parse())?;
     let base = args.next().map_or_else(std::env::temp_dir, Into::into);
-    let (n, m, h) = (
+    let (n, m, h, slices) = (
         env_or("FAIR_N", 8),
         env_or("FAIR_M", 4),
         env_or("FAIR_H", 8),
+        env_or("FAIR_SLICES", 5).max(1),
     );
     let dir = tempfile::Builder::new()
         .prefix("dpb-fair")
@@ -268,7 +270,7 @@ fn main() -> anyhow::Result<()> {
         f.join().expect("filler")?;
     }
     println!(
-        "adac_ucb clients N = {n}, dp_ts clients M = {m}, health flooders H = {h}, {secs} s per measurement, {runs} runs"
+        "adac_ucb clients N = {n}, dp_ts clients M = {m}, health flooders H = {h}, {secs} s per measurement (alone and beside in {slices} turns each), {runs} runs"
     );
     println!(
         "| run | alone dec/s | beside dec/s | ratio | dp_ts dec/s | 409 answers/s | health probes/s | quiet p50 / p99 / max ms | read p50 / p99 / max ms | pages read | max increase ms |"
@@ -278,36 +280,49 @@ fn main() -> anyhow::Result<()> {
     for run in 0..runs {
         let a = format!("a{run}");
         let ta = create(addr, &a, adac.clone())?;
-        let (alone, _) = load(addr, &[(a.clone(), ta.clone(), n)], None, 0, secs)?;
         let d = format!("d{run}");
         let td = create(addr, &d, dpts.clone())?;
-        let flood: Extra = Box::new(move |stop: &AtomicBool| {
-            client_priority();
-            let mut c = Conn::new(addr, T);
-            let mut k = 0;
-            while !stop.load(Ordering::Relaxed) {
-                let r = c.request("GET", "/v1/health", None, None)?;
-                anyhow::ensure!(r.status == 200, "health: {}", r.body);
-                k += 1;
-            }
-            Ok(k)
-        });
+        let flood = move || -> Extra {
+            Box::new(move |stop: &AtomicBool| {
+                client_priority();
+                let mut c = Conn::new(addr, T);
+                let mut k = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    let r = c.request("GET", "/v1/health", None, None)?;
+                    anyhow::ensure!(r.status == 200, "health: {}", r.body);
+                    k += 1;
+                }
+                Ok(k)
+            })
+        };
+        // Alone and beside in turns of SECONDS / FAIR_SLICES each: the machine's drift (2x
+        // within a minute) falls on both alike. Rates are totals over the turns' time.
         let conflicts = CONFLICTS.load(Ordering::Relaxed);
-        let (beside, probes) = load(
-            addr,
-            &[(a.clone(), ta.clone(), n), (d, td, m)],
-            Some(flood),
-            h,
-            secs,
-        )?;
+        let slice = secs / slices as f64;
+        let (mut alone, mut beside, mut neighbour, mut probes) = (0.0, 0.0, 0.0, 0);
+        for _ in 0..slices {
+            alone += load(addr, &[(a.clone(), ta.clone(), n)], None, 0, slice)?.0[0].0;
+            let (b, p) = load(
+                addr,
+                &[(a.clone(), ta.clone(), n), (d.clone(), td.clone(), m)],
+                Some(flood()),
+                h,
+                slice,
+            )?;
+            beside += b[0].0;
+            neighbour += b[1].0;
+            probes += p;
+        }
+        let (alone, beside, neighbour) = (
+            alone / slices as f64,
+            beside / slices as f64,
+            neighbour / slices as f64,
+        );
         let conflicts = (CONFLICTS.load(Ordering::Relaxed) - conflicts) as f64 / secs;
+        let ratio = beside / alone;
         let q = format!("q{run}");
         let tq = create(addr, &q, adac.clone())?;
         let (mut quiet, _) = load(addr, &[(q.clone(), tq.clone(), n)], None, 0, secs)?;
-        // Alone: the mean of the measurements just before and just after "beside" (the
-        // machine's own drift between them cancels to first order).
-        let alone_mean = (alone[0].0 + quiet[0].0) / 2.0;
-        let ratio = beside[0].0 / alone_mean;
         let reader: Extra = Box::new(move |stop: &AtomicBool| {
             client_priority();
             let mut c = Conn::new(addr, T);
@@ -332,10 +347,10 @@ fn main() -> anyhow::Result<()> {
         let inc = rs.2 - qs.2;
         println!(
             "| {run} | {:.0} | {:.0} | {:.2} | {:.0} | {conflicts:.0} | {:.0} | {:.2} / {:.2} / {:.1} | {:.2} / {:.2} / {:.1} | {pages} | {inc:.1} |",
-            alone_mean,
-            beside[0].0,
+            alone,
+            beside,
             ratio,
-            beside[1].0,
+            neighbour,
             probes as f64 / secs,
             qs.0,
             qs.1,

@@ -3,7 +3,8 @@
 //!
 //! `cargo run --release -p dpbandits-serve --example writer_bench [-- OPS [DIR [BATCH]]]`: OPS
 //! decision + reward pairs (default 20000), BATCH pairs per batch (default 8: 16 operations,
-//! about what 32 HTTP clients give).
+//! about what 32 HTTP clients give). `WB_POLICY` (a policy's JSON) measures another kind than
+//! `adac_ucb`.
 
 use dpbandits_serve::service::{CreateRequest, Service};
 use serde_json::json;
@@ -21,9 +22,12 @@ fn main() -> anyhow::Result<()> {
         &dir.path().join("w.sqlite"),
         "writer-bench-admin-token-01234",
     )?;
-    let req: CreateRequest = serde_json::from_value(
-        json!({"name": "w", "arms": 3, "policy": {"kind": "adac_ucb", "rho": 0.5}}),
-    )?;
+    let policy: serde_json::Value = match std::env::var("WB_POLICY") {
+        Ok(p) => serde_json::from_str(&p)?,
+        Err(_) => json!({"kind": "adac_ucb", "rho": 0.5}),
+    };
+    let req: CreateRequest =
+        serde_json::from_value(json!({"name": "w", "arms": 3, "policy": policy}))?;
     s.create(req).map_err(|e| anyhow::anyhow!("{e}"))?;
     let (mut ops_time, mut commit_time, mut done, mut commits) = (0.0, 0.0, 0, 0);
     let mut ids = Vec::with_capacity(batch);

@@ -45,9 +45,13 @@ impl From<Job> for Queued {
     }
 }
 
-/// The writer waits (once, [`GATHER_WAIT`]) for more requests before it closes a batch smaller
-/// than the last one, when the last one had at least this many: under concurrent load one
-/// fsync then carries more requests (docs/perf.md). A lone client (batches of one) never waits.
+/// The writer waits (once, [`GATHER_WAIT`]) for more requests before it closes a batch of at
+/// most half the last one, when the last one had at least this many: under concurrent load,
+/// just after a commit answered them, most clients' next requests are on their way, and one
+/// fsync then carries them (docs/perf.md). A lone client (batches of one) never waits, and
+/// neither does a batch only a few requests short of the last (under a neighbour the sizes
+/// vary by a few: a wait for those cost more than it gathered, docs/perf.md "Fair
+/// scheduling").
 pub const GATHER_FROM: usize = 4;
 
 /// How long the writer waits for more requests of a batch ([`GATHER_FROM`]).
@@ -155,13 +159,14 @@ impl Lanes {
 
 /// Move every waiting request of the queue into the lanes (at most [`MAX_BATCH`] waiting in
 /// all, beyond which the queue holds them); under concurrent load (the last batch had `last`
-/// requests) wait once ([`GATHER_WAIT`]) for the requests on their way.
+/// requests, and at most half as many wait) wait once ([`GATHER_WAIT`]) for the requests on
+/// their way.
 fn gather(jobs: &mut tokio::sync::mpsc::Receiver<Queued>, lanes: &mut Lanes, last: usize) {
     let mut waited = false;
     while lanes.waiting < MAX_BATCH {
         match jobs.try_recv() {
             Ok(q) => lanes.push(q),
-            Err(_) if !waited && last >= GATHER_FROM && lanes.waiting < last => {
+            Err(_) if !waited && last >= GATHER_FROM && 2 * lanes.waiting <= last => {
                 waited = true;
                 std::thread::sleep(GATHER_WAIT);
             }

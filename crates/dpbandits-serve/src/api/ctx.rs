@@ -38,23 +38,67 @@ pub struct Shared {
 
 /// A decision at a commitment boundary waits this long at most for a reward that frees the
 /// boundary before it is answered 409: a client does not poll, and its decision is issued as
-/// soon as the reward is committed. Each reward (or abandonment) of the experiment that may
-/// free it wakes the waiting decisions, which try again.
+/// soon as the reward is committed.
 pub const BOUNDARY_WAIT: Duration = Duration::from_millis(100);
 
-/// Per experiment, the decisions waiting at its commitment boundary: a committed reward (or
-/// abandonment) of the experiment wakes them all (`Boundaries::freed`), and each tries its
-/// decision again at once (a reward may open a commitment of many rounds). A try that finds
-/// the boundary still closed waits again: it costs a writer operation, not a client's round
-/// trip.
+/// Per experiment that has met a commitment boundary, its [`Gate`]: the decisions waiting at
+/// the boundary, and whether it is closed.
 #[derive(Default)]
-pub struct Boundaries(
-    std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Notify>>>,
-);
+pub struct Boundaries(std::sync::Mutex<std::collections::HashMap<String, Arc<Gate>>>);
+
+/// One experiment's commitment boundary as the decisions see it. The writer keeps `closed`:
+/// set by a decision refused at the boundary, or by one that leaves the experiment at it (a
+/// kind that serves one decision at a time); cleared by a decision that leaves it open and by
+/// a committed reward or abandonment (`Boundaries::freed`). A decision that finds the gate
+/// closed waits without trying (no writer operation); a freeing reward wakes one waiting
+/// decision, and a decision that leaves the gate open wakes the next
+/// (`Boundaries::decided`), so a reward that opens a commitment of many rounds lets them
+/// through one after another while a kind that serves one at a time gets one try per reward,
+/// not one per waiting client. `closed` is a hint:
+/// a decision that waited [`BOUNDARY_WAIT`] tries once more whatever it says, and the
+/// session, in the writer, decides.
+#[derive(Default)]
+pub struct Gate {
+    closed: std::sync::atomic::AtomicBool,
+    woken: tokio::sync::Notify,
+}
+
+impl Gate {
+    /// Whether the last decision found or left the experiment at its boundary, with no
+    /// reward or abandonment since.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Wait while the gate is closed: until it is opened and this decision is woken, or
+    /// `deadline`. Returns at once when it is open.
+    pub(crate) async fn wait_open(&self, deadline: tokio::time::Instant) {
+        loop {
+            // Listening before the check: a reward committed after it wakes this decision
+            // (a wake-up of a decision that returns without waiting goes to the next one).
+            let woken = self.woken.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            if !self.is_closed() {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, woken).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Open the gate and wake one waiting decision.
+    pub(crate) fn open(&self) {
+        self.closed
+            .store(false, std::sync::atomic::Ordering::Release);
+        self.woken.notify_one();
+    }
+}
 
 impl Boundaries {
-    /// Experiment `name`'s waiters, if a decision has ever waited at its boundary.
-    pub(crate) fn get(&self, name: &str) -> Option<Arc<tokio::sync::Notify>> {
+    /// Experiment `name`'s gate, if a decision of it has met a boundary.
+    pub(crate) fn get(&self, name: &str) -> Option<Arc<Gate>> {
         self.0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -62,9 +106,9 @@ impl Boundaries {
             .cloned()
     }
 
-    /// Experiment `name`'s waiters, made on its first boundary (an existing experiment: the
-    /// map holds at most one entry per experiment).
-    pub(crate) fn of(&self, name: &str) -> Arc<tokio::sync::Notify> {
+    /// Experiment `name`'s gate, made at its first boundary (an existing experiment: the map
+    /// holds at most one entry per experiment).
+    fn of(&self, name: &str) -> Arc<Gate> {
         self.0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -73,10 +117,27 @@ impl Boundaries {
             .clone()
     }
 
-    /// A reward (or abandonment) of `name` was committed: wake the waiting decisions.
+    /// In the writer, after a decision of `name` (in the order the writer runs them): whether
+    /// it found or left the experiment at its commitment boundary. Only an experiment that
+    /// has met a boundary gets a gate; a decision that leaves it open wakes the next waiting
+    /// one at once (its try joins the batch being gathered, or the next one), so a reward that
+    /// opens many rounds lets the waiting decisions through one after another without a
+    /// commit between each two.
+    pub(crate) fn decided(&self, name: &str, at_boundary: bool) {
+        if at_boundary {
+            self.of(name)
+                .closed
+                .store(true, std::sync::atomic::Ordering::Release);
+        } else if let Some(g) = self.get(name) {
+            g.open();
+        }
+    }
+
+    /// A reward (or abandonment) of `name` was committed: open its gate and wake one waiting
+    /// decision.
     pub(crate) fn freed(&self, name: &str) {
-        if let Some(n) = self.get(name) {
-            n.notify_waiters();
+        if let Some(g) = self.get(name) {
+            g.open();
         }
     }
 }
@@ -502,4 +563,68 @@ fn object(body: &Bytes, allowed: &[&str]) -> ApiResult<Map<String, Value>> {
         )));
     }
     Ok(m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::time::Instant;
+
+    /// The gate (paused time: exact). No gate before a boundary; a freeing reward lets one
+    /// waiting decision through, not all of them; a decision that leaves the gate open lets
+    /// the next one through; a closed gate holds a decision until its deadline; an open one
+    /// holds none.
+    #[tokio::test(start_paused = true)]
+    async fn a_freed_gate_lets_one_waiting_decision_through() {
+        let b = Arc::new(Boundaries::default());
+        b.decided("x", false);
+        assert!(b.get("x").is_none(), "a gate before any boundary");
+        b.decided("x", true);
+        let gate = b.get("x").expect("a gate at the first boundary");
+        assert!(gate.is_closed());
+        let start = Instant::now();
+        let deadline = start + BOUNDARY_WAIT;
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        for i in 0..3 {
+            let (gate, tx) = (gate.clone(), tx.clone());
+            tokio::spawn(async move {
+                gate.wait_open(deadline).await;
+                let _ = tx.send((i, Instant::now()));
+            });
+        }
+        let settle = || async {
+            for _ in 0..10 {
+                tokio::task::yield_now().await;
+            }
+        };
+        settle().await;
+        assert!(rx.try_recv().is_err(), "a decision passed a closed gate");
+        // A reward: one decision through, and (its decision leaves the experiment at its
+        // boundary again) no other.
+        b.freed("x");
+        settle().await;
+        assert_eq!(
+            rx.try_recv().map(|(i, t)| (i, t - start)),
+            Ok((0, Duration::ZERO))
+        );
+        b.decided("x", true);
+        settle().await;
+        assert!(
+            rx.try_recv().is_err(),
+            "a second decision passed on one reward"
+        );
+        // A decision that leaves the gate open hands on to the next one.
+        b.decided("x", false);
+        settle().await;
+        assert_eq!(rx.try_recv().map(|(i, _)| i), Ok(1));
+        // Closed again and no reward: the last one waits until its deadline, not longer.
+        b.decided("x", true);
+        let (i, at) = rx.recv().await.expect("the last decision");
+        assert_eq!((i, at - start), (2, BOUNDARY_WAIT));
+        // An open gate holds nobody.
+        b.freed("x");
+        let t = Instant::now();
+        gate.wait_open(t + BOUNDARY_WAIT).await;
+        assert_eq!(Instant::now(), t);
+    }
 }

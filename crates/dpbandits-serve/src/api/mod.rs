@@ -9,7 +9,7 @@ mod health;
 mod trial;
 use bodies::{CloseBody, DecideBody, Empty, RewardBody};
 use ctx::{AdminOnly, Body, Client, Ctx, with_service};
-pub use ctx::{BOUNDARY_WAIT, Boundaries, Shared};
+pub use ctx::{BOUNDARY_WAIT, Boundaries, Gate, Shared};
 use error::short;
 pub use error::{ApiError, ApiResult, CONFLICT_RETRY_MS};
 pub use health::{
@@ -397,43 +397,43 @@ async fn ledger(
     ctx.respond(r, json!({}))
 }
 
-/// A decision; at a commitment boundary it waits (at most [`ctx::BOUNDARY_WAIT`]) for a reward
-/// of the experiment and tries again, before it answers 409.
+/// A decision; at a commitment boundary it waits (at most [`ctx::BOUNDARY_WAIT`]) at the
+/// experiment's [`ctx::Gate`] for a reward that frees it, and tries again, before it answers
+/// 409.
 async fn decide(Path(name): Path<String>, ctx: Ctx<Client>, Body(b): Body<DecideBody>) -> Response {
-    let deadline = std::time::Instant::now() + ctx::BOUNDARY_WAIT;
+    let deadline = tokio::time::Instant::now() + ctx::BOUNDARY_WAIT;
     let boundaries = &ctx.shared().boundaries;
-    let mut waiters = boundaries.get(&name);
     let r = loop {
+        if let Some(gate) = boundaries.get(&name) {
+            gate.wait_open(deadline).await;
+        }
         let attempt = {
-            let (name, b) = (name.clone(), b.clone());
+            let (name, b, boundaries) = (name.clone(), b.clone(), boundaries.clone());
             move |s: &mut crate::service::Service| {
-                Ok(s.decide(&name, b.request_id, b.actions.as_ref())?)
+                let r = s.decide(&name, b.request_id, b.actions.as_ref());
+                match &r {
+                    Ok(_) => boundaries.decided(&name, s.at_boundary(&name)),
+                    Err(crate::service::ServiceError::Conflict { .. }) => {
+                        boundaries.decided(&name, true);
+                    }
+                    Err(_) => {}
+                }
+                Ok(r?)
             }
         };
-        let Some(w) = waiters.clone() else {
-            // No decision has waited at this experiment's boundary yet: at its first one, make
-            // the experiment's waiters, then listen and try again.
-            match ctx.run_in_lane(attempt).await {
-                Err(e) if e.at_boundary() => {
-                    waiters = Some(boundaries.of(&name));
-                    continue;
+        match ctx.run_in_lane(attempt).await {
+            Err(e) if e.at_boundary() && tokio::time::Instant::now() < deadline => {}
+            r => {
+                // A refusal that says nothing of the boundary (a bad body, a closed
+                // experiment): the next waiting decision's turn, while the gate is open.
+                if r.is_err()
+                    && let Some(gate) = boundaries.get(&name)
+                    && !gate.is_closed()
+                {
+                    gate.open();
                 }
-                r => break r,
+                break r;
             }
-        };
-        // Listening before the attempt: a reward committed after it wakes this request.
-        let freed = w.notified();
-        tokio::pin!(freed);
-        freed.as_mut().enable();
-        let r = ctx.run_in_lane(attempt).await;
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        match r {
-            Err(e) if e.at_boundary() && !left.is_zero() => {
-                if tokio::time::timeout(left, freed).await.is_err() {
-                    break Err(e);
-                }
-            }
-            r => break r,
         }
     };
     let fields = match &r {

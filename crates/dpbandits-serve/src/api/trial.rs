@@ -11,8 +11,14 @@ pub(crate) async fn abandon_bulk(
     Body(b): Body<AbandonBody>,
 ) -> Response {
     let r = ctx
-        .run(move |s| Ok(s.abandon_pending(&name, b.older_than()?)?))
+        .run({
+            let name = name.clone();
+            move |s| Ok(s.abandon_pending(&name, b.older_than()?)?)
+        })
         .await;
+    if r.is_ok() {
+        ctx.shared().boundaries.freed(&name);
+    }
     let fields = match &r {
         Ok(v) => json!({"abandoned": v["abandoned"]}),
         Err(_) => json!({}),

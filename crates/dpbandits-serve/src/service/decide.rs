@@ -195,6 +195,14 @@ impl Service {
         }
     }
 
+    /// Whether experiment `name` is at a commitment boundary: its next decision waits for a
+    /// reward (`false` for an unknown name).
+    pub fn at_boundary(&self, name: &str) -> bool {
+        self.experiments
+            .get(name)
+            .is_some_and(|e| matches!(e.session.next(), Next::Reward { .. }))
+    }
+
     /// Store that `name`'s stopping rule fired at `at_round` (its state and a `stop` entry).
     fn store_stop(
         &mut self,
