@@ -59,7 +59,7 @@ pub fn router(state: Shared) -> Router {
 }
 
 /// The OpenAPI 3.1 document of this API (`api/openapi.json`; checked against this router by
-/// the test `serve::openapi_matches_the_router`).
+/// the test `http::openapi_matches_the_router`).
 pub const OPENAPI: &str = include_str!("../../api/openapi.json");
 
 async fn openapi() -> Response {
