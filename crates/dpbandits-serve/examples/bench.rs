@@ -61,8 +61,8 @@
 //! `BENCH_WHILE_PENDING=pipeline`).
 
 use dpbandits::config::Setting;
+use dpbandits_serve::ServeOptions;
 use dpbandits_serve::client::{Conn, Reply, request};
-use dpbandits_serve::{ServeOptions, serve_until};
 use serde_json::{Value, json};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -618,8 +618,6 @@ fn main() -> anyhow::Result<()> {
     if let Some(w) = &while_pending {
         create["while_pending"] = json!(w);
     }
-    let (tx, rx) = std::sync::mpsc::channel();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let opts = ServeOptions {
         db: db.clone(),
         listen: "127.0.0.1:0".parse()?,
@@ -630,24 +628,14 @@ fn main() -> anyhow::Result<()> {
         limits: dpbandits_serve::Limits::default(),
         publish: None,
     };
-    let server = external.is_none().then(|| {
-        std::thread::spawn(move || -> anyhow::Result<()> {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()?;
-            rt.block_on(serve_until(
-                opts,
-                async move {
-                    let _ = stop_rx.await;
-                },
-                move |a| tx.send(a).expect("bench alive"),
-            ))
-        })
-    });
-    let addr: SocketAddr = match external {
-        Some(a) => a,
-        None => rx.recv_timeout(T)?,
+    let server = match external {
+        Some(_) => None,
+        None => Some(dpbandits_serve::serve_in_thread(opts, 2, T)?),
+    };
+    let addr: SocketAddr = match (external, &server) {
+        (Some(a), _) => a,
+        (None, Some(s)) => s.addr,
+        (None, None) => unreachable!("a service is started without BENCH_ADDR"),
     };
     println!(
         "database: {} (durability on: WAL, synchronous = FULL)",
@@ -867,11 +855,8 @@ fn main() -> anyhow::Result<()> {
             );
         }
     }
-    let _ = stop_tx.send(());
     if let Some(server) = server {
-        server
-            .join()
-            .map_err(|_| anyhow::anyhow!("server panicked"))??;
+        server.stop()?;
     }
     Ok(())
 }

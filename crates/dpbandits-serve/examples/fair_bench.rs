@@ -23,8 +23,8 @@
 //! The medians over RUNS (fresh experiments each run) close the output. The same code built
 //! from another commit measures that build (docs/perf.md gives both).
 
+use dpbandits_serve::ServeOptions;
 use dpbandits_serve::client::{Conn, request};
-use dpbandits_serve::{ServeOptions, serve_until};
 use serde_json::json;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -207,9 +207,7 @@ fn load(
     Ok((out, extra_n.load(Ordering::Relaxed)))
 }
 
-fn start(dir: &std::path::Path) -> anyhow::Result<(SocketAddr, tokio::sync::oneshot::Sender<()>)> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+fn start(dir: &std::path::Path) -> anyhow::Result<dpbandits_serve::Background> {
     let opts = ServeOptions {
         db: dir.join("fair.sqlite"),
         listen: "127.0.0.1:0".parse()?,
@@ -220,20 +218,7 @@ fn start(dir: &std::path::Path) -> anyhow::Result<(SocketAddr, tokio::sync::ones
         limits: dpbandits_serve::Limits::default(),
         publish: None,
     };
-    std::thread::spawn(move || -> anyhow::Result<()> {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()?;
-        rt.block_on(serve_until(
-            opts,
-            async move {
-                let _ = stop_rx.await;
-            },
-            move |a| tx.send(a).expect("bench alive"),
-        ))
-    });
-    Ok((rx.recv_timeout(Duration::from_secs(60))?, stop_tx))
+    dpbandits_serve::serve_in_thread(opts, 2, Duration::from_secs(60))
 }
 
 fn main() -> anyhow::Result<()> {
@@ -250,7 +235,8 @@ fn main() -> anyhow::Result<()> {
     let dir = tempfile::Builder::new()
         .prefix("dpb-fair")
         .tempdir_in(base)?;
-    let (addr, _stop) = start(dir.path())?;
+    let service = start(dir.path())?;
+    let addr = service.addr;
     let adac = json!({"kind": "adac_ucb", "rho": 0.5});
     // `FAIR_NEIGHBOUR='{"kind": ...}'`: another policy for the neighbour (e.g. a second
     // `adac_ucb`: what 4 more clients of an equally cheap experiment cost).

@@ -257,3 +257,70 @@ fn dechunk(mut raw: &[u8]) -> std::io::Result<Vec<u8>> {
         raw = &raw[size + 2..];
     }
 }
+
+/// Send `bytes` as they are (a malformed, partial or oversized request) on a new connection
+/// and read until the server closes it or `wait` passes: what was read, whether the server
+/// closed the connection (a reset counts as closed), and the time that took.
+///
+/// # Errors
+/// The connection cannot be made or written to.
+pub fn raw_exchange(
+    addr: SocketAddr,
+    bytes: &[u8],
+    wait: Duration,
+) -> std::io::Result<(String, bool, Duration)> {
+    let t = std::time::Instant::now();
+    let mut c = TcpStream::connect(addr)?;
+    c.set_read_timeout(Some(Duration::from_millis(100)))?;
+    c.write_all(bytes)?;
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    let closed = loop {
+        match c.read(&mut buf) {
+            Ok(0) => break true,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => break true,
+        }
+        if t.elapsed() > wait {
+            break false;
+        }
+    };
+    Ok((
+        String::from_utf8_lossy(&out).into_owned(),
+        closed,
+        t.elapsed(),
+    ))
+}
+
+/// The status and JSON error body of a raw HTTP/1.1 answer (a `Content-Length` body, as
+/// [`raw_exchange`] reads it).
+///
+/// # Errors
+/// No answer, a status line without a number, a content type other than JSON, or a body that
+/// is not a JSON object with an `"error"` string (the message names which).
+pub fn error_answer(text: &str) -> Result<(u16, serde_json::Value), String> {
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| format!("no answer: {text:?}"))?;
+    let status: u16 = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| format!("no status: {text:?}"))?;
+    if !head
+        .to_ascii_lowercase()
+        .contains("content-type: application/json")
+    {
+        return Err(format!("not JSON: {text}"));
+    }
+    let v: serde_json::Value = serde_json::from_str(body).map_err(|e| format!("{e}: {text}"))?;
+    if !v["error"].is_string() {
+        return Err(format!("no error message: {text}"));
+    }
+    Ok((status, v))
+}

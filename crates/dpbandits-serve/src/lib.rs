@@ -321,6 +321,89 @@ fn fit_connections(limits: Limits) -> Limits {
     limits
 }
 
+/// A service on a thread of its own ([`serve_in_thread`]): its address, and what stops it.
+pub struct Background {
+    /// The address it listens on (ready: verified, its writer running).
+    pub addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<Result<()>>>,
+}
+
+impl Background {
+    /// Stop it (gracefully, within its shutdown deadline) and wait for its thread: how it ended.
+    ///
+    /// # Errors
+    /// The service's own error, or its thread panicked.
+    pub fn stop(mut self) -> Result<()> {
+        self.shut()
+    }
+
+    fn shut(&mut self) -> Result<()> {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        match self.thread.take() {
+            Some(t) => t
+                .join()
+                .map_err(|_| anyhow::anyhow!("the service thread panicked"))?,
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        let _ = self.shut();
+    }
+}
+
+/// [`serve_until`] on a thread of its own, a multi-thread runtime of `workers` workers, for
+/// embedders in synchronous code (the benchmarks, the HTTP tests): returns once the service is
+/// ready, or with its error; [`Background::stop`] (or dropping it) stops it.
+///
+/// # Errors
+/// The runtime cannot be built, or the service ends (or is not ready) within `ready_within`.
+pub fn serve_in_thread(
+    opts: ServeOptions,
+    workers: usize,
+    ready_within: std::time::Duration,
+) -> Result<Background> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let thread = std::thread::spawn(move || -> Result<()> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(workers)
+            .enable_all()
+            .build()?;
+        rt.block_on(serve_until(
+            opts,
+            async move {
+                let _ = stopped.await;
+            },
+            move |a| {
+                let _ = tx.send(a);
+            },
+        ))
+    });
+    let mut b = Background {
+        addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+        stop: Some(stop),
+        thread: Some(thread),
+    };
+    match rx.recv_timeout(ready_within) {
+        Ok(addr) => {
+            b.addr = addr;
+            Ok(b)
+        }
+        Err(_) => {
+            let r = b.shut();
+            Err(r.err().unwrap_or_else(|| {
+                anyhow::anyhow!("the service was not ready within {ready_within:?}")
+            }))
+        }
+    }
+}
+
 /// Serve until `stop` completes (graceful within the shutdown deadline), calling `bound` with
 /// the listening address once the service is ready (verified, its writer running). [`run`] is
 /// this with SIGTERM/SIGINT as `stop`; embedders (the benchmark) pass their own future.

@@ -7,7 +7,7 @@
 //! (`crates/dpbandits-cli/tests/suite/serve*.rs`).
 
 use dpbandits_serve::client::{Reply, request};
-use dpbandits_serve::{Limits, ServeOptions, serve_until};
+use dpbandits_serve::{Background, Limits, ServeOptions, serve_in_thread};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -30,14 +30,12 @@ fn tempdir() -> tempfile::TempDir {
     tempfile::tempdir().unwrap()
 }
 
-/// A service in this process, on its own runtime thread (2 workers, as a small machine), on a
-/// loopback port the kernel picks; stopped (gracefully, its shutdown checked) by
-/// [`Server::stop`] or on drop.
+/// A service in this process ([`serve_in_thread`], 2 workers, as a small machine), on a
+/// loopback port the kernel picks; [`Server::stop`] stops it and checks its clean end.
 struct Server {
     addr: SocketAddr,
     db: PathBuf,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<anyhow::Result<()>>>,
+    service: Background,
 }
 
 impl Server {
@@ -53,31 +51,11 @@ impl Server {
             limits: Limits::default(),
             publish: None,
         };
-        let (tx, rx) = std::sync::mpsc::channel();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::spawn(move || -> anyhow::Result<()> {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()?;
-            rt.block_on(serve_until(
-                opts,
-                async move {
-                    let _ = stopped.await;
-                },
-                move |a| {
-                    let _ = tx.send(a);
-                },
-            ))
-        });
-        let addr = rx
-            .recv_timeout(Duration::from_secs(30))
-            .expect("the service ready within 30 s");
+        let service = serve_in_thread(opts, 2, Duration::from_secs(30)).unwrap();
         Server {
-            addr,
+            addr: service.addr,
             db,
-            stop: Some(stop),
-            thread: Some(thread),
+            service,
         }
     }
 
@@ -87,24 +65,8 @@ impl Server {
     }
 
     /// Stop gracefully: the service must end cleanly.
-    fn stop(mut self) {
-        self.shut().expect("a clean shutdown");
-    }
-
-    fn shut(&mut self) -> anyhow::Result<()> {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        match self.thread.take() {
-            Some(t) => t.join().expect("the service thread"),
-            None => Ok(()),
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.shut();
+    fn stop(self) {
+        self.service.stop().expect("a clean shutdown");
     }
 }
 
@@ -865,54 +827,14 @@ fn r_id(r: &Reply) -> u64 {
         .unwrap_or_else(|| panic!("{}", r.body))
 }
 
-/// Send raw bytes on a new connection and read until the server closes it or `wait` passes:
-/// (what was read, whether the server closed the connection, the time that took).
+/// [`dpbandits_serve::client::raw_exchange`], which must connect.
 fn raw(addr: SocketAddr, bytes: &[u8], wait: Duration) -> (String, bool, Duration) {
-    use std::io::{Read, Write};
-    let t = Instant::now();
-    let mut c = std::net::TcpStream::connect(addr).unwrap();
-    c.set_read_timeout(Some(Duration::from_millis(100)))
-        .unwrap();
-    c.write_all(bytes).unwrap();
-    let mut out = Vec::new();
-    let mut buf = [0u8; 4096];
-    let closed = loop {
-        match c.read(&mut buf) {
-            Ok(0) => break true,
-            Ok(n) => out.extend_from_slice(&buf[..n]),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) => {}
-            Err(_) => break true, // reset: closed
-        }
-        if t.elapsed() > wait {
-            break false;
-        }
-    };
-    (
-        String::from_utf8_lossy(&out).into_owned(),
-        closed,
-        t.elapsed(),
-    )
+    dpbandits_serve::client::raw_exchange(addr, bytes, wait).unwrap()
 }
 
-/// The status and the JSON body of a raw HTTP/1.1 answer (`Content-Length` bodies), checking
-/// that the content type is JSON.
+/// [`dpbandits_serve::client::error_answer`], which must find a JSON error.
 fn json_answer(text: &str) -> (u16, Value) {
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .unwrap_or_else(|| panic!("no answer: {text:?}"));
-    let status: u16 = head.split(' ').nth(1).unwrap().parse().unwrap();
-    assert!(
-        head.to_ascii_lowercase()
-            .contains("content-type: application/json"),
-        "not JSON: {text}"
-    );
-    let v: Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {text}"));
-    assert!(v["error"].is_string(), "{text}");
-    (status, v)
+    dpbandits_serve::client::error_answer(text).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// SplitMix64 (the test's own fixed-seed stream).

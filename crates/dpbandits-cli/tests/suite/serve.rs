@@ -851,54 +851,14 @@ fn backup_under_load_is_consistent_and_pins_the_log() {
     assert!(err.contains("deleted from its end"), "{err}");
 }
 
-/// Send raw bytes on a new connection and read until the server closes it or `wait` passes:
-/// (what was read, whether the server closed the connection, the time that took).
+/// [`dpbandits_serve::client::raw_exchange`], which must connect.
 fn raw(addr: SocketAddr, bytes: &[u8], wait: Duration) -> (String, bool, Duration) {
-    use std::io::{Read, Write};
-    let t = Instant::now();
-    let mut c = std::net::TcpStream::connect(addr).unwrap();
-    c.set_read_timeout(Some(Duration::from_millis(100)))
-        .unwrap();
-    c.write_all(bytes).unwrap();
-    let mut out = Vec::new();
-    let mut buf = [0u8; 4096];
-    let closed = loop {
-        match c.read(&mut buf) {
-            Ok(0) => break true,
-            Ok(n) => out.extend_from_slice(&buf[..n]),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) => {}
-            Err(_) => break true, // reset: closed
-        }
-        if t.elapsed() > wait {
-            break false;
-        }
-    };
-    (
-        String::from_utf8_lossy(&out).into_owned(),
-        closed,
-        t.elapsed(),
-    )
+    dpbandits_serve::client::raw_exchange(addr, bytes, wait).unwrap()
 }
 
-/// The status and the JSON body of a raw HTTP/1.1 answer (`Content-Length` bodies), checking
-/// that the content type is JSON.
+/// [`dpbandits_serve::client::error_answer`], which must find a JSON error.
 fn json_answer(text: &str) -> (u16, Value) {
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .unwrap_or_else(|| panic!("no answer: {text:?}"));
-    let status: u16 = head.split(' ').nth(1).unwrap().parse().unwrap();
-    assert!(
-        head.to_ascii_lowercase()
-            .contains("content-type: application/json"),
-        "not JSON: {text}"
-    );
-    let v: Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {text}"));
-    assert!(v["error"].is_string(), "{text}");
-    (status, v)
+    dpbandits_serve::client::error_answer(text).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Issue 30: SIGTERM while a client holds a half-sent request header. The process must exit
