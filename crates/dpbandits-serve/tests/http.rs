@@ -837,13 +837,12 @@ fn json_answer(text: &str) -> (u16, Value) {
     dpbandits_serve::client::error_answer(text).unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// SplitMix64 (the test's own fixed-seed stream).
+/// The next value of the test's own fixed-seed SplitMix64 stream (`dpbandits::rng::splitmix64`
+/// mixes the state before its step).
 fn splitmix(state: &mut u64) -> u64 {
+    let z = dpbandits::rng::splitmix64(*state);
     *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
+    z
 }
 
 /// Issue 29, Done-when 2: a simulated trial through the real service (loopback, bounded: 90

@@ -181,13 +181,12 @@ fn reward_of(id: u64) -> f64 {
 /// decision_id -> (arm, the reward acknowledged to the client).
 type Book = HashMap<u64, (u64, Option<f64>)>;
 
-/// SplitMix64 (the test's own fixed-seed stream).
+/// The next value of the test's own fixed-seed SplitMix64 stream (`dpbandits::rng::splitmix64`
+/// mixes the state before its step).
 fn splitmix(state: &mut u64) -> u64 {
+    let z = dpbandits::rng::splitmix64(*state);
     *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
+    z
 }
 
 /// Done-when 1: 10,000 decisions and rewards from 8 concurrent clients; the server is killed

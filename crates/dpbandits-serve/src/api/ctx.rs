@@ -54,9 +54,8 @@ pub struct Boundaries(std::sync::Mutex<std::collections::HashMap<String, Arc<Gat
 /// decision, and a decision that leaves the gate open wakes the next
 /// (`Boundaries::decided`), so a reward that opens a commitment of many rounds lets them
 /// through one after another while a kind that serves one at a time gets one try per reward,
-/// not one per waiting client. `closed` is a hint:
-/// a decision that waited [`BOUNDARY_WAIT`] tries once more whatever it says, and the
-/// session, in the writer, decides.
+/// not one per waiting client. `closed` is a hint: a decision that waited [`BOUNDARY_WAIT`]
+/// tries once more whatever it says, and the session, in the writer, decides.
 #[derive(Default)]
 pub struct Gate {
     closed: std::sync::atomic::AtomicBool,
@@ -107,14 +106,17 @@ impl Boundaries {
     }
 
     /// Experiment `name`'s gate, made at its first boundary (an existing experiment: the map
-    /// holds at most one entry per experiment).
+    /// holds at most one entry per experiment). Called by the writer at every boundary: the
+    /// name is copied only the first time.
     fn of(&self, name: &str) -> Arc<Gate> {
-        self.0
+        let mut m = self
+            .0
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .entry(name.to_string())
-            .or_default()
-            .clone()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match m.get(name) {
+            Some(g) => g.clone(),
+            None => m.entry(name.to_string()).or_default().clone(),
+        }
     }
 
     /// In the writer, after a decision of `name` (in the order the writer runs them): whether
