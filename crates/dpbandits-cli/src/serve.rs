@@ -12,7 +12,9 @@ use dpbandits_serve::verify::Expect;
 /// `dpbandits serve`.
 #[derive(Args, Debug)]
 pub struct ServeArgs {
-    /// The SQLite database (created if missing). Protected data: it holds raw rewards.
+    /// The database: an SQLite file (created if missing), or a PostgreSQL URL
+    /// (`postgres://user@host:port/database`, tables created if missing; then --audit-key-file is
+    /// required). Protected data: it holds raw rewards.
     #[arg(long)]
     db: PathBuf,
     /// Address to listen on. Loopback unless told otherwise; port 0 picks a free port (the
@@ -60,6 +62,11 @@ pub struct ServeArgs {
     /// Seconds between publications of a changed head (with --publish-head or --publish-head-cmd).
     #[arg(long, default_value_t = 60.0)]
     publish_every: f64,
+    /// PostgreSQL: seconds of the writer's lease. Renewed every third of it; a node that stops
+    /// renewing (killed, paused, cut off) is taken over by a standby `serve` on the same
+    /// database that long after its last renewal, and its later writes are refused (fenced).
+    #[arg(long, default_value_t = 10.0)]
+    lease_seconds: f64,
 }
 
 /// `dpbandits backup`.
@@ -151,6 +158,7 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
         audit_key_file: args.audit_key_file,
         limits,
         publish,
+        lease: seconds("lease-seconds", args.lease_seconds)?,
     })?;
     Ok(ExitCode::SUCCESS)
 }

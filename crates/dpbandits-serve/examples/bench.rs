@@ -627,6 +627,7 @@ fn main() -> anyhow::Result<()> {
         audit_key_file: None,
         limits: dpbandits_serve::Limits::default(),
         publish: None,
+        lease: dpbandits_serve::store::DEFAULT_LEASE,
     };
     let server = match external {
         Some(_) => None,

@@ -217,6 +217,7 @@ fn start(dir: &std::path::Path) -> anyhow::Result<dpbandits_serve::Background> {
         audit_key_file: None,
         limits: dpbandits_serve::Limits::default(),
         publish: None,
+        lease: dpbandits_serve::store::DEFAULT_LEASE,
     };
     dpbandits_serve::serve_in_thread(opts, 2, Duration::from_secs(60))
 }

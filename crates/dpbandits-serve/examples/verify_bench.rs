@@ -83,6 +83,7 @@ fn restart(db: &Path) -> anyhow::Result<(f64, f64)> {
         audit_key_file: None,
         limits: dpbandits_serve::Limits::default(),
         publish: None,
+        lease: dpbandits_serve::store::DEFAULT_LEASE,
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let t0 = Instant::now();

@@ -30,6 +30,8 @@ pub mod report_html;
 mod server;
 pub mod service;
 pub mod store;
+#[doc(hidden)]
+pub mod testdb;
 pub mod verify;
 pub mod writer;
 
@@ -48,7 +50,8 @@ pub const ADMIN_TOKEN_ENV: &str = "DPBANDITS_ADMIN_TOKEN";
 /// Options of `dpbandits serve`.
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
-    /// The database file (created if missing).
+    /// The database: an SQLite file (created if missing), or a PostgreSQL URL
+    /// (`postgres://user@host:port/database`; its tables are created if missing).
     pub db: PathBuf,
     /// Address to listen on (loopback by default).
     pub listen: SocketAddr,
@@ -68,6 +71,9 @@ pub struct ServeOptions {
     pub limits: Limits,
     /// Publish the audit log's head out of band (`--publish-head`, `--publish-head-cmd`).
     pub publish: Option<publish::PublishOptions>,
+    /// PostgreSQL: the writer's lease (`--lease-seconds`; [`store::DEFAULT_LEASE`]). A node that
+    /// stops renewing (killed, paused, cut off) is taken over that long after its last renewal.
+    pub lease: Duration,
 }
 
 /// Read the admin token: from `file` if given (first line, trimmed), else from the environment
@@ -199,7 +205,13 @@ fn raise_priority(boost: i32) -> std::io::Result<i32> {
 /// other service), and an exclusive `flock` on the database file itself, which every hard link
 /// and every path to the file shares (a lock by path alone is dodged by a hard link). The
 /// database file is created (0600) when missing.
-fn lock_database(db: &Path) -> Result<(std::fs::File, std::fs::File)> {
+///
+/// A PostgreSQL database takes no file lock: it has one writer by its `owner` row (claimed at
+/// open, `store::Store::claim`).
+fn lock_database(db: &Path) -> Result<(Option<std::fs::File>, Option<std::fs::File>)> {
+    if store::is_postgres_url(db) {
+        return Ok((None, None));
+    }
     let lock_path = lock_path(db);
     let lock = std::fs::OpenOptions::new()
         .create(true)
@@ -235,20 +247,27 @@ fn lock_database(db: &Path) -> Result<(std::fs::File, std::fs::File)> {
             db.display()
         );
     }
-    Ok((lock, file))
+    Ok((Some(lock), Some(file)))
 }
 
 /// Log a warning for each file of the database (and its key) that users other than its owner
 /// may read: the database holds raw rewards, the key protects the audit log.
 fn warn_readable(db: &Path, key_file: Option<&Path>) {
     use std::os::unix::fs::PermissionsExt;
-    let mut files = vec![db.to_path_buf()];
-    for suffix in ["-wal", "-shm"] {
-        let mut name = db.as_os_str().to_os_string();
-        name.push(suffix);
-        files.push(PathBuf::from(name));
+    let mut files = Vec::new();
+    if !store::is_postgres_url(db) {
+        files.push(db.to_path_buf());
+        for suffix in ["-wal", "-shm"] {
+            let mut name = db.as_os_str().to_os_string();
+            name.push(suffix);
+            files.push(PathBuf::from(name));
+        }
     }
-    files.push(key_file.map_or_else(|| store::default_key_path(db), Path::to_path_buf));
+    files.extend(
+        key_file
+            .map(Path::to_path_buf)
+            .or_else(|| (!store::is_postgres_url(db)).then(|| store::default_key_path(db))),
+    );
     for f in files {
         if let Ok(m) = std::fs::metadata(&f) {
             let mode = m.permissions().mode() & 0o777;
@@ -435,7 +454,7 @@ pub async fn serve_until(
     let addr = listener.local_addr()?;
     api::log(
         "accepting",
-        serde_json::json!({"addr": addr.to_string(), "db": opts.db.display().to_string(),
+        serde_json::json!({"addr": addr.to_string(), "db": store::shown(&opts.db),
                            "state": "verifying"}),
     );
     let ready = std::sync::Arc::new(std::sync::OnceLock::new());
@@ -478,7 +497,7 @@ pub async fn serve_until(
     let _ = ready.set(api::router(state));
     api::log(
         "listening",
-        serde_json::json!({"addr": addr.to_string(), "db": opts.db.display().to_string(), "experiments": experiments,
+        serde_json::json!({"addr": addr.to_string(), "db": store::shown(&opts.db), "experiments": experiments,
                            "max_connections": limits.max_connections}),
     );
     bound(addr);
@@ -503,11 +522,28 @@ async fn open_service(opts: &ServeOptions) -> Result<service::Service> {
         opts.admin_token.clone(),
         opts.audit_key_file.clone(),
     );
-    let mut service = tokio::task::spawn_blocking(move || {
-        service::Service::open_keyed(&db, &token, key.as_deref())
-    })
-    .await
-    .context("the start-up check panicked")??;
+    let claim = service::Claim {
+        lease: opts.lease,
+        // `serve` on a PostgreSQL database another node holds is a standby until that node's
+        // lease ends.
+        wait: Some(Duration::MAX),
+        ..service::Claim::default()
+    };
+    // A thread of its own, not the runtime's blocking pool: the PostgreSQL client runs its own
+    // runtime, which may not start inside another's thread.
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("dpbandits-open".into())
+        .spawn(move || {
+            let _ = tx.send(service::Service::open_claiming(
+                &db,
+                &token,
+                key.as_deref(),
+                &claim,
+            ));
+        })
+        .context("starting the start-up check's thread")?;
+    let mut service = rx.await.context("the start-up check panicked")??;
     warn_readable(&opts.db, opts.audit_key_file.as_deref());
     if let Some(p) = &opts.publish {
         service.set_publisher(publish::Publisher::new(p.clone(), &opts.db));
@@ -520,7 +556,7 @@ async fn open_service(opts: &ServeOptions) -> Result<service::Service> {
 /// another descriptor of the file earlier would drop SQLite's locks); returns its queue.
 fn start_writer(
     service: service::Service,
-    db_lock: std::fs::File,
+    db_lock: Option<std::fs::File>,
 ) -> Result<tokio::sync::mpsc::Sender<api::Queued>> {
     let (jobs, queue) = tokio::sync::mpsc::channel(4 * api::MAX_BATCH);
     std::thread::Builder::new()

@@ -56,7 +56,8 @@ fn reader(db: std::path::PathBuf, jobs: Arc<Mutex<Receiver<ReadJob>>>) {
                 Err(_) => return,
             }
         };
-        if matches!(conn, None | Some(Err(_))) {
+        // A PostgreSQL connection the server closed (a restart) is opened again.
+        if matches!(conn, None | Some(Err(_))) || matches!(&conn, Some(Ok(c)) if c.is_closed()) {
             conn = Some(Store::open_read_only(&db));
         }
         match conn.as_ref() {

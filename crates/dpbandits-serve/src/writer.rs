@@ -147,6 +147,16 @@ impl Lanes {
         }
     }
 
+    /// Drop every waiting and staged operation (their requests are answered 500 as their
+    /// channels drop).
+    fn drop_all(&mut self) {
+        self.staged.clear();
+        self.held.clear();
+        self.lanes.clear();
+        self.waiting = 0;
+        self.next = 0;
+    }
+
     /// Charge lane `i` for an operation that took `spent`; a lane left empty keeps no credit.
     fn charge(&mut self, i: usize, spent: Duration) {
         let l = &mut self.lanes[i];
@@ -181,8 +191,16 @@ fn gather(jobs: &mut tokio::sync::mpsc::Receiver<Queued>, lanes: &mut Lanes, las
 /// stay in their lanes for the next batch.
 fn run_batch(s: &mut Service, lanes: &mut Lanes) -> usize {
     lanes.refill();
-    let mut first = std::mem::take(&mut lanes.staged).into_iter();
     s.begin_batch();
+    if s.batch_failed() {
+        // Not begun (the database is unreachable, or this node was fenced): every waiting
+        // request is answered now (500, "not committed": the channels drop) instead of waiting
+        // for a database that may not come back; the clients retry.
+        lanes.drop_all();
+        let _ = s.commit_batch();
+        return 0;
+    }
+    let mut first = std::mem::take(&mut lanes.staged).into_iter();
     let mut replies = Vec::new();
     let mut ran = 0;
     while ran < MAX_BATCH && !s.batch_failed() {
@@ -234,6 +252,12 @@ pub fn writer(mut s: Service, mut jobs: tokio::sync::mpsc::Receiver<Queued>) {
         }
         gather(&mut jobs, &mut lanes, last);
         last = run_batch(&mut s, &mut lanes);
+        if let Some(why) = s.fenced() {
+            // Another node writes the database now: this one stops writing. Requests still
+            // queued are answered 503 ("the writer has stopped") by the HTTP layer.
+            log("writer-stopped", json!({"error": why}));
+            return;
+        }
         publish(&mut s);
     }
 }

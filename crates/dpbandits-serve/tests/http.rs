@@ -40,16 +40,18 @@ struct Server {
 
 impl Server {
     fn start(dir: &Path) -> Server {
-        let db = dir.join("service.sqlite");
+        // An SQLite file, or a fresh PostgreSQL database in the tests' PostgreSQL pass.
+        let db = dpbandits_serve::testdb::db(dir, "service.sqlite");
         let opts = ServeOptions {
             db: db.clone(),
             listen: "127.0.0.1:0".parse().unwrap(),
             admin_token: ADMIN.into(),
             admin_token_file: None,
             log_file: Some(dir.join("server.log")),
-            audit_key_file: None,
+            audit_key_file: Some(dpbandits_serve::testdb::key_path(&db)),
             limits: Limits::default(),
             publish: None,
+            lease: dpbandits_serve::store::DEFAULT_LEASE,
         };
         let service = serve_in_thread(opts, 2, Duration::from_secs(30)).unwrap();
         Server {
@@ -447,7 +449,7 @@ fn fuzzed_bodies_never_panic() {
     assert!(statuses.keys().any(|&c| c >= 400), "{statuses:?}");
     let db = s.db.clone();
     s.stop();
-    dpbandits_serve::verify::verify_default(&db).unwrap();
+    dpbandits_serve::testdb::verify(&db).unwrap();
 }
 
 /// Issue 30: the OpenAPI 3.1 document (`crates/dpbandits-serve/api/openapi.json`, served at

@@ -53,11 +53,25 @@ impl Server {
         Server::start_with(dir, port, &[])
     }
 
-    /// Start with extra `serve` flags (timeouts, limits).
+    /// Start with extra `serve` flags (timeouts, limits), on an SQLite file.
     fn start_with(dir: &Path, port: u16, extra: &[&str]) -> Server {
+        Server::start_on(dir.join("service.sqlite"), dir, port, extra)
+    }
+
+    /// Start on a fresh database of either store: SQLite, or PostgreSQL in the tests'
+    /// PostgreSQL pass (`dpbandits_serve::testdb`).
+    fn start_any(dir: &Path, port: u16, extra: &[&str]) -> Server {
+        Server::start_on(
+            dpbandits_serve::testdb::db(dir, "service.sqlite"),
+            dir,
+            port,
+            extra,
+        )
+    }
+
+    fn start_on(db: PathBuf, dir: &Path, port: u16, extra: &[&str]) -> Server {
         let token_file = dir.join("admin-token");
         std::fs::write(&token_file, format!("{ADMIN}\n")).unwrap();
-        let db = dir.join("service.sqlite");
         let log = dir.join("server.log");
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         let mut s = Server {
@@ -148,6 +162,7 @@ fn spawn_with(db: &Path, addr: SocketAddr, token_file: &Path, log: &Path, extra:
         .arg(db)
         .args(["--listen", &addr.to_string(), "--admin-token-file"])
         .arg(token_file)
+        .args(pg_flags(db))
         .args(extra)
         .env_remove("DPBANDITS_ADMIN_TOKEN")
         .stdin(Stdio::null())
@@ -155,6 +170,32 @@ fn spawn_with(db: &Path, addr: SocketAddr, token_file: &Path, log: &Path, extra:
         .stderr(log)
         .spawn()
         .unwrap()
+}
+
+/// The flags a PostgreSQL database needs (its key file, which has no folder to be beside; a
+/// short lease, so that a restart after SIGKILL waits about a second for the killed node's
+/// lease): none for an SQLite file.
+fn pg_flags(db: &Path) -> Vec<std::ffi::OsString> {
+    if !dpbandits_serve::store::is_postgres_url(db) {
+        return Vec::new();
+    }
+    vec![
+        "--audit-key-file".into(),
+        dpbandits_serve::testdb::key_path(db).into(),
+        "--lease-seconds".into(),
+        "1".into(),
+    ]
+}
+
+/// `dpbandits audit-log verify` of `db` (with the key file a PostgreSQL database needs).
+fn verify_cmd(db: &Path) -> std::process::Command {
+    let mut c = bin();
+    c.args(["audit-log", "verify", "--db"]).arg(db);
+    if dpbandits_serve::store::is_postgres_url(db) {
+        c.arg("--audit-key-file")
+            .arg(dpbandits_serve::testdb::key_path(db));
+    }
+    c
 }
 
 /// Create experiment `name` and return its client token.
@@ -200,7 +241,7 @@ fn sigkill_under_load_loses_nothing() {
     const CLIENTS: u64 = 8;
     const KILLS: usize = 12;
     let dir = tempdir();
-    let server = Server::start(dir.path(), free_port());
+    let server = Server::start_any(dir.path(), free_port(), &[]);
     // boundary = "clip" explicitly: every 37th reward is above 1 and acknowledged as clipped.
     let token = create(
         &server,
@@ -356,11 +397,7 @@ fn sigkill_under_load_loses_nothing() {
     assert_eq!(state["releases"].as_u64(), Some(ins.releases));
     let charges = ins.ledger_charged + ins.ledger_lost;
     assert!((ins.ledger_total - 0.5 * charges as f64).abs() < 1e-9);
-    let out = bin()
-        .args(["audit-log", "verify", "--db"])
-        .arg(&db)
-        .output()
-        .unwrap();
+    let out = verify_cmd(&db).output().unwrap();
     assert!(
         out.status.success(),
         "{}",
@@ -388,7 +425,7 @@ fn sigkill_under_load_loses_nothing() {
 fn every_setting_survives_sigkill_under_load() {
     const KILLS: usize = 5;
     let dir = tempdir();
-    let server = Server::start(dir.path(), free_port());
+    let server = Server::start_any(dir.path(), free_port(), &[]);
     let mut tokens = HashMap::new();
     for (name, body) in [
         (
@@ -650,11 +687,7 @@ fn every_setting_survives_sigkill_under_load() {
         assert_eq!(ins.ledger_open, 0, "{name}");
         assert_eq!(ins.ledger_charged, ins.releases, "{name}");
     }
-    let out = bin()
-        .args(["audit-log", "verify", "--db"])
-        .arg(&db)
-        .output()
-        .unwrap();
+    let out = verify_cmd(&db).output().unwrap();
     assert!(
         out.status.success(),
         "{}",
@@ -869,7 +902,7 @@ fn sigterm_with_a_half_sent_request_exits_within_the_deadline() {
     use std::io::Write;
     let dir = tempdir();
     let port = free_port();
-    let s = Server::start_with(dir.path(), port, &["--shutdown-deadline", "1"]);
+    let s = Server::start_any(dir.path(), port, &["--shutdown-deadline", "1"]);
     let mut c = std::net::TcpStream::connect(s.addr).unwrap();
     c.write_all(b"GET /v1/health HTTP/1.1\r\nHost: x\r\n")
         .unwrap();

@@ -190,7 +190,12 @@ pub(crate) async fn with_service_staged<T: Send + 'static>(
         .jobs
         .send(Queued { lane, job })
         .await
-        .map_err(|_| ApiError::internal("the writer has stopped"))?;
+        .map_err(|_| {
+            ApiError::new(
+                503,
+                "the writer has stopped (the service is stopping, or another node took over its database): retry on another node",
+            )
+        })?;
     rx.await
         .map_err(|_| ApiError::internal("the operation was not committed (its batch failed)"))?
 }

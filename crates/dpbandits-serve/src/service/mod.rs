@@ -31,6 +31,7 @@ mod reward;
 mod trial;
 
 pub use create::{CreateRequest, check_name, check_request_id, policy_table};
+pub use open::Claim;
 pub use read::{audit_page, export_rows};
 pub use reward::{AfterCommit, Staged};
 
@@ -220,6 +221,9 @@ pub struct Service {
     tokens: Arc<RwLock<Tokens>>,
     /// The open batch failed (see [`Service::begin_batch`]).
     batch_failed: bool,
+    /// PostgreSQL: another node claimed the database after this one ([`store::Fenced`]); this
+    /// service writes nothing more and its writer stops.
+    fenced: Option<String>,
     /// The experiments whose stored state (snapshot and counters) is behind their session: an
     /// operation of the open batch changed them; each is written once for the batch, before its
     /// commit ([`Service::write_stale_snapshots`]).
@@ -278,8 +282,29 @@ impl Service {
     /// Open a batch: one transaction that the operations until [`Service::commit_batch`] share
     /// (each operation's writes are a savepoint inside it). Group commit: the server runs many
     /// requests in one batch and answers them after its one commit.
+    ///
+    /// A batch that cannot begin fails before any of its operations runs: on PostgreSQL
+    /// because another node claimed the database ([`Service::fenced`]), or because the
+    /// database cannot be reached (after a short pause, so that a database that is down is
+    /// not asked in a busy loop).
     pub fn begin_batch(&mut self) {
-        self.batch_failed = self.store.begin_batch().is_err();
+        let r = self.store.begin_batch();
+        self.batch_failed = r.is_err();
+        if let Err(e) = r {
+            if let Some(f) = e.downcast_ref::<store::Fenced>() {
+                crate::log::log("fenced", json!({"error": f.to_string()}));
+                self.fenced = Some(f.to_string());
+            } else {
+                crate::log::log("batch-not-begun", json!({"error": format!("{e:#}")}));
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+        }
+    }
+
+    /// Why this service writes nothing more: another node claimed its PostgreSQL database
+    /// ([`store::Fenced`]). `None` while it owns it (always on SQLite).
+    pub fn fenced(&self) -> Option<&str> {
+        self.fenced.as_deref()
     }
 
     /// Whether the open batch failed (its remaining operations are not run; all are answered 500).
@@ -479,7 +504,7 @@ mod tests {
     #[test]
     fn private_kinds_default_to_deployment_noise() {
         let dir = tempfile::tempdir().unwrap();
-        let mut s = Service::open(&dir.path().join("s.sqlite"), ADMIN).unwrap();
+        let mut s = crate::testdb::open(&crate::testdb::db(dir.path(), "s.sqlite"), ADMIN).unwrap();
         let mut deployed = vec![];
         for (i, entry) in registry::POLICIES.iter().enumerate() {
             let mut t: toml::Table = toml::from_str(entry.info.example).unwrap();
@@ -579,8 +604,8 @@ mod tests {
     #[test]
     fn a_staged_reward_draws_after_its_batch_commits() {
         let dir = shm_dir();
-        let db = dir.path().join("s.sqlite");
-        let mut s = Service::open(&db, ADMIN).unwrap();
+        let db = crate::testdb::db(dir.path(), "s.sqlite");
+        let mut s = crate::testdb::open(&db, ADMIN).unwrap();
         let mut r =
             req(json!({"name": "p", "arms": 3, "policy": {"kind": "dp_ts", "epsilon": 1.0}}));
         r.seed = Some(3);
@@ -631,7 +656,7 @@ mod tests {
         let n = charges(&s).as_u64().unwrap();
         assert!(n >= 1, "{n}");
         drop(s);
-        crate::verify::verify_default(&db).unwrap();
+        crate::testdb::verify(&db).unwrap();
         let ins = store::inspect(&db, "p").unwrap();
         assert_eq!(
             (ins.ledger_charged, ins.ledger_lost, ins.releases),
@@ -639,12 +664,20 @@ mod tests {
         );
     }
 
-    /// A service on a fresh database (in memory-backed storage) with experiment `t` and `n`
-    /// decision + reward pairs committed in one batch.
-    fn with_committed_pairs(n: usize) -> (tempfile::TempDir, std::path::PathBuf, Service) {
+    /// A service on a fresh database (in memory-backed storage; PostgreSQL in the tests'
+    /// PostgreSQL pass unless `sqlite`) with experiment `t` and `n` decision + reward pairs
+    /// committed in one batch.
+    fn with_committed_pairs(
+        n: usize,
+        sqlite: bool,
+    ) -> (tempfile::TempDir, std::path::PathBuf, Service) {
         let dir = shm_dir();
-        let db = dir.path().join("s.sqlite");
-        let mut s = Service::open(&db, ADMIN).unwrap();
+        let db = if sqlite {
+            dir.path().join("s.sqlite")
+        } else {
+            crate::testdb::db(dir.path(), "s.sqlite")
+        };
+        let mut s = crate::testdb::open(&db, ADMIN).unwrap();
         create(&mut s);
         s.begin_batch();
         for _ in 0..n {
@@ -659,7 +692,7 @@ mod tests {
     /// back and the in-memory state reloaded, including an experiment created in it.
     #[test]
     fn a_batch_commits_all_its_operations_or_none() {
-        let (_dir, db, mut s) = with_committed_pairs(5);
+        let (_dir, db, mut s) = with_committed_pairs(5, false);
         s.begin_batch();
         pair(&mut s, 0.0);
         s.decide("t", None, None).unwrap();
@@ -684,7 +717,7 @@ mod tests {
         );
         assert!(s.authenticate(Some(&token), Some("u")).is_err());
         drop(s);
-        let s = Service::open(&db, ADMIN).unwrap();
+        let s = crate::testdb::open(&db, ADMIN).unwrap();
         assert_eq!(s.status("t").unwrap(), st);
         assert_eq!(s.experiment_count(), 1);
     }
@@ -696,7 +729,8 @@ mod tests {
     /// undone. Either way memory and database agree after a reopen.
     #[test]
     fn a_failed_operation_fails_its_batch_and_memory_follows_the_database() {
-        let (_dir, db, mut s) = with_committed_pairs(3);
+        // SQLite: the failure is injected with a temporary trigger of SQLite's dialect.
+        let (_dir, db, mut s) = with_committed_pairs(3, true);
         let stored = s.status("t").unwrap();
         s.store
             .connection()
@@ -857,8 +891,8 @@ noise = "simulation""#,
             ),
         ] {
             let dir = tempfile::tempdir().unwrap();
-            let db = dir.path().join("s.sqlite");
-            let mut s = Service::open(&db, ADMIN).unwrap();
+            let db = crate::testdb::db(dir.path(), "s.sqlite");
+            let mut s = crate::testdb::open(&db, ADMIN).unwrap();
             let mut policy: toml::Table = table.parse().unwrap();
             policy.insert("kind".into(), toml::Value::String(kind.into()));
             s.create(req(json!({"name": "t", "arms": 3, "seed": 17,
@@ -881,7 +915,7 @@ noise = "simulation""#,
             while round < 400 {
                 if round == 200 {
                     drop(s);
-                    s = Service::open(&db, ADMIN).unwrap();
+                    s = crate::testdb::open(&db, ADMIN).unwrap();
                 }
                 // Issue up to 3 decisions before their rewards (within the open commitment).
                 let mut ids = vec![];
@@ -1121,8 +1155,8 @@ noise = "simulation""#,
     #[test]
     fn linear_and_contextual_experiments_decide_as_the_core_session() {
         let dir = shm_dir();
-        let db = dir.path().join("s.sqlite");
-        let mut s = Service::open(&db, ADMIN).unwrap();
+        let db = crate::testdb::db(dir.path(), "s.sqlite");
+        let mut s = crate::testdb::open(&db, ADMIN).unwrap();
         // Linear.
         let vecs = vec![vec![1.0, 0.0], vec![0.0, 1.0], vec![0.7, 0.7]];
         let table = "rho = 1.0\ndelta = 0.001\nnoise = \"simulation\"";
@@ -1140,7 +1174,7 @@ noise = "simulation""#,
         while round < 600 {
             if round == 300 {
                 drop(s);
-                s = Service::open(&db, ADMIN).unwrap();
+                s = crate::testdb::open(&db, ADMIN).unwrap();
             }
             let mut ids = vec![];
             for _ in 0..3 {
@@ -1186,7 +1220,7 @@ noise = "simulation""#,
         for round in 0..200u64 {
             if round == 100 {
                 drop(s);
-                s = Service::open(&db, ADMIN).unwrap();
+                s = crate::testdb::open(&db, ADMIN).unwrap();
             }
             let set: Vec<Vec<f64>> = (0..4)
                 .map(|i| {
@@ -1245,7 +1279,7 @@ noise = "simulation""#,
         );
         assert!(rows.iter().all(|r| r.reward.is_some()));
         drop(s);
-        assert!(crate::verify::verify_default(&db).unwrap().entries > 800);
+        assert!(crate::testdb::verify(&db).unwrap().entries > 800);
     }
 
     /// A best-arm identification experiment decides as the core session until its stopping rule
@@ -1254,8 +1288,8 @@ noise = "simulation""#,
     #[test]
     fn a_bai_experiment_stops_once_and_says_so() {
         let dir = shm_dir();
-        let db = dir.path().join("s.sqlite");
-        let mut s = Service::open(&db, ADMIN).unwrap();
+        let db = crate::testdb::db(dir.path(), "s.sqlite");
+        let mut s = crate::testdb::open(&db, ADMIN).unwrap();
         let table = "epsilon = 10.0";
         s.create(req(json!({"name": "bai", "arms": 3, "delta": 0.1, "seed": 3,
                             "policy": policy_json("dp_tt", &format!("{table}\nnoise = \"simulation\""))})))
@@ -1306,7 +1340,7 @@ noise = "simulation""#,
         let st = s.status("bai").unwrap();
         assert_eq!(st["stopped"]["recommendation"], 0, "{st}");
         drop(s);
-        let mut s = Service::open(&db, ADMIN).unwrap();
+        let mut s = crate::testdb::open(&db, ADMIN).unwrap();
         for _ in 0..3 {
             assert_eq!(
                 s.decide("bai", None, None),
@@ -1332,8 +1366,8 @@ noise = "simulation""#,
     #[test]
     fn create_is_idempotent_and_tokens_rotate() {
         let dir = shm_dir();
-        let db = dir.path().join("s.sqlite");
-        let mut s = Service::open(&db, ADMIN).unwrap();
+        let db = crate::testdb::db(dir.path(), "s.sqlite");
+        let mut s = crate::testdb::open(&db, ADMIN).unwrap();
         let body = json!({"name": "t", "arms": 2, "request_id": "create-1",
                           "policy": {"kind": "adac_ucb", "rho": 0.5}});
         let first = s.create(req(body.clone())).unwrap();
@@ -1359,7 +1393,7 @@ noise = "simulation""#,
             .to_string();
         assert!(s.authenticate(Some(&t2), Some("t")).is_err());
         drop(s);
-        let s = Service::open(&db, ADMIN).unwrap();
+        let s = crate::testdb::open(&db, ADMIN).unwrap();
         assert_eq!(s.authenticate(Some(&t3), Some("t")), Ok(Caller::Client));
         let mut s = s;
         for (body, field) in [
@@ -1404,11 +1438,11 @@ noise = "simulation""#,
     #[test]
     fn closing_publishes_the_report_once() {
         let dir = shm_dir();
-        let db = dir.path().join("s.sqlite");
+        let db = crate::testdb::db(dir.path(), "s.sqlite");
         let table = "rho = 1\nnoise = \"simulation\"";
         let mut core = core_session("adac_ucb", table, &Problem::Finite { arms: 3 }, 4);
         {
-            let mut s = Service::open(&db, ADMIN).unwrap();
+            let mut s = crate::testdb::open(&db, ADMIN).unwrap();
             s.create(req(json!({"name": "t", "arms": 3, "seed": 4,
                                 "policy": policy_json("adac_ucb", table)})))
                 .unwrap();
@@ -1491,7 +1525,7 @@ noise = "simulation""#,
             );
         }
         // After a restart: still closed, the same report (read back from the audit log).
-        let s = Service::open(&db, ADMIN).unwrap();
+        let s = crate::testdb::open(&db, ADMIN).unwrap();
         let back = s.report("t").unwrap();
         assert_eq!(
             back["estimates"],
@@ -1514,8 +1548,8 @@ noise = "simulation""#,
     #[test]
     fn delayed_outcomes_are_abandoned_at_the_deadline() {
         let dir = shm_dir();
-        let db = dir.path().join("s.sqlite");
-        let mut s = Service::open(&db, ADMIN).unwrap();
+        let db = crate::testdb::db(dir.path(), "s.sqlite");
+        let mut s = crate::testdb::open(&db, ADMIN).unwrap();
         let table = "rho = 0.5\nnoise = \"simulation\"";
         let created = s
             .create(req(
@@ -1644,7 +1678,7 @@ noise = "simulation""#,
             }
         }
         drop(s);
-        assert!(crate::verify::verify_default(&db).is_ok());
+        assert!(crate::testdb::verify(&db).is_ok());
     }
 
     /// The audit chain detects an edited entry (the triggers are dropped first, as an attacker
@@ -1689,12 +1723,12 @@ noise = "simulation""#,
     #[test]
     fn a_pipelined_experiment_serves_while_rewards_are_pending() {
         let dir = shm_dir();
-        let db = dir.path().join("s.sqlite");
+        let db = crate::testdb::db(dir.path(), "s.sqlite");
         let table = "rho = 1\nnoise = \"simulation\"";
         let mut core = core_session("adac_ucb", table, &Problem::Finite { arms: 3 }, 4);
         core.set_while_pending(dpbandits::session::WhilePending::Pipeline)
             .unwrap();
-        let mut s = Service::open(&db, ADMIN).unwrap();
+        let mut s = crate::testdb::open(&db, ADMIN).unwrap();
         for (name, mode) in [("p", "pipeline"), ("w", "wait")] {
             s.create(req(
                 json!({"name": name, "arms": 3, "seed": 4, "while_pending": mode,
@@ -1722,7 +1756,7 @@ noise = "simulation""#,
         for (k, &(id, arm)) in ids.iter().rev().enumerate() {
             if k == ids.len() / 2 {
                 drop(s);
-                s = Service::open(&db, ADMIN).unwrap();
+                s = crate::testdb::open(&db, ADMIN).unwrap();
             }
             let r = coin(id, arm, [0.2, 0.5, 0.7][arm]);
             s.reward("p", id, r).unwrap();
@@ -1730,7 +1764,7 @@ noise = "simulation""#,
         }
         assert_eq!(s.status("p").unwrap()["pending"], json!(0));
         drop(s);
-        let mut s = Service::open(&db, ADMIN).unwrap();
+        let mut s = crate::testdb::open(&db, ADMIN).unwrap();
         for _ in 0..20 {
             let d = s.decide("p", None, None).unwrap();
             assert_eq!(

@@ -131,13 +131,13 @@ pub(super) fn refuse_unkeyed(
     if schema == store::SCHEMA_VERSION {
         bail!(
             "--db {}: refusing to start: the database is schema {schema} (a keyed audit chain) but its meta rows audit_key and audit_keyed_from are missing: its keying was removed; it is never re-keyed (verify it with its key file, restore a backup)",
-            db.display()
+            store::shown(db)
         );
     }
     if key_path.exists() {
         bail!(
             "--db {}: refusing to start: its audit log ({entries} entries) is not keyed, but the audit key file {} exists: either its keying was removed (meta rows deleted, the chain re-hashed without the key), or the key file belongs to another database; a log is never re-keyed over an existing key. An old database that was never keyed is keyed on its first start only when no key file exists at the key path yet (move the key file away or give another --audit-key-file path after checking the log against a published head)",
-            db.display(),
+            store::shown(db),
             key_path.display()
         );
     }
@@ -184,7 +184,7 @@ pub(super) fn migrate_all(tx: &store::Tx<'_>, db: &Path) -> anyhow::Result<()> {
             let s = migrate(&row).with_context(|| {
                 format!(
                     "--db {}: migrating schema {} to {} (session snapshots)",
-                    db.display(),
+                    store::shown(db),
                     store::SCHEMA_VERSION_POLICY_SNAPSHOTS,
                     store::SCHEMA_VERSION
                 )
@@ -231,14 +231,33 @@ impl Service {
         admin_token: &str,
         key_file: Option<&Path>,
     ) -> anyhow::Result<Self> {
-        Service::open_inner(db, admin_token, key_file, true)
+        Service::open_inner(db, admin_token, key_file, true, &Claim::default())
+    }
+
+    /// [`Service::open_keyed`] claiming a PostgreSQL database as `claim` says (its node name,
+    /// its lease, how long to wait for another node's lease to end): what `serve` opens.
+    ///
+    /// # Errors
+    /// As [`Service::open_keyed`], or another node holds the database past `claim.wait`.
+    pub fn open_claiming(
+        db: &Path,
+        admin_token: &str,
+        key_file: Option<&Path>,
+        claim: &Claim,
+    ) -> anyhow::Result<Self> {
+        Service::open_inner(db, admin_token, key_file, true, claim)
+    }
+
+    /// The epoch this service claimed its PostgreSQL database with (`None` on SQLite).
+    pub fn epoch(&self) -> Option<i64> {
+        self.store.epoch()
     }
 
     /// [`Service::open`] without the start-up self-check: for tests that fill tables directly
     /// (rows the log does not explain) to measure something else.
     #[cfg(test)]
     pub(crate) fn open_unchecked(db: &Path, admin_token: &str) -> anyhow::Result<Self> {
-        Service::open_inner(db, admin_token, None, false)
+        Service::open_inner(db, admin_token, None, false, &Claim::default())
     }
 
     pub(super) fn open_inner(
@@ -246,9 +265,20 @@ impl Service {
         admin_token: &str,
         key_file: Option<&Path>,
         self_check: bool,
+        claim: &Claim,
     ) -> anyhow::Result<Self> {
-        let store = store::Store::open(db)?;
-        let key_path = key_file.map_or_else(|| store::default_key_path(db), Path::to_path_buf);
+        let mut store = store::Store::open(db)?;
+        if store.is_postgres() {
+            claim_database(&mut store, db, claim)?;
+        }
+        let key_path = match key_file {
+            Some(k) => k.to_path_buf(),
+            None if store.is_postgres() => bail!(
+                "--audit-key-file: required with a PostgreSQL --db {} (the audit key is kept outside the database, and a database URL has no folder to keep it beside)",
+                store::shown(db)
+            ),
+            None => store::default_key_path(db),
+        };
         let keying = store.audit_keying()?;
         let (entries, _) = store.audit_head()?;
         if keying.is_none() && entries > 0 {
@@ -258,7 +288,7 @@ impl Service {
             Some((f, from)) if !key_path.exists() => bail!(
                 "--audit-key-file {}: no such file; the audit log of --db {} is keyed (key fingerprint {f}, from entry {from}): give its key file",
                 key_path.display(),
-                db.display()
+                store::shown(db)
             ),
             Some(_) => store::AuditKey::load(&key_path)?,
             None => store::AuditKey::load_or_create(&key_path)?.0,
@@ -268,7 +298,7 @@ impl Service {
         } else {
             (Vec::new(), None)
         };
-        store.init_audit_key(&key, db)?;
+        store.init_audit_key(&key)?;
         let tx = store.begin()?;
         if let Some(c) = &checkpoint {
             // The state just verified, before this start writes anything.
@@ -291,6 +321,7 @@ impl Service {
             experiments,
             tokens: Arc::new(RwLock::new(tokens)),
             batch_failed: false,
+            fenced: None,
             stale: HashSet::new(),
             publisher: None,
         })
@@ -323,6 +354,69 @@ impl Service {
     }
 }
 
+/// How `serve` claims a PostgreSQL database ([`store::Store::claim`]).
+#[derive(Debug, Clone)]
+pub struct Claim {
+    /// This node's name ([`store::node_name`]).
+    pub node: String,
+    /// The lease it renews ([`store::DEFAULT_LEASE`]).
+    pub lease: std::time::Duration,
+    /// How long to wait while another node's lease runs (`None`: refuse at once, naming it).
+    pub wait: Option<std::time::Duration>,
+}
+
+impl Default for Claim {
+    fn default() -> Self {
+        Claim {
+            node: store::node_name(),
+            lease: store::DEFAULT_LEASE,
+            wait: None,
+        }
+    }
+}
+
+/// Claim the PostgreSQL database `db` for this node: at once when nobody holds it or the
+/// holder's lease has ended; else wait (as a standby, logging the holder once) for at most
+/// `claim.wait`, or refuse naming the holder.
+fn claim_database(store: &mut store::Store, db: &Path, claim: &Claim) -> anyhow::Result<()> {
+    let started = std::time::Instant::now();
+    let mut said = false;
+    loop {
+        match store.claim(&claim.node, claim.lease)? {
+            Ok(epoch) => {
+                crate::log::log(
+                    "claimed",
+                    json!({"db": store::shown(db), "node": claim.node, "epoch": epoch,
+                           "lease_s": claim.lease.as_secs_f64()}),
+                );
+                return Ok(());
+            }
+            Err(h) => {
+                let waited = started.elapsed();
+                if claim.wait.is_none_or(|w| waited >= w) {
+                    bail!(
+                        "--db {}: node {:?} holds it (epoch {}, its lease ends in {:.1} s); one writer per database: another node takes it over only when that lease has ended",
+                        store::shown(db),
+                        h.node,
+                        h.epoch,
+                        h.left.max(0.0)
+                    );
+                }
+                if !said {
+                    crate::log::log(
+                        "standby",
+                        json!({"db": store::shown(db), "holder": h.node, "epoch": h.epoch,
+                               "lease_left_s": h.left}),
+                    );
+                    said = true;
+                }
+                let pause = h.left.clamp(0.05, 1.0);
+                std::thread::sleep(std::time::Duration::from_secs_f64(pause));
+            }
+        }
+    }
+}
+
 /// The start-up check ([`crate::verify::startup_check`]): after the stored keyed checkpoint
 /// when it holds, else the whole log. Returns the experiments to pin and the checkpoint of the
 /// state just verified (to store before this start writes anything).
@@ -334,7 +428,7 @@ fn start_up_check(
     let checked = crate::verify::startup_check(store, key).with_context(|| {
         format!(
             "--db {}: refusing to start: the database does not verify against its audit log (dpbandits audit-log verify names the same)",
-            db.display()
+            store::shown(db)
         )
     })?;
     crate::verify::progress::passed(checked.report.entries as i64);

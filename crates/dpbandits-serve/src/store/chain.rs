@@ -2,8 +2,8 @@
 //! entry, the head, and reading entries back (the export, a closed experiment's report).
 
 use super::db::*;
+use super::sql::{Row, args};
 use anyhow::{Context, Result, bail};
-use rusqlite::{OptionalExtension, params};
 use sha2::Sha256;
 use std::path::Path;
 
@@ -137,7 +137,7 @@ pub(super) const AUDIT_COLUMNS: &str = "seq, ts, experiment, event, body, prev, 
 
 impl AuditEntry {
     /// An entry from a row that selected [`AUDIT_COLUMNS`].
-    pub(super) fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<AuditEntry> {
+    pub(super) fn from_row(r: &Row<'_>) -> Result<AuditEntry> {
         Ok(AuditEntry {
             seq: r.get(0)?,
             ts: r.get(1)?,
@@ -295,13 +295,6 @@ pub fn default_key_path(db: &Path) -> std::path::PathBuf {
     p.into()
 }
 
-/// The name of the SQL function, registered on the service's connection by [`Store::init_audit_key`],
-/// that [`Tx::audit`] calls to hash an entry: the key lives with the connection, never in a table.
-pub(super) const AUDIT_HASH_FN: &str = "dpbandits_audit_hash";
-/// The query that computes an entry's hash with [`AUDIT_HASH_FN`] (spelled out: it is prepared
-/// once per append).
-pub(super) const AUDIT_HASH_SQL: &str = "SELECT dpbandits_audit_hash(?1, ?2, ?3, ?4, ?5, ?6)";
-
 /// The message an audit entry's hash covers: the previous hash and the entry's fields, each
 /// followed by a newline (fields never contain one unescaped: the body is compact JSON).
 pub(super) fn entry_message(
@@ -333,33 +326,38 @@ impl Reads {
     /// Audit entries after `after` (of `experiment`, or all), at most `limit`.
     ///
     /// # Errors
-    /// SQLite errors.
+    /// Database errors.
     pub fn audit_entries(
         &self,
         experiment: Option<&str>,
         after: i64,
         limit: i64,
     ) -> Result<Vec<AuditEntry>> {
-        let conn = &self.conn;
-        let mut stmt = conn.prepare(&format!(
-            "SELECT {AUDIT_COLUMNS} FROM audit
-             WHERE seq > ?1 AND (?2 IS NULL OR experiment = ?2) ORDER BY seq LIMIT ?3"
-        ))?;
-        let rows = stmt
-            .query_map(params![after, experiment, limit], AuditEntry::from_row)?
-            .collect::<rusqlite::Result<_>>()?;
-        Ok(rows)
+        match experiment {
+            Some(e) => self.conn.rows(
+                &format!(
+                    "SELECT {AUDIT_COLUMNS} FROM audit WHERE seq > ?1 AND experiment = ?2 ORDER BY seq LIMIT ?3"
+                ),
+                args![after, e, limit],
+                AuditEntry::from_row,
+            ),
+            None => self.conn.rows(
+                &format!("SELECT {AUDIT_COLUMNS} FROM audit WHERE seq > ?1 ORDER BY seq LIMIT ?2"),
+                args![after, limit],
+                AuditEntry::from_row,
+            ),
+        }
     }
 
     /// How the audit chain of a database is keyed (`meta`): the key's fingerprint and the first
     /// keyed entry (`1` for a database created keyed; after the last unkeyed entry for one keyed on
     /// open). `None`: not keyed (schema 3 and older, never opened by a keyed build).
     pub fn audit_keying(&self) -> Result<Option<(String, i64)>> {
-        let conn = &self.conn;
         let get = |k: &str| -> Result<Option<String>> {
-            Ok(conn
-                .query_row("SELECT value FROM meta WHERE key = ?1", [k], |r| r.get(0))
-                .optional()?)
+            self.conn
+                .row("SELECT value FROM meta WHERE key = ?1", args![k], |r| {
+                    r.get(0)
+                })
         };
         match (get("audit_key")?, get("audit_keyed_from")?) {
             (Some(f), Some(from)) => Ok(Some((
@@ -380,13 +378,13 @@ impl Reads {
     /// log): what `--publish-head` publishes and `--expect-head` checks.
     ///
     /// # Errors
-    /// SQLite errors.
+    /// Database errors.
     pub fn audit_head(&self) -> Result<(u64, String)> {
-        let conn = &self.conn;
-        let last: Option<(i64, String)> = conn
-            .prepare_cached("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1")?
-            .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))
-            .optional()?;
+        let last: Option<(i64, String)> = self.conn.row(
+            "SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1",
+            args![],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
         Ok(last.map_or((0, GENESIS.to_string()), |(s, h)| (s as u64, h)))
     }
 
@@ -396,15 +394,12 @@ impl Reads {
     /// # Errors
     /// A database error, or a `close` entry whose body is not JSON.
     pub fn close_entry(&self, experiment: &str) -> Result<Option<serde_json::Value>> {
-        let conn = &self.conn;
-        let row: Option<(i64, String, String)> = conn
-            .query_row(
-                // `event = 'close'` literally: the partial index `audit_close` answers it.
-                "SELECT seq, body, hash FROM audit WHERE experiment = ?1 AND event = 'close' ORDER BY seq LIMIT 1",
-                [experiment],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-            )
-            .optional()?;
+        let row: Option<(i64, String, String)> = self.conn.row(
+            // `event = 'close'` literally: the partial index `audit_close` answers it.
+            "SELECT seq, body, hash FROM audit WHERE experiment = ?1 AND event = 'close' ORDER BY seq LIMIT 1",
+            args![experiment],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )?;
         let Some((seq, body, hash)) = row else {
             return Ok(None);
         };
@@ -420,84 +415,69 @@ impl Tx<'_> {
     /// Append one entry to the audit chain inside `tx`; returns its `(seq, hash)`.
     ///
     /// # Errors
-    /// SQLite errors.
+    /// Database errors, or the audit key is not loaded ([`Store::init_audit_key`]).
     pub fn audit(
         &self,
         experiment: &str,
         event: Event,
         body: &serde_json::Value,
     ) -> Result<(i64, String)> {
-        let tx = &self.reads.conn;
         let event = event.name();
-        let last: Option<(i64, String)> = tx
-            .prepare_cached("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1")?
-            .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))
-            .optional()?;
-        let (seq, prev) = match last {
-            Some((s, h)) => (s + 1, h),
-            None => (1, GENESIS.to_string()),
+        let (seq, prev) = match self.audit_head()? {
+            (0, _) => (1, GENESIS.to_string()),
+            (s, h) => (s as i64 + 1, h),
         };
         let ts = now();
         let body = body.to_string();
-        // Keyed: the connection's hash function holds the key ([`Store::init_audit_key`]); a connection
-        // without it cannot append.
-        let hash: String = tx
-            .prepare_cached(AUDIT_HASH_SQL)?
-            .query_row(params![prev, seq, ts, experiment, event, body], |r| {
-                r.get(0)
-            })
+        // Keyed: the store holds the key ([`Store::init_audit_key`]); a store without it cannot
+        // append.
+        let hash = self
+            .reads
+            .key
+            .borrow()
+            .as_ref()
+            .map(|k| k.entry_hash(&prev, seq, &ts, experiment, event, &body))
             .context(
                 "appending to the audit log: the audit key is not loaded on this connection",
             )?;
-        tx.prepare_cached("INSERT INTO audit (seq, ts, experiment, event, body, prev, hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)")?
-            .execute(
-            params![seq, ts, experiment, event, body, prev, hash],
+        self.reads.conn.execute(
+            "INSERT INTO audit (seq, ts, experiment, event, body, prev, hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            args![seq, ts, experiment, event, body, prev, hash],
         )?;
         Ok((seq, hash))
     }
 }
 
 impl Store {
-    /// Key the audit chain of the open database with `key`: register the hash function
-    /// [`Tx::audit`] uses, and on the first keyed open record the key's fingerprint and the first keyed
-    /// sequence number in `meta` (schema 3 becomes 4); a database that already holds unkeyed
-    /// entries gets a keyed `config` entry `audit-key` naming where keying starts.
+    /// Key the audit chain of the open database with `key`: keep it for [`Tx::audit`], and on the
+    /// first keyed open record the key's fingerprint and the first keyed sequence number in `meta`
+    /// (schema 3 becomes 4); a database that already holds unkeyed entries gets a keyed `config`
+    /// entry `audit-key` naming where keying starts.
     ///
     /// # Errors
-    /// The database is keyed with another key (its fingerprint differs), or SQLite errors.
-    pub fn init_audit_key(&self, key: &AuditKey, db: &Path) -> Result<()> {
-        let conn = &self.reads.conn;
-        let k = key.clone();
-        conn.create_scalar_function(
-            AUDIT_HASH_FN,
-            6,
-            rusqlite::functions::FunctionFlags::SQLITE_UTF8
-                | rusqlite::functions::FunctionFlags::SQLITE_DETERMINISTIC,
-            move |ctx| {
-                Ok(k.entry_hash(
-                    &ctx.get::<String>(0)?,
-                    ctx.get::<i64>(1)?,
-                    &ctx.get::<String>(2)?,
-                    &ctx.get::<String>(3)?,
-                    &ctx.get::<String>(4)?,
-                    &ctx.get::<String>(5)?,
-                ))
-            },
-        )?;
-        match self.audit_keying()? {
-            Some((f, _)) if f == key.fingerprint() => Ok(()),
-            Some((f, _)) => bail!(
+    /// The database is keyed with another key (its fingerprint differs), or database errors.
+    pub fn init_audit_key(&self, key: &AuditKey) -> Result<()> {
+        let keying = self.audit_keying()?;
+        if let Some((f, _)) = &keying
+            && *f != key.fingerprint()
+        {
+            bail!(
                 "--db {}: its audit chain is keyed with the key of fingerprint {f}; the audit key given has fingerprint {} (use the database's key file)",
-                db.display(),
+                self.reads.name,
                 key.fingerprint()
-            ),
+            );
+        }
+        *self.reads.key.borrow_mut() = Some(key.clone());
+        match keying {
+            Some(_) => Ok(()),
             None => {
                 let tx = self.begin()?;
-                let last: i64 =
-                    conn.query_row("SELECT COALESCE(MAX(seq), 0) FROM audit", [], |r| r.get(0))?;
-                conn.execute(
+                let last: i64 = tx
+                    .conn
+                    .value("SELECT COALESCE(MAX(seq), 0) FROM audit", args![])?;
+                tx.conn.execute(
                     "INSERT INTO meta (key, value) VALUES ('audit_key', ?1), ('audit_keyed_from', ?2)",
-                    params![key.fingerprint(), (last + 1).to_string()],
+                    args![key.fingerprint(), (last + 1).to_string()],
                 )?;
                 if last > 0 {
                     tx.audit(

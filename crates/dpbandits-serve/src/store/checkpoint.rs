@@ -6,9 +6,9 @@ use super::chain::AuditKey;
 use super::chain::{AUDIT_COLUMNS, AuditEntry};
 use super::db::{Reads, Tx};
 use super::reads::{AuditRow, CheckedCharge, CheckedDecision, TableCounts};
+use super::sql::args;
 use anyhow::Result;
 use hmac::{Hmac, Mac};
-use rusqlite::{OptionalExtension, params};
 use sha2::Sha256;
 
 /// A multiset digest of rows: the sum modulo 2^256 of each row's keyed hash ([`RowHasher`]).
@@ -154,126 +154,148 @@ impl Reads {
     /// row (with its outcome when recorded) and every settled ledger row (`charged`, `lost`).
     ///
     /// # Errors
-    /// SQLite errors.
+    /// Database errors.
     pub fn table_scan(&self, h: Option<&RowHasher>) -> Result<(TableCounts, RowDigest)> {
-        let conn = &self.conn;
         let mut counts = TableCounts::default();
         let mut digest = RowDigest::default();
-        let mut stmt = conn.prepare(
-        "SELECT experiment, id, arm, actions, reward, admitted, outcome, request_id, propensity, issued_unix FROM decisions",
-    )?;
-        let mut rows = stmt.query([])?;
-        while let Some(r) = rows.next()? {
-            let exp = r.get_ref(0)?.as_str()?;
-            count(&mut counts.decisions, exp);
-            let reward: Option<f64> = r.get(4)?;
-            if reward.is_some() {
-                count(&mut counts.rewarded, exp);
-            }
-            if let Some(h) = h {
-                let d = CheckedDecision {
-                    arm: r.get(2)?,
-                    actions: r.get(3)?,
-                    reward,
-                    admitted: r.get(5)?,
-                    outcome: r.get(6)?,
-                    request_id: r.get(7)?,
-                    propensity: r.get(8)?,
-                    issued_unix: r.get(9)?,
+        self.conn.each(
+            "SELECT experiment, id, arm, actions, reward, admitted, outcome, request_id, propensity, issued_unix FROM decisions",
+            args![],
+            |r| {
+                let exp: String = r.get(0)?;
+                count(&mut counts.decisions, &exp);
+                let reward: Option<f64> = r.get(4)?;
+                if reward.is_some() {
+                    count(&mut counts.rewarded, &exp);
+                }
+                if let Some(h) = h {
+                    let d = CheckedDecision {
+                        arm: r.get(2)?,
+                        actions: r.get(3)?,
+                        reward,
+                        admitted: r.get(5)?,
+                        outcome: r.get(6)?,
+                        request_id: r.get(7)?,
+                        propensity: r.get(8)?,
+                        issued_unix: r.get(9)?,
+                    };
+                    let id: i64 = r.get(1)?;
+                    digest.add(&h.decision(&exp, id as u64, &d, true));
+                }
+                Ok(())
+            },
+        )?;
+        self.conn.each(
+            "SELECT id, experiment, release, arm, measure, cost, status FROM ledger",
+            args![],
+            |r| {
+                let c = CheckedCharge {
+                    experiment: r.get(1)?,
+                    release: r.get(2)?,
+                    arm: r.get(3)?,
+                    measure: r.get(4)?,
+                    cost: r.get(5)?,
+                    status: r.get(6)?,
                 };
-                let id: i64 = r.get(1)?;
-                digest.add(&h.decision(exp, id as u64, &d, true));
-            }
-        }
-        let mut stmt =
-            conn.prepare("SELECT id, experiment, release, arm, measure, cost, status FROM ledger")?;
-        let mut rows = stmt.query([])?;
-        while let Some(r) = rows.next()? {
-            let c = CheckedCharge {
-                experiment: r.get(1)?,
-                release: r.get(2)?,
-                arm: r.get(3)?,
-                measure: r.get(4)?,
-                cost: r.get(5)?,
-                status: r.get(6)?,
-            };
-            if c.status == "intent" {
-                count(&mut counts.intents, &c.experiment);
-                continue;
-            }
-            count(&mut counts.charges, &c.experiment);
-            if let Some(h) = h {
-                digest.add(&h.charge(r.get(0)?, &c));
-            }
-        }
+                if c.status == "intent" {
+                    count(&mut counts.intents, &c.experiment);
+                    return Ok(());
+                }
+                count(&mut counts.charges, &c.experiment);
+                if let Some(h) = h {
+                    digest.add(&h.charge(r.get(0)?, &c));
+                }
+                Ok(())
+            },
+        )?;
         Ok((counts, digest))
     }
 
     /// The stored checkpoint (`meta.checkpoint`: its MAC, a newline, its JSON), if any.
     ///
     /// # Errors
-    /// SQLite errors.
+    /// Database errors.
     pub fn checkpoint(&self) -> Result<Option<String>> {
-        let conn = &self.conn;
-        Ok(conn
-            .query_row("SELECT value FROM meta WHERE key = 'checkpoint'", [], |r| {
-                r.get(0)
-            })
-            .optional()?)
+        self.conn.row(
+            "SELECT value FROM meta WHERE key = 'checkpoint'",
+            args![],
+            |r| r.get(0),
+        )
     }
 
     /// The hash of audit entry `seq`, if the log has it.
     ///
     /// # Errors
-    /// SQLite errors.
+    /// Database errors.
     pub fn audit_hash_at(&self, seq: i64) -> Result<Option<String>> {
-        let conn = &self.conn;
-        Ok(conn
-            .query_row("SELECT hash FROM audit WHERE seq = ?1", [seq], |r| r.get(0))
-            .optional()?)
+        self.conn
+            .row("SELECT hash FROM audit WHERE seq = ?1", args![seq], |r| {
+                r.get(0)
+            })
     }
 
     /// Call `f` with every audit entry after entry `after`, in order (one pass, bounded memory).
+    /// SQLite steps through one statement; on PostgreSQL the entries come in pages of
+    /// [`AUDIT_PAGE`] by sequence number, so that `f` may read the database between entries
+    /// (one connection runs one statement at a time) and a read transaction
+    /// ([`Reads::begin_read`]) still sees one state.
     ///
     /// # Errors
-    /// SQLite errors, or `f`'s.
+    /// Database errors, or `f`'s.
     pub fn for_each_audit_entry_after(
         &self,
         after: i64,
         mut f: impl FnMut(AuditRow) -> Result<()>,
     ) -> Result<()> {
-        let conn = &self.conn;
-        let mut stmt = conn.prepare(&format!(
-            "SELECT {AUDIT_COLUMNS} FROM audit WHERE seq > ?1 ORDER BY seq"
-        ))?;
-        let mut rows = stmt.query(params![after])?;
-        while let Some(r) = rows.next()? {
-            f(AuditEntry::from_row(r)?)?;
+        if !self.conn.is_pg() {
+            // `f` may read the same SQLite connection while this statement steps.
+            return self.conn.each(
+                &format!("SELECT {AUDIT_COLUMNS} FROM audit WHERE seq > ?1 ORDER BY seq"),
+                args![after],
+                |r| f(AuditEntry::from_row(r)?),
+            );
         }
-        Ok(())
+        let mut last = after;
+        loop {
+            let page = self.conn.rows(
+                &format!("SELECT {AUDIT_COLUMNS} FROM audit WHERE seq > ?1 ORDER BY seq LIMIT ?2"),
+                args![last, AUDIT_PAGE],
+                AuditEntry::from_row,
+            )?;
+            let Some(end) = page.last().map(|e| e.seq) else {
+                return Ok(());
+            };
+            for e in page {
+                f(e)?;
+            }
+            last = end;
+        }
     }
 
-    /// Open a read transaction on `conn` (a WAL reader: every read until [`Reads::end_read`] sees the
-    /// same committed state).
+    /// Open a read transaction (every read until [`Reads::end_read`] sees the same committed
+    /// state: an SQLite WAL reader, a PostgreSQL `REPEATABLE READ` snapshot).
     ///
     /// # Errors
-    /// SQLite errors.
+    /// Database errors.
     pub fn begin_read(&self) -> Result<()> {
-        let conn = &self.conn;
-        conn.execute_batch("BEGIN DEFERRED")?;
-        Ok(())
+        self.conn.batch(if self.conn.is_pg() {
+            "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+        } else {
+            "BEGIN DEFERRED"
+        })
     }
 
     /// End the read transaction of [`Reads::begin_read`].
     ///
     /// # Errors
-    /// SQLite errors.
+    /// Database errors.
     pub fn end_read(&self) -> Result<()> {
-        let conn = &self.conn;
-        conn.execute_batch("COMMIT")?;
-        Ok(())
+        self.conn.batch("COMMIT")
     }
 }
+
+/// The audit entries one page of [`Reads::for_each_audit_entry_after`] reads on PostgreSQL.
+pub const AUDIT_PAGE: i64 = 10_000;
 
 impl Tx<'_> {
     /// Store `value` as the checkpoint (replacing the previous one) inside `tx`.

@@ -1,4 +1,4 @@
-//! The SQLite store: schema, the hash-chained audit log, the ledger, and read-only inspection.
+//! The store (an SQLite file by default, or a PostgreSQL database: `sql.rs`): schema, the hash-chained audit log, the ledger, and read-only inspection.
 //!
 //! One database file (WAL mode, `synchronous = FULL`: a commit is on disk before it returns).
 //! Tables: `meta`, `experiments` (configuration, client token hash, the core session's snapshot
@@ -17,13 +17,18 @@
 mod chain;
 mod checkpoint;
 mod db;
+mod fence;
+mod owner;
 mod reads;
+pub(crate) mod sql;
 mod tables;
 
 pub use chain::*;
 pub use checkpoint::*;
 pub use db::*;
+pub use owner::{DEFAULT_LEASE, Fenced, Holder, node_name};
 pub use reads::*;
+pub use sql::{create_database, is_postgres_url, redacted, shown};
 pub use tables::*;
 
 #[cfg(test)]
@@ -70,6 +75,5 @@ mod tests {
         let bytes: Vec<u8> = (0..=255).collect();
         let reference: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
         assert_eq!(hex(&bytes), reference);
-        assert!(AUDIT_HASH_SQL.starts_with(&format!("SELECT {AUDIT_HASH_FN}(")));
     }
 }

@@ -2,8 +2,8 @@
 //! counts), the digest a `pin` entry records, and read-only inspection.
 
 use super::db::*;
+use super::sql::args;
 use anyhow::{Context, Result};
-use rusqlite::{OptionalExtension, params};
 use sha2::{Digest, Sha256};
 use std::path::Path;
 
@@ -48,37 +48,35 @@ pub struct CheckedCharge {
     pub status: String,
 }
 
-/// The verifier's row lookups by primary key (statements prepared once).
+/// The verifier's row lookups by primary key (on SQLite, statements prepared once and cached;
+/// on PostgreSQL, prepared once per connection).
 pub struct RowReader<'c> {
-    decision: rusqlite::Statement<'c>,
-    ledger: rusqlite::Statement<'c>,
+    reads: &'c Reads,
 }
 
+/// The verifier's decision lookup.
+const CHECKED_DECISION: &str = "SELECT arm, actions, reward, admitted, outcome, request_id, propensity, issued_unix FROM decisions WHERE experiment = ?1 AND id = ?2";
+/// The verifier's ledger lookup.
+const CHECKED_CHARGE: &str =
+    "SELECT experiment, release, arm, measure, cost, status FROM ledger WHERE id = ?1";
+
 impl<'c> RowReader<'c> {
-    /// Prepare the lookups on the store's connection.
+    /// The lookups on the store's connection.
     ///
     /// # Errors
-    /// SQLite errors.
+    /// None today (kept for the statements' preparation).
     pub fn new(reads: &'c Reads) -> Result<Self> {
-        let conn = &reads.conn;
-        Ok(RowReader {
-            decision: conn.prepare(
-                "SELECT arm, actions, reward, admitted, outcome, request_id, propensity, issued_unix FROM decisions WHERE experiment = ?1 AND id = ?2",
-            )?,
-            ledger: conn.prepare(
-                "SELECT experiment, release, arm, measure, cost, status FROM ledger WHERE id = ?1",
-            )?,
-        })
+        Ok(RowReader { reads })
     }
 
     /// Decision `id` of `experiment`.
     ///
     /// # Errors
-    /// SQLite errors.
+    /// Database errors.
     pub fn decision(&mut self, experiment: &str, id: u64) -> Result<Option<CheckedDecision>> {
-        Ok(self
-            .decision
-            .query_row(params![experiment, id as i64], |r| {
+        self.reads
+            .conn
+            .row(CHECKED_DECISION, args![experiment, id as i64], |r| {
                 Ok(CheckedDecision {
                     arm: r.get(0)?,
                     actions: r.get(1)?,
@@ -90,27 +88,23 @@ impl<'c> RowReader<'c> {
                     issued_unix: r.get(7)?,
                 })
             })
-            .optional()?)
     }
 
     /// Ledger row `id`.
     ///
     /// # Errors
-    /// SQLite errors.
+    /// Database errors.
     pub fn ledger(&mut self, id: i64) -> Result<Option<CheckedCharge>> {
-        Ok(self
-            .ledger
-            .query_row([id], |r| {
-                Ok(CheckedCharge {
-                    experiment: r.get(0)?,
-                    release: r.get(1)?,
-                    arm: r.get(2)?,
-                    measure: r.get(3)?,
-                    cost: r.get(4)?,
-                    status: r.get(5)?,
-                })
+        self.reads.conn.row(CHECKED_CHARGE, args![id], |r| {
+            Ok(CheckedCharge {
+                experiment: r.get(0)?,
+                release: r.get(1)?,
+                arm: r.get(2)?,
+                measure: r.get(3)?,
+                cost: r.get(4)?,
+                status: r.get(5)?,
             })
-            .optional()?)
+        })
     }
 }
 
@@ -163,13 +157,12 @@ pub fn inspect(path: &Path, name: &str) -> Result<Inspection> {
     let store = Store::open_read_only(path)?;
     let conn = &store.reads.conn;
     let (snapshot, issued, observed, releases): (Vec<u8>, i64, i64, i64) = conn
-        .query_row(
+        .row(
             "SELECT snapshot, issued, observed, releases FROM experiments WHERE name = ?1",
-            [name],
+            args![name],
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
-        )
-        .optional()?
-        .with_context(|| format!("experiment = {name:?}: not in --db {}", path.display()))?;
+        )?
+        .with_context(|| format!("experiment = {name:?}: not in --db {}", store.reads.name))?;
     // A session snapshot (schema 2), or a bare policy snapshot (a schema-1 database not yet
     // opened by this build).
     let snap = if dpbandits::session::Session::is_session_snapshot(&snapshot) {
@@ -179,34 +172,30 @@ pub fn inspect(path: &Path, name: &str) -> Result<Inspection> {
     } else {
         dpbandits::snapshot::Snapshot::decode(&snapshot)?
     };
-    let decisions: i64 = conn.query_row(
+    let decisions: i64 = conn.value(
         "SELECT COUNT(*) FROM decisions WHERE experiment = ?1",
-        [name],
-        |r| r.get(0),
+        args![name],
     )?;
-    let mut stmt = conn.prepare(
+    let rewards = conn.rows(
         "SELECT id, arm, reward FROM decisions WHERE experiment = ?1 AND reward IS NOT NULL ORDER BY id",
-    )?;
-    let rewards = stmt
-        .query_map([name], |r| {
+        args![name],
+        |r| {
             Ok((
-                r.get::<_, i64>(0)? as u64,
-                r.get::<_, i64>(1)? as usize,
+                r.get::<i64>(0)? as u64,
+                r.get::<i64>(1)? as usize,
                 r.get(2)?,
             ))
-        })?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
+        },
+    )?;
     let count = |status: &str| -> Result<u64> {
-        Ok(conn.query_row(
+        Ok(conn.value::<i64>(
             "SELECT COUNT(*) FROM ledger WHERE experiment = ?1 AND status = ?2",
-            [name, status],
-            |r| r.get::<_, i64>(0),
+            args![name, status],
         )? as u64)
     };
-    let ledger_total: f64 = conn.query_row(
-        "SELECT COALESCE(SUM(cost), 0) FROM ledger WHERE experiment = ?1 AND status IN ('charged', 'lost')",
-        [name],
-        |r| r.get(0),
+    let ledger_total: f64 = conn.value(
+        "SELECT COALESCE(SUM(cost), 0.0) FROM ledger WHERE experiment = ?1 AND status IN ('charged', 'lost')",
+        args![name],
     )?;
     Ok(Inspection {
         decisions: decisions as u64,
@@ -230,64 +219,61 @@ impl Reads {
     /// `propensity` and of `issued_unix`, `-` for none). Returns the number of rows and the digest.
     ///
     /// # Errors
-    /// SQLite errors.
+    /// Database errors.
     pub fn decisions_digest(&self, experiment: &str, upto: u64) -> Result<(u64, String)> {
-        let conn = &self.conn;
-        let mut stmt = conn.prepare_cached(
-            "SELECT id, request_id, propensity, issued_unix FROM decisions WHERE experiment = ?1 AND id <= ?2 ORDER BY id",
-        )?;
-        let mut rows = stmt.query(params![experiment, upto as i64])?;
         let mut h = Sha256::new();
         let mut n = 0u64;
         let bits = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{:016x}", v.to_bits()));
-        while let Some(r) = rows.next()? {
-            let (id, rid, p, at): (i64, Option<String>, Option<f64>, Option<f64>) =
-                (r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?);
-            let rid = rid.map_or("-".to_string(), |r| format!("{r:?}"));
-            h.update(format!("{id}\t{rid}\t{}\t{}\n", bits(p), bits(at)).as_bytes());
-            n += 1;
-        }
+        self.conn.each(
+            "SELECT id, request_id, propensity, issued_unix FROM decisions WHERE experiment = ?1 AND id <= ?2 ORDER BY id",
+            args![experiment, upto as i64],
+            |r| {
+                let (id, rid, p, at): (i64, Option<String>, Option<f64>, Option<f64>) =
+                    (r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?);
+                let rid = rid.map_or("-".to_string(), |r| format!("{r:?}"));
+                h.update(format!("{id}\t{rid}\t{}\t{}\n", bits(p), bits(at)).as_bytes());
+                n += 1;
+                Ok(())
+            },
+        )?;
         Ok((n, hex(&h.finalize())))
     }
 
     /// Whether the database has an `audit` table (a dpbandits-serve database).
     ///
     /// # Errors
-    /// SQLite errors (e.g. not an SQLite database).
+    /// Database errors (e.g. not an SQLite database).
     pub fn has_audit_table(&self) -> Result<bool> {
-        let conn = &self.conn;
-        let n: i64 = conn.query_row(
-            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'audit'",
-            [],
-            |r| r.get(0),
-        )?;
-        Ok(n > 0)
+        self.conn.has_table("audit")
     }
 
     /// The number of audit entries.
     ///
     /// # Errors
-    /// SQLite errors.
+    /// Database errors.
     pub fn audit_count(&self) -> Result<i64> {
-        let conn = &self.conn;
-        Ok(conn.query_row("SELECT COUNT(*) FROM audit", [], |r| r.get(0))?)
+        self.conn.value("SELECT COUNT(*) FROM audit", args![])
     }
 
     /// Whether experiment `name` exists (in the committed state a reader sees).
     ///
     /// # Errors
-    /// SQLite errors.
+    /// Database errors.
     pub fn experiment_exists(&self, name: &str) -> Result<bool> {
         Ok(self
             .conn
-            .prepare_cached("SELECT 1 FROM experiments WHERE name = ?1")?
-            .exists([name])?)
+            .row(
+                "SELECT name FROM experiments WHERE name = ?1",
+                args![name],
+                |_| Ok(()),
+            )?
+            .is_some())
     }
 
     /// Call `f` with every audit entry in order (one pass, bounded memory).
     ///
     /// # Errors
-    /// SQLite errors, or `f`'s.
+    /// Database errors, or `f`'s.
     pub fn for_each_audit_entry(&self, f: impl FnMut(AuditRow) -> Result<()>) -> Result<()> {
         self.for_each_audit_entry_after(0, f)
     }
@@ -296,37 +282,30 @@ impl Reads {
     /// outcome)` in id order; `None` for a database without the `late_reward` column.
     ///
     /// # Errors
-    /// SQLite errors.
+    /// Database errors.
     #[allow(clippy::type_complexity)]
     pub fn late_outcomes(
         &self,
     ) -> Result<Option<std::collections::BTreeMap<String, Vec<(u64, f64, Option<String>)>>>> {
-        let conn = &self.conn;
-        let has_column: i64 = conn.query_row(
-            "SELECT COUNT(*) FROM pragma_table_info('decisions') WHERE name = 'late_reward'",
-            [],
-            |r| r.get(0),
-        )?;
-        if has_column == 0 {
+        if !self.conn.has_column("decisions", "late_reward")? {
             return Ok(None);
         }
         let mut stored: std::collections::BTreeMap<String, Vec<(u64, f64, Option<String>)>> =
             std::collections::BTreeMap::new();
-        let mut stmt = conn.prepare(
+        self.conn.each(
             "SELECT experiment, id, late_reward, outcome FROM decisions WHERE late_reward IS NOT NULL ORDER BY experiment, id",
+            args![],
+            |r| {
+                let (exp, id, reward, outcome) = (
+                    r.get::<String>(0)?,
+                    r.get::<i64>(1)? as u64,
+                    r.get::<f64>(2)?,
+                    r.get::<Option<String>>(3)?,
+                );
+                stored.entry(exp).or_default().push((id, reward, outcome));
+                Ok(())
+            },
         )?;
-        let rows = stmt.query_map([], |r| {
-            Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, i64>(1)? as u64,
-                r.get::<_, f64>(2)?,
-                r.get::<_, Option<String>>(3)?,
-            ))
-        })?;
-        for row in rows {
-            let (exp, id, reward, outcome) = row?;
-            stored.entry(exp).or_default().push((id, reward, outcome));
-        }
         Ok(Some(stored))
     }
 }

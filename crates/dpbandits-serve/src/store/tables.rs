@@ -1,8 +1,8 @@
 //! The service's tables: experiments, decisions and the ledger.
 
 use super::db::*;
+use super::sql::args;
 use anyhow::Result;
-use rusqlite::{OptionalExtension, params};
 
 /// One stored experiment, as [`Reads::load_experiments`] reads it.
 #[derive(Debug, Clone)]
@@ -164,183 +164,149 @@ impl Reads {
     /// Every stored experiment.
     ///
     /// # Errors
-    /// SQLite errors.
+    /// Database errors.
     pub fn load_experiments(&self) -> Result<Vec<ExperimentRow>> {
-        let conn = &self.conn;
-        let mut stmt = conn.prepare(
+        self.conn.rows(
             "SELECT name, kind, arms, token_hash, snapshot, issued, observed, commit_arm, commit_left, releases, config
              FROM experiments ORDER BY name",
-        )?;
-        let rows = stmt
-            .query_map([], |r| {
-                let commit = match (r.get::<_, Option<i64>>(7)?, r.get::<_, Option<i64>>(8)?) {
+            args![],
+            |r| {
+                let commit = match (r.get::<Option<i64>>(7)?, r.get::<Option<i64>>(8)?) {
                     (Some(a), Some(l)) => Some((a as usize, l as u64)),
                     _ => None,
                 };
                 Ok(ExperimentRow {
                     name: r.get(0)?,
                     kind: r.get(1)?,
-                    arms: r.get::<_, i64>(2)? as usize,
+                    arms: r.get::<i64>(2)? as usize,
                     token_hash: r.get(3)?,
                     config: r.get(10)?,
                     snapshot: r.get(4)?,
                     counters: Counters {
-                        issued: r.get::<_, i64>(5)? as u64,
-                        observed: r.get::<_, i64>(6)? as u64,
+                        issued: r.get::<i64>(5)? as u64,
+                        observed: r.get::<i64>(6)? as u64,
                         commit,
-                        releases: r.get::<_, i64>(9)? as u64,
+                        releases: r.get::<i64>(9)? as u64,
                     },
                 })
-            })?
-            .collect::<rusqlite::Result<_>>()?;
-        Ok(rows)
+            },
+        )
     }
 
     /// The stored snapshot of experiment `name`.
     ///
     /// # Errors
-    /// SQLite errors, or no such experiment.
+    /// Database errors, or no such experiment.
     pub fn load_snapshot(&self, name: &str) -> Result<Vec<u8>> {
-        let conn = &self.conn;
-        Ok(conn.query_row(
+        self.conn.value(
             "SELECT snapshot FROM experiments WHERE name = ?1",
-            [name],
-            |r| r.get(0),
-        )?)
+            args![name],
+        )
     }
 
     /// The experiment a create `request_id` made: `(name, body hash)`.
     ///
     /// # Errors
-    /// SQLite errors.
+    /// Database errors.
     pub fn find_create_request(&self, request_id: &str) -> Result<Option<(String, String)>> {
-        let conn = &self.conn;
-        Ok(conn
-            .query_row(
-                "SELECT name, create_hash FROM experiments WHERE create_request = ?1",
-                [request_id],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .optional()?)
+        self.conn.row(
+            "SELECT name, create_hash FROM experiments WHERE create_request = ?1",
+            args![request_id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
     }
 
     /// The decision a `request_id` already got: `(decision_id, arm)`.
     ///
     /// # Errors
-    /// SQLite errors.
+    /// Database errors.
     pub fn find_request(&self, name: &str, request_id: &str) -> Result<Option<(u64, usize)>> {
-        let conn = &self.conn;
-        Ok(conn
-            .prepare_cached(
-                "SELECT id, arm FROM decisions WHERE experiment = ?1 AND request_id = ?2",
-            )?
-            .query_row(params![name, request_id], |r| {
-                Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as usize))
-            })
-            .optional()?)
+        self.conn.row(
+            "SELECT id, arm FROM decisions WHERE experiment = ?1 AND request_id = ?2",
+            args![name, request_id],
+            |r| Ok((r.get::<i64>(0)? as u64, r.get::<i64>(1)? as usize)),
+        )
     }
 
     /// An experiment's decisions with `decision_id > after`, at most `limit`, in order.
     ///
     /// # Errors
-    /// SQLite errors, or a stored action set that is not JSON.
+    /// Database errors, or a stored action set that is not JSON.
     pub fn decision_rows(&self, name: &str, after: u64, limit: u64) -> Result<Vec<DecisionRow>> {
-        let conn = &self.conn;
-        let mut stmt = conn.prepare(
+        self.conn.rows(
             "SELECT id, round, arm, request_id, issued, reward, admitted, rewarded, actions, propensity, outcome, late_reward, late_received
              FROM decisions WHERE experiment = ?1 AND id > ?2 ORDER BY id LIMIT ?3",
-        )?;
-        let rows = stmt
-            .query_map(params![name, after as i64, limit as i64], |r| {
-                Ok((
-                    DecisionRow {
-                        decision_id: r.get::<_, i64>(0)? as u64,
-                        round: r.get::<_, i64>(1)? as u64,
-                        arm: r.get::<_, i64>(2)? as u64,
-                        request_id: r.get(3)?,
-                        issued: r.get(4)?,
-                        reward: r.get(5)?,
-                        admitted: r.get(6)?,
-                        rewarded: r.get(7)?,
-                        actions: None,
-                        propensity: r.get(9)?,
-                        outcome: r.get(10)?,
-                        late_reward: r.get(11)?,
-                        late_received: r.get(12)?,
-                    },
-                    r.get::<_, Option<String>>(8)?,
-                ))
-            })?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
-        rows.into_iter()
-            .map(|(mut d, a)| {
-                d.actions = a.map(|a| serde_json::from_str(&a)).transpose()?;
-                Ok(d)
-            })
-            .collect()
+            args![name, after as i64, limit as i64],
+            |r| {
+                let actions: Option<String> = r.get(8)?;
+                Ok(DecisionRow {
+                    decision_id: r.get::<i64>(0)? as u64,
+                    round: r.get::<i64>(1)? as u64,
+                    arm: r.get::<i64>(2)? as u64,
+                    request_id: r.get(3)?,
+                    issued: r.get(4)?,
+                    reward: r.get(5)?,
+                    admitted: r.get(6)?,
+                    rewarded: r.get(7)?,
+                    actions: actions.map(|a| serde_json::from_str(&a)).transpose()?,
+                    propensity: r.get(9)?,
+                    outcome: r.get(10)?,
+                    late_reward: r.get(11)?,
+                    late_received: r.get(12)?,
+                })
+            },
+        )
     }
 
     /// A decision's arm, its reward if reported and its outcome (`reward`, `abandoned`; `None`
     /// before schema 3): `None` for no such decision.
     ///
     /// # Errors
-    /// SQLite errors.
+    /// Database errors.
     pub fn decision(&self, name: &str, id: u64) -> Result<Option<StoredDecision>> {
-        let conn = &self.conn;
-        Ok(conn
-            .prepare_cached(
-                "SELECT arm, reward, outcome FROM decisions WHERE experiment = ?1 AND id = ?2",
-            )?
-            .query_row(params![name, id as i64], |r| {
-                Ok((r.get::<_, i64>(0)? as usize, r.get(1)?, r.get(2)?))
-            })
-            .optional()?)
+        self.conn.row(
+            "SELECT arm, reward, outcome FROM decisions WHERE experiment = ?1 AND id = ?2",
+            args![name, id as i64],
+            |r| Ok((r.get::<i64>(0)? as usize, r.get(1)?, r.get(2)?)),
+        )
     }
 
     /// The pending decisions of `name` issued at or before `cutoff` (Unix seconds), oldest first
     /// (decisions stored before schema 3 have no issue time and never expire).
     ///
     /// # Errors
-    /// SQLite errors.
+    /// Database errors.
     pub fn expired_decisions(&self, name: &str, cutoff: f64) -> Result<Vec<u64>> {
-        let conn = &self.conn;
-        let mut stmt = conn.prepare(
+        self.conn.rows(
             "SELECT id FROM decisions WHERE experiment = ?1 AND reward IS NULL
              AND issued_unix IS NOT NULL AND issued_unix <= ?2 ORDER BY id",
-        )?;
-        let rows = stmt
-            .query_map(params![name, cutoff], |r| Ok(r.get::<_, i64>(0)? as u64))?
-            .collect::<rusqlite::Result<_>>()?;
-        Ok(rows)
+            args![name, cutoff],
+            |r| Ok(r.get::<i64>(0)? as u64),
+        )
     }
 
     /// Every pending decision of `name` (no reward recorded), oldest first.
     ///
     /// # Errors
-    /// SQLite errors.
+    /// Database errors.
     pub fn pending_decisions(&self, name: &str) -> Result<Vec<u64>> {
-        let conn = &self.conn;
-        let mut stmt = conn.prepare(
+        self.conn.rows(
             "SELECT id FROM decisions WHERE experiment = ?1 AND reward IS NULL ORDER BY id",
-        )?;
-        let rows = stmt
-            .query_map(params![name], |r| Ok(r.get::<_, i64>(0)? as u64))?
-            .collect::<rusqlite::Result<_>>()?;
-        Ok(rows)
+            args![name],
+            |r| Ok(r.get::<i64>(0)? as u64),
+        )
     }
 
     /// An experiment's ledger rows with `id > after`, at most `limit`, in order.
     ///
     /// # Errors
-    /// SQLite errors.
+    /// Database errors.
     pub fn ledger_rows(&self, name: &str, after: i64, limit: u64) -> Result<Vec<LedgerRow>> {
-        let conn = &self.conn;
-        let mut stmt = conn.prepare(
+        self.conn.rows(
             "SELECT id, release, arm, rewards, measure, cost, status, created FROM ledger
              WHERE experiment = ?1 AND id > ?2 ORDER BY id LIMIT ?3",
-        )?;
-        let rows = stmt
-            .query_map(params![name, after, limit as i64], |r| {
+            args![name, after, limit as i64],
+            |r| {
                 Ok(LedgerRow {
                     id: r.get(0)?,
                     release: r.get(1)?,
@@ -351,22 +317,19 @@ impl Reads {
                     status: r.get(6)?,
                     created: r.get(7)?,
                 })
-            })?
-            .collect::<rusqlite::Result<_>>()?;
-        Ok(rows)
+            },
+        )
     }
 
     /// The charged and lost rows of one release of experiment `name` (through the index
     /// `ledger_release`).
     ///
     /// # Errors
-    /// SQLite errors.
+    /// Database errors.
     pub fn ledger_release_charges(&self, name: &str, release: u64) -> Result<u64> {
-        let conn = &self.conn;
-        let n: i64 = conn.query_row(
+        let n: i64 = self.conn.value(
             "SELECT COUNT(*) FROM ledger WHERE experiment = ?1 AND release = ?2 AND status != 'intent'",
-            params![name, release as i64],
-            |r| r.get(0),
+            args![name, release as i64],
         )?;
         Ok(n as u64)
     }
@@ -374,19 +337,20 @@ impl Reads {
     /// The ledger totals of experiment `name` (SQL aggregates; no row is loaded).
     ///
     /// # Errors
-    /// SQLite errors.
+    /// Database errors.
     pub fn ledger_totals(&self, name: &str) -> Result<LedgerTotals> {
-        let conn = &self.conn;
-        let (charges, total): (i64, f64) = conn.query_row(
-            "SELECT COUNT(*), COALESCE(SUM(cost), 0) FROM ledger WHERE experiment = ?1 AND status != 'intent'",
-            [name],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )?;
-        let max: i64 = conn.query_row(
+        let (charges, total): (i64, f64) = self
+            .conn
+            .row(
+                "SELECT COUNT(*), COALESCE(SUM(cost), 0.0) FROM ledger WHERE experiment = ?1 AND status != 'intent'",
+                args![name],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )?
+            .unwrap_or((0, 0.0));
+        let max: i64 = self.conn.value(
             "SELECT COALESCE(MAX(c), 0) FROM (SELECT COUNT(*) AS c FROM ledger
-             WHERE experiment = ?1 AND status != 'intent' GROUP BY release)",
-            [name],
-            |r| r.get(0),
+             WHERE experiment = ?1 AND status != 'intent' GROUP BY release) AS per_release",
+            args![name],
         )?;
         Ok(LedgerTotals {
             charges: charges as u64,
@@ -400,20 +364,18 @@ impl Reads {
     /// # Errors
     /// A database error.
     pub fn completed_by_arm(&self, experiment: &str, arms: usize) -> Result<Vec<u64>> {
-        let conn = &self.conn;
         let mut out = vec![0u64; arms];
-        let mut stmt = conn.prepare(
+        self.conn.each(
             "SELECT arm, COUNT(*) FROM decisions WHERE experiment = ?1 AND reward IS NOT NULL GROUP BY arm",
+            args![experiment],
+            |r| {
+                let (arm, n) = (r.get::<i64>(0)?, r.get::<i64>(1)?);
+                if let Some(slot) = usize::try_from(arm).ok().and_then(|a| out.get_mut(a)) {
+                    *slot = n as u64;
+                }
+                Ok(())
+            },
         )?;
-        let rows = stmt.query_map([experiment], |r| {
-            Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))
-        })?;
-        for row in rows {
-            let (arm, n) = row?;
-            if let Some(slot) = usize::try_from(arm).ok().and_then(|a| out.get_mut(a)) {
-                *slot = n as u64;
-            }
-        }
         Ok(out)
     }
 
@@ -421,50 +383,50 @@ impl Reads {
     /// (imputed), late outcomes stored, pending)`.
     ///
     /// # Errors
-    /// SQLite errors.
+    /// Database errors.
     pub fn outcome_counts(&self, name: &str) -> Result<Vec<(usize, [u64; 4])>> {
-        let conn = &self.conn;
-        let mut stmt = conn.prepare_cached(
+        // `COUNT(CASE WHEN ... THEN 1 END)`: a count of the rows the condition holds for, in the
+        // SQL both databases accept (PostgreSQL sums no booleans).
+        self.conn.rows(
             "SELECT arm,
-                    SUM(reward IS NOT NULL AND COALESCE(outcome, 'reward') = 'reward'),
-                    SUM(outcome = 'abandoned'),
-                    SUM(late_reward IS NOT NULL),
-                    SUM(reward IS NULL)
+                    COUNT(CASE WHEN reward IS NOT NULL AND COALESCE(outcome, 'reward') = 'reward' THEN 1 END),
+                    COUNT(CASE WHEN outcome = 'abandoned' THEN 1 END),
+                    COUNT(CASE WHEN late_reward IS NOT NULL THEN 1 END),
+                    COUNT(CASE WHEN reward IS NULL THEN 1 END)
              FROM decisions WHERE experiment = ?1 GROUP BY arm ORDER BY arm",
-        )?;
-        let rows = stmt
-            .query_map(params![name], |r| {
-                let g = |i: usize| r.get::<_, Option<i64>>(i).map(|v| v.unwrap_or(0) as u64);
-                Ok((r.get::<_, i64>(0)? as usize, [g(1)?, g(2)?, g(3)?, g(4)?]))
-            })?
-            .collect::<rusqlite::Result<_>>()?;
-        Ok(rows)
+            args![name],
+            |r| {
+                let g = |i: usize| r.get::<i64>(i).map(|v| v as u64);
+                Ok((r.get::<i64>(0)? as usize, [g(1)?, g(2)?, g(3)?, g(4)?]))
+            },
+        )
     }
 
     /// Enrolment over time: at most `points` `(unix seconds, decisions issued so far)` pairs of
     /// `name`, evenly spaced over its decisions (one primary-key read per point).
     ///
     /// # Errors
-    /// SQLite errors.
+    /// Database errors.
     pub fn enrolment(&self, name: &str, points: u64) -> Result<Vec<(f64, u64)>> {
-        let conn = &self.conn;
-        let total: i64 = conn
-            .prepare_cached("SELECT COALESCE(MAX(id), 0) FROM decisions WHERE experiment = ?1")?
-            .query_row(params![name], |r| r.get(0))?;
+        let total: i64 = self.conn.value(
+            "SELECT COALESCE(MAX(id), 0) FROM decisions WHERE experiment = ?1",
+            args![name],
+        )?;
         let total = total.max(0) as u64;
         let mut out = Vec::new();
         if total == 0 {
             return Ok(out);
         }
         let step = total.div_ceil(points.max(1)).max(1);
-        let mut stmt = conn.prepare_cached(
-            "SELECT issued_unix FROM decisions WHERE experiment = ?1 AND id = ?2",
-        )?;
         let mut id = 1;
         loop {
-            let t: Option<f64> = stmt
-                .query_row(params![name, id as i64], |r| r.get(0))
-                .optional()?
+            let t: Option<f64> = self
+                .conn
+                .row(
+                    "SELECT issued_unix FROM decisions WHERE experiment = ?1 AND id = ?2",
+                    args![name, id as i64],
+                    |r| r.get(0),
+                )?
                 .flatten();
             if let Some(t) = t {
                 out.push((t, id));
@@ -482,13 +444,12 @@ impl Tx<'_> {
     /// Insert a new experiment (counters at zero) inside `tx`.
     ///
     /// # Errors
-    /// SQLite errors (an existing name among them).
+    /// Database errors (an existing name among them).
     pub fn insert_experiment(&self, e: &NewExperiment<'_>) -> Result<()> {
-        let tx = &self.reads.conn;
-        tx.execute(
+        self.reads.conn.execute(
             "INSERT INTO experiments (name, kind, arms, config, token_hash, guarantee, created, snapshot, issued, observed, commit_arm, commit_left, releases, create_request, create_hash)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 0, 0, NULL, NULL, 0, ?9, ?10)",
-            params![
+            args![
                 e.name,
                 e.kind,
                 e.arms as i64,
@@ -507,12 +468,11 @@ impl Tx<'_> {
     /// Replace an experiment's client-token hash inside `tx`.
     ///
     /// # Errors
-    /// SQLite errors.
+    /// Database errors.
     pub fn set_token_hash(&self, name: &str, token_hash: &str) -> Result<()> {
-        let tx = &self.reads.conn;
-        tx.execute(
+        self.reads.conn.execute(
             "UPDATE experiments SET token_hash = ?2 WHERE name = ?1",
-            params![name, token_hash],
+            args![name, token_hash],
         )?;
         Ok(())
     }
@@ -520,13 +480,12 @@ impl Tx<'_> {
     /// Write an experiment's state inside `tx`: the session snapshot and the counters.
     ///
     /// # Errors
-    /// SQLite errors.
+    /// Database errors.
     pub fn update_state(&self, name: &str, snapshot: &[u8], c: &Counters) -> Result<()> {
-        let tx = &self.reads.conn;
-        tx.prepare_cached("UPDATE experiments SET snapshot = ?2, issued = ?3, observed = ?4, commit_arm = ?5, commit_left = ?6, releases = ?7
-             WHERE name = ?1")?
-            .execute(
-            params![
+        self.reads.conn.execute(
+            "UPDATE experiments SET snapshot = ?2, issued = ?3, observed = ?4, commit_arm = ?5, commit_left = ?6, releases = ?7
+             WHERE name = ?1",
+            args![
                 name,
                 snapshot,
                 c.issued as i64,
@@ -542,13 +501,12 @@ impl Tx<'_> {
     /// Insert a decision row inside `tx`.
     ///
     /// # Errors
-    /// SQLite errors.
+    /// Database errors.
     pub fn insert_decision(&self, name: &str, d: &NewDecision<'_>) -> Result<()> {
-        let tx = &self.reads.conn;
-        tx.prepare_cached("INSERT INTO decisions (experiment, id, arm, round, request_id, issued, actions, propensity, issued_unix)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)")?
-            .execute(
-            params![
+        self.reads.conn.execute(
+            "INSERT INTO decisions (experiment, id, arm, round, request_id, issued, actions, propensity, issued_unix)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            args![
                 name,
                 d.id as i64,
                 d.arm as i64,
@@ -567,7 +525,7 @@ impl Tx<'_> {
     /// (`reward`, or `abandoned`: the dropout reward) inside `tx`.
     ///
     /// # Errors
-    /// SQLite errors.
+    /// Database errors.
     pub fn record_reward(
         &self,
         name: &str,
@@ -576,10 +534,9 @@ impl Tx<'_> {
         admitted: f64,
         outcome: &str,
     ) -> Result<()> {
-        let tx = &self.reads.conn;
-        tx.prepare_cached("UPDATE decisions SET reward = ?3, admitted = ?4, rewarded = ?5, outcome = ?6 WHERE experiment = ?1 AND id = ?2")?
-            .execute(
-            params![name, id as i64, reward, admitted, now(), outcome],
+        self.reads.conn.execute(
+            "UPDATE decisions SET reward = ?3, admitted = ?4, rewarded = ?5, outcome = ?6 WHERE experiment = ?1 AND id = ?2",
+            args![name, id as i64, reward, admitted, now(), outcome],
         )?;
         Ok(())
     }
@@ -588,7 +545,7 @@ impl Tx<'_> {
     /// drawn: `Service` commits the batch's transaction); returns its ledger row id.
     ///
     /// # Errors
-    /// SQLite errors.
+    /// Database errors.
     pub fn insert_intent(
         &self,
         name: &str,
@@ -598,11 +555,10 @@ impl Tx<'_> {
         measure: &str,
         cost: f64,
     ) -> Result<i64> {
-        let tx = &self.reads.conn;
-        tx.execute(
+        self.reads.conn.value(
             "INSERT INTO ledger (experiment, release, arm, rewards, measure, cost, status, created)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'intent', ?7)",
-            params![
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'intent', ?7) RETURNING id",
+            args![
                 name,
                 release as i64,
                 arm as i64,
@@ -611,21 +567,18 @@ impl Tx<'_> {
                 cost,
                 now()
             ],
-        )?;
-        Ok(tx.last_insert_rowid())
+        )
     }
 
     /// Every open release intent, oldest first.
     ///
     /// # Errors
-    /// SQLite errors.
+    /// Database errors.
     pub fn open_intents(&self) -> Result<Vec<Intent>> {
-        let tx = &self.reads.conn;
-        let mut stmt = tx.prepare(
+        self.reads.conn.rows(
             "SELECT id, experiment, release, arm, cost FROM ledger WHERE status = 'intent' ORDER BY id",
-        )?;
-        let rows = stmt
-            .query_map([], |r| {
+            args![],
+            |r| {
                 Ok(Intent {
                     id: r.get(0)?,
                     experiment: r.get(1)?,
@@ -633,20 +586,18 @@ impl Tx<'_> {
                     arm: r.get(3)?,
                     cost: r.get(4)?,
                 })
-            })?
-            .collect::<rusqlite::Result<_>>()?;
-        Ok(rows)
+            },
+        )
     }
 
     /// Set a ledger row's status (`charged`, `lost`) inside `tx`.
     ///
     /// # Errors
-    /// SQLite errors.
+    /// Database errors.
     pub fn set_ledger_status(&self, id: i64, status: &str) -> Result<()> {
-        let tx = &self.reads.conn;
-        tx.execute(
+        self.reads.conn.execute(
             "UPDATE ledger SET status = ?2 WHERE id = ?1",
-            params![id, status],
+            args![id, status],
         )?;
         Ok(())
     }
@@ -655,15 +606,13 @@ impl Tx<'_> {
     /// `false` when one is stored already).
     ///
     /// # Errors
-    /// SQLite errors.
+    /// Database errors.
     pub fn record_late(&self, name: &str, id: u64, reward: f64) -> Result<bool> {
-        let tx = &self.reads.conn;
-        let n = tx
-            .prepare_cached(
-                "UPDATE decisions SET late_reward = ?3, late_received = ?4
-                 WHERE experiment = ?1 AND id = ?2 AND outcome = 'abandoned' AND late_reward IS NULL",
-            )?
-            .execute(params![name, id as i64, reward, now()])?;
+        let n = self.reads.conn.execute(
+            "UPDATE decisions SET late_reward = ?3, late_received = ?4
+             WHERE experiment = ?1 AND id = ?2 AND outcome = 'abandoned' AND late_reward IS NULL",
+            args![name, id as i64, reward, now()],
+        )?;
         Ok(n == 1)
     }
 }
