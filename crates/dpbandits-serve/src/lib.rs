@@ -20,6 +20,7 @@ pub mod api;
 pub mod backup;
 pub mod checkpointer;
 pub mod client;
+mod forward;
 pub mod limits;
 pub mod log;
 pub mod metrics;
@@ -303,20 +304,28 @@ fn verifying(started: std::time::Instant) -> axum::response::Response {
 
 /// A router that answers [`verifying`] until `ready` holds the service's router, then hands
 /// every request to it.
-fn gate(ready: std::sync::Arc<std::sync::OnceLock<axum::Router>>) -> axum::Router {
+fn gate(
+    ready: std::sync::Arc<std::sync::OnceLock<axum::Router>>,
+    forward_to: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+) -> axum::Router {
     let started = std::time::Instant::now();
     axum::Router::new().fallback(move |req: axum::extract::Request| {
         let ready = ready.clone();
+        let to = forward_to
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
         async move {
-            match ready.get() {
-                Some(r) => {
+            match (ready.get(), to) {
+                (Some(r), _) => {
                     let mut r = r.clone();
                     match tower_service::Service::call(&mut r, req).await {
                         Ok(resp) => resp,
                         Err(never) => match never {},
                     }
                 }
-                None => verifying(started),
+                (None, Some(to)) => forward::forward(&to, req).await,
+                (None, None) => verifying(started),
             }
         }
     })
@@ -465,8 +474,15 @@ pub async fn serve_until(
             _ = failed_rx => {}
         }
     };
-    let server = tokio::spawn(server::serve(listener, gate(ready.clone()), limits, stop));
-    let service = match open_service(&opts).await {
+    // PostgreSQL: while this node waits as a standby, requests go to the writer's node.
+    let forward_to = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let server = tokio::spawn(server::serve(
+        listener,
+        gate(ready.clone(), forward_to.clone()),
+        limits,
+        stop,
+    ));
+    let service = match open_service(&opts, addr, forward_to).await {
         Ok(s) => s,
         Err(e) => {
             api::log(
@@ -516,7 +532,11 @@ pub async fn serve_until(
 
 /// Open the service (its start-up check) off the runtime's threads, then warn about readable
 /// files and set the head's publisher.
-async fn open_service(opts: &ServeOptions) -> Result<service::Service> {
+async fn open_service(
+    opts: &ServeOptions,
+    addr: SocketAddr,
+    forward_to: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+) -> Result<service::Service> {
     let (db, token, key) = (
         opts.db.clone(),
         opts.admin_token.clone(),
@@ -527,6 +547,8 @@ async fn open_service(opts: &ServeOptions) -> Result<service::Service> {
         // `serve` on a PostgreSQL database another node holds is a standby until that node's
         // lease ends.
         wait: Some(Duration::MAX),
+        addr: Some(addr.to_string()),
+        forward_to: Some(forward_to),
         ..service::Claim::default()
     };
     // A thread of its own, not the runtime's blocking pool: the PostgreSQL client runs its own
@@ -535,12 +557,21 @@ async fn open_service(opts: &ServeOptions) -> Result<service::Service> {
     std::thread::Builder::new()
         .name("dpbandits-open".into())
         .spawn(move || {
-            let _ = tx.send(service::Service::open_claiming(
-                &db,
-                &token,
-                key.as_deref(),
-                &claim,
-            ));
+            // A PostgreSQL server that is down or restarting is waited for (a node started
+            // during a database restart must not give up).
+            let opened = loop {
+                match service::Service::open_claiming(&db, &token, key.as_deref(), &claim) {
+                    Err(e) if store::is_unreachable(&e) => {
+                        log::log(
+                            "database-unreachable",
+                            serde_json::json!({"error": format!("{e:#}")}),
+                        );
+                        std::thread::sleep(Duration::from_secs(1));
+                    }
+                    r => break r,
+                }
+            };
+            let _ = tx.send(opened);
         })
         .context("starting the start-up check's thread")?;
     let mut service = rx.await.context("the start-up check panicked")??;
@@ -693,7 +724,7 @@ mod tests {
             .build()
             .unwrap();
         let ready = std::sync::Arc::new(std::sync::OnceLock::new());
-        let mut g = super::gate(ready.clone());
+        let mut g = super::gate(ready.clone(), std::sync::Arc::default());
         let call = |g: &mut axum::Router, path: &str| {
             let req = Request::builder().uri(path).body(Body::empty()).unwrap();
             rt.block_on(async {

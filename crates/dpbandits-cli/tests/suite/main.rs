@@ -18,6 +18,7 @@ mod listing;
 mod replay;
 mod serve;
 mod serve_ops;
+mod serve_pg;
 mod serve_trial;
 mod session;
 

@@ -224,6 +224,9 @@ pub struct Service {
     /// PostgreSQL: another node claimed the database after this one ([`store::Fenced`]); this
     /// service writes nothing more and its writer stops.
     fenced: Option<String>,
+    /// The in-memory state may be ahead of the database: a batch failed and the reload after
+    /// it failed too (the database was unreachable). The next batch reloads first.
+    unsynced: bool,
     /// The experiments whose stored state (snapshot and counters) is behind their session: an
     /// operation of the open batch changed them; each is written once for the batch, before its
     /// commit ([`Service::write_stale_snapshots`]).
@@ -288,6 +291,17 @@ impl Service {
     /// database cannot be reached (after a short pause, so that a database that is down is
     /// not asked in a busy loop).
     pub fn begin_batch(&mut self) {
+        if self.unsynced {
+            match self.reload_all() {
+                Ok(()) => self.unsynced = false,
+                Err(e) => {
+                    crate::log::log("reload-failed", json!({"error": format!("{e:#}")}));
+                    self.batch_failed = true;
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                    return;
+                }
+            }
+        }
         let r = self.store.begin_batch();
         self.batch_failed = r.is_err();
         if let Err(e) = r {
@@ -370,6 +384,7 @@ impl Service {
             );
             if let Err(re) = self.reload_all() {
                 crate::log::log("reload-failed", json!({"error": format!("{re:#}")}));
+                self.unsynced = true;
             }
             return Err(e);
         }

@@ -322,6 +322,7 @@ impl Service {
             tokens: Arc::new(RwLock::new(tokens)),
             batch_failed: false,
             fenced: None,
+            unsynced: false,
             stale: HashSet::new(),
             publisher: None,
         })
@@ -363,6 +364,12 @@ pub struct Claim {
     pub lease: std::time::Duration,
     /// How long to wait while another node's lease runs (`None`: refuse at once, naming it).
     pub wait: Option<std::time::Duration>,
+    /// The address this node's HTTP server listens on (recorded with the claim: standbys
+    /// forward requests there).
+    pub addr: Option<String>,
+    /// While this node waits as a standby: the holder's address, kept current (the HTTP
+    /// layer forwards requests to it); cleared once this node has claimed the database.
+    pub forward_to: Option<std::sync::Arc<std::sync::Mutex<Option<String>>>>,
 }
 
 impl Default for Claim {
@@ -371,6 +378,8 @@ impl Default for Claim {
             node: store::node_name(),
             lease: store::DEFAULT_LEASE,
             wait: None,
+            addr: None,
+            forward_to: None,
         }
     }
 }
@@ -382,7 +391,24 @@ fn claim_database(store: &mut store::Store, db: &Path, claim: &Claim) -> anyhow:
     let started = std::time::Instant::now();
     let mut said = false;
     loop {
-        match store.claim(&claim.node, claim.lease)? {
+        let claimed = match store.claim(&claim.node, claim.addr.as_deref(), claim.lease) {
+            Ok(c) => c,
+            // A standby outlives the database's restarts: it tries again on a new connection.
+            Err(e) if claim.wait.is_some_and(|w| started.elapsed() < w) => {
+                crate::log::log("claim-failed", json!({"error": format!("{e:#}")}));
+                std::thread::sleep(std::time::Duration::from_secs(1));
+                let _ = store.reconnect_if_closed();
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        if let Some(slot) = &claim.forward_to {
+            let holder = claimed.as_ref().err().and_then(|h| h.addr.clone());
+            *slot
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = holder;
+        }
+        match claimed {
             Ok(epoch) => {
                 crate::log::log(
                     "claimed",

@@ -164,7 +164,8 @@ CREATE TABLE IF NOT EXISTS owner (
     id BIGINT PRIMARY KEY CHECK (id = 1),
     node TEXT NOT NULL,
     epoch BIGINT NOT NULL,
-    lease_until TIMESTAMPTZ NOT NULL
+    lease_until TIMESTAMPTZ NOT NULL,
+    addr TEXT
 );
 CREATE OR REPLACE FUNCTION dpbandits_audit_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN RAISE EXCEPTION 'the audit log is append-only'; END $$;
@@ -434,6 +435,15 @@ impl Store {
             batch: self.batch,
             done: false,
         })
+    }
+
+    /// PostgreSQL, outside a transaction: replace a connection the server closed (returns
+    /// whether it did).
+    ///
+    /// # Errors
+    /// The server cannot be reached.
+    pub fn reconnect_if_closed(&self) -> Result<bool> {
+        self.reads.conn.reconnect_if_closed()
     }
 
     /// Whether a batch is open ([`Batch::Open`]).

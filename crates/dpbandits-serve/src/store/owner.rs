@@ -33,6 +33,8 @@ pub struct Holder {
     pub epoch: i64,
     /// Seconds until the lease ends, on the database's clock.
     pub left: f64,
+    /// The address its HTTP server listens on (standbys forward requests there).
+    pub addr: Option<String>,
 }
 
 /// A fresh node name: the host, the process id and 32 random bits (a restarted process is a new
@@ -55,13 +57,14 @@ impl Reads {
     /// Database errors.
     pub fn holder(&self) -> Result<Option<Holder>> {
         self.conn.row(
-            "SELECT node, epoch, EXTRACT(EPOCH FROM lease_until - now())::DOUBLE PRECISION FROM owner WHERE id = 1",
+            "SELECT node, epoch, EXTRACT(EPOCH FROM lease_until - now())::DOUBLE PRECISION, addr FROM owner WHERE id = 1",
             args![],
             |r| {
                 Ok(Holder {
                     node: r.get(0)?,
                     epoch: r.get(1)?,
                     left: r.get(2)?,
+                    addr: r.get(3)?,
                 })
             },
         )
@@ -69,23 +72,28 @@ impl Reads {
 }
 
 impl Store {
-    /// Claim this PostgreSQL database for `node` with a lease of `lease`: succeeds only when it
-    /// has no holder or the holder's lease has ended. Returns the new epoch, or the holder that
-    /// keeps it.
+    /// Claim this PostgreSQL database for `node` (whose HTTP server listens on `addr`, if it
+    /// has one) with a lease of `lease`: succeeds only when it has no holder or the holder's
+    /// lease has ended. Returns the new epoch, or the holder that keeps it.
     ///
     /// # Errors
     /// Database errors, or an SQLite store.
-    pub fn claim(&mut self, node: &str, lease: Duration) -> Result<Result<i64, Holder>> {
+    pub fn claim(
+        &mut self,
+        node: &str,
+        addr: Option<&str>,
+        lease: Duration,
+    ) -> Result<Result<i64, Holder>> {
         if !self.reads.conn.is_pg() {
             bail!("claim: an SQLite database has one writer by its file locks");
         }
         let secs = lease.as_secs_f64();
         let got: Option<i64> = self.reads.conn.row(
-            "INSERT INTO owner (id, node, epoch, lease_until) VALUES (1, ?1, 1, now() + make_interval(secs => ?2))
+            "INSERT INTO owner (id, node, epoch, lease_until, addr) VALUES (1, ?1, 1, now() + make_interval(secs => ?2), ?3)
              ON CONFLICT (id) DO UPDATE SET node = excluded.node, epoch = owner.epoch + 1,
-                 lease_until = excluded.lease_until
+                 lease_until = excluded.lease_until, addr = excluded.addr
              WHERE owner.lease_until < now() RETURNING epoch",
-            args![node, secs],
+            args![node, secs, addr],
             |r| r.get(0),
         )?;
         match got {

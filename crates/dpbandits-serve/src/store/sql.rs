@@ -100,6 +100,19 @@ pub fn shown(db: &std::path::Path) -> String {
     }
 }
 
+/// Whether `e` says the PostgreSQL server could not be reached or went away (refused,
+/// closed, shutting down or starting up: SQLSTATE class 57), rather than refusing a statement:
+/// what a node retries instead of giving up.
+pub fn is_unreachable(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<postgres::Error>().is_some_and(|p| {
+            p.is_closed()
+                || p.as_db_error().is_none()
+                || p.code().is_some_and(|c| c.code().starts_with("57"))
+        })
+    })
+}
+
 /// `url` with its password (if any) replaced by `***`, for messages and logs.
 pub fn redacted(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
