@@ -12,6 +12,9 @@
 //! list of client counts (default `1,8,32`). With `BENCH_ADDR=127.0.0.1:PORT` (and the admin
 //! token in `BENCH_ADMIN`) the clients drive an external `dpbandits serve` instead (to compare two
 //! builds with the same client code; DIR is then unused; every mode below works against it).
+//! `BENCH_SPREAD=ADDR,ADDR` adds more nodes of the same (PostgreSQL) database: client `c` sends
+//! its requests to node `c % n` (`BENCH_ADDR` first; a standby forwards to the writer's node).
+//! The last column counts PostgreSQL round trips per decision (`/metrics`; 0 on SQLite).
 //! Over loopback, each client keeps one HTTP/1.1 connection open (`client::Conn`, as HTTP
 //! clients do); with `BENCH_KEEPALIVE=0` it opens one per request. Issue 30's figure (docs/perf.md):
 //! `target/release/examples/bench 40000 /work/benchdb adac_ucb 32`.
@@ -101,8 +104,8 @@ fn pct(v: &mut [f64], p: f64) -> f64 {
 }
 
 /// The sums and counts of the commit histograms in `/metrics`: (requests summed, commits, commit
-/// seconds summed).
-fn commits(addr: SocketAddr, admin: &str) -> anyhow::Result<(f64, f64, f64)> {
+/// seconds summed, PostgreSQL round trips).
+fn commits(addr: SocketAddr, admin: &str) -> anyhow::Result<(f64, f64, f64, f64)> {
     let r = request(addr, "GET", "/metrics", Some(admin), None, T)?;
     anyhow::ensure!(r.status == 200, "metrics: {}", r.body);
     let get = |name: &str| {
@@ -115,6 +118,7 @@ fn commits(addr: SocketAddr, admin: &str) -> anyhow::Result<(f64, f64, f64)> {
         get("dpbandits_commit_batch_requests_sum"),
         get("dpbandits_commit_batch_requests_count"),
         get("dpbandits_commit_seconds_sum"),
+        get("dpbandits_database_round_trips_total"),
     ))
 }
 
@@ -385,6 +389,9 @@ impl DelayQueue {
 #[derive(Clone)]
 struct Run {
     addr: SocketAddr,
+    /// `BENCH_SPREAD`: more nodes of the same database; client `c` talks to node `c % n` of
+    /// `addr` and these.
+    spread: Vec<SocketAddr>,
     keepalive: bool,
     token: String,
     name: String,
@@ -411,7 +418,14 @@ impl Run {
 /// Today's client: decision then its reward at once, `n` times. (decision ms, reward ms).
 fn client_now(run: &Run, c: u64, n: u64) -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
     let (mut dl, mut rl) = (vec![], vec![]);
-    let mut send = sender(run.addr, run.keepalive, run.token.clone());
+    let nodes: Vec<SocketAddr> = std::iter::once(run.addr)
+        .chain(run.spread.iter().copied())
+        .collect();
+    let mut send = sender(
+        nodes[c as usize % nodes.len()],
+        run.keepalive,
+        run.token.clone(),
+    );
     let mut work = Workload::new(&run.problem, c);
     let (dpath, rpath) = (
         format!("/v1/experiments/{}/decisions", run.name),
@@ -548,6 +562,12 @@ fn main() -> anyhow::Result<()> {
         .map(|a| a.parse())
         .transpose()?;
     let admin = std::env::var("BENCH_ADMIN").unwrap_or_else(|_| ADMIN.into());
+    let spread: Vec<SocketAddr> = std::env::var("BENCH_SPREAD")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .map(|s| s.split(',').map(str::parse).collect::<Result<_, _>>())
+        .transpose()?
+        .unwrap_or_default();
     let run_id = std::process::id();
     let keepalive = match std::env::var("BENCH_KEEPALIVE").as_deref() {
         Err(_) | Ok("1") => true,
@@ -659,9 +679,9 @@ fn main() -> anyhow::Result<()> {
     match delay {
         None => {
             println!(
-                "| kind | clients | decisions | decisions/s | decision p50 ms | decision p99 ms | reward p50 ms | reward p99 ms | 409 retries | requests per commit | ms per commit |"
+                "| kind | clients | decisions | decisions/s | decision p50 ms | decision p99 ms | reward p50 ms | reward p99 ms | 409 retries | requests per commit | ms per commit | database round trips per decision |"
             );
-            println!("|---|---|---|---|---|---|---|---|---|---|---|");
+            println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
         }
         Some(d) => {
             println!(
@@ -695,6 +715,7 @@ fn main() -> anyhow::Result<()> {
         let start = Instant::now();
         let run = Run {
             addr,
+            spread: spread.clone(),
             keepalive,
             token,
             name,
@@ -733,7 +754,7 @@ fn main() -> anyhow::Result<()> {
             let after = commits(addr, &admin)?;
             let n_commits = (after.1 - before.1).max(1.0);
             println!(
-                "| {kind} | {clients} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {:.1} | {:.2} |",
+                "| {kind} | {clients} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {:.1} | {:.2} | {:.2} |",
                 dl.len(),
                 dl.len() as f64 / secs,
                 pct(&mut dl, 0.5),
@@ -743,6 +764,7 @@ fn main() -> anyhow::Result<()> {
                 run.refusals.load(Ordering::Relaxed),
                 (after.0 - before.0) / n_commits,
                 (after.2 - before.2) / n_commits * 1e3,
+                (after.3 - before.3) / (dl.len().max(1) as f64),
             );
             let e = end(&run, &dl);
             if e != "all" {

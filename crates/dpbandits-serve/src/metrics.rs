@@ -124,7 +124,7 @@ pub fn record_refusal() {
 /// The process's own figures from `/proc/self` (Linux): resident memory in bytes, open file
 /// descriptors, CPU seconds (user + system) and the start time in seconds since the epoch;
 /// `None` for a figure that cannot be read.
-fn process_figures() -> [(&'static str, &'static str, &'static str, Option<f64>); 4] {
+fn process_figures() -> [(&'static str, &'static str, &'static str, Option<f64>); 5] {
     // SAFETY: sysconf only reads configuration values.
     let (page, ticks) = unsafe {
         (
@@ -162,6 +162,12 @@ fn process_figures() -> [(&'static str, &'static str, &'static str, Option<f64>)
             rss,
         ),
         ("process_open_fds", "gauge", "Open file descriptors.", fds),
+        (
+            "dpbandits_database_round_trips_total",
+            "counter",
+            "PostgreSQL round trips of this process (statements, transaction control, first preparations); 0 on SQLite.",
+            Some(crate::store::round_trips() as f64),
+        ),
         (
             "process_cpu_seconds_total",
             "counter",

@@ -423,9 +423,13 @@ impl Tx<'_> {
         body: &serde_json::Value,
     ) -> Result<(i64, String)> {
         let event = event.name();
-        let (seq, prev) = match self.audit_head()? {
-            (0, _) => (1, GENESIS.to_string()),
-            (s, h) => (s as i64 + 1, h),
+        let cached = self.reads.head.borrow_mut().take();
+        let (seq, prev) = match cached {
+            Some((s, h)) => (s + 1, h),
+            None => match self.audit_head()? {
+                (0, _) => (1, GENESIS.to_string()),
+                (s, h) => (s as i64 + 1, h),
+            },
         };
         let ts = now();
         let body = body.to_string();
@@ -444,6 +448,7 @@ impl Tx<'_> {
             "INSERT INTO audit (seq, ts, experiment, event, body, prev, hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             args![seq, ts, experiment, event, body, prev, hash],
         )?;
+        self.reads.head.replace(Some((seq, hash.clone())));
         Ok((seq, hash))
     }
 }

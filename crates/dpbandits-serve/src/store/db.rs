@@ -221,6 +221,10 @@ pub struct Reads {
     pub(super) key: std::cell::RefCell<Option<super::AuditKey>>,
     /// What `--db` named (a PostgreSQL URL with its password hidden), for messages.
     pub(super) name: String,
+    /// The audit log's last `(seq, hash)` as this connection appended it ([`Tx::audit`]), so that
+    /// an append needs no read of the head (a round trip on PostgreSQL). Forgotten whenever
+    /// anything is rolled back, and on reconnection: then read again.
+    pub(super) head: std::cell::RefCell<Option<(i64, String)>>,
 }
 
 /// One operation's writes: a savepoint on the store's connection (inside the open batch, or
@@ -231,6 +235,8 @@ pub struct Tx<'a> {
     pub(super) reads: &'a Reads,
     batch: Batch,
     done: bool,
+    /// The cached audit head when it began: what a rollback puts back ([`Reads::head`]).
+    head: Option<(i64, String)>,
 }
 
 /// The savepoint's name ([`Tx`]): savepoints nest, each `RELEASE` or `ROLLBACK TO` names the
@@ -307,6 +313,7 @@ impl Store {
                 conn,
                 key: std::cell::RefCell::new(None),
                 name,
+                head: std::cell::RefCell::new(None),
             },
             batch: Batch::Idle,
             epoch: None,
@@ -418,7 +425,9 @@ impl Store {
     pub fn begin(&self) -> Result<Tx<'_>> {
         match &self.reads.conn {
             Conn::Pg(p) if self.batch == Batch::Idle && p.depth.get() == 0 => {
-                self.reads.conn.reconnect_if_closed()?;
+                if self.reads.conn.reconnect_if_closed()? {
+                    self.reads.head.replace(None);
+                }
                 self.reads.conn.batch("BEGIN")?;
                 if let Err(e) = self.fence() {
                     let _ = self.reads.conn.batch("ROLLBACK");
@@ -434,6 +443,7 @@ impl Store {
             reads: &self.reads,
             batch: self.batch,
             done: false,
+            head: self.reads.head.borrow().clone(),
         })
     }
 
@@ -443,6 +453,7 @@ impl Store {
     /// # Errors
     /// The server cannot be reached.
     pub fn reconnect_if_closed(&self) -> Result<bool> {
+        self.reads.head.replace(None);
         self.reads.conn.reconnect_if_closed()
     }
 
@@ -499,6 +510,7 @@ impl Store {
     /// Database errors.
     pub fn rollback_batch(&mut self) -> Result<()> {
         self.batch = Batch::Idle;
+        self.reads.head.replace(None);
         match &self.reads.conn {
             Conn::Lite(c) if c.is_autocommit() => {}
             // PostgreSQL answers a `ROLLBACK` outside a transaction with a warning only.
@@ -584,6 +596,8 @@ impl Tx<'_> {
 impl Drop for Tx<'_> {
     fn drop(&mut self) {
         if !self.done {
+            // Rolled back: the log's head is what it was when this began.
+            self.reads.head.replace(self.head.take());
             let sql = self.end(false);
             let _ = self.reads.conn.batch(&sql);
         }

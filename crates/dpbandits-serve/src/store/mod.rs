@@ -28,7 +28,7 @@ pub use checkpoint::*;
 pub use db::*;
 pub use owner::{DEFAULT_LEASE, Fenced, Holder, node_name};
 pub use reads::*;
-pub use sql::{create_database, is_postgres_url, is_unreachable, redacted, shown};
+pub use sql::{create_database, is_postgres_url, is_unreachable, redacted, round_trips, shown};
 pub use tables::*;
 
 #[cfg(test)]

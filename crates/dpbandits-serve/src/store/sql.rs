@@ -29,6 +29,20 @@ macro_rules! args {
 }
 pub(crate) use args;
 
+/// PostgreSQL round trips of this process (every statement, `BEGIN`, savepoint and commit sent
+/// on any connection, each answered before the next: one round trip each; preparing a statement
+/// the first time is one more). `/metrics` reports it (`dpbandits_database_round_trips_total`).
+static ROUND_TRIPS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// [`ROUND_TRIPS`] so far.
+pub fn round_trips() -> u64 {
+    ROUND_TRIPS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+fn trip() {
+    ROUND_TRIPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// One database connection.
 pub(crate) enum Conn {
     /// An SQLite file.
@@ -186,6 +200,7 @@ impl PgConn {
         if let Some(s) = self.statements.borrow().get(sql) {
             return Ok(s.clone());
         }
+        trip();
         let s = client
             .prepare(&dollar_placeholders(sql))
             .with_context(|| format!("preparing {sql}"))?;
@@ -266,7 +281,10 @@ impl Conn {
     pub(crate) fn batch(&self, sql: &str) -> Result<()> {
         match self {
             Conn::Lite(c) => c.execute_batch(sql)?,
-            Conn::Pg(p) => p.client()?.batch_execute(sql)?,
+            Conn::Pg(p) => {
+                trip();
+                p.client()?.batch_execute(sql)?;
+            }
         }
         Ok(())
     }
@@ -281,6 +299,7 @@ impl Conn {
             Conn::Pg(p) => {
                 let mut client = p.client()?;
                 let s = p.statement(&mut client, sql)?;
+                trip();
                 Ok(client.execute(&s, &pg_args(args))?)
             }
         }
@@ -309,6 +328,7 @@ impl Conn {
                 let rows = {
                     let mut client = p.client()?;
                     let s = p.statement(&mut client, sql)?;
+                    trip();
                     client.query(&s, &pg_args(args))?
                 };
                 rows.first().map(|r| f(&Row::Pg(r))).transpose()
@@ -348,6 +368,7 @@ impl Conn {
                 use postgres::fallible_iterator::FallibleIterator;
                 let mut client = p.client()?;
                 let s = p.statement(&mut client, sql)?;
+                trip();
                 let mut rows = client.query_raw(&s, pg_args(args))?;
                 while let Some(r) = rows.next()? {
                     f(&Row::Pg(&r))?;
