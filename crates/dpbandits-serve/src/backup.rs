@@ -27,7 +27,7 @@ pub fn backup(db: &Path, out: &Path, key: Option<&AuditKey>) -> Result<crate::ve
     let _ = std::fs::remove_file(&tmp);
     let result = (|| -> Result<crate::verify::Report> {
         conn.vacuum_into(&tmp)
-            .with_context(|| format!("--db {}", db.display()))?;
+            .with_context(|| format!("--db {}", crate::store::shown(db)))?;
         {
             use std::os::unix::fs::PermissionsExt;
             std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))?;
@@ -44,5 +44,11 @@ pub fn backup(db: &Path, out: &Path, key: Option<&AuditKey>) -> Result<crate::ve
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
-    result.with_context(|| format!("backup of --db {} to --out {}", db.display(), out.display()))
+    result.with_context(|| {
+        format!(
+            "backup of --db {} to --out {}",
+            crate::store::shown(db),
+            out.display()
+        )
+    })
 }

@@ -188,7 +188,7 @@ const PARTIAL_INDEXES: &str =
      WHERE reward IS NULL";
 
 /// The store: the service's one connection (an SQLite file or a PostgreSQL database,
-/// [`super::sql::Conn`]) and whether a batch is open on it. Every
+/// `store::sql::Conn`) and whether a batch is open on it. Every
 /// statement of the service is a method of it: reads through [`Reads`] (which a store and a
 /// [`Tx`] dereference to), writes through a [`Tx`] ([`Store::begin`]). This is the seam a second
 /// backend plugs into.
@@ -711,7 +711,7 @@ impl Reads {
             .value("SELECT value FROM meta WHERE key = 'schema'", args![])
     }
 
-    /// Whether the connection is gone (PostgreSQL only; [`super::sql::Conn::is_closed`]).
+    /// Whether the connection is gone (PostgreSQL only; `Conn::is_closed`).
     pub fn is_closed(&self) -> bool {
         self.conn.is_closed()
     }
@@ -730,7 +730,7 @@ impl Reads {
     /// exists, or SQLite cannot write it.
     pub fn vacuum_into(&self, to: &Path) -> Result<()> {
         let conn = self.conn.lite().context(
-            "backup of a PostgreSQL database: use pg_dump (docs/service.md, \"PostgreSQL\")",
+            "backup of a PostgreSQL database: use pg_dump (docs/service.md, \"PostgreSQL and several nodes\")",
         )?;
         conn.execute("VACUUM INTO ?1", [to.to_str().context("--out: not UTF-8")?])
             .with_context(|| format!("VACUUM INTO {}", to.display()))?;

@@ -34,7 +34,7 @@ pub(crate) use args;
 /// the first time is one more). `/metrics` reports it (`dpbandits_database_round_trips_total`).
 static ROUND_TRIPS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-/// [`ROUND_TRIPS`] so far.
+/// PostgreSQL round trips of this process so far (every statement, `BEGIN`, savepoint and commit; a first preparation is one more).
 pub fn round_trips() -> u64 {
     ROUND_TRIPS.load(std::sync::atomic::Ordering::Relaxed)
 }
