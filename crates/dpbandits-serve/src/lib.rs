@@ -457,15 +457,7 @@ pub async fn serve_until(
     let hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
         .context("installing the SIGHUP handler")?;
     let limits = fit_connections(opts.limits);
-    let listener = tokio::net::TcpListener::bind(opts.listen)
-        .await
-        .with_context(|| format!("--listen {}", opts.listen))?;
-    let addr = listener.local_addr()?;
-    api::log(
-        "accepting",
-        serde_json::json!({"addr": addr.to_string(), "db": store::shown(&opts.db),
-                           "state": "verifying"}),
-    );
+    let (listener, addr) = bind(&opts).await?;
     let ready = std::sync::Arc::new(std::sync::OnceLock::new());
     let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<()>();
     let stop = async move {
@@ -528,6 +520,21 @@ pub async fn serve_until(
     );
     drop(path_lock);
     Ok(())
+}
+
+/// Bind `--listen` (log line `accepting`: the port answers from now on, 503 "verifying" until
+/// the service is ready).
+async fn bind(opts: &ServeOptions) -> Result<(tokio::net::TcpListener, SocketAddr)> {
+    let listener = tokio::net::TcpListener::bind(opts.listen)
+        .await
+        .with_context(|| format!("--listen {}", opts.listen))?;
+    let addr = listener.local_addr()?;
+    api::log(
+        "accepting",
+        serde_json::json!({"addr": addr.to_string(), "db": store::shown(&opts.db),
+                           "state": "verifying"}),
+    );
+    Ok((listener, addr))
 }
 
 /// Open the service (its start-up check) off the runtime's threads, then warn about readable
