@@ -468,23 +468,17 @@ pub async fn serve_until(
     };
     // PostgreSQL: while this node waits as a standby, requests go to the writer's node.
     let forward_to = std::sync::Arc::new(std::sync::Mutex::new(None));
-    let server = tokio::spawn(server::serve(
+    let mut server = tokio::spawn(server::serve(
         listener,
         gate(ready.clone(), forward_to.clone()),
         limits,
         stop,
     ));
-    let service = match open_service(&opts, addr, forward_to).await {
-        Ok(s) => s,
-        Err(e) => {
-            api::log(
-                "start-refused",
-                serde_json::json!({"error": format!("{e:#}")}),
-            );
-            let _ = failed_tx.send(());
-            let _ = server.await;
-            return Err(e);
-        }
+    let cancel = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let opening = open_service(&opts, addr, forward_to, cancel.clone());
+    let Some((service, failed_tx)) = open_or_stop(opening, &mut server, &cancel, failed_tx).await?
+    else {
+        return Ok(());
     };
     let experiments = service.experiment_count();
     let tokens = service.tokens();
@@ -522,6 +516,40 @@ pub async fn serve_until(
     Ok(())
 }
 
+/// The service opening, or `None` when the server stopped first: a stop signal while the
+/// service verified its database, waited for it, or waited as a standby. The opening thread is
+/// then told to give up (`cancel`, [`service::Claim::cancel`]) and the stop is logged.
+/// A start that is refused is logged (`start-refused`), stops the server (`failed`) and is
+/// the error; an opened service comes back with `failed`, which the caller keeps until the
+/// server ends (a dropped sender would end it).
+async fn open_or_stop(
+    opening: impl std::future::Future<Output = Result<service::Service>>,
+    server: &mut tokio::task::JoinHandle<server::Stopped>,
+    cancel: &std::sync::atomic::AtomicBool,
+    failed: tokio::sync::oneshot::Sender<()>,
+) -> Result<Option<(service::Service, tokio::sync::oneshot::Sender<()>)>> {
+    let opened = tokio::select! {
+        r = opening => r,
+        _ = &mut *server => {
+            cancel.store(true, std::sync::atomic::Ordering::Relaxed);
+            api::log("stopped", serde_json::json!({"before_ready": true}));
+            return Ok(None);
+        }
+    };
+    match opened {
+        Ok(s) => Ok(Some((s, failed))),
+        Err(e) => {
+            api::log(
+                "start-refused",
+                serde_json::json!({"error": format!("{e:#}")}),
+            );
+            let _ = failed.send(());
+            let _ = server.await;
+            Err(e)
+        }
+    }
+}
+
 /// Bind `--listen` (log line `accepting`: the port answers from now on, 503 "verifying" until
 /// the service is ready).
 async fn bind(opts: &ServeOptions) -> Result<(tokio::net::TcpListener, SocketAddr)> {
@@ -543,6 +571,7 @@ async fn open_service(
     opts: &ServeOptions,
     addr: SocketAddr,
     forward_to: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+    cancel: std::sync::Arc<std::sync::atomic::AtomicBool>,
 ) -> Result<service::Service> {
     let (db, token, key) = (
         opts.db.clone(),
@@ -556,6 +585,7 @@ async fn open_service(
         wait: Some(Duration::MAX),
         addr: Some(addr.to_string()),
         forward_to: Some(forward_to),
+        cancel: Some(cancel.clone()),
         ..service::Claim::default()
     };
     // A thread of its own, not the runtime's blocking pool: the PostgreSQL client runs its own
@@ -568,7 +598,10 @@ async fn open_service(
             // during a database restart must not give up).
             let opened = loop {
                 match service::Service::open_claiming(&db, &token, key.as_deref(), &claim) {
-                    Err(e) if store::is_unreachable(&e) => {
+                    Err(e)
+                        if store::is_unreachable(&e)
+                            && !cancel.load(std::sync::atomic::Ordering::Relaxed) =>
+                    {
                         log::log(
                             "database-unreachable",
                             serde_json::json!({"error": format!("{e:#}")}),

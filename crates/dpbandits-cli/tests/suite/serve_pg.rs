@@ -265,6 +265,24 @@ fn a_paused_writer_is_fenced_after_a_takeover() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // A standby stops on SIGTERM while it waits (it would otherwise wait for B's lease forever).
+    let mut c = Node::start(dir.path(), &db, "c", "2");
+    std::thread::sleep(Duration::from_millis(300));
+    c.signal("-TERM");
+    let t = Instant::now();
+    let st = loop {
+        if let Some(st) = c.child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "a standby ignored SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(st.success(), "{st}");
+    assert!(events(&c.log, "listening").is_empty());
+    assert_eq!(events(&c.log, "stopped").len(), 1);
 }
 
 /// What the clients of the multi-node test were told.

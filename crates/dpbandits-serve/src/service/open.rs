@@ -370,6 +370,8 @@ pub struct Claim {
     /// While this node waits as a standby: the holder's address, kept current (the HTTP
     /// layer forwards requests to it); cleared once this node has claimed the database.
     pub forward_to: Option<std::sync::Arc<std::sync::Mutex<Option<String>>>>,
+    /// Set when the server stopped while this node waited (SIGTERM): the wait gives up.
+    pub cancel: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl Default for Claim {
@@ -380,6 +382,7 @@ impl Default for Claim {
             wait: None,
             addr: None,
             forward_to: None,
+            cancel: None,
         }
     }
 }
@@ -391,6 +394,16 @@ fn claim_database(store: &mut store::Store, db: &Path, claim: &Claim) -> anyhow:
     let started = std::time::Instant::now();
     let mut said = false;
     loop {
+        if claim
+            .cancel
+            .as_ref()
+            .is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed))
+        {
+            bail!(
+                "--db {}: stopped while waiting for the database",
+                store::shown(db)
+            );
+        }
         let claimed = match store.claim(&claim.node, claim.addr.as_deref(), claim.lease) {
             Ok(c) => c,
             // A standby outlives the database's restarts: it tries again on a new connection.
