@@ -67,6 +67,11 @@ pub struct ServeArgs {
     /// database that long after its last renewal, and its later writes are refused (fenced).
     #[arg(long, default_value_t = 10.0)]
     lease_seconds: f64,
+    /// PostgreSQL: accept a server whose commits no standby confirms (synchronous_standby_names
+    /// empty). Refused by default: a failover of such a server can lose committed ledger charges,
+    /// and the budget would be spent again. For a server without failover (logged as a warning).
+    #[arg(long)]
+    allow_async_replication: bool,
 }
 
 /// `dpbandits backup`.
@@ -159,6 +164,7 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
         limits,
         publish,
         lease: seconds("lease-seconds", args.lease_seconds)?,
+        allow_async_replication: args.allow_async_replication,
     })?;
     Ok(ExitCode::SUCCESS)
 }

@@ -648,6 +648,7 @@ fn main() -> anyhow::Result<()> {
         limits: dpbandits_serve::Limits::default(),
         publish: None,
         lease: dpbandits_serve::store::DEFAULT_LEASE,
+        allow_async_replication: true,
     };
     let server = match external {
         Some(_) => None,

@@ -218,6 +218,7 @@ fn start(dir: &std::path::Path) -> anyhow::Result<dpbandits_serve::Background> {
         limits: dpbandits_serve::Limits::default(),
         publish: None,
         lease: dpbandits_serve::store::DEFAULT_LEASE,
+        allow_async_replication: true,
     };
     dpbandits_serve::serve_in_thread(opts, 2, Duration::from_secs(60))
 }

@@ -84,6 +84,7 @@ fn restart(db: &Path) -> anyhow::Result<(f64, f64)> {
         limits: dpbandits_serve::Limits::default(),
         publish: None,
         lease: dpbandits_serve::store::DEFAULT_LEASE,
+        allow_async_replication: true,
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let t0 = Instant::now();

@@ -75,6 +75,9 @@ pub struct ServeOptions {
     /// PostgreSQL: the writer's lease (`--lease-seconds`; [`store::DEFAULT_LEASE`]). A node that
     /// stops renewing (killed, paused, cut off) is taken over that long after its last renewal.
     pub lease: Duration,
+    /// PostgreSQL: take a server whose commits no standby confirms (`--allow-async-replication`;
+    /// refused by default: [`service::Claim::allow_async_replication`]).
+    pub allow_async_replication: bool,
 }
 
 /// Read the admin token: from `file` if given (first line, trimmed), else from the environment
@@ -586,6 +589,7 @@ async fn open_service(
         addr: Some(addr.to_string()),
         forward_to: Some(forward_to),
         cancel: Some(cancel.clone()),
+        allow_async_replication: opts.allow_async_replication,
         ..service::Claim::default()
     };
     // A thread of its own, not the runtime's blocking pool: the PostgreSQL client runs its own

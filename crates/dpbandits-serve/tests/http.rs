@@ -52,6 +52,7 @@ impl Server {
             limits: Limits::default(),
             publish: None,
             lease: dpbandits_serve::store::DEFAULT_LEASE,
+            allow_async_replication: true,
         };
         let service = serve_in_thread(opts, 2, Duration::from_secs(30)).unwrap();
         Server {

@@ -184,6 +184,8 @@ fn pg_flags(db: &Path) -> Vec<std::ffi::OsString> {
         dpbandits_serve::testdb::key_path(db).into(),
         "--lease-seconds".into(),
         "1".into(),
+        // The tests' throwaway cluster has no standby.
+        "--allow-async-replication".into(),
     ]
 }
 

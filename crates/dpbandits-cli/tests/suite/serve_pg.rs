@@ -54,6 +54,8 @@ impl Node {
             .arg("--audit-key-file")
             .arg(dpbandits_serve::testdb::key_path(db))
             .args(["--lease-seconds", lease])
+            // The tests' throwaway cluster has no standby.
+            .arg("--allow-async-replication")
             .env_remove("DPBANDITS_ADMIN_TOKEN")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -524,4 +526,38 @@ fn three_nodes_survive_sigkills_and_a_database_restart() {
         books.longest_gap.as_secs_f64()
     );
     assert!(books.pairs > 100, "too little load: {}", books.pairs);
+}
+
+/// A PostgreSQL server whose commits no standby confirms (`synchronous_standby_names` empty, as
+/// the tests' throwaway cluster) is refused without `--allow-async-replication`, naming the
+/// setting and the risk: after a failover, committed ledger charges could be gone.
+#[test]
+fn an_asynchronously_replicated_database_is_refused() {
+    if !dpbandits_serve::testdb::on_postgres() {
+        eprintln!(
+            "an_asynchronously_replicated_database_is_refused: skipped (no DPBANDITS_TEST_PG)"
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let db = dpbandits_serve::testdb::db(dir.path(), "unused");
+    let token_file = dir.path().join("admin-token");
+    std::fs::write(&token_file, format!("{ADMIN}\n")).unwrap();
+    let out = bin()
+        .args(["serve", "--db"])
+        .arg(&db)
+        .args(["--listen", "127.0.0.1:0", "--admin-token-file"])
+        .arg(&token_file)
+        .arg("--audit-key-file")
+        .arg(dpbandits_serve::testdb::key_path(&db))
+        .env_remove("DPBANDITS_ADMIN_TOKEN")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("synchronous_standby_names is empty")
+            && err.contains("--allow-async-replication"),
+        "{err}"
+    );
 }

@@ -372,6 +372,11 @@ pub struct Claim {
     pub forward_to: Option<std::sync::Arc<std::sync::Mutex<Option<String>>>>,
     /// Set when the server stopped while this node waited (SIGTERM): the wait gives up.
     pub cancel: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+    /// Take a server whose commits no standby confirms (`synchronous_standby_names` empty).
+    /// `serve` refuses one unless `--allow-async-replication`: after a failover of such a
+    /// server, committed ledger charges can be gone while their releases were answered, and
+    /// the budget would be spent again. The library's default takes it (tests, tools).
+    pub allow_async_replication: bool,
 }
 
 impl Default for Claim {
@@ -383,14 +388,35 @@ impl Default for Claim {
             addr: None,
             forward_to: None,
             cancel: None,
+            allow_async_replication: true,
         }
     }
+}
+
+/// Refuse a server whose commits no standby confirms (`synchronous_standby_names` empty)
+/// unless `claim` allows it ([`Claim::allow_async_replication`]; then logged as a warning).
+fn check_replication(store: &store::Store, db: &Path, claim: &Claim) -> anyhow::Result<()> {
+    if !store.synchronous_standbys()?.trim().is_empty() {
+        return Ok(());
+    }
+    if !claim.allow_async_replication {
+        bail!(
+            "--db {}: the server's synchronous_standby_names is empty (no standby confirms a commit before it is acknowledged): after a failover, ledger charges that were committed and answered could be gone and the budget spent again. Run PostgreSQL with synchronous replication (docs/service.md, \"PostgreSQL and several nodes\"), or give --allow-async-replication for a server without failover",
+            store::shown(db)
+        );
+    }
+    crate::log::log(
+        "warning",
+        json!({"db": store::shown(db), "message": "asynchronous replication allowed (--allow-async-replication): a failover of the database could lose committed ledger charges"}),
+    );
+    Ok(())
 }
 
 /// Claim the PostgreSQL database `db` for this node: at once when nobody holds it or the
 /// holder's lease has ended; else wait (as a standby, logging the holder once) for at most
 /// `claim.wait`, or refuse naming the holder.
 fn claim_database(store: &mut store::Store, db: &Path, claim: &Claim) -> anyhow::Result<()> {
+    check_replication(store, db, claim)?;
     let started = std::time::Instant::now();
     let mut said = false;
     loop {
@@ -416,7 +442,13 @@ fn claim_database(store: &mut store::Store, db: &Path, claim: &Claim) -> anyhow:
             Err(e) => return Err(e),
         };
         if let Some(slot) = &claim.forward_to {
-            let holder = claimed.as_ref().err().and_then(|h| h.addr.clone());
+            // Not to this node's own address: the holder there is this node's predecessor (killed
+            // and restarted on the same port), whose lease has not ended yet.
+            let holder = claimed
+                .as_ref()
+                .err()
+                .and_then(|h| h.addr.clone())
+                .filter(|a| Some(a) != claim.addr.as_ref());
             *slot
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner) = holder;

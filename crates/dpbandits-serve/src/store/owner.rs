@@ -71,6 +71,20 @@ impl Reads {
     }
 }
 
+impl Reads {
+    /// The server's `synchronous_standby_names`: empty when no standby confirms a commit before
+    /// it is acknowledged (asynchronous replication, or none).
+    ///
+    /// # Errors
+    /// Database errors.
+    pub fn synchronous_standbys(&self) -> Result<String> {
+        self.conn.value(
+            "SELECT current_setting('synchronous_standby_names')",
+            args![],
+        )
+    }
+}
+
 impl Store {
     /// Claim this PostgreSQL database for `node` (whose HTTP server listens on `addr`, if it
     /// has one) with a lease of `lease`: succeeds only when it has no holder or the holder's
