@@ -434,6 +434,12 @@ impl Store {
                     return Err(e);
                 }
             }
+            Conn::Pg(p) => {
+                let released = deferred_releases(p);
+                self.reads
+                    .conn
+                    .batch(&format!("{released}SAVEPOINT {SAVEPOINT}"))?;
+            }
             conn => conn.batch(&format!("SAVEPOINT {SAVEPOINT}"))?,
         }
         if let Conn::Pg(p) = &self.reads.conn {
@@ -498,6 +504,10 @@ impl Store {
     /// # Errors
     /// Database errors (the batch stays open: [`Store::rollback_batch`] it).
     pub fn commit_batch(&mut self) -> Result<()> {
+        if let Conn::Pg(p) = &self.reads.conn {
+            // `COMMIT` releases every savepoint.
+            p.releases.set(0);
+        }
         self.reads.conn.batch("COMMIT")?;
         self.batch = Batch::Idle;
         Ok(())
@@ -511,6 +521,9 @@ impl Store {
     pub fn rollback_batch(&mut self) -> Result<()> {
         self.batch = Batch::Idle;
         self.reads.head.replace(None);
+        if let Conn::Pg(p) = &self.reads.conn {
+            p.releases.set(0);
+        }
         match &self.reads.conn {
             Conn::Lite(c) if c.is_autocommit() => {}
             // PostgreSQL answers a `ROLLBACK` outside a transaction with a warning only.
@@ -553,22 +566,30 @@ impl Tx<'_> {
     }
 
     /// The statement that ends this `Tx`: `commit` (or roll it back).
-    fn end(&self, commit: bool) -> String {
-        let outermost = match &self.reads.conn {
-            Conn::Pg(p) => {
-                p.depth.set(p.depth.get().saturating_sub(1));
-                self.batch == Batch::Idle && p.depth.get() == 0
-            }
-            Conn::Lite(_) => false,
+    /// (`None`: nothing to send now: on PostgreSQL a savepoint's release waits for the next
+    /// statement that needs it gone, [`super::sql::PgConn`]'s `releases`.)
+    fn end(&self, commit: bool) -> Option<String> {
+        let rollback = format!("ROLLBACK TO SAVEPOINT {SAVEPOINT}; RELEASE SAVEPOINT {SAVEPOINT}");
+        let Conn::Pg(p) = &self.reads.conn else {
+            return Some(if commit {
+                format!("RELEASE SAVEPOINT {SAVEPOINT}")
+            } else {
+                rollback
+            });
         };
-        match (outermost, commit) {
-            (true, true) => "COMMIT".to_string(),
-            (true, false) => "ROLLBACK".to_string(),
-            (false, true) => format!("RELEASE SAVEPOINT {SAVEPOINT}"),
-            (false, false) => {
-                format!("ROLLBACK TO SAVEPOINT {SAVEPOINT}; RELEASE SAVEPOINT {SAVEPOINT}")
-            }
+        p.depth.set(p.depth.get().saturating_sub(1));
+        if self.batch == Batch::Idle && p.depth.get() == 0 {
+            // The outermost: its `COMMIT` or `ROLLBACK` ends every savepoint.
+            p.releases.set(0);
+            return Some(if commit { "COMMIT" } else { "ROLLBACK" }.to_string());
         }
+        if commit {
+            p.releases.set(p.releases.get() + 1);
+            return None;
+        }
+        // The releases of the committed savepoints above this one first: the rollback is to
+        // this `Tx`'s own savepoint.
+        Some(format!("{}{rollback}", deferred_releases(p)))
     }
 
     /// Release the savepoint: its writes join the batch, or (outside one) are committed.
@@ -576,7 +597,10 @@ impl Tx<'_> {
     /// # Errors
     /// Database errors (the writes are rolled back when the `Tx` is dropped).
     pub fn commit(mut self) -> Result<()> {
-        let sql = self.end(true);
+        let Some(sql) = self.end(true) else {
+            self.done = true;
+            return Ok(());
+        };
         match self.reads.conn.batch(&sql) {
             Ok(()) => {
                 self.done = true;
@@ -598,10 +622,17 @@ impl Drop for Tx<'_> {
         if !self.done {
             // Rolled back: the log's head is what it was when this began.
             self.reads.head.replace(self.head.take());
-            let sql = self.end(false);
-            let _ = self.reads.conn.batch(&sql);
+            if let Some(sql) = self.end(false) {
+                let _ = self.reads.conn.batch(&sql);
+            }
         }
     }
+}
+
+/// The `RELEASE SAVEPOINT`s deferred on `p` (its `releases`), as statements to send before the
+/// next one; none are deferred afterwards.
+fn deferred_releases(p: &super::sql::PgConn) -> String {
+    format!("RELEASE SAVEPOINT {SAVEPOINT}; ").repeat(p.releases.replace(0) as usize)
 }
 
 /// Seconds since the Unix epoch.

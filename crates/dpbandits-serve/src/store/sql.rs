@@ -61,6 +61,10 @@ pub(crate) struct PgConn {
     client: RefCell<postgres::Client>,
     statements: RefCell<HashMap<String, postgres::Statement>>,
     pub(super) depth: Cell<u32>,
+    /// `RELEASE SAVEPOINT`s not sent yet: a committed `Tx` inside a transaction releases its
+    /// savepoint with the next statement that needs it gone (the next savepoint, a rollback to
+    /// one) or not at all (`COMMIT` releases every savepoint): one round trip fewer per `Tx`.
+    pub(super) releases: Cell<u32>,
 }
 
 /// One row of a result, from either driver.
@@ -161,6 +165,7 @@ impl PgConn {
             client: RefCell::new(Self::client_for(url)?),
             statements: RefCell::new(HashMap::new()),
             depth: Cell::new(0),
+            releases: Cell::new(0),
         })
     }
 
@@ -267,6 +272,7 @@ impl Conn {
         *p.client()? = client;
         p.statements.borrow_mut().clear();
         p.depth.set(0);
+        p.releases.set(0);
         crate::log::log(
             "database-reconnected",
             serde_json::json!({"db": redacted(&p.url)}),
