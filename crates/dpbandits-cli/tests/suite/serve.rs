@@ -175,7 +175,7 @@ fn spawn_with(db: &Path, addr: SocketAddr, token_file: &Path, log: &Path, extra:
 /// The flags a PostgreSQL database needs (its key file, which has no folder to be beside; a
 /// short lease, so that a restart after SIGKILL waits about a second for the killed node's
 /// lease): none for an SQLite file.
-fn pg_flags(db: &Path) -> Vec<std::ffi::OsString> {
+pub(super) fn pg_flags(db: &Path) -> Vec<std::ffi::OsString> {
     if !dpbandits_serve::store::is_postgres_url(db) {
         return Vec::new();
     }

@@ -45,6 +45,7 @@ impl Proc {
             .arg(token_file)
             .arg("--log-file")
             .arg(log)
+            .args(super::serve::pg_flags(db))
             .args(extra)
             .env_remove("DPBANDITS_ADMIN_TOKEN")
             .stdin(Stdio::null())
@@ -104,6 +105,14 @@ pub(super) fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
         assert!(Instant::now() < deadline, "{what}: not within 10 s");
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// [`setup`] on a fresh database of either store: SQLite, or PostgreSQL in the tests'
+/// PostgreSQL pass (`dpbandits_serve::testdb`).
+pub(super) fn setup_any() -> (tempfile::TempDir, PathBuf, PathBuf, PathBuf) {
+    let (dir, _, token, log) = setup();
+    let db = dpbandits_serve::testdb::db(dir.path(), "ops.sqlite");
+    (dir, db, token, log)
 }
 
 pub(super) fn setup() -> (tempfile::TempDir, PathBuf, PathBuf, PathBuf) {

@@ -4,7 +4,7 @@
 
 use super::bin;
 use super::figures::run_bounded;
-use super::serve_ops::{ADMIN, Proc, TIMEOUT, events, setup, wait_for};
+use super::serve_ops::{ADMIN, Proc, TIMEOUT, events, setup_any, wait_for};
 use dpbandits_serve::client::{Reply, request};
 use serde_json::{Value, json};
 use std::path::Path;
@@ -45,11 +45,33 @@ fn reward(p: &Proc, name: &str, tok: &str, id: u64, x: f64) -> Value {
 }
 
 fn verify(db: &Path) -> std::process::Output {
-    bin()
-        .args(["audit-log", "verify", "--db"])
-        .arg(db)
-        .output()
-        .unwrap()
+    let mut c = bin();
+    c.args(["audit-log", "verify", "--db"]).arg(db);
+    if dpbandits_serve::store::is_postgres_url(db) {
+        c.arg("--audit-key-file")
+            .arg(dpbandits_serve::testdb::key_path(db));
+    }
+    c.output().unwrap()
+}
+
+/// Run `sql` on the test database as an attacker with write access would (SQLite directly;
+/// PostgreSQL through `psql`, which Debian's server package brings).
+fn tamper(db: &Path, sql: &str) {
+    if dpbandits_serve::store::is_postgres_url(db) {
+        let out = std::process::Command::new("psql")
+            .arg(db)
+            .args(["-q", "-v", "ON_ERROR_STOP=1", "-c", sql])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    } else {
+        let conn = rusqlite::Connection::open(db).unwrap();
+        conn.execute(sql, []).unwrap();
+    }
 }
 
 /// Issue 43, Done-when 4: a true outcome reported after its decision was abandoned is stored
@@ -60,7 +82,7 @@ fn verify(db: &Path) -> std::process::Output {
 /// pending decisions on time and `close` succeeds.
 #[test]
 fn late_outcomes_are_kept_and_deadlines_fire_on_a_timer() {
-    let (_dir, db, token, log) = setup();
+    let (_dir, db, token, log) = setup_any();
     let p = Proc::start(&db, &token, &log, &[]);
     let tok = create(
         &p,
@@ -136,13 +158,10 @@ fn late_outcomes_are_kept_and_deadlines_fire_on_a_timer() {
         String::from_utf8_lossy(&out.stdout)
     );
     // An edited late outcome is named by verify.
-    let conn = rusqlite::Connection::open(&db).unwrap();
-    conn.execute(
+    tamper(
+        &db,
         "UPDATE decisions SET late_reward = 0.25 WHERE late_reward IS NOT NULL",
-        [],
-    )
-    .unwrap();
-    drop(conn);
+    );
     let out = verify(&db);
     let text =
         String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
@@ -156,8 +175,7 @@ fn late_outcomes_are_kept_and_deadlines_fire_on_a_timer() {
 /// field.
 #[test]
 fn bulk_abandon_and_close_abandoning_the_overdue() {
-    let (_dir, _db, token, log) = setup();
-    let db = _dir.path().join("b.sqlite");
+    let (_dir, db, token, log) = setup_any();
     let p = Proc::start(&db, &token, &log, &[]);
     let tok = create(
         &p,
@@ -230,7 +248,7 @@ fn the_monitor_page_renders_every_panel_in_chromium() {
         Path::new(&chromium).is_file(),
         "headless Chromium not found at {chromium}: run scripts/ensure-browser or set DPBANDITS_CHROMIUM"
     );
-    let (dir, db, token, log) = setup();
+    let (dir, db, token, log) = setup_any();
     let p = Proc::start(&db, &token, &log, &[]);
     let mut state = 7u64;
     let mut next = move || {
