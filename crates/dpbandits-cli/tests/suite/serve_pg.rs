@@ -390,8 +390,9 @@ fn client(
 /// Issue 42, Done-when 2: three `serve` nodes on one PostgreSQL database, 16 keep-alive
 /// clients spread over them (a standby forwards to the writer's node), each node SIGKILLed and
 /// restarted twice at fixed-seed moments under load, and PostgreSQL itself restarted once
-/// (`DPBANDITS_TEST_PG_DIR`, `DPBANDITS_PG_CLUSTER`: the PostgreSQL pass of scripts/test; without
-/// them the database restart is skipped and says so). Afterwards: every acknowledged reward is
+/// (`DPBANDITS_TEST_PG_DIR`, `DPBANDITS_PG_CLUSTER`: the PostgreSQL pass of scripts/test, which
+/// runs this test alone, after the others, whose connections the restart would cut; without them
+/// the database restart is skipped and says so). Afterwards: every acknowledged reward is
 /// stored once with its value and nothing else is (no reward lost or applied twice), the
 /// counters agree, every release is charged (a release whose node died after its intent is
 /// charged as `lost`, as on one node), the budget is the sum of the charges, and the chain

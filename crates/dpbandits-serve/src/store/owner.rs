@@ -10,7 +10,10 @@
 //! that check before the commit: a node that lost the database (paused past its lease, cut off)
 //! commits nothing after the next owner's claim, and a claim waits for a batch in flight to end.
 //! A paused node holding that row lock inside a batch is cut off by
-//! `idle_in_transaction_session_timeout` (the lease), so a takeover waits at most about a lease.
+//! `idle_in_transaction_session_timeout` ([`IDLE_IN_BATCH`] or three leases, the longer), so a
+//! takeover waits at most that long. (Not one lease: the writer computes inside its batches, a
+//! slow operation on a loaded machine can take a second between two statements, and a session
+//! ended under it fails its batch.)
 
 use super::db::{Reads, Store};
 pub use super::fence::Fenced;
@@ -22,6 +25,10 @@ use std::time::Duration;
 
 /// The default lease of a PostgreSQL database's writer (`serve --lease-seconds`).
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(10);
+
+/// The least time a writer's session may sit inside a batch between two statements before the
+/// server ends it (`idle_in_transaction_session_timeout`; three leases when that is longer).
+pub const IDLE_IN_BATCH: Duration = Duration::from_secs(10);
 
 /// Who holds a PostgreSQL database: its node, its epoch and the seconds its lease has left
 /// (negative: ended).
@@ -117,8 +124,12 @@ impl Store {
                     self.renewer = Some(start_renewer(p.url().to_string(), epoch, lease));
                 }
                 // A paused writer inside a batch holds the owner row's lock: the server ends its
-                // session after a lease, so that a takeover does not wait for it forever.
-                let ms = lease.as_millis().clamp(1000, i32::MAX as u128);
+                // session after [`IDLE_IN_BATCH`] or three leases, so that a takeover does not
+                // wait for it forever.
+                let ms = (3 * lease)
+                    .max(IDLE_IN_BATCH)
+                    .as_millis()
+                    .min(i32::MAX as u128);
                 if let Conn::Pg(p) = &self.reads.conn {
                     p.set_session(&format!("SET idle_in_transaction_session_timeout = {ms}"))?;
                 }
