@@ -32,7 +32,7 @@ fn tempdir() -> tempfile::TempDir {
     tempfile::tempdir().unwrap()
 }
 
-fn free_port() -> u16 {
+pub(super) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -190,7 +190,7 @@ pub(super) fn pg_flags(db: &Path) -> Vec<std::ffi::OsString> {
 }
 
 /// `dpbandits audit-log verify` of `db` (with the key file a PostgreSQL database needs).
-fn verify_cmd(db: &Path) -> std::process::Command {
+pub(super) fn verify_cmd(db: &Path) -> std::process::Command {
     let mut c = bin();
     c.args(["audit-log", "verify", "--db"]).arg(db);
     if dpbandits_serve::store::is_postgres_url(db) {

@@ -4,10 +4,11 @@
 //! shared database to test).
 
 use super::bin;
+use super::serve::{free_port, verify_cmd};
 use super::serve_ops::events;
 use dpbandits_serve::client::request;
 use serde_json::{Value, json};
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
@@ -20,14 +21,6 @@ struct Node {
     child: Child,
     addr: SocketAddr,
     log: PathBuf,
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 impl Node {
@@ -255,13 +248,7 @@ fn a_paused_writer_is_fenced_after_a_takeover() {
         [[1.0; 5].as_slice(), &[0.0; 5], &[1.0]].concat(),
         "A's rewards, then B's"
     );
-    let out = bin()
-        .args(["audit-log", "verify", "--db"])
-        .arg(&db)
-        .arg("--audit-key-file")
-        .arg(dpbandits_serve::testdb::key_path(&db))
-        .output()
-        .unwrap();
+    let out = verify_cmd(&db).output().unwrap();
     assert!(
         out.status.success(),
         "{}",
@@ -501,13 +488,7 @@ fn three_nodes_survive_sigkills_and_a_database_restart() {
     assert_eq!(ins.ledger_charged, ins.releases);
     let charges = ins.ledger_charged + ins.ledger_lost;
     assert!((ins.ledger_total - 0.5 * charges as f64).abs() < 1e-9);
-    let out = bin()
-        .args(["audit-log", "verify", "--db"])
-        .arg(&db)
-        .arg("--audit-key-file")
-        .arg(dpbandits_serve::testdb::key_path(&db))
-        .output()
-        .unwrap();
+    let out = verify_cmd(&db).output().unwrap();
     assert!(
         out.status.success(),
         "{}",

@@ -2,7 +2,6 @@
 //! bounded: late outcomes are kept; deadlines fire on a timer; bulk abandon and `close` with
 //! `abandon_overdue`; the interim look; the monitor page in headless Chromium.
 
-use super::bin;
 use super::figures::run_bounded;
 use super::serve_ops::{ADMIN, Proc, TIMEOUT, events, setup_any, wait_for};
 use dpbandits_serve::client::{Reply, request};
@@ -45,13 +44,7 @@ fn reward(p: &Proc, name: &str, tok: &str, id: u64, x: f64) -> Value {
 }
 
 fn verify(db: &Path) -> std::process::Output {
-    let mut c = bin();
-    c.args(["audit-log", "verify", "--db"]).arg(db);
-    if dpbandits_serve::store::is_postgres_url(db) {
-        c.arg("--audit-key-file")
-            .arg(dpbandits_serve::testdb::key_path(db));
-    }
-    c.output().unwrap()
+    super::serve::verify_cmd(db).output().unwrap()
 }
 
 /// Run `sql` on the test database as an attacker with write access would (SQLite directly;
