@@ -885,6 +885,33 @@ fn backup_under_load_is_consistent_and_pins_the_log() {
     assert!(err.contains("deleted from its end"), "{err}");
 }
 
+/// `n` keep-alive connections to `addr` that have each been answered once: accepted, so each
+/// holds one of the server's connection permits (a bare connect only waits in the kernel's
+/// queue until the server accepts it, which on a loaded machine may come after a probe).
+/// Retried while a start-up probe's closed connection still holds its permit (answered 503),
+/// for at most 10 s.
+pub(super) fn hold_answered(addr: SocketAddr, n: usize) -> Vec<dpbandits_serve::client::Conn> {
+    (0..n)
+        .map(|_| {
+            let t = Instant::now();
+            loop {
+                let mut c = dpbandits_serve::client::Conn::new(addr, TIMEOUT);
+                let r = c.request("GET", "/v1/health", None, None).unwrap();
+                if r.status == 200 {
+                    break c;
+                }
+                assert!(
+                    t.elapsed() < Duration::from_secs(10),
+                    "{} {}",
+                    r.status,
+                    r.body
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        })
+        .collect()
+}
+
 /// [`dpbandits_serve::client::raw_exchange`], which must connect.
 fn raw(addr: SocketAddr, bytes: &[u8], wait: Duration) -> (String, bool, Duration) {
     dpbandits_serve::client::raw_exchange(addr, bytes, wait).unwrap()
@@ -947,27 +974,14 @@ fn timeouts_limits_and_refusals_hold() {
             "3",
         ],
     );
-    // The connection limit: 3 idle connections are held; the 4th is answered 503 (JSON) and
-    // the refusal is logged.
-    let held: Vec<_> = (0..3)
-        .map(|_| std::net::TcpStream::connect(s.addr).unwrap())
-        .collect();
-    // The server accepts the held connections asynchronously: on a loaded machine the probe
-    // may come first (and be served, closing at once): retry until the limit answers, bounded
-    // well inside the header timeout (5 s here: on a loaded machine the held connections must
-    // not time out before the probe).
-    let deadline = Instant::now() + Duration::from_secs(4);
-    let (text, closed) = loop {
-        std::thread::sleep(Duration::from_millis(100));
-        let (text, closed, _) = raw(
-            s.addr,
-            b"GET /v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-            TIMEOUT,
-        );
-        if text.starts_with("HTTP/1.1 503") || Instant::now() > deadline {
-            break (text, closed);
-        }
-    };
+    // The connection limit: 3 connections are held (each answered once, so accepted); the
+    // 4th is answered 503 (JSON) and the refusal is logged.
+    let held = hold_answered(s.addr, 3);
+    let (text, closed, _) = raw(
+        s.addr,
+        b"GET /v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        TIMEOUT,
+    );
     let (status, v) = json_answer(&text);
     assert_eq!(status, 503, "{text}");
     assert!(

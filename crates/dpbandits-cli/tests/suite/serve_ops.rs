@@ -247,29 +247,8 @@ fn every_connection_over_the_limit_is_answered_503() {
         &log,
         &["--max-connections", "2", "--header-timeout", "8"],
     );
-    // Two keep-alive connections that have each been answered once: accepted, so each holds
-    // one of the 2 permits (a bare connect only waits in the kernel's queue until the server
-    // accepts it, which on a loaded machine may come after the 40 below).
-    let held: Vec<_> = (0..2)
-        .map(|_| {
-            // Retried while a start-up probe's closed connection still holds its permit.
-            let t = Instant::now();
-            loop {
-                let mut c = dpbandits_serve::client::Conn::new(p.addr, TIMEOUT);
-                let r = c.request("GET", "/v1/health", None, None).unwrap();
-                if r.status == 200 {
-                    break c;
-                }
-                assert!(
-                    t.elapsed() < Duration::from_secs(10),
-                    "{} {}",
-                    r.status,
-                    r.body
-                );
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        })
-        .collect();
+    // Two connections answered once each, so each holds one of the 2 permits.
+    let held = super::serve::hold_answered(p.addr, 2);
     let addr = p.addr;
     let answers: Vec<_> = (0..40)
         .map(|_| {
