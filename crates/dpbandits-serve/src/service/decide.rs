@@ -309,8 +309,8 @@ impl Service {
             let release_no = e.releases + 1;
             let intent =
                 self.write_intent(name, release_no, release.arm, release.rounds, (measure, c));
-            let id = match intent {
-                Ok(id) => id,
+            let (id, key) = match intent {
+                Ok(written) => written,
                 Err(err) => {
                     // Nothing drawn: back to the stored state (the preparation included).
                     self.undo(name)?;
@@ -321,7 +321,9 @@ impl Service {
                 .experiments
                 .get_mut(name)
                 .expect("checked by the caller");
-            if let Err(err) = e.session.release_prepared() {
+            // Drawn with the intent's stored key: a redo draws the same noise.
+            let drawn = dpbandits::privacy::with_release_key(key, || e.session.release_prepared());
+            if let Err(err) = drawn {
                 self.undo(name)?;
                 return Err(ServiceError::internal(err));
             }

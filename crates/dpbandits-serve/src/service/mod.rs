@@ -565,9 +565,10 @@ mod tests {
         assert_eq!(s.reward("t", id, reward).unwrap()["status"], "applied");
     }
 
-    /// A crash between a release intent and its state change (simulated: the intent row is
-    /// committed, the reward is not) leaves a charged `lost` row after the restart; the redo is
-    /// charged again, and the effective budget doubles.
+    /// A crash between a release intent **without a release key** (written before keys
+    /// existed; simulated: the intent row is committed, the reward is not) and its state change
+    /// leaves a charged `lost` row after the restart; the redo is charged again, and the
+    /// effective budget doubles.
     #[test]
     fn a_lost_release_is_charged_and_its_redo_too() {
         let dir = tempfile::tempdir().unwrap();
@@ -609,6 +610,98 @@ mod tests {
         assert_eq!(
             (ins.ledger_charged, ins.ledger_lost, ins.releases),
             (3, 1, 3)
+        );
+    }
+
+    /// Issue 42, "a release is drawn once": a release whose intent (with its key) is durable
+    /// but whose state change is lost (its batch fails after the draw; then, for a second
+    /// release, the process dies between the intent's commit and the draw) is redone with the
+    /// stored key: the redo's state is byte-identical to the lost attempt's (the same
+    /// deployment-grade noise, drawn once), it is charged once (no `lost` row), and the key is
+    /// deleted once the release is stored. Without the key the redo's noise differs (the
+    /// control: deployment noise from a fresh OS key; equal by chance with probability ~ 0).
+    #[test]
+    fn a_redone_release_draws_the_same_noise_and_is_charged_once() {
+        let dir = shm_dir();
+        let db = crate::testdb::db(dir.path(), "s.sqlite");
+        let mut s = crate::testdb::open(&db, ADMIN).unwrap();
+        s.create(req(
+            json!({"name": "p", "arms": 3, "policy": {"kind": "dp_ts", "epsilon": 1.0}}),
+        ))
+        .unwrap();
+        assert_eq!(
+            s.status("p").unwrap()["guarantee"]["noise"],
+            "deployment-grade"
+        );
+        let keys = |s: &Service| s.store.release_keys_count();
+        // The first attempt: the intent commits with its batch, the step draws and stores, and
+        // then that batch fails (its commit is lost).
+        let d = s.decide("p", None, None).unwrap();
+        let id = d["decision_id"].as_u64().unwrap();
+        s.begin_batch();
+        let Staged::AfterCommit(step) = s.reward_staged("p", id, 1.0).unwrap() else {
+            panic!("a per-step private reward stages its release");
+        };
+        s.commit_batch().unwrap();
+        assert_eq!(keys(&s), 1, "the key is durable with its intent");
+        s.begin_batch();
+        assert_eq!(step(&mut s).unwrap()["status"], "applied");
+        let lost_attempt = s.experiments["p"].session.snapshot().unwrap();
+        s.fail_batch();
+        assert!(s.commit_batch().is_err());
+        assert_eq!(s.status("p").unwrap()["pending"], 1);
+        // The redo (a plain reward): the open intent and its key, the same state.
+        assert_eq!(s.reward("p", id, 1.0).unwrap()["status"], "applied");
+        assert_eq!(s.experiments["p"].session.snapshot().unwrap(), lost_attempt);
+        assert_eq!(keys(&s), 0, "the key is deleted once its release is stored");
+        // A second release: the process dies after the intent's commit, before the draw.
+        // (DP-TS releases a batch per arm: pairs until a reward completes one.)
+        let (id, before, _never_run) = loop {
+            let d = s.decide("p", None, None).unwrap();
+            let id = d["decision_id"].as_u64().unwrap();
+            let before = s.experiments["p"].session.snapshot().unwrap();
+            s.begin_batch();
+            let staged = s.reward_staged("p", id, 0.0).unwrap();
+            s.commit_batch().unwrap();
+            match staged {
+                Staged::AfterCommit(step) => break (id, before, step),
+                Staged::Done(v) => assert_eq!(v["status"], "applied"),
+            }
+            assert!(id < 50, "no release in 50 rewards");
+        };
+        // The control: the same release without the key draws other noise.
+        let mut control = dpbandits::session::Session::restore(&before).unwrap();
+        control.observe_decision(id - 1, 0.0).unwrap();
+        drop(s);
+        let mut s = crate::testdb::open(&db, ADMIN).unwrap();
+        let l = s.ledger_rows("p", 0, 10_000).unwrap();
+        assert_eq!(
+            l["charges"], 1,
+            "the open intent is not charged as lost: {l}"
+        );
+        assert_eq!(s.reward("p", id, 0.0).unwrap()["status"], "applied");
+        let redone = s.experiments["p"].session.snapshot().unwrap();
+        assert_ne!(redone, control.snapshot().unwrap());
+        let l = s.ledger_rows("p", 0, 10_000).unwrap();
+        assert_eq!(
+            (l["charges"].clone(), l["max_charges_per_release"].clone()),
+            (json!(2), json!(1)),
+            "{l}"
+        );
+        assert_eq!(keys(&s), 0);
+        drop(s);
+        // A start resumes its check after the checkpoint written with the intent open.
+        drop(crate::testdb::open(&db, ADMIN).unwrap());
+        crate::testdb::verify(&db).unwrap();
+        let ins = store::inspect(&db, "p").unwrap();
+        assert_eq!(
+            (
+                ins.ledger_charged,
+                ins.ledger_lost,
+                ins.ledger_open,
+                ins.releases
+            ),
+            (2, 0, 0, 2)
         );
     }
 

@@ -41,17 +41,28 @@ pub(super) fn migrate(row: &store::ExperimentRow) -> anyhow::Result<Session> {
     Ok(s)
 }
 
-/// Turn every open release intent into a charged `lost` row with its audit entry (a crash, or
-/// a failed batch, between the intent and its state change: the release may have been drawn).
+/// Settle the open release intents that no redo can finish as charged `lost` rows with their
+/// audit entries (a crash, or a failed batch, between the intent and its state change: the
+/// release may have been drawn): those without a release key (written before keys existed).
+/// An intent with a key stays open: the release's redo takes it and its key
+/// (`Service::insert_intent`), so the release is drawn once and charged once.
 pub(super) fn settle_intents(tx: &store::Tx<'_>) -> anyhow::Result<()> {
     for i in tx.open_intents()? {
-        tx.set_ledger_status(i.id, "lost")?;
-        tx.audit(&i.experiment,
-            store::Event::BudgetCharge,
-            &json!({"ledger_id": i.id, "release": i.release, "arm": i.arm, "cost": i.cost,
-                    "status": "lost", "why": "a release intent without its state change (crash): charged, a redo is charged again"}),
-        )?;
+        if i.key.is_none() {
+            settle_lost(tx, &i)?;
+        }
     }
+    Ok(())
+}
+
+/// Settle one open intent as a charged `lost` row, with its audit entry.
+pub(super) fn settle_lost(tx: &store::Tx<'_>, i: &store::Intent) -> anyhow::Result<()> {
+    tx.set_ledger_status(i.id, "lost")?;
+    tx.audit(&i.experiment,
+        store::Event::BudgetCharge,
+        &json!({"ledger_id": i.id, "release": i.release, "arm": i.arm, "cost": i.cost,
+                "status": "lost", "why": "a release intent without its state change that no redo can finish: charged, a redo is charged again"}),
+    )?;
     Ok(())
 }
 

@@ -151,8 +151,14 @@ impl Service {
         let (Some(rounds), Some((measure, cost))) = (fresh.release, priced) else {
             return self.complete(name, fresh, None).map(Staged::Done);
         };
-        let id = self.insert_intent(name, fresh.release_no, fresh.arm, rounds, (measure, cost))?;
-        let intent = Intent { id, measure, cost };
+        let (id, key) =
+            self.insert_intent(name, fresh.release_no, fresh.arm, rounds, (measure, cost))?;
+        let intent = Intent {
+            id,
+            measure,
+            cost,
+            key,
+        };
         let name = name.to_string();
         Ok(Staged::AfterCommit(Box::new(move |s: &mut Service| {
             s.complete(&name, fresh, Some(intent))
@@ -217,9 +223,14 @@ impl Service {
                 f.decision_id
             )));
         }
-        e.session
-            .observe_decision(index, f.reward)
-            .map_err(refused_reward)?;
+        // A release is drawn with its intent's stored key: a redo draws the same noise.
+        let observed = match intent {
+            Some(i) => dpbandits::privacy::with_release_key(i.key, || {
+                e.session.observe_decision(index, f.reward)
+            }),
+            None => e.session.observe_decision(index, f.reward),
+        };
+        observed.map_err(refused_reward)?;
         let applied = Applied {
             decision_id: f.decision_id,
             arm: f.arm,
@@ -267,14 +278,19 @@ impl Service {
         let Some((measure, cost)) = cost_of(&e.guarantee) else {
             return Ok(None);
         };
-        let id = self.write_intent(name, release_no, arm, rounds, (measure, cost))?;
-        Ok(Some(Intent { id, measure, cost }))
+        let (id, key) = self.write_intent(name, release_no, arm, rounds, (measure, cost))?;
+        Ok(Some(Intent {
+            id,
+            measure,
+            cost,
+            key,
+        }))
     }
 
     /// Write the ledger intent of `name`'s release `release_no` (of `arm`, `rounds` rewards, at
     /// `cost` in `measure`) and make it durable before the release is drawn: committed at once
     /// outside a batch; inside one, with the batch so far ([`Service::flush_batch`]). Returns
-    /// its ledger row.
+    /// its ledger row and the key the release is drawn with.
     pub(super) fn write_intent(
         &mut self,
         name: &str,
@@ -282,14 +298,23 @@ impl Service {
         arm: usize,
         rounds: u64,
         (measure, cost): (&str, f64),
-    ) -> ServiceResult<i64> {
-        let id = self.insert_intent(name, release_no, arm, rounds, (measure, cost))?;
+    ) -> ServiceResult<(i64, [u8; 32])> {
+        let written = self.insert_intent(name, release_no, arm, rounds, (measure, cost))?;
         self.flush_batch()?;
-        Ok(id)
+        Ok(written)
     }
 
-    /// Write the ledger intent row of [`Service::write_intent`] in its own savepoint, without
-    /// making it durable (a staged reward's batch commit does that). Returns its ledger row.
+    /// Write the ledger intent row of [`Service::write_intent`] with a fresh release key from
+    /// the operating system, in its own savepoint, without making it durable (a staged reward's
+    /// batch commit does that). Returns its ledger row and key.
+    ///
+    /// **A release is drawn once.** When the release already has an open intent with a key (a
+    /// crash, a failed batch or a lost writer came between an earlier intent and its release:
+    /// the state went back to the stored one, from before the release), that intent and its
+    /// key are returned instead: the redo draws the same noise
+    /// ([`dpbandits::privacy::with_release_key`]) and the release is charged once. An open
+    /// intent of the release that cannot be reused (no key, another arm or cost) is settled as
+    /// charged `lost` first.
     fn insert_intent(
         &mut self,
         name: &str,
@@ -297,11 +322,26 @@ impl Service {
         arm: usize,
         rounds: u64,
         (measure, cost): (&str, f64),
-    ) -> ServiceResult<i64> {
+    ) -> ServiceResult<(i64, [u8; 32])> {
         let tx = self.store.begin()?;
-        let id = tx.insert_intent(name, release_no, arm, rounds, measure, cost)?;
+        if let Some(open) = tx.open_intent(name, release_no)? {
+            match open.key {
+                Some(key) if open.arm == arm as i64 && open.cost == cost => {
+                    crate::log::log(
+                        "release-redo",
+                        json!({"experiment": name, "release": release_no, "ledger_id": open.id}),
+                    );
+                    tx.commit()?;
+                    return Ok((open.id, key));
+                }
+                _ => super::open::settle_lost(&tx, &open)?,
+            }
+        }
+        let mut key = [0u8; 32];
+        super::fill_os(&mut key)?;
+        let id = tx.insert_intent(name, release_no, arm, rounds, measure, cost, &key)?;
         tx.commit()?;
-        Ok(id)
+        Ok((id, key))
     }
 
     /// Store an applied reward: the state, the decision's reward, its `reward` (or `abandon`)
@@ -380,6 +420,8 @@ struct Intent {
     id: i64,
     measure: &'static str,
     cost: f64,
+    /// The key its release is drawn with.
+    key: [u8; 32],
 }
 
 /// A reward's checks, done ([`Service::admit`]).

@@ -80,6 +80,7 @@ CREATE TABLE IF NOT EXISTS ledger (
 );
 CREATE INDEX IF NOT EXISTS ledger_experiment ON ledger (experiment, id);
 CREATE INDEX IF NOT EXISTS ledger_release ON ledger (experiment, release);
+CREATE TABLE IF NOT EXISTS release_keys (ledger_id INTEGER PRIMARY KEY, key BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS audit (
     seq INTEGER PRIMARY KEY,
     ts TEXT NOT NULL,
@@ -151,6 +152,7 @@ CREATE TABLE IF NOT EXISTS ledger (
 );
 CREATE INDEX IF NOT EXISTS ledger_experiment ON ledger (experiment, id);
 CREATE INDEX IF NOT EXISTS ledger_release ON ledger (experiment, release);
+CREATE TABLE IF NOT EXISTS release_keys (ledger_id BIGINT PRIMARY KEY, key BYTEA NOT NULL);
 CREATE TABLE IF NOT EXISTS audit (
     seq BIGINT PRIMARY KEY,
     ts TEXT NOT NULL,
@@ -530,6 +532,15 @@ impl Store {
             conn => conn.batch("ROLLBACK")?,
         }
         Ok(())
+    }
+
+    /// Rows of `release_keys` (either store), for tests.
+    #[cfg(test)]
+    pub(crate) fn release_keys_count(&self) -> i64 {
+        self.reads
+            .conn
+            .value("SELECT COUNT(*) FROM release_keys", super::sql::args![])
+            .unwrap()
     }
 
     /// The SQLite connection, for tests that tamper with the database or inject failures.

@@ -3,9 +3,11 @@
 //! One database file (WAL mode, `synchronous = FULL`: a commit is on disk before it returns).
 //! Tables: `meta`, `experiments` (configuration, client token hash, the core session's snapshot
 //! and queryable copies of its counters), `decisions`, `ledger` (release intents and budget
-//! charges) and `audit` (append-only, hash-chained; triggers refuse `UPDATE` and `DELETE`).
+//! charges), `release_keys` (the key of each release in flight, deleted when the release is
+//! stored: `service::reward`, "A release is drawn once") and `audit` (append-only,
+//! hash-chained; triggers refuse `UPDATE` and `DELETE`).
 //! **Protected data**: the decisions table and the audit log hold raw rewards, the snapshots hold
-//! raw reward sums.
+//! raw reward sums, a release key determines its release's noise.
 //!
 //! Every SQL statement of the service is here, in a named function; the state machine
 //! (`service/`) calls them inside its transactions, the verifier (`verify/`) reads through

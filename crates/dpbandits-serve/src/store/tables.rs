@@ -110,6 +110,19 @@ pub struct DecisionRow {
     pub late_received: Option<String>,
 }
 
+/// An [`Intent`] from a row of `id, experiment, release, arm, cost, key`.
+fn intent_of(r: &super::sql::Row<'_>) -> Result<Intent> {
+    let key: Option<Vec<u8>> = r.get(5)?;
+    Ok(Intent {
+        id: r.get(0)?,
+        experiment: r.get(1)?,
+        release: r.get(2)?,
+        arm: r.get(3)?,
+        cost: r.get(4)?,
+        key: key.and_then(|k| <[u8; 32]>::try_from(k.as_slice()).ok()),
+    })
+}
+
 /// A stored decision: its arm, its reward if reported, its outcome.
 pub type StoredDecision = (usize, Option<f64>, Option<String>);
 
@@ -126,6 +139,9 @@ pub struct Intent {
     pub arm: i64,
     /// Its cost.
     pub cost: f64,
+    /// The key its release is drawn with (`release_keys`), if one was stored with it (intents
+    /// written before release keys existed have none).
+    pub key: Option<[u8; 32]>,
 }
 
 /// One ledger row.
@@ -541,11 +557,14 @@ impl Tx<'_> {
         Ok(())
     }
 
-    /// Write a release intent (the caller commits it and makes it durable before the release is
-    /// drawn: `Service` commits the batch's transaction); returns its ledger row id.
+    /// Write a release intent with the key its release is drawn with
+    /// ([`dpbandits::privacy::with_release_key`]; table `release_keys`), which the caller
+    /// commits, durable before the release is drawn (`Service` commits the batch's
+    /// transaction); returns its ledger row id.
     ///
     /// # Errors
     /// Database errors.
+    #[allow(clippy::too_many_arguments)]
     pub fn insert_intent(
         &self,
         name: &str,
@@ -554,8 +573,9 @@ impl Tx<'_> {
         rewards: u64,
         measure: &str,
         cost: f64,
+        key: &[u8; 32],
     ) -> Result<i64> {
-        self.reads.conn.value(
+        let id: i64 = self.reads.conn.value(
             "INSERT INTO ledger (experiment, release, arm, rewards, measure, cost, status, created)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'intent', ?7) RETURNING id",
             args![
@@ -567,38 +587,59 @@ impl Tx<'_> {
                 cost,
                 now()
             ],
-        )
+        )?;
+        self.reads.conn.execute(
+            "INSERT INTO release_keys (ledger_id, key) VALUES (?1, ?2)",
+            args![id, key.to_vec()],
+        )?;
+        Ok(id)
     }
 
-    /// Every open release intent, oldest first.
+    /// Every open release intent, oldest first, with its release key if it has one.
     ///
     /// # Errors
     /// Database errors.
     pub fn open_intents(&self) -> Result<Vec<Intent>> {
         self.reads.conn.rows(
-            "SELECT id, experiment, release, arm, cost FROM ledger WHERE status = 'intent' ORDER BY id",
+            "SELECT l.id, l.experiment, l.release, l.arm, l.cost, k.key FROM ledger l
+             LEFT JOIN release_keys k ON k.ledger_id = l.id
+             WHERE l.status = 'intent' ORDER BY l.id",
             args![],
-            |r| {
-                Ok(Intent {
-                    id: r.get(0)?,
-                    experiment: r.get(1)?,
-                    release: r.get(2)?,
-                    arm: r.get(3)?,
-                    cost: r.get(4)?,
-                })
-            },
+            intent_of,
         )
+    }
+
+    /// The open intent of release `release` of experiment `name`, if there is one (the
+    /// newest): a crash, a failed batch or a lost writer between the intent and its release.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub fn open_intent(&self, name: &str, release: u64) -> Result<Option<Intent>> {
+        let mut rows = self.reads.conn.rows(
+            "SELECT l.id, l.experiment, l.release, l.arm, l.cost, k.key FROM ledger l
+             LEFT JOIN release_keys k ON k.ledger_id = l.id
+             WHERE l.experiment = ?1 AND l.release = ?2 AND l.status = 'intent'
+             ORDER BY l.id DESC LIMIT 1",
+            args![name, release as i64],
+            intent_of,
+        )?;
+        Ok(rows.pop())
     }
 
     /// Set a ledger row's status (`charged`, `lost`) inside `tx`.
     ///
     /// # Errors
     /// Database errors.
+    /// A settled row's release key is deleted with it: the key and the release give the exact
+    /// sum, so it is kept no longer than a redo may need it.
     pub fn set_ledger_status(&self, id: i64, status: &str) -> Result<()> {
         self.reads.conn.execute(
             "UPDATE ledger SET status = ?2 WHERE id = ?1",
             args![id, status],
         )?;
+        self.reads
+            .conn
+            .execute("DELETE FROM release_keys WHERE ledger_id = ?1", args![id])?;
         Ok(())
     }
 

@@ -37,7 +37,7 @@ pub use gram::GramTree;
 pub use laplace::{LaplaceMechanism, sample_standard_laplace};
 pub use noise::{
     DEFAULT_GRID_BITS, LinearSum, MAX_GRID_BITS, NoiseGrade, NoiseKind, NoiseSource, check_noise,
-    noise_label,
+    noise_label, with_release_key,
 };
 pub use randomized_response::{LocalRandomizer, PerArmChannel, RandomizedResponse};
 pub(crate) use randomized_response::{

@@ -260,9 +260,75 @@ fn decompose(x: f64) -> (u64, i64) {
     (m >> tz, e + i64::from(tz))
 }
 
+thread_local! {
+    /// The stream of [`with_release_key`] while its closure runs on this thread.
+    static RELEASE_STREAM: std::cell::RefCell<Option<ChaCha20Rng>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Run `f` with every deployment-grade draw made on this thread taken, in draw order, from one
+/// ChaCha20 stream keyed by `key`, instead of from each source's own OS-seeded generator.
+/// Simulation-grade draws are untouched (their seeded stream is in the snapshot already).
+///
+/// This is how a store makes a release's randomness durable **before** the release is drawn:
+/// it draws a fresh 32-byte key from the operating system for each release, commits it, and
+/// draws the release inside this scope. A redo of the same release after a crash (the same
+/// stored state, the same rewards, the same key) draws exactly the same noise: the release is
+/// drawn once, however often it is computed. The key is as secret as the noise it determines
+/// (with it and the release, the exact sum is known): keep it only until the release is
+/// stored, then delete it. Reusing a key for two different releases would correlate their
+/// noise; the scope is for one release and its redos only.
+///
+/// Nested scopes: the inner key applies inside the inner closure, the outer one again after it
+/// (also when the closure panics).
+pub fn with_release_key<R>(key: [u8; 32], f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<ChaCha20Rng>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let previous = self.0.take();
+            RELEASE_STREAM.with(|s| *s.borrow_mut() = previous);
+        }
+    }
+    let previous = RELEASE_STREAM.with(|s| s.borrow_mut().replace(ChaCha20Rng::from_seed(key)));
+    let _restore = Restore(previous);
+    f()
+}
+
+/// A deployment source's generator: its own OS-seeded ChaCha20, or the stream of an enclosing
+/// [`with_release_key`] scope.
+struct DeploymentRng(ChaCha20Rng);
+
+impl DeploymentRng {
+    fn with<R>(&mut self, f: impl FnOnce(&mut ChaCha20Rng) -> R) -> R {
+        RELEASE_STREAM.with(|s| match s.borrow_mut().as_mut() {
+            Some(keyed) => f(keyed),
+            None => f(&mut self.0),
+        })
+    }
+}
+
+impl rand::TryRng for DeploymentRng {
+    type Error = std::convert::Infallible;
+
+    fn try_next_u32(&mut self) -> std::result::Result<u32, Self::Error> {
+        Ok(self.with(rand::Rng::next_u32))
+    }
+
+    fn try_next_u64(&mut self) -> std::result::Result<u64, Self::Error> {
+        Ok(self.with(rand::Rng::next_u64))
+    }
+
+    fn try_fill_bytes(&mut self, dst: &mut [u8]) -> std::result::Result<(), Self::Error> {
+        self.with(|r| rand::Rng::fill_bytes(r, dst));
+        Ok(())
+    }
+}
+
+impl rand::TryCryptoRng for DeploymentRng {}
+
 /// The OS-seeded generator and grid of the deployment path.
 struct Deployment {
-    rng: ChaCha20Rng,
+    rng: DeploymentRng,
     grid_bits: u32,
 }
 
@@ -273,7 +339,10 @@ impl Deployment {
                 "noise = \"deployment\": the operating system's entropy source failed ({e})"
             ))
         })?;
-        Ok(Deployment { rng, grid_bits })
+        Ok(Deployment {
+            rng: DeploymentRng(rng),
+            grid_bits,
+        })
     }
 
     /// `Delta_cal = max(s 2^k n, ceil(2^k (hi - lo)))` as an exact rational.
@@ -1421,5 +1490,47 @@ mod tests {
         assert_ne!(x, y);
         assert_ne!(x, z);
         assert!(format!("{a:?}").contains("Deployment"));
+    }
+
+    /// Inside [`with_release_key`], any deployment source draws the key's stream: a redo of a
+    /// release with the stored key (a restored policy, with a fresh OS key of its own) draws the
+    /// same noise; another key, or no scope, draws other noise; the scope ends with its closure.
+    /// Simulation sources are untouched. (Equal 20-draw sequences from independent keys:
+    /// probability ~ 0.)
+    #[test]
+    fn a_release_key_makes_the_redo_draw_the_same_noise() {
+        let b = unit();
+        let draw = |s: &mut NoiseSource| -> Vec<f64> {
+            (0..20)
+                .map(|_| {
+                    s.gaussian_mean(1.0, 1.0, &b.drawn_sum(0.5, 1), &b)
+                        .unwrap()
+                        .value()
+                })
+                .collect()
+        };
+        let key = [7u8; 32];
+        let mut first = NoiseSource::deployment(20).unwrap();
+        let mut redo = NoiseSource::deployment(20).unwrap();
+        let x = with_release_key(key, || draw(&mut first));
+        let y = with_release_key(key, || draw(&mut redo));
+        assert_eq!(x, y);
+        let other = with_release_key([8u8; 32], || draw(&mut redo));
+        assert_ne!(x, other);
+        // Nested: the inner key inside, the outer stream continues after it.
+        let (inner, outer_after) = with_release_key(key, || {
+            let head = draw(&mut first);
+            let inner = with_release_key([8u8; 32], || draw(&mut first));
+            (inner, [head, draw(&mut first)].concat())
+        });
+        assert_eq!(inner, other);
+        let straight = with_release_key(key, || [draw(&mut redo), draw(&mut redo)].concat());
+        assert_eq!(outer_after, straight);
+        // Outside any scope: each source's own generator again.
+        assert_ne!(draw(&mut first), x);
+        // Simulation: its own seeded stream, with or without a key.
+        let mut s1 = NoiseSource::simulation(3);
+        let mut s2 = NoiseSource::simulation(3);
+        assert_eq!(with_release_key(key, || draw(&mut s1)), draw(&mut s2));
     }
 }
