@@ -23,17 +23,41 @@ def free_port():
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def server(cli, tmp_path):
+PG_ENV = "DPBANDITS_TEST_PG"
+
+
+def fresh_database(tmp_path):
+    """The database of one server: an SQLite file, or (the `postgresql` parameter, in the
+    PostgreSQL pass of scripts/test, which sets DPBANDITS_TEST_PG to a server's `postgres`
+    database) a fresh PostgreSQL database with its audit key file. Returns (db, serve flags)."""
+    base = os.environ.get(PG_ENV, "")
+    if not base:
+        return str(tmp_path / "trial.sqlite"), []
+    name = f"dpbt_py_{os.getpid()}_{random.randrange(1 << 32):08x}"
+    subprocess.run(["psql", "-q", base, "-c", f"CREATE DATABASE {name}"], check=True,
+                   timeout=30, capture_output=True)
+    key = tmp_path / "audit.key"
+    return base.rsplit("/", 1)[0] + "/" + name, ["--audit-key-file", str(key)]
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def server(request, cli, tmp_path, monkeypatch):
+    """A running `serve` on SQLite, and on PostgreSQL when DPBANDITS_TEST_PG names a server
+    (skipped otherwise). Yields (url, db, process, flags that name the audit key)."""
+    if request.param == "sqlite":
+        monkeypatch.delenv(PG_ENV, raising=False)
+    elif not os.environ.get(PG_ENV):
+        pytest.skip(f"no {PG_ENV}: the PostgreSQL pass of scripts/test sets it")
     token = tmp_path / "admin.token"
     token.write_text(ADMIN + "\n")
     port = free_port()
-    db = tmp_path / "trial.sqlite"
+    db, key_flags = fresh_database(tmp_path)
     log = open(tmp_path / "server.log", "w")
     env = {k: v for k, v in os.environ.items() if k != "DPBANDITS_ADMIN_TOKEN"}
     p = subprocess.Popen(
         [str(cli), "serve", "--db", str(db), "--listen", f"127.0.0.1:{port}",
-         "--admin-token-file", str(token)],
+         "--admin-token-file", str(token), *key_flags]
+        + (["--allow-async-replication"] if key_flags else []),
         stdout=subprocess.DEVNULL, stderr=log, env=env,
     )
     url = f"http://127.0.0.1:{port}"
@@ -47,7 +71,7 @@ def server(cli, tmp_path):
             assert time.monotonic() < deadline, "server not healthy within 30 s"
             time.sleep(0.02)
     try:
-        yield url, db, p
+        yield url, db, p, key_flags
     finally:
         p.terminate()
         try:
@@ -62,7 +86,7 @@ def test_a_whole_trial_through_the_client(server, cli):
     """Create (idempotent), decide and reward with several sites at once (409 waits handled),
     abandon, status, ledger, close, report (JSON and HTML), export, audit; then the database
     verifies. 3 arms, 120 patients, AdaC-UCB at rho = 0.5."""
-    url, db, _ = server
+    url, db, _, key_flags = server
     admin = Client(url, token=ADMIN)
     means = [0.2, 0.5, 0.8]
     exp = admin.create("trial-1", arms=3, policy={"kind": "adac_ucb", "rho": 0.5},
@@ -176,7 +200,7 @@ def test_a_whole_trial_through_the_client(server, cli):
         Client(url).metrics()
     assert e.value.status == 401
 
-    out = subprocess.run([str(cli), "audit-log", "verify", "--json", "--db", str(db)],
+    out = subprocess.run([str(cli), "audit-log", "verify", "--json", "--db", str(db), *key_flags],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     v = json.loads(out.stdout)
@@ -186,7 +210,7 @@ def test_a_whole_trial_through_the_client(server, cli):
 def test_the_client_waits_at_a_boundary_then_says_pending(server):
     """A per-step kind serves one decision at a time: a second request waits on the 409's
     Retry-After and raises Pending after `wait`; once the reward arrives it is served."""
-    url, _, _ = server
+    url, _, _, _ = server
     admin = Client(url, token=ADMIN)
     exp = admin.create("steps", arms=2, policy={"kind": "dp_ts", "epsilon": 1.0})
     d = exp.decide()

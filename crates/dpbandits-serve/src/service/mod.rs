@@ -373,7 +373,7 @@ impl Service {
             Ok(())
         } else {
             self.write_stale_snapshots()
-                .and_then(|()| self.store.commit_batch().map_err(ServiceError::from))
+                .and_then(|()| self.commit_store_batch())
         };
         self.batch_failed = false;
         if let Err(e) = r {
@@ -391,6 +391,21 @@ impl Service {
         Ok(())
     }
 
+    /// The store's commit of the open batch; a commit refused by the fence (PostgreSQL: another
+    /// node claimed the database, [`store::Fenced`]) also marks this service fenced, logged
+    /// once.
+    fn commit_store_batch(&mut self) -> ServiceResult<()> {
+        let r = self.store.commit_batch();
+        if let Err(e) = &r
+            && let Some(f) = e.downcast_ref::<store::Fenced>()
+            && self.fenced.is_none()
+        {
+            crate::log::log("fenced", json!({"error": f.to_string()}));
+            self.fenced = Some(f.to_string());
+        }
+        r.map_err(ServiceError::from)
+    }
+
     /// Inside a batch, commit what it holds so far (with the snapshots it has not written yet)
     /// and open a new transaction (a release intent must be durable before its release is
     /// drawn). Outside a batch nothing is open: no-op.
@@ -399,10 +414,8 @@ impl Service {
             return Ok(());
         }
         let r = self.write_stale_snapshots().and_then(|()| {
-            self.store
-                .commit_batch()
-                .and_then(|()| self.store.begin_batch())
-                .map_err(ServiceError::from)
+            self.commit_store_batch()?;
+            self.store.begin_batch().map_err(ServiceError::from)
         });
         if r.is_err() {
             self.batch_failed = true;

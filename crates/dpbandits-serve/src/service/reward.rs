@@ -179,7 +179,19 @@ impl Service {
         if self.experiment(name)?.closed.is_some() {
             return Err(ServiceError::Closed { name: name.into() });
         }
-        let Some((arm, previous, outcome)) = self.store.decision(name, decision_id)? else {
+        // A decision the session holds pending is stored without a reward (its row was written
+        // before it was answered, and the session adopts the stored pending decisions at every
+        // start): no read. Any other (a repeat, a late outcome, an unknown id) is read.
+        let pending = self
+            .experiments
+            .get(name)
+            .and_then(|e| e.session.pending_arm(decision_id.checked_sub(1)?))
+            .map(|arm| (arm, None, None));
+        let stored = match pending {
+            Some(p) => Some(p),
+            None => self.store.decision(name, decision_id)?,
+        };
+        let Some((arm, previous, outcome)) = stored else {
             return Err(ServiceError::NotFound(format!(
                 "decision_id = {decision_id}: no such decision in experiment {name:?}"
             )));

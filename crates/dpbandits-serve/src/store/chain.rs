@@ -444,7 +444,7 @@ impl Tx<'_> {
             .context(
                 "appending to the audit log: the audit key is not loaded on this connection",
             )?;
-        self.reads.conn.execute(
+        self.reads.conn.execute_deferred(
             "INSERT INTO audit (seq, ts, experiment, event, body, prev, hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             args![seq, ts, experiment, event, body, prev, hash],
         )?;

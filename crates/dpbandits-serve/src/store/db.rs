@@ -175,6 +175,15 @@ CREATE OR REPLACE TRIGGER audit_no_change BEFORE UPDATE OR DELETE ON audit
     FOR EACH ROW EXECUTE FUNCTION dpbandits_audit_append_only();
 CREATE OR REPLACE TRIGGER audit_no_truncate BEFORE TRUNCATE ON audit
     FOR EACH STATEMENT EXECUTE FUNCTION dpbandits_audit_append_only();
+CREATE OR REPLACE FUNCTION dpbandits_fence(mine BIGINT) RETURNS void LANGUAGE plpgsql AS $$
+    DECLARE e BIGINT; n TEXT;
+    BEGIN
+        SELECT epoch, node INTO e, n FROM owner WHERE id = 1 FOR SHARE;
+        IF e IS DISTINCT FROM mine THEN
+            RAISE EXCEPTION 'fenced' USING ERRCODE = 'DPB01',
+                DETAIL = COALESCE(e, 0)::text || ' ' || COALESCE(n, '');
+        END IF;
+    END $$;
 "#;
 
 /// The indexes both stores add after the schema (and after SQLite's migrations): partial
@@ -298,7 +307,10 @@ impl Store {
     fn open_pg(path: &Path) -> Result<Store> {
         let url = path.to_str().unwrap_or_default();
         let pg = PgConn::connect(url)?;
-        pg.set_session("SET synchronous_commit = on; SET client_min_messages = warning")?;
+        pg.set_session(
+            "SET synchronous_commit = on; SET client_min_messages = warning; \
+             SET standard_conforming_strings = on",
+        )?;
         let conn = Conn::Pg(Box::new(pg));
         conn.batch(&format!(
             "BEGIN; SELECT pg_advisory_xact_lock(4242001); {PG_SCHEMA}; {PARTIAL_INDEXES}; COMMIT"
@@ -440,7 +452,7 @@ impl Store {
                 let released = deferred_releases(p);
                 self.reads
                     .conn
-                    .batch(&format!("{released}SAVEPOINT {SAVEPOINT}"))?;
+                    .defer(&format!("{released}SAVEPOINT {SAVEPOINT}"))?;
             }
             conn => conn.batch(&format!("SAVEPOINT {SAVEPOINT}"))?,
         }
@@ -475,17 +487,19 @@ impl Store {
     ///
     /// # Errors
     /// Database errors (e.g. a transaction is already open); the store stays [`Batch::Idle`].
+    ///
+    /// On PostgreSQL the batch's writes are deferred ([`Conn::defer`]): its `BEGIN`, savepoints
+    /// and writes go to the server with its first read, or with its commit, whose round trip
+    /// also checks the fence ([`Store::commit_batch`]): a batch that reads nothing is one round
+    /// trip.
     pub fn begin_batch(&mut self) -> Result<()> {
         let conn = &self.reads.conn;
         conn.reconnect_if_closed()?;
-        conn.batch(if conn.is_pg() {
-            "BEGIN"
+        if conn.is_pg() {
+            conn.set_deferring(true);
+            conn.defer("BEGIN")?;
         } else {
-            "BEGIN IMMEDIATE"
-        })?;
-        if let Err(e) = self.fence() {
-            let _ = conn.batch("ROLLBACK");
-            return Err(e);
+            conn.batch("BEGIN IMMEDIATE")?;
         }
         self.batch = Batch::Open;
         Ok(())
@@ -505,12 +519,38 @@ impl Store {
     ///
     /// # Errors
     /// Database errors (the batch stays open: [`Store::rollback_batch`] it).
+    ///
+    /// PostgreSQL: the deferred statements, the fence (`dpbandits_fence`: the owner row locked
+    /// `FOR SHARE` and its epoch checked, so no takeover commits in between) and `COMMIT`, in
+    /// one round trip; refused when a deferred statement failed earlier in the batch (the
+    /// statements after it did not run); a [`Fenced`](super::Fenced) error when another node
+    /// claimed the database.
     pub fn commit_batch(&mut self) -> Result<()> {
-        if let Conn::Pg(p) = &self.reads.conn {
+        let conn = &self.reads.conn;
+        if let Conn::Pg(p) = conn {
+            if conn.is_broken() {
+                anyhow::bail!(
+                    "a statement of the batch failed on the database: nothing of the batch commits"
+                );
+            }
             // `COMMIT` releases every savepoint.
             p.releases.set(0);
+            let fence = match self.epoch {
+                Some(e) => format!("SELECT dpbandits_fence({e}); "),
+                None => String::new(),
+            };
+            if let Err(e) = conn.batch(&format!("{fence}COMMIT")) {
+                return Err(
+                    match self.epoch.and_then(|mine| super::fence::fenced(&e, mine)) {
+                        Some(f) => f.into(),
+                        None => e,
+                    },
+                );
+            }
+            conn.set_deferring(false);
+        } else {
+            conn.batch("COMMIT")?;
         }
-        self.reads.conn.batch("COMMIT")?;
         self.batch = Batch::Idle;
         Ok(())
     }
@@ -526,6 +566,8 @@ impl Store {
         if let Conn::Pg(p) = &self.reads.conn {
             p.releases.set(0);
         }
+        // What is still deferred is dropped: the rollback undoes what was sent.
+        self.reads.conn.set_deferring(false);
         match &self.reads.conn {
             Conn::Lite(c) if c.is_autocommit() => {}
             // PostgreSQL answers a `ROLLBACK` outside a transaction with a warning only.
@@ -634,7 +676,8 @@ impl Drop for Tx<'_> {
             // Rolled back: the log's head is what it was when this began.
             self.reads.head.replace(self.head.take());
             if let Some(sql) = self.end(false) {
-                let _ = self.reads.conn.batch(&sql);
+                // Inside a batch on PostgreSQL, with the next statement sent.
+                let _ = self.reads.conn.defer(&sql);
             }
         }
     }

@@ -1,5 +1,7 @@
 //! The fence of a PostgreSQL writer's transactions ([`super::owner`]): the check every write
-//! transaction of a claimed store makes first, and the error it refuses with.
+//! transaction of a claimed store makes (a transaction outside a batch first, [`fence`]; a
+//! batch in its commit's round trip, through the schema's `dpbandits_fence(epoch)`, whose
+//! refusal [`fenced`] reads), and the error it refuses with.
 
 use super::sql::{Conn, args};
 use anyhow::Result;
@@ -30,6 +32,26 @@ pub(super) fn fence(conn: &Conn, epoch: i64) -> Result<()> {
         }
         .into()),
     }
+}
+
+/// The [`Fenced`] error of a commit whose fence (`dpbandits_fence(mine)`, in the PostgreSQL
+/// schema) found another epoch: its SQLSTATE `DPB01`, its detail `"<epoch> <node>"`. `None` for
+/// any other error.
+pub(super) fn fenced(e: &anyhow::Error, mine: i64) -> Option<Fenced> {
+    let db = e
+        .chain()
+        .find_map(|c| c.downcast_ref::<postgres::Error>())?
+        .as_db_error()?;
+    if db.code().code() != "DPB01" {
+        return None;
+    }
+    let detail = db.detail().unwrap_or_default();
+    let (now, node) = detail.split_once(' ').unwrap_or((detail, ""));
+    Some(Fenced {
+        mine,
+        now: now.parse().unwrap_or(0),
+        node: node.to_string(),
+    })
 }
 
 /// A write refused because another node claimed the database after this one (its epoch is

@@ -39,8 +39,9 @@ pub fn round_trips() -> u64 {
     ROUND_TRIPS.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-fn trip() {
+fn trip(p: &PgConn) {
     ROUND_TRIPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    p.trips.set(p.trips.get() + 1);
 }
 
 /// One database connection.
@@ -65,6 +66,18 @@ pub(crate) struct PgConn {
     /// savepoint with the next statement that needs it gone (the next savepoint, a rollback to
     /// one) or not at all (`COMMIT` releases every savepoint): one round trip fewer per `Tx`.
     pub(super) releases: Cell<u32>,
+    /// Inside a batch: statements deferred ([`Conn::defer`], [`Conn::execute_deferred`]), as
+    /// SQL text with their arguments inlined, sent in one round trip ahead of the next
+    /// statement that is sent (a read, the commit).
+    pending: RefCell<String>,
+    /// Round trips on this connection ([`round_trips`] counts the process's).
+    trips: Cell<u64>,
+    /// Whether writes are deferred now (a batch is open: [`Conn::set_deferring`]).
+    deferring: Cell<bool>,
+    /// A deferred statement failed: the transaction is aborted, and the statements after it
+    /// in its round trip did not run. Nothing of it may commit: every later commit is refused
+    /// until the transaction is rolled back ([`Conn::set_deferring`] with `false`).
+    broken: Cell<bool>,
 }
 
 /// One row of a result, from either driver.
@@ -100,6 +113,72 @@ fn dollar_placeholders(sql: &str) -> String {
         }
     }
     out
+}
+
+/// `sql` with each `?N` replaced by [`literal`] of `args[N - 1]`: a statement PostgreSQL runs
+/// as text, deferred with others into one round trip ([`Conn::execute_deferred`]).
+fn inline_placeholders(sql: &str, args: &[&dyn Arg]) -> Result<String> {
+    let mut out = String::with_capacity(sql.len() + 16 * args.len());
+    let mut chars = sql.char_indices().peekable();
+    while let Some((_, c)) = chars.next() {
+        if c == '?' && chars.peek().is_some_and(|(_, d)| d.is_ascii_digit()) {
+            let mut n = 0usize;
+            while let Some((_, d)) = chars.peek().copied().filter(|(_, d)| d.is_ascii_digit()) {
+                n = n * 10 + (d as usize - '0' as usize);
+                chars.next();
+            }
+            let arg = n
+                .checked_sub(1)
+                .and_then(|i| args.get(i))
+                .with_context(|| format!("?{n}: no such argument in {sql}"))?;
+            out.push_str(&literal(*arg)?);
+        } else {
+            out.push(c);
+        }
+    }
+    Ok(out)
+}
+
+/// A value as a PostgreSQL literal, through its SQLite form (the five storage classes):
+/// `NULL`; an integer; a real as the text of its shortest round-trip form cast to `float8`
+/// (`float8in` reads it back to the same bits; `NaN` and the infinities by name); text quoted
+/// with `'` doubled (`standard_conforming_strings` is on: the store sets it); bytes as a `bytea`
+/// hex literal.
+///
+/// # Errors
+/// Text that is not UTF-8, or a value SQLite's binding cannot express.
+fn literal(a: &dyn Arg) -> Result<String> {
+    use rusqlite::types::{ToSqlOutput, ValueRef};
+    let out = rusqlite::ToSql::to_sql(a)?;
+    let v = match &out {
+        ToSqlOutput::Borrowed(v) => *v,
+        ToSqlOutput::Owned(v) => ValueRef::from(v),
+        _ => anyhow::bail!("a statement argument with no PostgreSQL literal"),
+    };
+    Ok(match v {
+        ValueRef::Null => "NULL".to_string(),
+        ValueRef::Integer(i) => format!("({i})::bigint"),
+        ValueRef::Real(f) if f.is_nan() => "'NaN'::float8".to_string(),
+        ValueRef::Real(f) if f.is_infinite() => {
+            format!("'{}Infinity'::float8", if f < 0.0 { "-" } else { "" })
+        }
+        ValueRef::Real(f) => format!("'{f:?}'::float8"),
+        ValueRef::Text(t) => {
+            let s = std::str::from_utf8(t).context("a text argument that is not UTF-8")?;
+            format!("'{}'", s.replace('\'', "''"))
+        }
+        ValueRef::Blob(b) => {
+            let mut hex = String::with_capacity(2 * b.len() + 16);
+            hex.push_str("'\\x");
+            const DIGITS: &[u8; 16] = b"0123456789abcdef";
+            for byte in b {
+                hex.push(DIGITS[usize::from(byte >> 4)] as char);
+                hex.push(DIGITS[usize::from(byte & 15)] as char);
+            }
+            hex.push_str("'::bytea");
+            hex
+        }
+    })
 }
 
 /// Whether `--db` names a PostgreSQL database (`postgres://` or `postgresql://`) rather than an
@@ -166,6 +245,10 @@ impl PgConn {
             statements: RefCell::new(HashMap::new()),
             depth: Cell::new(0),
             releases: Cell::new(0),
+            pending: RefCell::new(String::new()),
+            trips: Cell::new(0),
+            deferring: Cell::new(false),
+            broken: Cell::new(false),
         })
     }
 
@@ -205,7 +288,7 @@ impl PgConn {
         if let Some(s) = self.statements.borrow().get(sql) {
             return Ok(s.clone());
         }
-        trip();
+        trip(self);
         let s = client
             .prepare(&dollar_placeholders(sql))
             .with_context(|| format!("preparing {sql}"))?;
@@ -273,6 +356,8 @@ impl Conn {
         p.statements.borrow_mut().clear();
         p.depth.set(0);
         p.releases.set(0);
+        p.pending.borrow_mut().clear();
+        p.broken.set(false);
         crate::log::log(
             "database-reconnected",
             serde_json::json!({"db": redacted(&p.url)}),
@@ -284,13 +369,92 @@ impl Conn {
     ///
     /// # Errors
     /// Database errors.
+    /// On PostgreSQL the deferred statements go first, in the same round trip.
     pub(crate) fn batch(&self, sql: &str) -> Result<()> {
         match self {
             Conn::Lite(c) => c.execute_batch(sql)?,
             Conn::Pg(p) => {
-                trip();
-                p.client()?.batch_execute(sql)?;
+                let mut text = p.pending.take();
+                let deferred = !text.is_empty();
+                text.push_str(sql);
+                trip(p);
+                if let Err(e) = p.client()?.batch_execute(&text) {
+                    if deferred {
+                        p.broken.set(true);
+                    }
+                    return Err(e.into());
+                }
             }
+        }
+        Ok(())
+    }
+
+    /// Run `sql` (statements without arguments) now on SQLite; on PostgreSQL inside a batch,
+    /// with the next statement sent ([`PgConn`]'s `pending`): no round trip of its own.
+    ///
+    /// # Errors
+    /// Database errors (SQLite; PostgreSQL outside a batch).
+    pub(crate) fn defer(&self, sql: &str) -> Result<()> {
+        match self {
+            Conn::Pg(p) if p.deferring.get() => {
+                let mut pending = p.pending.borrow_mut();
+                pending.push_str(sql);
+                pending.push_str("; ");
+                Ok(())
+            }
+            conn => conn.batch(sql),
+        }
+    }
+
+    /// [`Conn::execute`] without its count: on PostgreSQL inside a batch, deferred
+    /// ([`Conn::defer`]) with its arguments inlined as literals ([`literal`]); its error, if
+    /// any, comes with the round trip that sends it and fails the batch.
+    ///
+    /// # Errors
+    /// Database errors (SQLite; PostgreSQL outside a batch); an argument with no literal.
+    pub(crate) fn execute_deferred(&self, sql: &str, args: &[&dyn Arg]) -> Result<()> {
+        match self {
+            Conn::Pg(p) if p.deferring.get() => {
+                let text = inline_placeholders(sql, args)?;
+                let mut pending = p.pending.borrow_mut();
+                pending.push_str(&text);
+                pending.push_str("; ");
+                Ok(())
+            }
+            conn => conn.execute(sql, args).map(|_| ()),
+        }
+    }
+
+    /// PostgreSQL: defer writes from now (`true`: a batch began) or stop (`false`: it ended;
+    /// what is still deferred is dropped with the transaction, and the connection is whole
+    /// again). SQLite: nothing.
+    pub(crate) fn set_deferring(&self, on: bool) {
+        if let Conn::Pg(p) = self {
+            p.deferring.set(on);
+            if !on {
+                p.pending.borrow_mut().clear();
+                p.broken.set(false);
+            }
+        }
+    }
+
+    /// PostgreSQL: whether a deferred statement failed in the open transaction (nothing of it
+    /// may commit).
+    pub(crate) fn is_broken(&self) -> bool {
+        matches!(self, Conn::Pg(p) if p.broken.get())
+    }
+
+    /// PostgreSQL: send the deferred statements now (before a statement that reads, or whose
+    /// count is asked for).
+    fn flush(p: &PgConn) -> Result<()> {
+        let text = p.pending.take();
+        if text.is_empty() {
+            return Ok(());
+        }
+        trip(p);
+        if let Err(e) = p.client()?.batch_execute(&text) {
+            p.broken.set(true);
+            return Err(e.into());
         }
         Ok(())
     }
@@ -303,9 +467,10 @@ impl Conn {
         match self {
             Conn::Lite(c) => Ok(c.prepare_cached(sql)?.execute(&*lite_args(args))? as u64),
             Conn::Pg(p) => {
+                Self::flush(p)?;
                 let mut client = p.client()?;
                 let s = p.statement(&mut client, sql)?;
-                trip();
+                trip(p);
                 Ok(client.execute(&s, &pg_args(args))?)
             }
         }
@@ -331,10 +496,11 @@ impl Conn {
                 }
             }
             Conn::Pg(p) => {
+                Self::flush(p)?;
                 let rows = {
                     let mut client = p.client()?;
                     let s = p.statement(&mut client, sql)?;
-                    trip();
+                    trip(p);
                     client.query(&s, &pg_args(args))?
                 };
                 rows.first().map(|r| f(&Row::Pg(r))).transpose()
@@ -372,9 +538,10 @@ impl Conn {
             }
             Conn::Pg(p) => {
                 use postgres::fallible_iterator::FallibleIterator;
+                Self::flush(p)?;
                 let mut client = p.client()?;
                 let s = p.statement(&mut client, sql)?;
-                trip();
+                trip(p);
                 let mut rows = client.query_raw(&s, pg_args(args))?;
                 while let Some(r) = rows.next()? {
                     f(&Row::Pg(&r))?;
@@ -464,6 +631,127 @@ pub fn create_database(base: &str, name: &str) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The literals a deferred statement inlines: every SQLite storage class, quotes doubled,
+    /// reals in their shortest round-trip form.
+    #[test]
+    fn deferred_statements_inline_their_arguments() {
+        let text = inline_placeholders(
+            "INSERT INTO t VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?10)",
+            args![
+                -3i64,
+                0.1f64,
+                "it's",
+                None::<i64>,
+                vec![0u8, 255, 16],
+                f64::NEG_INFINITY,
+                0,
+                0,
+                0,
+                "x"
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            text,
+            "INSERT INTO t VALUES ((-3)::bigint, '0.1'::float8, 'it''s', NULL, '\\x00ff10'::bytea, '-Infinity'::float8, 'x')"
+        );
+        assert!(inline_placeholders("SELECT ?2", args![1i64]).is_err());
+    }
+
+    /// On PostgreSQL (the tests' PostgreSQL pass): values written by deferred statements read
+    /// back exactly through prepared ones (the reals bit for bit, text with quotes, backslashes
+    /// and non-ASCII, bytes, NULL); one round trip carries them all with the commit; and a
+    /// deferred statement that fails breaks the transaction (the statements after it in its
+    /// round trip did not run): the connection says so until it is rolled back.
+    #[test]
+    fn deferred_statements_round_trip_on_postgresql() {
+        if !crate::testdb::on_postgres() {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let url = crate::testdb::db(dir.path(), "x");
+        let pg = PgConn::connect(url.to_str().unwrap()).unwrap();
+        pg.set_session("SET standard_conforming_strings = on")
+            .unwrap();
+        let conn = Conn::Pg(Box::new(pg));
+        conn.batch("CREATE TABLE t (i BIGINT, r DOUBLE PRECISION, s TEXT, b BYTEA)")
+            .unwrap();
+        let reals = [
+            0.1,
+            -0.0,
+            1e-300,
+            5e-324,
+            f64::MAX,
+            1.0 / 3.0,
+            123456789.0123,
+            f64::INFINITY,
+        ];
+        let texts = ["it's", "a\\b", "\\x41", "ünï ☃", "", "'; DROP TABLE t; --"];
+        conn.set_deferring(true);
+        conn.defer("BEGIN").unwrap();
+        let trips = || match &conn {
+            Conn::Pg(p) => p.trips.get(),
+            Conn::Lite(_) => unreachable!(),
+        };
+        let before = trips();
+        for (k, r) in reals.iter().enumerate() {
+            let s = texts[k % texts.len()];
+            conn.execute_deferred(
+                "INSERT INTO t VALUES (?1, ?2, ?3, ?4)",
+                args![k as i64, *r, s, vec![k as u8, 0, 39, 92]],
+            )
+            .unwrap();
+        }
+        conn.execute_deferred(
+            "INSERT INTO t VALUES (?1, ?2, ?3, ?4)",
+            args![99i64, None::<f64>, None::<String>, None::<Vec<u8>>],
+        )
+        .unwrap();
+        assert_eq!(trips(), before, "deferred: nothing sent yet");
+        conn.batch("COMMIT").unwrap();
+        assert_eq!(trips(), before + 1, "one round trip with the commit");
+        conn.set_deferring(false);
+        let back = conn
+            .rows("SELECT i, r, s, b FROM t ORDER BY i", args![], |r| {
+                Ok((
+                    r.get::<i64>(0)?,
+                    r.get::<Option<f64>>(1)?,
+                    r.get::<Option<String>>(2)?,
+                    r.get::<Option<Vec<u8>>>(3)?,
+                ))
+            })
+            .unwrap();
+        assert_eq!(back.len(), reals.len() + 1);
+        for (k, r) in reals.iter().enumerate() {
+            let (i, real, text, bytes) = &back[k];
+            assert_eq!(*i, k as i64);
+            assert_eq!(real.unwrap().to_bits(), r.to_bits(), "{r:?}");
+            assert_eq!(text.as_deref(), Some(texts[k % texts.len()]));
+            assert_eq!(bytes.as_deref(), Some([k as u8, 0, 39, 92].as_slice()));
+        }
+        assert_eq!(back[reals.len()], (99, None, None, None));
+        // A failing deferred statement (a text into BIGINT) breaks the transaction.
+        conn.set_deferring(true);
+        conn.defer("BEGIN").unwrap();
+        conn.execute_deferred("INSERT INTO t (i) VALUES (?1)", args!["not a number"])
+            .unwrap();
+        conn.execute_deferred("INSERT INTO t (i) VALUES (?1)", args![100i64])
+            .unwrap();
+        assert!(
+            conn.value::<i64>("SELECT COUNT(*) FROM t", args![])
+                .is_err()
+        );
+        assert!(conn.is_broken());
+        conn.set_deferring(false);
+        conn.batch("ROLLBACK").unwrap();
+        assert!(!conn.is_broken());
+        assert_eq!(
+            conn.value::<i64>("SELECT COUNT(*) FROM t", args![])
+                .unwrap(),
+            reals.len() as i64 + 1
+        );
+    }
 
     #[test]
     fn placeholders_and_urls() {

@@ -498,7 +498,7 @@ impl Tx<'_> {
     /// # Errors
     /// Database errors.
     pub fn update_state(&self, name: &str, snapshot: &[u8], c: &Counters) -> Result<()> {
-        self.reads.conn.execute(
+        self.reads.conn.execute_deferred(
             "UPDATE experiments SET snapshot = ?2, issued = ?3, observed = ?4, commit_arm = ?5, commit_left = ?6, releases = ?7
              WHERE name = ?1",
             args![
@@ -519,7 +519,7 @@ impl Tx<'_> {
     /// # Errors
     /// Database errors.
     pub fn insert_decision(&self, name: &str, d: &NewDecision<'_>) -> Result<()> {
-        self.reads.conn.execute(
+        self.reads.conn.execute_deferred(
             "INSERT INTO decisions (experiment, id, arm, round, request_id, issued, actions, propensity, issued_unix)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
             args![
@@ -550,7 +550,7 @@ impl Tx<'_> {
         admitted: f64,
         outcome: &str,
     ) -> Result<()> {
-        self.reads.conn.execute(
+        self.reads.conn.execute_deferred(
             "UPDATE decisions SET reward = ?3, admitted = ?4, rewarded = ?5, outcome = ?6 WHERE experiment = ?1 AND id = ?2",
             args![name, id as i64, reward, admitted, now(), outcome],
         )?;
