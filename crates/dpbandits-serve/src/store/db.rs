@@ -488,7 +488,7 @@ impl Store {
     /// # Errors
     /// Database errors (e.g. a transaction is already open); the store stays [`Batch::Idle`].
     ///
-    /// On PostgreSQL the batch's writes are deferred ([`Conn::defer`]): its `BEGIN`, savepoints
+    /// On PostgreSQL the batch's writes are deferred (`Conn::defer`): its `BEGIN`, savepoints
     /// and writes go to the server with its first read, or with its commit, whose round trip
     /// also checks the fence ([`Store::commit_batch`]): a batch that reads nothing is one round
     /// trip.
