@@ -689,3 +689,76 @@ fn a_pg_dump_under_load_restores_and_verifies() {
     a.signal("-TERM");
     let _ = a.child.wait();
 }
+
+/// The writer's `dpbandits_connections_accepted_total` (`/metrics`).
+fn accepted(node: &Node) -> u64 {
+    let r = request(node.addr, "GET", "/metrics", Some(ADMIN), None, TIMEOUT).unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    r.body
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("dpbandits_connections_accepted_total ")?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no dpbandits_connections_accepted_total in {}", r.body))
+}
+
+/// A standby forwards over pooled keep-alive connections: 60 requests sent one after another
+/// to the standby (each on a new client connection) reach the writer over at most a few
+/// connections, not 60 (the pool keeps a connection once its answer is read), and every answer
+/// is the writer's. Then the writer's node is stopped and started again at the same address:
+/// the pooled connections it closed are replaced (a request the closed connection gave back
+/// unsent is sent again), and the standby's next answers are 200 again.
+#[test]
+fn a_standby_forwards_over_pooled_connections() {
+    if !dpbandits_serve::testdb::on_postgres() {
+        eprintln!(
+            "a_standby_forwards_over_pooled_connections: skipped (no DPBANDITS_TEST_PG: the PostgreSQL pass of scripts/test runs it)"
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let db = dpbandits_serve::testdb::db(dir.path(), "unused");
+    let mut a = Node::start(dir.path(), &db, "a", "2");
+    a.wait_owner(Duration::from_secs(30));
+    let b = Node::start(dir.path(), &db, "b", "2");
+    let t = Instant::now();
+    while events(&b.log, "standby").is_empty() {
+        assert!(t.elapsed() < Duration::from_secs(20), "B is no standby");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let before = accepted(&a);
+    for _ in 0..60 {
+        let (st, v) = b.call("GET", "/v1/experiments", ADMIN, None);
+        assert_eq!(st, 200, "{v}");
+    }
+    // The 60 forwarded requests, and this metrics request of our own.
+    let opened = accepted(&a) - before;
+    assert!(
+        opened <= 4,
+        "{opened} connections accepted by the writer for 60 forwarded requests"
+    );
+    // The writer's node restarts at the same address (a clean stop releases the lease, and it
+    // claims again before the standby, whose lease check waits).
+    let addr = a.addr;
+    a.signal("-TERM");
+    let _ = a.child.wait();
+    let a2 = Node::start_at(dir.path(), &db, "a2", "2", addr);
+    let t = Instant::now();
+    let mut answered = 0;
+    while answered < 10 {
+        let (st, v) = b.call("GET", "/v1/experiments", ADMIN, None);
+        if st == 200 {
+            answered += 1;
+        } else {
+            assert!(st == 503, "{st} {v}");
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "the standby still answers {st} {v}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    drop((a2, b));
+}

@@ -488,16 +488,21 @@ impl Store {
     /// # Errors
     /// Database errors (e.g. a transaction is already open); the store stays [`Batch::Idle`].
     ///
-    /// On PostgreSQL the batch's writes are deferred (`Conn::defer`): its `BEGIN`, savepoints
-    /// and writes go to the server with its first read, or with its commit, whose round trip
-    /// also checks the fence ([`Store::commit_batch`]): a batch that reads nothing is one round
-    /// trip.
+    /// On PostgreSQL the batch's writes are deferred (`Conn::defer`): its `BEGIN`, the fence
+    /// (`dpbandits_fence(epoch)`: the owner row locked `FOR SHARE` and its epoch checked before
+    /// any write runs, so no takeover commits in between), savepoints and writes go to the
+    /// server with its first read, or with its commit ([`Store::commit_batch`]): a batch that
+    /// reads nothing is one round trip.
     pub fn begin_batch(&mut self) -> Result<()> {
         let conn = &self.reads.conn;
         conn.reconnect_if_closed()?;
         if conn.is_pg() {
             conn.set_deferring(true);
             conn.defer("BEGIN")?;
+            if let Some(e) = self.epoch {
+                // First in the batch's first round trip: no write of a fenced node runs.
+                conn.defer(&format!("SELECT dpbandits_fence({e})"))?;
+            }
         } else {
             conn.batch("BEGIN IMMEDIATE")?;
         }
@@ -520,11 +525,10 @@ impl Store {
     /// # Errors
     /// Database errors (the batch stays open: [`Store::rollback_batch`] it).
     ///
-    /// PostgreSQL: the deferred statements, the fence (`dpbandits_fence`: the owner row locked
-    /// `FOR SHARE` and its epoch checked, so no takeover commits in between) and `COMMIT`, in
-    /// one round trip; refused when a deferred statement failed earlier in the batch (the
-    /// statements after it did not run); a [`Fenced`](super::Fenced) error when another node
-    /// claimed the database.
+    /// PostgreSQL: the deferred statements (the fence first, [`Store::begin_batch`]) and
+    /// `COMMIT`, in one round trip; refused when a deferred statement failed earlier in the
+    /// batch (the statements after it did not run); a [`Fenced`](super::Fenced) error when
+    /// another node claimed the database.
     pub fn commit_batch(&mut self) -> Result<()> {
         let conn = &self.reads.conn;
         if let Conn::Pg(p) = conn {
@@ -535,11 +539,7 @@ impl Store {
             }
             // `COMMIT` releases every savepoint.
             p.releases.set(0);
-            let fence = match self.epoch {
-                Some(e) => format!("SELECT dpbandits_fence({e}); "),
-                None => String::new(),
-            };
-            if let Err(e) = conn.batch(&format!("{fence}COMMIT")) {
+            if let Err(e) = conn.batch("COMMIT") {
                 return Err(
                     match self.epoch.and_then(|mine| super::fence::fenced(&e, mine)) {
                         Some(f) => f.into(),

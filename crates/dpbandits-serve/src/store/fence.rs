@@ -1,7 +1,7 @@
 //! The fence of a PostgreSQL writer's transactions ([`super::owner`]): the check every write
-//! transaction of a claimed store makes (a transaction outside a batch first, [`fence`]; a
-//! batch in its commit's round trip, through the schema's `dpbandits_fence(epoch)`, whose
-//! refusal [`fenced`] reads), and the error it refuses with.
+//! transaction of a claimed store makes before any write (a transaction outside a batch with
+//! [`fence`]; a batch as the first statement of its first round trip, through the schema's
+//! `dpbandits_fence(epoch)`, whose refusal [`fenced`] reads), and the error it refuses with.
 
 use super::sql::{Conn, args};
 use anyhow::Result;
