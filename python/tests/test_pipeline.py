@@ -165,7 +165,7 @@ SERVICE_CASES = [
 def test_a_pipelined_python_session_equals_the_service(server, kind, problem, params):  # noqa: F811
     from dpbandits.service import Client, ServiceError
 
-    url, _, _ = server
+    url = server[0]
     admin = Client(url, token=ADMIN)
     exp = admin.create(f"pipe-{kind}", policy={"kind": kind, **params}, seed=11,
                        while_pending="pipeline", allow_non_private=True, **problem)

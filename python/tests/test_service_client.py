@@ -210,7 +210,7 @@ def test_a_whole_trial_through_the_client(server, cli):
 def test_the_client_waits_at_a_boundary_then_says_pending(server):
     """A per-step kind serves one decision at a time: a second request waits on the 409's
     Retry-After and raises Pending after `wait`; once the reward arrives it is served."""
-    url, _, _, _ = server
+    url = server[0]
     admin = Client(url, token=ADMIN)
     exp = admin.create("steps", arms=2, policy={"kind": "dp_ts", "epsilon": 1.0})
     d = exp.decide()

@@ -248,6 +248,10 @@ pub struct Tx<'a> {
     done: bool,
     /// The cached audit head when it began: what a rollback puts back ([`Reads::head`]).
     head: Option<(i64, String)>,
+    /// PostgreSQL inside a batch: where this `Tx`'s deferred statements begin in the batch's
+    /// stream of statements (`Conn::deferred_position`). Such a `Tx` has no savepoint: a
+    /// rollback drops its statements before they are sent (`Conn::undo_deferred`).
+    mark: Option<usize>,
 }
 
 /// The savepoint's name ([`Tx`]): savepoints nest, each `RELEASE` or `ROLLBACK TO` names the
@@ -448,11 +452,13 @@ impl Store {
                     return Err(e);
                 }
             }
+            // Inside a batch: no savepoint, only where its statements begin.
+            Conn::Pg(_) if self.reads.conn.deferred_position().is_some() => {}
             Conn::Pg(p) => {
                 let released = deferred_releases(p);
                 self.reads
                     .conn
-                    .defer(&format!("{released}SAVEPOINT {SAVEPOINT}"))?;
+                    .batch(&format!("{released}SAVEPOINT {SAVEPOINT}"))?;
             }
             conn => conn.batch(&format!("SAVEPOINT {SAVEPOINT}"))?,
         }
@@ -464,6 +470,7 @@ impl Store {
             batch: self.batch,
             done: false,
             head: self.reads.head.borrow().clone(),
+            mark: self.reads.conn.deferred_position(),
         })
     }
 
@@ -623,6 +630,16 @@ impl Tx<'_> {
     /// statement that needs it gone, [`super::sql::PgConn`]'s `releases`.)
     fn end(&self, commit: bool) -> Option<String> {
         let rollback = format!("ROLLBACK TO SAVEPOINT {SAVEPOINT}; RELEASE SAVEPOINT {SAVEPOINT}");
+        if let (Conn::Pg(p), Some(mark)) = (&self.reads.conn, self.mark) {
+            // Inside a batch on PostgreSQL: committed, its statements stay in the batch's
+            // stream; rolled back, they are dropped unsent (or, when a read already sent some,
+            // the batch cannot commit: `Conn::undo_deferred`).
+            p.depth.set(p.depth.get().saturating_sub(1));
+            if !commit {
+                self.reads.conn.undo_deferred(mark);
+            }
+            return None;
+        }
         let Conn::Pg(p) = &self.reads.conn else {
             return Some(if commit {
                 format!("RELEASE SAVEPOINT {SAVEPOINT}")

@@ -38,6 +38,68 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    /// One operation's rollback inside a batch undoes that operation alone, nested ones with
+    /// it, on either store (PostgreSQL: no savepoint, its deferred statements dropped unsent).
+    /// An operation that read (sending what was deferred, its own writes among it) and then
+    /// rolls back: SQLite rolls back to its savepoint and the batch commits; PostgreSQL cannot
+    /// undo the statements sent, so the batch refuses to commit, and its rollback leaves the
+    /// database as it was.
+    #[test]
+    fn an_operation_rolled_back_in_a_batch_leaves_the_others() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = crate::testdb::db(dir.path(), "t.sqlite");
+        let mut store = Store::open(&db).unwrap();
+        let decision = |id: u64| NewDecision {
+            id,
+            arm: 0,
+            round: id,
+            request_id: None,
+            actions: None,
+            propensity: None,
+            issued_unix: 0.0,
+        };
+        let ids = |store: &Store| -> Vec<u64> {
+            (1..=9)
+                .filter(|&i| store.decision("x", i).unwrap().is_some())
+                .collect()
+        };
+        store.begin_batch().unwrap();
+        let tx = store.begin().unwrap();
+        tx.insert_decision("x", &decision(1)).unwrap();
+        tx.commit().unwrap();
+        let tx = store.begin().unwrap();
+        tx.insert_decision("x", &decision(2)).unwrap();
+        drop(tx);
+        let outer = store.begin().unwrap();
+        outer.insert_decision("x", &decision(3)).unwrap();
+        let inner = store.begin().unwrap();
+        inner.insert_decision("x", &decision(4)).unwrap();
+        inner.commit().unwrap();
+        drop(outer);
+        let tx = store.begin().unwrap();
+        tx.insert_decision("x", &decision(5)).unwrap();
+        tx.commit().unwrap();
+        store.commit_batch().unwrap();
+        assert_eq!(ids(&store), [1, 5]);
+        // A read inside the operation, then its rollback.
+        store.begin_batch().unwrap();
+        let tx = store.begin().unwrap();
+        tx.insert_decision("x", &decision(6)).unwrap();
+        assert!(tx.decision("x", 6).unwrap().is_some());
+        drop(tx);
+        let tx = store.begin().unwrap();
+        tx.insert_decision("x", &decision(7)).unwrap();
+        tx.commit().unwrap();
+        if is_postgres_url(&db) {
+            assert!(store.commit_batch().is_err());
+            store.rollback_batch().unwrap();
+            assert_eq!(ids(&store), [1, 5]);
+        } else {
+            store.commit_batch().unwrap();
+            assert_eq!(ids(&store), [1, 5, 7]);
+        }
+    }
+
     #[test]
     fn timestamps_and_hex_are_written_as_the_formatter_would() {
         assert_eq!(rfc3339(Duration::ZERO), "1970-01-01T00:00:00.000000Z");

@@ -72,6 +72,9 @@ pub(crate) struct PgConn {
     pending: RefCell<String>,
     /// Round trips on this connection ([`round_trips`] counts the process's).
     trips: Cell<u64>,
+    /// Bytes of deferred statements sent since the batch began: with `pending`'s length, a
+    /// position in the batch's stream of statements ([`Conn::deferred_position`]).
+    sent: Cell<usize>,
     /// Whether writes are deferred now (a batch is open: [`Conn::set_deferring`]).
     deferring: Cell<bool>,
     /// A deferred statement failed: the transaction is aborted, and the statements after it
@@ -247,6 +250,7 @@ impl PgConn {
             releases: Cell::new(0),
             pending: RefCell::new(String::new()),
             trips: Cell::new(0),
+            sent: Cell::new(0),
             deferring: Cell::new(false),
             broken: Cell::new(false),
         })
@@ -376,6 +380,7 @@ impl Conn {
             Conn::Pg(p) => {
                 let mut text = p.pending.take();
                 let deferred = !text.is_empty();
+                p.sent.set(p.sent.get() + text.len());
                 text.push_str(sql);
                 trip(p);
                 if let Err(e) = p.client()?.batch_execute(&text) {
@@ -431,9 +436,35 @@ impl Conn {
     pub(crate) fn set_deferring(&self, on: bool) {
         if let Conn::Pg(p) = self {
             p.deferring.set(on);
+            p.sent.set(0);
             if !on {
                 p.pending.borrow_mut().clear();
                 p.broken.set(false);
+            }
+        }
+    }
+
+    /// PostgreSQL while deferring: the position the next deferred statement takes in the
+    /// batch's stream (bytes sent so far plus those waiting). `None` otherwise.
+    pub(crate) fn deferred_position(&self) -> Option<usize> {
+        match self {
+            Conn::Pg(p) if p.deferring.get() => Some(p.sent.get() + p.pending.borrow().len()),
+            _ => None,
+        }
+    }
+
+    /// PostgreSQL while deferring: drop the deferred statements from `mark` on (a
+    /// [`Conn::deferred_position`]) unsent, undoing them: the rollback of an operation inside
+    /// a batch, with no savepoint. When some of them were sent already (a read inside the
+    /// operation), they cannot be undone alone: the connection is broken ([`Conn::is_broken`])
+    /// and the batch will not commit.
+    pub(crate) fn undo_deferred(&self, mark: usize) {
+        if let Conn::Pg(p) = self {
+            let sent = p.sent.get();
+            if mark >= sent {
+                p.pending.borrow_mut().truncate(mark - sent);
+            } else {
+                p.broken.set(true);
             }
         }
     }
@@ -451,6 +482,7 @@ impl Conn {
         if text.is_empty() {
             return Ok(());
         }
+        p.sent.set(p.sent.get() + text.len());
         trip(p);
         if let Err(e) = p.client()?.batch_execute(&text) {
             p.broken.set(true);
