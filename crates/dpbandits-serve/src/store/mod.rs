@@ -98,6 +98,36 @@ mod tests {
             store.commit_batch().unwrap();
             assert_eq!(ids(&store), [1, 5, 7]);
         }
+        // A statement the database refuses (a second experiment of one name): on PostgreSQL
+        // the transaction is aborted (no savepoint to go back to), so the batch refuses to
+        // commit (a `COMMIT` would roll it back without an error) and answers as failed.
+        let e = NewExperiment {
+            name: "e",
+            kind: "k",
+            arms: 2,
+            config: "{}",
+            token_hash: "h",
+            guarantee: "{}",
+            snapshot: b"s",
+            create_request: None,
+        };
+        let before = ids(&store);
+        store.begin_batch().unwrap();
+        let tx = store.begin().unwrap();
+        tx.insert_decision("x", &decision(8)).unwrap();
+        tx.insert_experiment(&e).unwrap();
+        tx.commit().unwrap();
+        let tx = store.begin().unwrap();
+        assert!(tx.insert_experiment(&e).is_err());
+        drop(tx);
+        if is_postgres_url(&db) {
+            assert!(store.commit_batch().is_err());
+            store.rollback_batch().unwrap();
+            assert_eq!(ids(&store), before);
+        } else {
+            store.commit_batch().unwrap();
+            assert_eq!(ids(&store), [before.as_slice(), &[8]].concat());
+        }
     }
 
     #[test]

@@ -288,6 +288,15 @@ impl PgConn {
         })
     }
 
+    /// A statement failed on the server: inside a batch (no savepoints) the transaction is
+    /// aborted, so the batch must not commit ([`Conn::is_broken`]). (`COMMIT` of an aborted
+    /// transaction would roll it back without an error.)
+    fn aborted(&self) {
+        if self.deferring.get() {
+            self.broken.set(true);
+        }
+    }
+
     fn statement(&self, client: &mut postgres::Client, sql: &str) -> Result<postgres::Statement> {
         if let Some(s) = self.statements.borrow().get(sql) {
             return Ok(s.clone());
@@ -387,6 +396,7 @@ impl Conn {
                     if deferred {
                         p.broken.set(true);
                     }
+                    p.aborted();
                     return Err(e.into());
                 }
             }
@@ -501,9 +511,11 @@ impl Conn {
             Conn::Pg(p) => {
                 Self::flush(p)?;
                 let mut client = p.client()?;
-                let s = p.statement(&mut client, sql)?;
+                let s = p.statement(&mut client, sql).inspect_err(|_| p.aborted())?;
                 trip(p);
-                Ok(client.execute(&s, &pg_args(args))?)
+                Ok(client
+                    .execute(&s, &pg_args(args))
+                    .inspect_err(|_| p.aborted())?)
             }
         }
     }
@@ -531,9 +543,11 @@ impl Conn {
                 Self::flush(p)?;
                 let rows = {
                     let mut client = p.client()?;
-                    let s = p.statement(&mut client, sql)?;
+                    let s = p.statement(&mut client, sql).inspect_err(|_| p.aborted())?;
                     trip(p);
-                    client.query(&s, &pg_args(args))?
+                    client
+                        .query(&s, &pg_args(args))
+                        .inspect_err(|_| p.aborted())?
                 };
                 rows.first().map(|r| f(&Row::Pg(r))).transpose()
             }
@@ -572,10 +586,12 @@ impl Conn {
                 use postgres::fallible_iterator::FallibleIterator;
                 Self::flush(p)?;
                 let mut client = p.client()?;
-                let s = p.statement(&mut client, sql)?;
+                let s = p.statement(&mut client, sql).inspect_err(|_| p.aborted())?;
                 trip(p);
-                let mut rows = client.query_raw(&s, pg_args(args))?;
-                while let Some(r) = rows.next()? {
+                let mut rows = client
+                    .query_raw(&s, pg_args(args))
+                    .inspect_err(|_| p.aborted())?;
+                while let Some(r) = rows.next().inspect_err(|_| p.aborted())? {
                     f(&Row::Pg(&r))?;
                 }
             }
