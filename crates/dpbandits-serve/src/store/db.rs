@@ -497,9 +497,10 @@ impl Store {
     ///
     /// On PostgreSQL the batch's writes are deferred (`Conn::defer`): its `BEGIN`, the fence
     /// (`dpbandits_fence(epoch)`: the owner row locked `FOR SHARE` and its epoch checked before
-    /// any write runs, so no takeover commits in between), savepoints and writes go to the
-    /// server with its first read, or with its commit ([`Store::commit_batch`]): a batch that
-    /// reads nothing is one round trip.
+    /// any write runs, so no takeover commits in between) and its writes go to the server with
+    /// its first read, or with its commit ([`Store::commit_batch`]): a batch that reads nothing
+    /// is one round trip. Its operations ([`Tx`]) have no savepoints: a rollback drops the
+    /// operation's statements unsent.
     pub fn begin_batch(&mut self) -> Result<()> {
         let conn = &self.reads.conn;
         conn.reconnect_if_closed()?;
