@@ -14,7 +14,8 @@
 //! builds with the same client code; DIR is then unused; every mode below works against it).
 //! `BENCH_SPREAD=ADDR,ADDR` adds more nodes of the same (PostgreSQL) database: client `c` sends
 //! its requests to node `c % n` (`BENCH_ADDR` first; a standby forwards to the writer's node).
-//! The last column counts PostgreSQL round trips per decision (`/metrics`; 0 on SQLite).
+//! The last column (of both tables) counts PostgreSQL round trips per decision (`/metrics`; 0
+//! on SQLite).
 //! Over loopback, each client keeps one HTTP/1.1 connection open (`client::Conn`, as HTTP
 //! clients do); with `BENCH_KEEPALIVE=0` it opens one per request. Issue 30's figure (docs/perf.md):
 //! `target/release/examples/bench 40000 /work/benchdb adac_ucb 32`.
@@ -690,7 +691,7 @@ fn main() -> anyhow::Result<()> {
                 d.as_millis()
             );
             println!(
-                "| kind | while_pending | clients | decisions | decisions/s | decisions/s to the last reward | decision p50 ms | decision p99 ms | decision wait p99 ms | reward p50 ms | reward p99 ms | reward lag p99 ms | 409 answered | mean in flight | requests per commit | ms per commit | end | server: decisions / rewarded / pending |"
+                "| kind | while_pending | clients | decisions | decisions/s | decisions/s to the last reward | decision p50 ms | decision p99 ms | decision wait p99 ms | reward p50 ms | reward p99 ms | reward lag p99 ms | 409 answered | mean in flight | requests per commit | ms per commit | end | server: decisions / rewarded / pending | database round trips per decision |"
             );
             println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
         }
@@ -855,7 +856,7 @@ fn main() -> anyhow::Result<()> {
         };
         let lag = pct(&mut sent.lag, 0.99);
         println!(
-            "| {kind} | {} | {clients} | {made} | {:.0} | {:.0} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {:.1} | {:.1} | {:.2} | {ended}{refused} | {issued} / {rewarded} / {pending} |",
+            "| {kind} | {} | {clients} | {made} | {:.0} | {:.0} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {:.1} | {:.1} | {:.2} | {ended}{refused} | {issued} / {rewarded} / {pending} | {:.3} |",
             while_pending.as_deref().unwrap_or("wait (default)"),
             made as f64 / deciding,
             made as f64 / total.max(1e-9),
@@ -869,6 +870,7 @@ fn main() -> anyhow::Result<()> {
             sent.in_flight / total.max(1e-9),
             (after.0 - before.0) / n_commits,
             (after.2 - before.2) / n_commits * 1e3,
+            (after.3 - before.3) / (made.max(1) as f64),
         );
         if lag > LAG_WARN_MS {
             println!(
