@@ -41,6 +41,17 @@ fn run(args: &[&str]) -> Output {
         .expect("binary runs")
 }
 
+/// Assert that a finished command exited 0, showing its stderr when it did not (at the
+/// caller's line).
+#[track_caller]
+fn succeeded(out: &Output) {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Everything the binary printed (stdout, then stderr).
 fn text(o: &Output) -> String {
     format!(

@@ -400,11 +400,7 @@ fn sigkill_under_load_loses_nothing() {
     let charges = ins.ledger_charged + ins.ledger_lost;
     assert!((ins.ledger_total - 0.5 * charges as f64).abs() < 1e-9);
     let out = verify_cmd(&db).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    super::succeeded(&out);
     assert!(String::from_utf8_lossy(&out.stdout).contains("audit log verified"));
     // Logs never carry reward values: the log has no "reward": key.
     let log = std::fs::read_to_string(dir.path().join("server.log")).unwrap();
@@ -690,11 +686,7 @@ fn every_setting_survives_sigkill_under_load() {
         assert_eq!(ins.ledger_charged, ins.releases, "{name}");
     }
     let out = verify_cmd(&db).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    super::succeeded(&out);
     eprintln!(
         "every-setting sigkill test: {} lin, {} ctx, {} bai, {} ctx_p, {} bai_p decisions, {kills} kills",
         books["lin"].len(),
@@ -808,11 +800,7 @@ fn backup_under_load_is_consistent_and_pins_the_log() {
             .arg(&copy)
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        super::succeeded(&out);
         use std::os::unix::fs::PermissionsExt;
         assert_eq!(
             std::fs::metadata(&copy).unwrap().permissions().mode() & 0o777,
@@ -825,11 +813,7 @@ fn backup_under_load_is_consistent_and_pins_the_log() {
             .arg(&key)
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        super::succeeded(&out);
         let r: Value = serde_json::from_slice(&out.stdout).unwrap();
         assert!(r["decisions"].as_u64().unwrap() >= 50, "{r}");
         pins.push((
@@ -872,11 +856,7 @@ fn backup_under_load_is_consistent_and_pins_the_log() {
     assert!(pins[1].1 > pins[0].1);
     for (_, entries, head) in &pins {
         let out = verify(&db, *entries, head);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        super::succeeded(&out);
     }
     // The first copy's log lacks the entries the second pin covers: refused, naming it.
     let out = verify(&pins[0].0, pins[1].1, &pins[1].2);

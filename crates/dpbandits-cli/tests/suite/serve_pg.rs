@@ -126,6 +126,31 @@ impl Node {
     }
 }
 
+/// Whether `test` is skipped, saying so: these tests need a shared PostgreSQL database
+/// (`DPBANDITS_TEST_PG`: the PostgreSQL pass of scripts/test).
+fn skipped(test: &str) -> bool {
+    let skip = !dpbandits_serve::testdb::on_postgres();
+    if skip {
+        eprintln!(
+            "{test}: skipped (no DPBANDITS_TEST_PG: the PostgreSQL pass of scripts/test runs it)"
+        );
+    }
+    skip
+}
+
+/// Create experiment `e` (AdaC-UCB at rho = 0.5, `arms` arms) through `node`; its client
+/// token.
+fn create_e(node: &Node, arms: usize) -> String {
+    let (st, c) = node.call(
+        "POST",
+        "/v1/experiments",
+        ADMIN,
+        Some(&json!({"name": "e", "arms": arms, "policy": {"kind": "adac_ucb", "rho": 0.5}})),
+    );
+    assert_eq!(st, 201, "{c}");
+    c["client_token"].as_str().unwrap().to_string()
+}
+
 /// A decision and its reward through `node`; returns the decision id.
 fn pair(node: &Node, token: &str, reward: f64) -> u64 {
     let (st, d) = node.call(
@@ -154,24 +179,14 @@ fn pair(node: &Node, token: &str, reward: f64) -> u64 {
 /// the chain verifies). Bounded: about 6 s with a 2 s lease.
 #[test]
 fn a_paused_writer_is_fenced_after_a_takeover() {
-    if !dpbandits_serve::testdb::on_postgres() {
-        eprintln!(
-            "a_paused_writer_is_fenced_after_a_takeover: skipped (no DPBANDITS_TEST_PG: the PostgreSQL pass of scripts/test runs it)"
-        );
+    if skipped("a_paused_writer_is_fenced_after_a_takeover") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
     let db = dpbandits_serve::testdb::db(dir.path(), "unused");
     let mut a = Node::start(dir.path(), &db, "a", "2");
     a.wait_owner(Duration::from_secs(30));
-    let (st, c) = a.call(
-        "POST",
-        "/v1/experiments",
-        ADMIN,
-        Some(&json!({"name": "e", "arms": 3, "policy": {"kind": "adac_ucb", "rho": 0.5}})),
-    );
-    assert_eq!(st, 201, "{c}");
-    let token = c["client_token"].as_str().unwrap().to_string();
+    let token = create_e(&a, 3);
     for _ in 0..5 {
         pair(&a, &token, 1.0);
     }
@@ -250,11 +265,7 @@ fn a_paused_writer_is_fenced_after_a_takeover() {
         "A's rewards, then B's"
     );
     let out = verify_cmd(&db).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    super::succeeded(&out);
     // A standby stops on SIGTERM while it waits (it would otherwise wait for B's lease forever).
     let mut c = Node::start(dir.path(), &db, "c", "2");
     std::thread::sleep(Duration::from_millis(300));
@@ -389,10 +400,7 @@ fn client(
 fn three_nodes_survive_sigkills_and_a_database_restart() {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
-    if !dpbandits_serve::testdb::on_postgres() {
-        eprintln!(
-            "three_nodes_survive_sigkills_and_a_database_restart: skipped (no DPBANDITS_TEST_PG: the PostgreSQL pass of scripts/test runs it)"
-        );
+    if skipped("three_nodes_survive_sigkills_and_a_database_restart") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -407,14 +415,7 @@ fn three_nodes_survive_sigkills_and_a_database_restart() {
         assert!(t.elapsed() < Duration::from_secs(30), "no writer");
         std::thread::sleep(Duration::from_millis(20));
     }
-    let (st, c) = nodes[1].call(
-        "POST",
-        "/v1/experiments",
-        ADMIN,
-        Some(&json!({"name": "e", "arms": 4, "policy": {"kind": "adac_ucb", "rho": 0.5}})),
-    );
-    assert_eq!(st, 201, "{c}");
-    let token = c["client_token"].as_str().unwrap().to_string();
+    let token = create_e(&nodes[1], 4);
     let addrs: Vec<SocketAddr> = nodes.iter().map(|n| n.addr).collect();
     let stop = Arc::new(AtomicBool::new(false));
     let books = Arc::new(std::sync::Mutex::new(Books::default()));
@@ -492,11 +493,7 @@ fn three_nodes_survive_sigkills_and_a_database_restart() {
     );
     assert!((ins.ledger_total - 0.5 * ins.releases as f64).abs() < 1e-9);
     let out = verify_cmd(&db).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    super::succeeded(&out);
     // The writer moved: the first claim and at least two takeovers (the writer's node is among
     // the killed ones at least twice: each node is killed twice).
     let claims: usize = nodes.iter().map(|n| events(&n.log, "claimed").len()).sum();
@@ -521,10 +518,7 @@ fn three_nodes_survive_sigkills_and_a_database_restart() {
 /// setting and the risk: after a failover, committed ledger charges could be gone.
 #[test]
 fn an_asynchronously_replicated_database_is_refused() {
-    if !dpbandits_serve::testdb::on_postgres() {
-        eprintln!(
-            "an_asynchronously_replicated_database_is_refused: skipped (no DPBANDITS_TEST_PG)"
-        );
+    if skipped("an_asynchronously_replicated_database_is_refused") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -561,24 +555,14 @@ fn an_asynchronously_replicated_database_is_refused() {
 fn a_pg_dump_under_load_restores_and_verifies() {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-    if !dpbandits_serve::testdb::on_postgres() {
-        eprintln!(
-            "a_pg_dump_under_load_restores_and_verifies: skipped (no DPBANDITS_TEST_PG: the PostgreSQL pass of scripts/test runs it)"
-        );
+    if skipped("a_pg_dump_under_load_restores_and_verifies") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
     let db = dpbandits_serve::testdb::db(dir.path(), "unused");
     let mut a = Node::start(dir.path(), &db, "a", "5");
     a.wait_owner(Duration::from_secs(30));
-    let (st, c) = a.call(
-        "POST",
-        "/v1/experiments",
-        ADMIN,
-        Some(&json!({"name": "e", "arms": 3, "policy": {"kind": "adac_ucb", "rho": 0.5}})),
-    );
-    assert_eq!(st, 201, "{c}");
-    let token = c["client_token"].as_str().unwrap().to_string();
+    let token = create_e(&a, 3);
     let stop = Arc::new(AtomicBool::new(false));
     let pairs = Arc::new(AtomicU64::new(0));
     let addr = a.addr;
@@ -628,11 +612,7 @@ fn a_pg_dump_under_load_restores_and_verifies() {
         .arg(url)
         .output()
         .expect("pg_dump (Debian's postgresql-client, which scripts/pg-cluster installs)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    super::succeeded(&out);
     let during = pairs.load(Ordering::Relaxed);
     // More load after the dump, so that the live log runs past the copy.
     while pairs.load(Ordering::Relaxed) < during + 100 {
@@ -649,11 +629,7 @@ fn a_pg_dump_under_load_restores_and_verifies() {
         .arg(&dump)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    super::succeeded(&out);
     // The key file goes with the backup, apart from it.
     std::fs::copy(
         dpbandits_serve::testdb::key_path(&db),
@@ -712,10 +688,7 @@ fn accepted(node: &Node) -> u64 {
 /// unsent is sent again), and the standby's next answers are 200 again.
 #[test]
 fn a_standby_forwards_over_pooled_connections() {
-    if !dpbandits_serve::testdb::on_postgres() {
-        eprintln!(
-            "a_standby_forwards_over_pooled_connections: skipped (no DPBANDITS_TEST_PG: the PostgreSQL pass of scripts/test runs it)"
-        );
+    if skipped("a_standby_forwards_over_pooled_connections") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -56,11 +56,7 @@ fn tamper(db: &Path, sql: &str) {
             .args(["-q", "-v", "ON_ERROR_STOP=1", "-c", sql])
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        super::succeeded(&out);
     } else {
         let conn = rusqlite::Connection::open(db).unwrap();
         conn.execute(sql, []).unwrap();

@@ -1161,6 +1161,18 @@ mod tests {
         RewardBoundary::unit(BoundaryMode::Clip)
     }
 
+    /// 20 zCDP releases (rho = 1) of one reward 0.5 in [0, 1] from `s`.
+    fn draw(s: &mut NoiseSource) -> Vec<f64> {
+        let b = unit();
+        (0..20)
+            .map(|_| {
+                s.gaussian_mean(1.0, 1.0, &b.drawn_sum(0.5, 1), &b)
+                    .unwrap()
+                    .value()
+            })
+            .collect()
+    }
+
     #[test]
     fn simulation_path_is_the_old_mechanism() {
         let b = unit();
@@ -1473,19 +1485,9 @@ mod tests {
     /// seed. (Equal 20-draw sequences from two independent ChaCha20 keys: probability ~ 0.)
     #[test]
     fn deployment_sources_are_independent() {
-        let b = unit();
         let mut a = NoiseSource::deployment(20).unwrap();
         let mut c = a.clone();
         let mut d = NoiseSource::new(NoiseKind::Deployment, 20, 7).unwrap();
-        let draw = |s: &mut NoiseSource| -> Vec<f64> {
-            (0..20)
-                .map(|_| {
-                    s.gaussian_mean(1.0, 1.0, &b.drawn_sum(0.5, 1), &b)
-                        .unwrap()
-                        .value()
-                })
-                .collect()
-        };
         let (x, y, z) = (draw(&mut a), draw(&mut c), draw(&mut d));
         assert_ne!(x, y);
         assert_ne!(x, z);
@@ -1499,16 +1501,6 @@ mod tests {
     /// probability ~ 0.)
     #[test]
     fn a_release_key_makes_the_redo_draw_the_same_noise() {
-        let b = unit();
-        let draw = |s: &mut NoiseSource| -> Vec<f64> {
-            (0..20)
-                .map(|_| {
-                    s.gaussian_mean(1.0, 1.0, &b.drawn_sum(0.5, 1), &b)
-                        .unwrap()
-                        .value()
-                })
-                .collect()
-        };
         let key = [7u8; 32];
         let mut first = NoiseSource::deployment(20).unwrap();
         let mut redo = NoiseSource::deployment(20).unwrap();
