@@ -193,9 +193,9 @@ fn run_batch(s: &mut Service, lanes: &mut Lanes) -> usize {
     lanes.refill();
     s.begin_batch();
     if s.batch_failed() {
-        // Not begun (the database is unreachable, or this node was fenced): every waiting
-        // request is answered now (500, "not committed": the channels drop) instead of waiting
-        // for a database that may not come back; the clients retry.
+        // Not begun (the database is unreachable, or the state could not be reloaded from
+        // it): every waiting request is answered now (500, "not committed": the channels drop)
+        // instead of waiting for a database that may not come back; the clients retry.
         lanes.drop_all();
         let _ = s.commit_batch();
         return 0;

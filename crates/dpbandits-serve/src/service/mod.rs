@@ -286,10 +286,10 @@ impl Service {
     /// (each operation's writes are a savepoint inside it). Group commit: the server runs many
     /// requests in one batch and answers them after its one commit.
     ///
-    /// A batch that cannot begin fails before any of its operations runs: on PostgreSQL
-    /// because another node claimed the database ([`Service::fenced`]), or because the
-    /// database cannot be reached (after a short pause, so that a database that is down is
-    /// not asked in a busy loop).
+    /// A batch that cannot begin fails before any of its operations runs: the database cannot
+    /// be reached (after a short pause, so that a database that is down is not asked in a busy
+    /// loop). A node that another claimed the database from learns it at the batch's commit
+    /// ([`Service::fenced`]).
     pub fn begin_batch(&mut self) {
         if self.unsynced {
             match self.reload_all() {
@@ -304,14 +304,10 @@ impl Service {
         }
         let r = self.store.begin_batch();
         self.batch_failed = r.is_err();
+        // (A fenced node learns it at the batch's commit: `commit_store_batch`.)
         if let Err(e) = r {
-            if let Some(f) = e.downcast_ref::<store::Fenced>() {
-                crate::log::log("fenced", json!({"error": f.to_string()}));
-                self.fenced = Some(f.to_string());
-            } else {
-                crate::log::log("batch-not-begun", json!({"error": format!("{e:#}")}));
-                std::thread::sleep(std::time::Duration::from_millis(100));
-            }
+            crate::log::log("batch-not-begun", json!({"error": format!("{e:#}")}));
+            std::thread::sleep(std::time::Duration::from_millis(100));
         }
     }
 

@@ -386,20 +386,7 @@ impl Conn {
     pub(crate) fn batch(&self, sql: &str) -> Result<()> {
         match self {
             Conn::Lite(c) => c.execute_batch(sql)?,
-            Conn::Pg(p) => {
-                let mut text = p.pending.take();
-                let deferred = !text.is_empty();
-                p.sent.set(p.sent.get() + text.len());
-                text.push_str(sql);
-                trip(p);
-                if let Err(e) = p.client()?.batch_execute(&text) {
-                    if deferred {
-                        p.broken.set(true);
-                    }
-                    p.aborted();
-                    return Err(e.into());
-                }
-            }
+            Conn::Pg(p) => Self::send(p, sql)?,
         }
         Ok(())
     }
@@ -429,13 +416,7 @@ impl Conn {
     /// Database errors (SQLite; PostgreSQL outside a batch); an argument with no literal.
     pub(crate) fn execute_deferred(&self, sql: &str, args: &[&dyn Arg]) -> Result<()> {
         match self {
-            Conn::Pg(p) if p.deferring.get() => {
-                let text = inline_placeholders(sql, args)?;
-                let mut pending = p.pending.borrow_mut();
-                pending.push_str(&text);
-                pending.push_str("; ");
-                Ok(())
-            }
+            Conn::Pg(p) if p.deferring.get() => self.defer(&inline_placeholders(sql, args)?),
             conn => conn.execute(sql, args).map(|_| ()),
         }
     }
@@ -488,16 +469,22 @@ impl Conn {
     /// PostgreSQL: send the deferred statements now (before a statement that reads, or whose
     /// count is asked for).
     fn flush(p: &PgConn) -> Result<()> {
-        let text = p.pending.take();
-        if text.is_empty() {
+        Self::send(p, "")
+    }
+
+    /// PostgreSQL: the deferred statements, then `sql`, in one round trip (none when both are
+    /// empty). An error inside a batch breaks it ([`PgConn`]'s `aborted`).
+    fn send(p: &PgConn, sql: &str) -> Result<()> {
+        let mut text = p.pending.take();
+        if text.is_empty() && sql.is_empty() {
             return Ok(());
         }
         p.sent.set(p.sent.get() + text.len());
+        text.push_str(sql);
         trip(p);
-        if let Err(e) = p.client()?.batch_execute(&text) {
-            p.broken.set(true);
-            return Err(e.into());
-        }
+        p.client()?
+            .batch_execute(&text)
+            .inspect_err(|_| p.aborted())?;
         Ok(())
     }
 
