@@ -756,7 +756,7 @@ fn main() -> anyhow::Result<()> {
             let after = commits(addr, &admin)?;
             let n_commits = (after.1 - before.1).max(1.0);
             println!(
-                "| {kind} | {clients} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {:.1} | {:.2} | {:.2} |",
+                "| {kind} | {clients} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {:.1} | {:.2} | {:.3} |",
                 dl.len(),
                 dl.len() as f64 / secs,
                 pct(&mut dl, 0.5),

@@ -485,13 +485,14 @@ pub async fn serve_until(
     };
     let experiments = service.experiment_count();
     let tokens = service.tokens();
-    let jobs = start_writer(service, db_lock)?;
+    let (jobs, writer) = start_writer(service, db_lock, limits.batch_wait)?;
     if let Ok(Some(key)) = verify::key_for(&opts.db, opts.audit_key_file.as_deref()) {
         checkpointer::start(opts.db.clone(), key, &jobs);
     }
     let timers = start_timers(&jobs, opts.publish.as_ref());
     let state = api::Shared {
         jobs,
+        writer,
         tokens: tokens.clone(),
         body_timeout: limits.body_timeout,
         health: std::sync::Arc::default(),
@@ -628,13 +629,15 @@ async fn open_service(
 
 /// Start the writer thread (the service's only owner, at a raised priority) holding the
 /// database file's lock, which it drops only after the service's connection has closed (closing
-/// another descriptor of the file earlier would drop SQLite's locks); returns its queue.
+/// another descriptor of the file earlier would drop SQLite's locks); returns its queue and
+/// its thread (which a request unparks after queueing: [`api::Shared`]'s `writer`).
 fn start_writer(
     service: service::Service,
     db_lock: Option<std::fs::File>,
-) -> Result<tokio::sync::mpsc::Sender<api::Queued>> {
+    batch_wait: std::time::Duration,
+) -> Result<(tokio::sync::mpsc::Sender<api::Queued>, std::thread::Thread)> {
     let (jobs, queue) = tokio::sync::mpsc::channel(4 * api::MAX_BATCH);
-    std::thread::Builder::new()
+    let thread = std::thread::Builder::new()
         .name("dpbandits-writer".into())
         .spawn(move || {
             let priority = match raise_priority(WRITER_PRIORITY) {
@@ -643,11 +646,11 @@ fn start_writer(
                     "hint": "the writer runs at the process's priority; allow it to raise its own (CAP_SYS_NICE, or systemd LimitNICE=) for the throughput of docs/perf.md"}),
             };
             api::log("writer-priority", priority);
-            api::writer(service, queue);
+            api::writer(service, queue, batch_wait);
             drop(db_lock);
         })
         .context("starting the writer thread")?;
-    Ok(jobs)
+    Ok((jobs, thread.thread().clone()))
 }
 
 /// The writer's timers: the reward deadlines ([`enforce_deadlines`]) and, with

@@ -19,6 +19,9 @@ pub struct Limits {
     /// Open connections at most; one more is answered 503 (JSON, `Retry-After: 1`), logged, and
     /// closed. Lowered at start to fit the file-descriptor limit ([`FD_RESERVE`] kept free).
     pub max_connections: usize,
+    /// PostgreSQL: the longest the writer waits to gather a batch (`--batch-wait-ms`; at most
+    /// the last commit's time: [`crate::writer`]). Zero: no wait, as on SQLite.
+    pub batch_wait: Duration,
 }
 
 impl Default for Limits {
@@ -28,6 +31,7 @@ impl Default for Limits {
             body_timeout: Duration::from_secs(10),
             shutdown_deadline: Duration::from_secs(5),
             max_connections: 512,
+            batch_wait: crate::writer::GATHER_REMOTE_MAX,
         }
     }
 }

@@ -698,7 +698,8 @@ fn every_setting_survives_sigkill_under_load() {
 }
 
 /// A second `serve` on the same database is refused (the running one keeps serving); a
-/// non-loopback address needs `--allow-remote`; a missing admin token is a clear error.
+/// non-loopback address needs `--allow-remote`; a missing admin token and a `--batch-wait-ms`
+/// out of range are clear errors.
 #[test]
 fn one_service_per_database_and_loopback_by_default() {
     let dir = tempdir();
@@ -728,6 +729,22 @@ fn one_service_per_database_and_loopback_by_default() {
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("DPBANDITS_ADMIN_TOKEN"));
+    for bad in ["-1", "NaN", "1001"] {
+        let out = bin()
+            .args(["serve", "--db"])
+            .arg(dir.path().join("other.sqlite"))
+            .args(["--batch-wait-ms", bad, "--admin-token-file"])
+            .arg(&s.token_file)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success()
+                && err.contains(&format!("--batch-wait-ms {bad}"))
+                && err.contains("[0, 1000]"),
+            "{err}"
+        );
+    }
     assert_eq!(s.call("GET", "/v1/health", None, None).status, 200);
     s.terminate();
 }

@@ -24,6 +24,9 @@ use std::time::{Duration, Instant};
 pub struct Shared {
     /// The writer's queue ([`crate::writer::writer`]).
     pub jobs: tokio::sync::mpsc::Sender<Queued>,
+    /// The writer's thread: a request unparks it after queueing its operation (on PostgreSQL
+    /// the writer parks while it gathers a batch: [`crate::writer`]).
+    pub writer: std::thread::Thread,
     /// The token hashes ([`Service::tokens`]).
     pub tokens: Arc<RwLock<Tokens>>,
     /// A request body must arrive within this time after its header (else 408).
@@ -196,6 +199,7 @@ pub(crate) async fn with_service_staged<T: Send + 'static>(
                 "the writer has stopped (the service is stopping, or another node took over its database): retry on another node",
             )
         })?;
+    state.writer.unpark();
     rx.await
         .map_err(|_| ApiError::internal("the operation was not committed (its batch failed)"))?
 }

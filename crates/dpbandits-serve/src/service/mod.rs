@@ -311,6 +311,12 @@ impl Service {
         }
     }
 
+    /// Whether a commit is a round trip to a database server (PostgreSQL), not a write to a local
+    /// file: the writer gathers its batches for longer ([`crate::writer`]).
+    pub fn store_is_remote(&self) -> bool {
+        self.store.is_postgres()
+    }
+
     /// Why this service writes nothing more: another node claimed its PostgreSQL database
     /// ([`store::Fenced`]). `None` while it owns it (always on SQLite).
     pub fn fenced(&self) -> Option<&str> {

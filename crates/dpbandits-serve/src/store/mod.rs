@@ -19,6 +19,7 @@
 mod chain;
 mod checkpoint;
 mod db;
+mod deferred;
 mod fence;
 mod owner;
 mod reads;

@@ -11,6 +11,8 @@ use anyhow::{Context, Result, anyhow};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 
+use super::deferred::Deferred;
+
 /// A value a statement binds: what both drivers can write.
 pub(crate) trait Arg: rusqlite::ToSql + postgres::types::ToSql + Sync {}
 impl<T: rusqlite::ToSql + postgres::types::ToSql + Sync> Arg for T {}
@@ -68,12 +70,13 @@ pub(crate) struct PgConn {
     pub(super) releases: Cell<u32>,
     /// Inside a batch: statements deferred ([`Conn::defer`], [`Conn::execute_deferred`]), as
     /// SQL text with their arguments inlined, sent in one round trip ahead of the next
-    /// statement that is sent (a read, the commit).
-    pending: RefCell<String>,
+    /// statement that is sent (a read, the commit), their inserts merged
+    /// ([`super::deferred::render`]).
+    pending: RefCell<Vec<Deferred>>,
     /// Round trips on this connection ([`round_trips`] counts the process's).
     trips: Cell<u64>,
-    /// Bytes of deferred statements sent since the batch began: with `pending`'s length, a
-    /// position in the batch's stream of statements ([`Conn::deferred_position`]).
+    /// Deferred statements sent since the batch began: with `pending`'s length, a position in
+    /// the batch's stream of statements ([`Conn::deferred_position`]).
     sent: Cell<usize>,
     /// Whether writes are deferred now (a batch is open: [`Conn::set_deferring`]).
     deferring: Cell<bool>,
@@ -120,8 +123,18 @@ fn dollar_placeholders(sql: &str) -> String {
 
 /// `sql` with each `?N` replaced by [`literal`] of `args[N - 1]`: a statement PostgreSQL runs
 /// as text, deferred with others into one round trip ([`Conn::execute_deferred`]).
+#[cfg(test)]
 fn inline_placeholders(sql: &str, args: &[&dyn Arg]) -> Result<String> {
-    let mut out = String::with_capacity(sql.len() + 16 * args.len());
+    let literals = args
+        .iter()
+        .map(|a| literal(*a))
+        .collect::<Result<Vec<_>>>()?;
+    inline_literals(sql, &literals)
+}
+
+/// `sql` with each `?N` replaced by `literals[N - 1]`.
+fn inline_literals(sql: &str, literals: &[String]) -> Result<String> {
+    let mut out = String::with_capacity(sql.len() + 16 * literals.len());
     let mut chars = sql.char_indices().peekable();
     while let Some((_, c)) = chars.next() {
         if c == '?' && chars.peek().is_some_and(|(_, d)| d.is_ascii_digit()) {
@@ -130,11 +143,11 @@ fn inline_placeholders(sql: &str, args: &[&dyn Arg]) -> Result<String> {
                 n = n * 10 + (d as usize - '0' as usize);
                 chars.next();
             }
-            let arg = n
+            let lit = n
                 .checked_sub(1)
-                .and_then(|i| args.get(i))
+                .and_then(|i| literals.get(i))
                 .with_context(|| format!("?{n}: no such argument in {sql}"))?;
-            out.push_str(&literal(*arg)?);
+            out.push_str(lit);
         } else {
             out.push(c);
         }
@@ -248,7 +261,7 @@ impl PgConn {
             statements: RefCell::new(HashMap::new()),
             depth: Cell::new(0),
             releases: Cell::new(0),
-            pending: RefCell::new(String::new()),
+            pending: RefCell::new(Vec::new()),
             trips: Cell::new(0),
             sent: Cell::new(0),
             deferring: Cell::new(false),
@@ -399,9 +412,9 @@ impl Conn {
     pub(crate) fn defer(&self, sql: &str) -> Result<()> {
         match self {
             Conn::Pg(p) if p.deferring.get() => {
-                let mut pending = p.pending.borrow_mut();
-                pending.push_str(sql);
-                pending.push_str("; ");
+                p.pending
+                    .borrow_mut()
+                    .push(Deferred::other(sql.to_string()));
                 Ok(())
             }
             conn => conn.batch(sql),
@@ -416,7 +429,17 @@ impl Conn {
     /// Database errors (SQLite; PostgreSQL outside a batch); an argument with no literal.
     pub(crate) fn execute_deferred(&self, sql: &str, args: &[&dyn Arg]) -> Result<()> {
         match self {
-            Conn::Pg(p) if p.deferring.get() => self.defer(&inline_placeholders(sql, args)?),
+            Conn::Pg(p) if p.deferring.get() => {
+                let literals = args
+                    .iter()
+                    .map(|a| literal(*a))
+                    .collect::<Result<Vec<_>>>()?;
+                let text = inline_literals(sql, &literals)?;
+                p.pending
+                    .borrow_mut()
+                    .push(Deferred::from_template(sql, text, &literals));
+                Ok(())
+            }
             conn => conn.execute(sql, args).map(|_| ()),
         }
     }
@@ -436,7 +459,7 @@ impl Conn {
     }
 
     /// PostgreSQL while deferring: the position the next deferred statement takes in the
-    /// batch's stream (bytes sent so far plus those waiting). `None` otherwise.
+    /// batch's stream (statements sent so far plus those waiting). `None` otherwise.
     pub(crate) fn deferred_position(&self) -> Option<usize> {
         match self {
             Conn::Pg(p) if p.deferring.get() => Some(p.sent.get() + p.pending.borrow().len()),
@@ -475,11 +498,12 @@ impl Conn {
     /// PostgreSQL: the deferred statements, then `sql`, in one round trip (none when both are
     /// empty). An error inside a batch breaks it ([`PgConn`]'s `aborted`).
     fn send(p: &PgConn, sql: &str) -> Result<()> {
-        let mut text = p.pending.take();
-        if text.is_empty() && sql.is_empty() {
+        let pending = p.pending.take();
+        if pending.is_empty() && sql.is_empty() {
             return Ok(());
         }
-        p.sent.set(p.sent.get() + text.len());
+        p.sent.set(p.sent.get() + pending.len());
+        let mut text = super::deferred::render(&pending);
         text.push_str(sql);
         trip(p);
         p.client()?

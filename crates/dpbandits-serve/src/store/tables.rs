@@ -588,7 +588,7 @@ impl Tx<'_> {
                 now()
             ],
         )?;
-        self.reads.conn.execute(
+        self.reads.conn.execute_deferred(
             "INSERT INTO release_keys (ledger_id, key) VALUES (?1, ?2)",
             args![id, key.to_vec()],
         )?;
@@ -633,13 +633,13 @@ impl Tx<'_> {
     /// A settled row's release key is deleted with it: the key and the release give the exact
     /// sum, so it is kept no longer than a redo may need it.
     pub fn set_ledger_status(&self, id: i64, status: &str) -> Result<()> {
-        self.reads.conn.execute(
+        self.reads.conn.execute_deferred(
             "UPDATE ledger SET status = ?2 WHERE id = ?1",
             args![id, status],
         )?;
         self.reads
             .conn
-            .execute("DELETE FROM release_keys WHERE ledger_id = ?1", args![id])?;
+            .execute_deferred("DELETE FROM release_keys WHERE ledger_id = ?1", args![id])?;
         Ok(())
     }
 
