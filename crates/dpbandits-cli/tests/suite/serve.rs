@@ -733,7 +733,8 @@ fn one_service_per_database_and_loopback_by_default() {
         let out = bin()
             .args(["serve", "--db"])
             .arg(dir.path().join("other.sqlite"))
-            .args(["--batch-wait-ms", bad, "--admin-token-file"])
+            .arg(format!("--batch-wait-ms={bad}"))
+            .arg("--admin-token-file")
             .arg(&s.token_file)
             .output()
             .unwrap();

@@ -45,7 +45,11 @@ enum Shape {
     Other,
 }
 
-/// The key of a row named by its first two arguments (`experiment`, `id`), as literals.
+/// The key of a row named by its first two arguments (`experiment`, `id`), as literals. Two
+/// keys of one row are equal text when both statements bind the same types (the store binds
+/// `experiment` as text and `id` as `i64` everywhere); were they not, an insert could pass an
+/// update of its own row that came before it, which the store never defers (an update of a
+/// decision follows its insert, and updates never move).
 fn row_key(literals: &[String]) -> Option<String> {
     Some(format!("{}\u{0}{}", literals.first()?, literals.get(1)?))
 }
@@ -77,29 +81,28 @@ fn shape_of(template: &str, text: &str, literals: &[String]) -> Option<Shape> {
             c.replace(char::is_whitespace, "")
                 .starts_with("experiment,id,")
         });
-        // The row: `VALUES (...)` to the end, one tuple, placeholders and constants only.
-        let at = text
-            .find(" VALUES (")
-            .or_else(|| text.find("\n VALUES ("))?;
-        let values = &template[template.find("VALUES")? + "VALUES".len()..];
-        let values = values.trim();
-        let one_tuple = values.starts_with('(')
-            && values.ends_with(')')
+        // The row: `VALUES (...)` to the end, one tuple, placeholders and constants only. The
+        // head (everything before the tuple) holds no placeholder, so it is the same text in the
+        // template and in the statement: it is found in the template, never in an argument.
+        let values_at = template.find("VALUES")? + "VALUES".len();
+        let head = values_at + template[values_at..].find('(')?;
+        let values = template[head..].trim_end();
+        let one_tuple = values.ends_with(')')
             && values[1..values.len() - 1]
                 .chars()
                 .all(|c| !matches!(c, '(' | ')' | '\''))
-            && !values.to_ascii_uppercase().contains("SELECT");
-        if !one_tuple || table.is_empty() {
+            && !values.to_ascii_uppercase().contains("SELECT")
+            && template[values_at..head].trim().is_empty();
+        if !one_tuple || table.is_empty() || text.get(..head) != template.get(..head) {
             return None;
         }
-        let head = at + " VALUES ".len();
         let key = if keyed && values.replace(' ', "").starts_with("(?1,?2,") {
             row_key(literals)
         } else {
             None
         };
         // The text's row must be the rest of the text (the inlined tuple).
-        if !text[head..].starts_with('(') || !text.ends_with(')') {
+        if !text.trim_end().ends_with(')') {
             return None;
         }
         return Some(Shape::Insert { table, head, key });
@@ -107,7 +110,8 @@ fn shape_of(template: &str, text: &str, literals: &[String]) -> Option<Shape> {
     if let Some(rest) = t.strip_prefix("UPDATE ") {
         let table = rest.split(' ').next()?.to_string();
         let where_ = " WHERE experiment = ?1 AND id = ?2";
-        if t.ends_with(where_) && t.matches(" WHERE ").count() == 1 {
+        // No parenthesis: no subquery, no function call (it touches that row and nothing else).
+        if t.ends_with(where_) && t.matches(" WHERE ").count() == 1 && !t.contains('(') {
             return Some(Shape::RowUpdate {
                 table,
                 key: row_key(literals)?,

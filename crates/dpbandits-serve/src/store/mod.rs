@@ -45,6 +45,56 @@ mod tests {
     /// rolls back: SQLite rolls back to its savepoint and the batch commits; PostgreSQL cannot
     /// undo the statements sent, so the batch refuses to commit, and its rollback leaves the
     /// database as it was.
+    /// A batch's decision rows are merged into one insert on PostgreSQL (`store/deferred.rs`),
+    /// moving past the rewards' updates of other rows: every reward still lands on its row, an
+    /// insert and an update of the same row keep their order, and the audit entries keep theirs.
+    #[test]
+    fn merged_inserts_keep_every_update_on_its_row() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = crate::testdb::db(dir.path(), "m.sqlite");
+        let mut store = Store::open(&db).unwrap();
+        let decision = |id: u64| NewDecision {
+            id,
+            arm: id as usize % 2,
+            round: id,
+            request_id: None,
+            actions: None,
+            propensity: None,
+            issued_unix: 0.0,
+        };
+        store.begin_batch().unwrap();
+        // Decisions 1 and 2, the reward of 1, decision 3, the rewards of 3 and 2, decision 4.
+        let steps: [(&str, u64, f64); 7] = [
+            ("d", 1, 0.0),
+            ("d", 2, 0.0),
+            ("r", 1, 0.25),
+            ("d", 3, 0.0),
+            ("r", 3, 0.75),
+            ("r", 2, 0.5),
+            ("d", 4, 0.0),
+        ];
+        for (what, id, reward) in steps {
+            let tx = store.begin().unwrap();
+            if what == "d" {
+                tx.insert_decision("x", &decision(id)).unwrap();
+            } else {
+                tx.record_reward("x", id, reward, reward, "reward").unwrap();
+            }
+            tx.commit().unwrap();
+        }
+        store.commit_batch().unwrap();
+        let got: Vec<(usize, Option<f64>)> = (1..=4)
+            .map(|i| {
+                let (arm, reward, _) = store.decision("x", i).unwrap().expect("stored");
+                (arm, reward)
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [(1, Some(0.25)), (0, Some(0.5)), (1, Some(0.75)), (0, None)]
+        );
+    }
+
     #[test]
     fn an_operation_rolled_back_in_a_batch_leaves_the_others() {
         let dir = tempfile::tempdir().unwrap();
