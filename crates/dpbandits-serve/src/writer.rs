@@ -213,10 +213,10 @@ fn gather(jobs: &mut tokio::sync::mpsc::Receiver<Queued>, lanes: &mut Lanes, las
 /// when it began, or for as long as the last commit took (at most `wait`: `--batch-wait-ms`,
 /// [`GATHER_REMOTE_MAX`] by default), whichever comes first: one batch then carries every
 /// client, and the writer never waits longer than the commit it saves (nor, with half of them
-/// here, longer than [`GATHER_STALL`] for the next). A lone client (the
-/// last batch answered one, or none) never waits. The trade (docs/perf.md): half the commits,
-/// against the overlap of one group's commit with the other group's requests, which on a
-/// machine whose cores the clients share with the database was worth more.
+/// here, longer than [`GATHER_STALL`] for the next). A lone client (the last batch answered
+/// one, or none) never waits. The trade (docs/perf.md): half the commits, against the overlap
+/// of one group's commit with the other group's requests, which on a machine whose cores the
+/// clients share with the database was worth more.
 fn gather_remote(
     jobs: &mut tokio::sync::mpsc::Receiver<Queued>,
     lanes: &mut Lanes,
@@ -264,8 +264,8 @@ fn gather_remote(
 
 /// Run one batch from the lanes (round-robin within each lane's credit, at most
 /// [`MAX_BATCH`] operations) in one transaction, commit it and answer its requests; returns
-/// how many it answered and how long its commit took. When an operation fails the batch (or panics), the operations not run yet
-/// stay in their lanes for the next batch.
+/// how many it answered and how long its commit took. When an operation fails the batch (or
+/// panics), the operations not run yet stay in their lanes for the next batch.
 fn run_batch(s: &mut Service, lanes: &mut Lanes) -> Last {
     lanes.refill();
     s.begin_batch();
