@@ -128,8 +128,6 @@ struct Segment<'a> {
     shape: &'a Shape,
     /// An insert's rows (its first one included), in their order.
     rows: Vec<&'a str>,
-    /// The keys of an insert's rows (`None` for a row without one).
-    keys: Vec<Option<&'a str>>,
 }
 
 /// Whether a row `(table, key)` inserted after `seg` may move before it.
@@ -159,15 +157,11 @@ pub(crate) fn render(statements: &[Deferred]) -> String {
                 }
             }
             match into {
-                Some(i) => {
-                    segs[i].rows.push(row);
-                    segs[i].keys.push(key.as_deref());
-                }
+                Some(i) => segs[i].rows.push(row),
                 None => segs.push(Segment {
                     text: h,
                     shape: &s.shape,
                     rows: vec![row],
-                    keys: vec![key.as_deref()],
                 }),
             }
         } else {
@@ -175,7 +169,6 @@ pub(crate) fn render(statements: &[Deferred]) -> String {
                 text: &s.text,
                 shape: &s.shape,
                 rows: vec![],
-                keys: vec![],
             });
         }
     }
