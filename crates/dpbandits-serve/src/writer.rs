@@ -186,24 +186,28 @@ struct Last {
 }
 
 /// Move every waiting request of the queue into the lanes (at most [`MAX_BATCH`] waiting in
-/// all, beyond which the queue holds them); under concurrent load (the last batch had `last`
-/// requests, and at most half as many wait) wait once ([`GATHER_WAIT`]) for the requests on
-/// their way.
-fn gather(jobs: &mut tokio::sync::mpsc::Receiver<Queued>, lanes: &mut Lanes, last: usize) {
-    let mut waited = false;
+/// all, beyond which the queue holds them).
+fn drain(jobs: &mut tokio::sync::mpsc::Receiver<Queued>, lanes: &mut Lanes) {
     while lanes.waiting < MAX_BATCH {
         match jobs.try_recv() {
             Ok(q) => lanes.push(q),
-            Err(_) if !waited && last >= GATHER_FROM && 2 * lanes.waiting <= last => {
-                waited = true;
-                std::thread::sleep(GATHER_WAIT);
-            }
             Err(_) => break,
         }
     }
 }
 
-/// Move every waiting request into the lanes, then wait for the ones on their way when the
+/// [`drain`] the queue; under concurrent load (the last batch had `last` requests, and at most
+/// half as many wait) wait once ([`GATHER_WAIT`]) for the requests on their way, and drain
+/// again.
+fn gather(jobs: &mut tokio::sync::mpsc::Receiver<Queued>, lanes: &mut Lanes, last: usize) {
+    drain(jobs, lanes);
+    if last >= GATHER_FROM && 2 * lanes.waiting <= last {
+        std::thread::sleep(GATHER_WAIT);
+        drain(jobs, lanes);
+    }
+}
+
+/// [`drain`] the queue, then wait for the ones on their way when the
 /// commit is a round trip to a database server (PostgreSQL): the clients the last commit
 /// answered send their next requests now, while the others' requests, which arrived during that
 /// commit, already wait. Without a wait the writer would run those alone, and the clients
@@ -223,14 +227,6 @@ fn gather_remote(
     last: Last,
     wait: Duration,
 ) {
-    let drain = |jobs: &mut tokio::sync::mpsc::Receiver<Queued>, lanes: &mut Lanes| {
-        while lanes.waiting < MAX_BATCH {
-            match jobs.try_recv() {
-                Ok(q) => lanes.push(q),
-                Err(_) => break,
-            }
-        }
-    };
     drain(jobs, lanes);
     let expect = (last.answered + lanes.waiting).min(MAX_BATCH);
     if last.answered < 2 {
@@ -433,31 +429,27 @@ mod tests {
             });
             (rx, t)
         };
+        // The writer begins 50 ms after the sender (a burst with pause 0 already waits, one
+        // with pause 70 arrives 20 ms into the wait): how many it gathered (never ended by the
+        // window).
+        let gathered = |bursts: Vec<(u64, usize)>, answered: usize| {
+            let (mut rx, _t) = send(bursts);
+            std::thread::sleep(Duration::from_millis(50));
+            let mut lanes = Lanes::default();
+            let t = Instant::now();
+            gather_remote(&mut rx, &mut lanes, last(answered), long);
+            let took = t.elapsed();
+            assert!(took < Duration::from_secs(4), "{took:?}");
+            lanes.waiting
+        };
         // 4 answered last time, all 4 on their way (1 after 20 ms, 3 after 20 ms more): below
         // half, no stall ends the wait; all 4 gathered.
-        let (mut rx, _t) = send(vec![(20, 1), (20, 3)]);
-        let mut lanes = Lanes::default();
-        let t = Instant::now();
-        gather_remote(&mut rx, &mut lanes, last(4), long);
-        assert_eq!(lanes.waiting, 4);
-        assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
+        assert_eq!(gathered(vec![(70, 1), (20, 3)], 4), 4);
         // 2 wait already (expected: those 2 and the 4 answered), 1 of the 4 comes back, the
         // others never: half are here, closed after the stall.
-        let (mut rx, _t) = send(vec![(0, 2), (100, 1)]);
-        std::thread::sleep(Duration::from_millis(50));
-        let mut lanes = Lanes::default();
-        let t = Instant::now();
-        gather_remote(&mut rx, &mut lanes, last(4), long);
-        assert_eq!(lanes.waiting, 3);
-        assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
+        assert_eq!(gathered(vec![(0, 2), (100, 1)], 4), 3);
         // A lone client: no wait at all.
-        let (mut rx, _t) = send(vec![(0, 1)]);
-        std::thread::sleep(Duration::from_millis(50));
-        let mut lanes = Lanes::default();
-        let t = Instant::now();
-        gather_remote(&mut rx, &mut lanes, last(1), long);
-        assert_eq!(lanes.waiting, 1);
-        assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
+        assert_eq!(gathered(vec![(0, 1)], 1), 1);
     }
 
     /// Lanes are served round-robin, and a lane that spent more than its share waits for a

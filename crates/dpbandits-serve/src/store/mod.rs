@@ -39,29 +39,27 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    /// One operation's rollback inside a batch undoes that operation alone, nested ones with
-    /// it, on either store (PostgreSQL: no savepoint, its deferred statements dropped unsent).
-    /// An operation that read (sending what was deferred, its own writes among it) and then
-    /// rolls back: SQLite rolls back to its savepoint and the batch commits; PostgreSQL cannot
-    /// undo the statements sent, so the batch refuses to commit, and its rollback leaves the
-    /// database as it was.
-    /// A batch's decision rows are merged into one insert on PostgreSQL (`store/deferred.rs`),
-    /// moving past the rewards' updates of other rows: every reward still lands on its row, an
-    /// insert and an update of the same row keep their order, and the audit entries keep theirs.
-    #[test]
-    fn merged_inserts_keep_every_update_on_its_row() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = crate::testdb::db(dir.path(), "m.sqlite");
-        let mut store = Store::open(&db).unwrap();
-        let decision = |id: u64| NewDecision {
+    /// A decision row of experiment `x` (arm `arm`, round `id`), for the batch tests.
+    fn decision(id: u64, arm: usize) -> NewDecision<'static> {
+        NewDecision {
             id,
-            arm: id as usize % 2,
+            arm,
             round: id,
             request_id: None,
             actions: None,
             propensity: None,
             issued_unix: 0.0,
-        };
+        }
+    }
+
+    /// A batch's decision rows are merged into one insert on PostgreSQL (`store/deferred.rs`),
+    /// moving past the rewards' updates of other rows: every reward still lands on its row, and
+    /// an insert and an update of the same row keep their order.
+    #[test]
+    fn merged_inserts_keep_every_update_on_its_row() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = crate::testdb::db(dir.path(), "m.sqlite");
+        let mut store = Store::open(&db).unwrap();
         store.begin_batch().unwrap();
         // Decisions 1 and 2, the reward of 1, decision 3, the rewards of 3 and 2, decision 4.
         let steps: [(&str, u64, f64); 7] = [
@@ -76,7 +74,8 @@ mod tests {
         for (what, id, reward) in steps {
             let tx = store.begin().unwrap();
             if what == "d" {
-                tx.insert_decision("x", &decision(id)).unwrap();
+                tx.insert_decision("x", &decision(id, id as usize % 2))
+                    .unwrap();
             } else {
                 tx.record_reward("x", id, reward, reward, "reward").unwrap();
             }
@@ -95,20 +94,18 @@ mod tests {
         );
     }
 
+    /// One operation's rollback inside a batch undoes that operation alone, nested ones with
+    /// it, on either store (PostgreSQL: no savepoint, its deferred statements dropped unsent).
+    /// An operation that read (sending what was deferred, its own writes among it) and then
+    /// rolls back: SQLite rolls back to its savepoint and the batch commits; PostgreSQL cannot
+    /// undo the statements sent, so the batch refuses to commit, and its rollback leaves the
+    /// database as it was.
     #[test]
     fn an_operation_rolled_back_in_a_batch_leaves_the_others() {
         let dir = tempfile::tempdir().unwrap();
         let db = crate::testdb::db(dir.path(), "t.sqlite");
         let mut store = Store::open(&db).unwrap();
-        let decision = |id: u64| NewDecision {
-            id,
-            arm: 0,
-            round: id,
-            request_id: None,
-            actions: None,
-            propensity: None,
-            issued_unix: 0.0,
-        };
+        let decision = |id: u64| decision(id, 0);
         let ids = |store: &Store| -> Vec<u64> {
             (1..=9)
                 .filter(|&i| store.decision("x", i).unwrap().is_some())
